@@ -1,0 +1,376 @@
+//! Every record the shim writes. Times are `CLOCK_MONOTONIC` nanoseconds (the run's start is in
+//! [`RunStart`]), thread ids are kernel tids, chain ids refer to [`Chain`] records (0 = none),
+//! object ids to [`ObjectCreate`] records.
+
+use crate::wire::{Cursor, Field, Sink};
+use crate::{wire_struct, DecodeError};
+
+/// What kind of sync object a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum ObjectKind {
+    Mutex = 1,
+    RwLock = 2,
+    Cond = 3,
+    Semaphore = 4,
+    Spin = 5,
+    Barrier = 6,
+    Thread = 7,
+}
+
+impl ObjectKind {
+    pub fn from_u8(v: u8) -> Option<Self> {
+        Some(match v {
+            1 => Self::Mutex,
+            2 => Self::RwLock,
+            3 => Self::Cond,
+            4 => Self::Semaphore,
+            5 => Self::Spin,
+            6 => Self::Barrier,
+            7 => Self::Thread,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+            Self::RwLock => "rwlock",
+            Self::Cond => "cond",
+            Self::Semaphore => "semaphore",
+            Self::Spin => "spinlock",
+            Self::Barrier => "barrier",
+            Self::Thread => "thread",
+        }
+    }
+}
+
+/// How the shim came to know an object.
+pub mod origin {
+    /// Passed to an init function.
+    pub const INIT: u8 = 1;
+    /// First seen in a lock call (static initializer, or initialised before the shim was ready).
+    pub const FIRST_USE: u8 = 2;
+}
+
+/// Mutex subtype bits, as glibc stores them in `__data.__kind`.
+pub mod mutex_kind {
+    pub const TYPE_MASK: u32 = 3;
+    pub const NORMAL: u32 = 0;
+    pub const RECURSIVE: u32 = 1;
+    pub const ERRORCHECK: u32 = 2;
+    pub const ADAPTIVE: u32 = 3;
+    pub const ROBUST: u32 = 16;
+    pub const PRIO_INHERIT: u32 = 32;
+    pub const PRIO_PROTECT: u32 = 64;
+    pub const PSHARED: u32 = 128;
+}
+
+/// Why a contention record was opened.
+pub mod contention_reason {
+    /// The waiter count on the object rose above the global highwater mark.
+    pub const EXCEEDED: u8 = 1;
+    /// The waiter count reached the highwater mark while no other thread could run.
+    pub const SERIALISED: u8 = 2;
+}
+
+/// How a run ended.
+pub mod end_reason {
+    pub const EXIT: u8 = 1;
+    pub const UNDERSCORE_EXIT: u8 = 2;
+}
+
+/// Severity of a [`Note`].
+pub mod note_level {
+    pub const INFO: u8 = 1;
+    pub const WARNING: u8 = 2;
+}
+
+wire_struct! {
+    /// First record of every log.
+    pub struct RunStart {
+        pub pid: u32,
+        pub ppid: u32,
+        pub realtime_ns: u64,
+        pub mono_ns: u64,
+        pub ncpus: u32,
+        pub exe: String,
+        pub cmdline: Vec<String>,
+        pub shim_version: String,
+    }
+}
+
+wire_struct! {
+    /// One loadable segment of a module: the program header's `p_vaddr`/`p_memsz`.
+    pub struct Segment {
+        pub vaddr: u64,
+        pub memsz: u64,
+    }
+}
+
+wire_struct! {
+    /// A loaded ELF object. A runtime address `a` lies in it when `a - base` is inside a segment.
+    pub struct Module {
+        pub module_id: u32,
+        pub base: u64,
+        pub build_id: Vec<u8>,
+        pub path: String,
+        pub segments: Vec<Segment>,
+    }
+}
+
+wire_struct! {
+    /// An interned call chain: return addresses, innermost first. Written once per distinct chain.
+    pub struct Chain {
+        pub chain_id: u32,
+        pub frames: Vec<u64>,
+    }
+}
+
+wire_struct! {
+    pub struct ThreadStart {
+        pub tid: u32,
+        pub parent_tid: u32,
+        pub ns: u64,
+        pub start_routine: u64,
+        pub chain_id: u32,
+        pub is_main: u8,
+    }
+}
+
+wire_struct! {
+    pub struct ThreadName {
+        pub tid: u32,
+        pub ns: u64,
+        pub name: String,
+    }
+}
+
+wire_struct! {
+    pub struct ThreadExit {
+        pub tid: u32,
+        pub ns: u64,
+    }
+}
+
+wire_struct! {
+    pub struct ObjectCreate {
+        pub object_id: u64,
+        pub addr: u64,
+        /// [`ObjectKind`] as u8.
+        pub kind: u8,
+        /// Kind-specific subtype (for mutexes: [`mutex_kind`] bits).
+        pub subtype: u32,
+        /// [`origin`].
+        pub origin: u8,
+        pub ns: u64,
+        pub tid: u32,
+        pub chain_id: u32,
+    }
+}
+
+wire_struct! {
+    pub struct ObjectName {
+        pub object_id: u64,
+        pub name: String,
+    }
+}
+
+wire_struct! {
+    pub struct ObjectDestroy {
+        pub object_id: u64,
+        pub ns: u64,
+        pub tid: u32,
+    }
+}
+
+wire_struct! {
+    /// Always-on counters of one object, cumulative since its creation. A later record for the
+    /// same object supersedes an earlier one.
+    pub struct Counters {
+        pub object_id: u64,
+        pub ns: u64,
+        pub acquisitions: u64,
+        pub contended: u64,
+        pub owner_changes: u64,
+        /// Try-acquisitions that found the object busy.
+        pub busy: u64,
+        pub timeouts: u64,
+        pub errors: u64,
+        pub wait_total_ns: u64,
+        pub wait_max_ns: u64,
+        pub hold_total_ns: u64,
+        pub hold_max_ns: u64,
+        /// Number of holds whose duration is in `hold_total_ns` (holds are timed only on objects
+        /// that have been contended).
+        pub hold_samples: u64,
+        pub max_waiters: u32,
+    }
+}
+
+wire_struct! {
+    /// Where threads waited on an object: cumulative per (object, waiter chain); later supersedes.
+    pub struct WaitSite {
+        pub object_id: u64,
+        pub chain_id: u32,
+        pub count: u64,
+        pub wait_total_ns: u64,
+        pub wait_max_ns: u64,
+    }
+}
+
+wire_struct! {
+    /// A high-contention episode began: the global highwater mark condition was reached on this
+    /// object. Pending until the matching [`ContentionClose`].
+    pub struct ContentionOpen {
+        pub record_id: u64,
+        pub object_id: u64,
+        pub ns: u64,
+        pub level: u32,
+        /// [`contention_reason`].
+        pub reason: u8,
+        pub holder_tid: u32,
+        pub waiter_tid: u32,
+        pub waiter_chain: u32,
+    }
+}
+
+wire_struct! {
+    pub struct WaiterRef {
+        pub tid: u32,
+        pub chain_id: u32,
+        pub wait_ns: u64,
+    }
+}
+
+wire_struct! {
+    /// A high-contention episode ended: the object was disengaged while at its level.
+    pub struct ContentionClose {
+        pub record_id: u64,
+        pub object_id: u64,
+        pub ns: u64,
+        /// Highest number of simultaneous waiters during the episode.
+        pub level: u32,
+        /// The elapsed-time counter: from reaching the level to the disengagement.
+        pub elapsed_ns: u64,
+        /// Distinct threads that tried to engage the object during the episode (holder included).
+        pub threads_tried: u32,
+        pub holder_tid: u32,
+        /// Where the holder released the object (who made the others wait).
+        pub holder_chain: u32,
+        /// The waiters of the episode (bounded; `waiters_total` counts them all).
+        pub waiters: Vec<WaiterRef>,
+        pub waiters_total: u32,
+        /// Later episodes on the same object and level folded into this record because they
+        /// followed it within the coalescing window.
+        pub coalesced: u32,
+    }
+}
+
+wire_struct! {
+    /// The global highwater mark rose.
+    pub struct Highwater {
+        pub ns: u64,
+        pub hwm: u32,
+        pub object_id: u64,
+        pub tid: u32,
+    }
+}
+
+wire_struct! {
+    /// One thread of a wait-for cycle: `tid` waits for `object_id`, held by `holder_tid`.
+    pub struct DeadlockEdge {
+        pub tid: u32,
+        pub object_id: u64,
+        pub wait_chain: u32,
+        pub holder_tid: u32,
+    }
+}
+
+wire_struct! {
+    /// A wait closed a cycle in the wait-for graph: these threads can never proceed.
+    pub struct Deadlock {
+        pub ns: u64,
+        pub detected_by: u32,
+        pub cycle: Vec<DeadlockEdge>,
+    }
+}
+
+wire_struct! {
+    pub struct RunEnd {
+        pub ns: u64,
+        /// [`end_reason`].
+        pub reason: u8,
+        pub exit_status: i64,
+        pub hwm: u32,
+        /// Records the shim could not write (log full, or written while it was unavailable).
+        pub dropped: u64,
+    }
+}
+
+wire_struct! {
+    /// Something the shim wants the reader of the report to know (configuration, degradation).
+    pub struct Note {
+        pub ns: u64,
+        pub level: u8,
+        pub text: String,
+    }
+}
+
+macro_rules! records {
+    ($($variant:ident = $id:literal),* $(,)?) => {
+        /// A decoded record. `Unknown` is a record type this version does not know: skipped.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Record {
+            $($variant($variant),)*
+            Unknown { ty: u16, len: usize },
+        }
+
+        impl Record {
+            pub fn type_id(&self) -> u16 {
+                match self {
+                    $(Record::$variant(_) => $id,)*
+                    Record::Unknown { ty, .. } => *ty,
+                }
+            }
+
+            pub fn encode_body<S: Sink>(&self, s: &mut S) {
+                match self {
+                    $(Record::$variant(r) => r.encode(s),)*
+                    Record::Unknown { .. } => {}
+                }
+            }
+
+            pub fn decode_body(ty: u16, body: &[u8]) -> Result<Record, DecodeError> {
+                let mut c = Cursor::new(body);
+                Ok(match ty {
+                    $($id => Record::$variant($variant::decode(&mut c)?),)*
+                    _ => Record::Unknown { ty, len: body.len() },
+                })
+            }
+        }
+
+        $(impl From<$variant> for Record {
+            fn from(r: $variant) -> Record { Record::$variant(r) }
+        })*
+    };
+}
+
+records! {
+    RunStart = 1,
+    Module = 2,
+    Chain = 3,
+    ThreadStart = 4,
+    ThreadName = 5,
+    ThreadExit = 6,
+    ObjectCreate = 7,
+    ObjectName = 8,
+    ObjectDestroy = 9,
+    Counters = 10,
+    WaitSite = 11,
+    ContentionOpen = 12,
+    ContentionClose = 13,
+    Highwater = 14,
+    Deadlock = 15,
+    RunEnd = 16,
+    Note = 17,
+}
