@@ -1,0 +1,80 @@
+//! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
+//! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`].
+
+pub mod model;
+pub mod read;
+pub mod report;
+pub mod symbolize;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub use report::{Options, SortKey};
+
+/// Exit code when an input could not be read as a log.
+pub const EXIT_BAD_INPUT: i32 = 2;
+
+/// One log read into a model.
+pub struct Analysis {
+    pub summary: read::ReadSummary,
+    pub model: model::Model,
+}
+
+/// Reads and models the log at `path`.
+pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
+    let mut model = model::Model::new();
+    let summary = read::read_log(path, |r| model.add(r))?;
+    Ok(Analysis { summary, model })
+}
+
+/// The text report of one analysed log.
+pub fn text_report(a: &Analysis, opts: &Options) -> String {
+    let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);
+    report::text::render(&mut ctx)
+}
+
+/// The JSON report of one analysed log (one element of the document's `logs`).
+pub fn json_report(a: &Analysis, opts: &Options) -> serde_json::Value {
+    let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);
+    report::json::render(&mut ctx)
+}
+
+/// Reports on every file, each in its own section (or element of `logs`), one file at a time so
+/// that memory holds one model at most. Files that are not logs are reported on `err`; the return
+/// value is the process exit code.
+pub fn run(
+    paths: &[PathBuf],
+    opts: &Options,
+    json: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let mut code = 0;
+    let mut logs = Vec::new();
+    let mut first = true;
+    for path in paths {
+        match analyze(path) {
+            Ok(a) => {
+                if json {
+                    logs.push(json_report(&a, opts));
+                } else {
+                    let sep = if first { "" } else { "\n\n" };
+                    first = false;
+                    if write!(out, "{sep}{}", text_report(&a, opts)).is_err() {
+                        return code;
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(err, "waitshim-analyze: {e}");
+                code = EXIT_BAD_INPUT;
+            }
+        }
+    }
+    if json {
+        let doc = report::json::document(logs);
+        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+        let _ = writeln!(out, "{text}");
+    }
+    code
+}

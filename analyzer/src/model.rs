@@ -1,0 +1,430 @@
+//! Stage 2: fold the record stream of one log into a model of the run. Memory grows with the
+//! number of objects, threads, chains and contention records, never with the number of events:
+//! cumulative records (counters, wait sites) replace their predecessors, and every collection is
+//! capped so that a damaged or hostile log cannot exhaust memory.
+
+use std::collections::{BTreeMap, HashMap};
+
+use waitshim_format::{
+    contention_reason, ContentionClose, ContentionOpen, Counters, Deadlock, Highwater, Module,
+    ObjectCreate, ObjectKind, Record, RunEnd, RunStart, WaitSite,
+};
+
+/// Most items of one kind kept per log; beyond this they are counted, not stored.
+pub const MAX_STORED: usize = 1_000_000;
+/// Frames kept per chain: deeper chains are cut (the shim records far fewer).
+pub const MAX_CHAIN_FRAMES: usize = 256;
+/// Highwater rises, deadlocks and notes kept per log.
+const MAX_HISTORY: usize = 10_000;
+
+#[derive(Debug, Clone, Default)]
+pub struct Thread {
+    pub tid: u32,
+    pub parent_tid: u32,
+    pub start_ns: Option<u64>,
+    pub start_routine: u64,
+    pub chain_id: u32,
+    pub is_main: bool,
+    /// The latest name the thread was given.
+    pub name: Option<String>,
+    pub exit_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Object {
+    pub object_id: u64,
+    /// Absent when only later records about the object survived (damage).
+    pub create: Option<ObjectCreate>,
+    pub name: Option<String>,
+    pub destroy_ns: Option<u64>,
+    /// The latest cumulative counters.
+    pub counters: Option<Counters>,
+    /// Latest cumulative wait site per waiter chain.
+    pub wait_sites: BTreeMap<u32, WaitSite>,
+}
+
+impl Object {
+    pub fn kind(&self) -> Option<ObjectKind> {
+        self.create
+            .as_ref()
+            .and_then(|c| ObjectKind::from_u8(c.kind))
+    }
+
+    pub fn kind_name(&self) -> &'static str {
+        self.kind().map_or("object", ObjectKind::name)
+    }
+
+    pub fn wait_total_ns(&self) -> u64 {
+        self.counters.as_ref().map_or(0, |c| c.wait_total_ns)
+    }
+
+    /// Whether the object did anything worth a row in the per-object table.
+    pub fn has_activity(&self) -> bool {
+        self.counters.as_ref().is_some_and(|c| {
+            c.acquisitions > 0 || c.contended > 0 || c.busy > 0 || c.timeouts > 0 || c.errors > 0
+        }) || !self.wait_sites.is_empty()
+    }
+
+    pub fn was_contended(&self) -> bool {
+        self.counters.as_ref().is_some_and(|c| c.contended > 0) || !self.wait_sites.is_empty()
+    }
+}
+
+/// One lock contention record: a high-contention episode, complete when its close was logged.
+#[derive(Debug, Clone, Default)]
+pub struct ContentionRecord {
+    pub record_id: u64,
+    pub object_id: u64,
+    pub open: Option<ContentionOpen>,
+    pub close: Option<ContentionClose>,
+}
+
+impl ContentionRecord {
+    /// An episode whose end the log never saw: the program deadlocked, was killed, or is still
+    /// running.
+    pub fn still_open(&self) -> bool {
+        self.close.is_none()
+    }
+
+    pub fn level(&self) -> u32 {
+        match (&self.close, &self.open) {
+            (Some(c), _) => c.level,
+            (None, Some(o)) => o.level,
+            (None, None) => 0,
+        }
+    }
+
+    pub fn opened_ns(&self) -> Option<u64> {
+        self.open.as_ref().map(|o| o.ns)
+    }
+
+    /// The elapsed-time counter; for a record still open, the time from its opening to the last
+    /// thing the log saw (a lower bound).
+    pub fn elapsed_ns(&self, log_end_ns: u64) -> u64 {
+        match (&self.close, &self.open) {
+            (Some(c), _) => c.elapsed_ns,
+            (None, Some(o)) => log_end_ns.saturating_sub(o.ns),
+            (None, None) => 0,
+        }
+    }
+
+    pub fn reason(&self) -> Option<&'static str> {
+        match self.open.as_ref()?.reason {
+            contention_reason::EXCEEDED => Some("exceeded"),
+            contention_reason::SERIALISED => Some("serialised"),
+            _ => None,
+        }
+    }
+
+    pub fn holder_tid(&self) -> Option<u32> {
+        match (&self.close, &self.open) {
+            (Some(c), _) => Some(c.holder_tid),
+            (None, Some(o)) => Some(o.holder_tid),
+            (None, None) => None,
+        }
+    }
+
+    /// Waiter chains of the episode (with the waiting thread), the opener's first.
+    pub fn waiter_chains(&self) -> Vec<(u32, u32)> {
+        let mut out = Vec::new();
+        if let Some(c) = &self.close {
+            out.extend(c.waiters.iter().map(|w| (w.tid, w.chain_id)));
+        }
+        if let Some(o) = &self.open {
+            if !out.iter().any(|&(t, _)| t == o.waiter_tid) {
+                out.insert(0, (o.waiter_tid, o.waiter_chain));
+            }
+        }
+        out
+    }
+}
+
+/// Things the model could not keep (caps reached) or could not make sense of.
+#[derive(Debug, Clone, Default)]
+pub struct Overflow {
+    pub chains: u64,
+    pub threads: u64,
+    pub objects: u64,
+    pub wait_sites: u64,
+    pub contention_records: u64,
+    pub modules: u64,
+    pub history: u64,
+    pub chain_frames_cut: u64,
+}
+
+impl Overflow {
+    pub fn any(&self) -> bool {
+        self.chains
+            + self.threads
+            + self.objects
+            + self.wait_sites
+            + self.contention_records
+            + self.modules
+            + self.history
+            + self.chain_frames_cut
+            > 0
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    pub run: Option<RunStart>,
+    pub run_end: Option<RunEnd>,
+    pub modules: BTreeMap<u32, Module>,
+    pub chains: HashMap<u32, Vec<u64>>,
+    pub threads: BTreeMap<u32, Thread>,
+    pub objects: BTreeMap<u64, Object>,
+    pub records: BTreeMap<u64, ContentionRecord>,
+    /// Every rise of the global highwater mark, in log order.
+    pub highwater: Vec<Highwater>,
+    pub deadlocks: Vec<Deadlock>,
+    pub notes: Vec<waitshim_format::Note>,
+    /// Latest timestamp any record carried: where the log's knowledge of the run ends.
+    pub last_ns: u64,
+    pub overflow: Overflow,
+    wait_site_count: usize,
+}
+
+impl Model {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Monotonic time the run started; 0 when the start record is missing.
+    pub fn start_ns(&self) -> u64 {
+        self.run.as_ref().map_or(0, |r| r.mono_ns)
+    }
+
+    /// Time of `ns` since the run started.
+    pub fn rel(&self, ns: u64) -> u64 {
+        ns.saturating_sub(self.start_ns())
+    }
+
+    /// Run duration, and whether it is only a lower bound (no exit record).
+    pub fn duration_ns(&self) -> (u64, bool) {
+        match &self.run_end {
+            Some(e) => (self.rel(e.ns), false),
+            None => (self.rel(self.last_ns), true),
+        }
+    }
+
+    /// The final highwater mark and the rise that set it.
+    pub fn final_highwater(&self) -> Option<&Highwater> {
+        self.highwater.iter().max_by_key(|h| h.hwm)
+    }
+
+    pub fn hwm(&self) -> u32 {
+        let from_history = self.final_highwater().map_or(0, |h| h.hwm);
+        let from_end = self.run_end.as_ref().map_or(0, |e| e.hwm);
+        from_history.max(from_end)
+    }
+
+    fn seen(&mut self, ns: u64) {
+        self.last_ns = self.last_ns.max(ns);
+    }
+
+    fn thread(&mut self, tid: u32) -> Option<&mut Thread> {
+        if !self.threads.contains_key(&tid) {
+            if self.threads.len() >= MAX_STORED {
+                self.overflow.threads += 1;
+                return None;
+            }
+            self.threads.insert(
+                tid,
+                Thread {
+                    tid,
+                    ..Thread::default()
+                },
+            );
+        }
+        self.threads.get_mut(&tid)
+    }
+
+    fn object(&mut self, object_id: u64) -> Option<&mut Object> {
+        if !self.objects.contains_key(&object_id) {
+            if self.objects.len() >= MAX_STORED {
+                self.overflow.objects += 1;
+                return None;
+            }
+            self.objects.insert(
+                object_id,
+                Object {
+                    object_id,
+                    ..Object::default()
+                },
+            );
+        }
+        self.objects.get_mut(&object_id)
+    }
+
+    fn record(&mut self, record_id: u64, object_id: u64) -> Option<&mut ContentionRecord> {
+        if !self.records.contains_key(&record_id) {
+            if self.records.len() >= MAX_STORED {
+                self.overflow.contention_records += 1;
+                return None;
+            }
+            self.records.insert(
+                record_id,
+                ContentionRecord {
+                    record_id,
+                    object_id,
+                    ..ContentionRecord::default()
+                },
+            );
+        }
+        self.records.get_mut(&record_id)
+    }
+
+    fn push_history<T>(list: &mut Vec<T>, item: T, overflow: &mut u64) {
+        if list.len() < MAX_HISTORY {
+            list.push(item);
+        } else {
+            *overflow += 1;
+        }
+    }
+
+    /// Folds one record into the model.
+    pub fn add(&mut self, record: Record) {
+        match record {
+            Record::RunStart(r) => {
+                self.seen(r.mono_ns);
+                // A second start record (damage, or a log reused) does not replace the first.
+                if self.run.is_none() {
+                    self.run = Some(r);
+                }
+            }
+            Record::RunEnd(r) => {
+                self.seen(r.ns);
+                self.run_end = Some(r);
+            }
+            Record::Module(m) => {
+                if self.modules.len() >= MAX_STORED && !self.modules.contains_key(&m.module_id) {
+                    self.overflow.modules += 1;
+                } else {
+                    self.modules.insert(m.module_id, m);
+                }
+            }
+            Record::Chain(mut c) => {
+                if self.chains.len() >= MAX_STORED && !self.chains.contains_key(&c.chain_id) {
+                    self.overflow.chains += 1;
+                    return;
+                }
+                if c.frames.len() > MAX_CHAIN_FRAMES {
+                    c.frames.truncate(MAX_CHAIN_FRAMES);
+                    self.overflow.chain_frames_cut += 1;
+                }
+                c.frames.shrink_to_fit();
+                self.chains.insert(c.chain_id, c.frames);
+            }
+            Record::ThreadStart(s) => {
+                self.seen(s.ns);
+                if let Some(t) = self.thread(s.tid) {
+                    t.parent_tid = s.parent_tid;
+                    t.start_ns = Some(s.ns);
+                    t.start_routine = s.start_routine;
+                    t.chain_id = s.chain_id;
+                    t.is_main = s.is_main != 0;
+                }
+            }
+            Record::ThreadName(n) => {
+                self.seen(n.ns);
+                if let Some(t) = self.thread(n.tid) {
+                    t.name = Some(n.name);
+                }
+            }
+            Record::ThreadExit(e) => {
+                self.seen(e.ns);
+                if let Some(t) = self.thread(e.tid) {
+                    t.exit_ns = Some(e.ns);
+                }
+            }
+            Record::ObjectCreate(c) => {
+                self.seen(c.ns);
+                let tid = c.tid;
+                if let Some(o) = self.object(c.object_id) {
+                    o.create = Some(c);
+                }
+                self.thread(tid);
+            }
+            Record::ObjectName(n) => {
+                if let Some(o) = self.object(n.object_id) {
+                    o.name = Some(n.name);
+                }
+            }
+            Record::ObjectDestroy(d) => {
+                self.seen(d.ns);
+                if let Some(o) = self.object(d.object_id) {
+                    o.destroy_ns = Some(d.ns);
+                }
+            }
+            Record::Counters(c) => {
+                self.seen(c.ns);
+                if let Some(o) = self.object(c.object_id) {
+                    o.counters = Some(c);
+                }
+            }
+            Record::WaitSite(w) => {
+                let full = self.wait_site_count >= MAX_STORED;
+                let Some(o) = self.object(w.object_id) else {
+                    return;
+                };
+                if o.wait_sites.contains_key(&w.chain_id) || !full {
+                    if o.wait_sites.insert(w.chain_id, w).is_none() {
+                        self.wait_site_count += 1;
+                    }
+                } else {
+                    self.overflow.wait_sites += 1;
+                }
+            }
+            Record::ContentionOpen(o) => {
+                self.seen(o.ns);
+                let (object_id, holder, waiter) = (o.object_id, o.holder_tid, o.waiter_tid);
+                if let Some(r) = self.record(o.record_id, o.object_id) {
+                    r.open = Some(o);
+                }
+                self.object(object_id);
+                self.thread(holder);
+                self.thread(waiter);
+            }
+            Record::ContentionClose(c) => {
+                self.seen(c.ns);
+                let object_id = c.object_id;
+                if let Some(r) = self.record(c.record_id, c.object_id) {
+                    r.close = Some(c);
+                }
+                self.object(object_id);
+            }
+            Record::Highwater(h) => {
+                self.seen(h.ns);
+                Self::push_history(&mut self.highwater, h, &mut self.overflow.history);
+            }
+            Record::Deadlock(d) => {
+                self.seen(d.ns);
+                Self::push_history(&mut self.deadlocks, d, &mut self.overflow.history);
+            }
+            Record::Note(n) => {
+                self.seen(n.ns);
+                Self::push_history(&mut self.notes, n, &mut self.overflow.history);
+            }
+            Record::Unknown { .. } => {}
+        }
+    }
+
+    /// Objects that had at least one contended acquisition or contention record.
+    pub fn contended_objects(&self) -> usize {
+        let with_records = self.records_per_object();
+        self.objects
+            .values()
+            .filter(|o| o.was_contended() || with_records.contains_key(&o.object_id))
+            .count()
+    }
+
+    /// Number of contention records per object.
+    pub fn records_per_object(&self) -> HashMap<u64, usize> {
+        let mut n = HashMap::new();
+        for r in self.records.values() {
+            *n.entry(r.object_id).or_insert(0) += 1;
+        }
+        n
+    }
+}

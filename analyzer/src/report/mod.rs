@@ -1,0 +1,416 @@
+//! Stage 4: reports. What both the text and the JSON report need is computed here once: the
+//! warnings, the order of the contention records, commonality groups, and how an object is named.
+
+pub mod json;
+pub mod text;
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use waitshim_format::note_level;
+
+use crate::model::{ContentionRecord, Model};
+use crate::read::{Ending, ReadSummary};
+use crate::symbolize::{Frame, Symbolizer};
+
+/// Order of the lock contention records (`--sort`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortKey {
+    /// Highwater level, then elapsed time.
+    Hwm,
+    /// Elapsed time of the episode, then level.
+    Elapsed,
+    /// Total wait on the record's object, then level and elapsed.
+    Wait,
+    /// Number of records on the record's object, then level and elapsed.
+    Count,
+    /// Commonality: records grouped by the outermost N frames of their waiter chains.
+    Outer(usize),
+    /// Commonality: records grouped by the innermost N frames of their waiter chains.
+    Inner(usize),
+}
+
+impl FromStr for SortKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let frames = |n: &str| match n.parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("'{n}' is not a positive number of frames")),
+        };
+        match s {
+            "hwm" => Ok(SortKey::Hwm),
+            "elapsed" => Ok(SortKey::Elapsed),
+            "wait" => Ok(SortKey::Wait),
+            "count" => Ok(SortKey::Count),
+            _ => match s.split_once(':') {
+                Some(("outer", n)) => frames(n).map(SortKey::Outer),
+                Some(("inner", n)) => frames(n).map(SortKey::Inner),
+                _ => Err(format!(
+                    "unknown sort key '{s}' (use hwm, elapsed, wait, count, outer:N or inner:N)"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for SortKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SortKey::Hwm => f.write_str("hwm"),
+            SortKey::Elapsed => f.write_str("elapsed"),
+            SortKey::Wait => f.write_str("wait"),
+            SortKey::Count => f.write_str("count"),
+            SortKey::Outer(n) => write!(f, "outer:{n}"),
+            SortKey::Inner(n) => write!(f, "inner:{n}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub sort: SortKey,
+    /// Records (or commonality groups) shown in the text report.
+    pub top: usize,
+    /// Show objects without any activity in the per-object table too.
+    pub all_objects: bool,
+    /// Open the binaries named in the log to symbolize chains.
+    pub symbols: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            sort: SortKey::Hwm,
+            top: 20,
+            all_objects: false,
+            symbols: true,
+        }
+    }
+}
+
+/// Something the reader of a report must know about how complete it is.
+#[derive(Debug, Clone)]
+pub struct Warning {
+    /// `damage`, `ending`, `read-error`, `no-start`, `unknown-records`, `limits`, `dropped`,
+    /// `shim-warning`, `shim-note`, `symbols`.
+    pub kind: &'static str,
+    pub message: String,
+    pub offset: Option<u64>,
+    pub bytes: Option<u64>,
+}
+
+impl Warning {
+    fn new(kind: &'static str, message: String) -> Self {
+        Warning {
+            kind,
+            message,
+            offset: None,
+            bytes: None,
+        }
+    }
+}
+
+/// Records sharing the same outermost / innermost frames of their waiter chains.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// Function names in call order (outer first).
+    pub frames: Vec<String>,
+    pub records: Vec<u64>,
+    pub total_elapsed_ns: u64,
+    pub max_level: u32,
+}
+
+/// Durations the way people read them: `850 ns`, `12.5 µs`, `3.2 ms`, `1.25 s`.
+pub fn fmt_ns(ns: u64) -> String {
+    let f = ns as f64;
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.1} µs", f / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.1} ms", f / 1e6)
+    } else {
+        format!("{:.2} s", f / 1e9)
+    }
+}
+
+/// One log, read and modelled, with its symbolizer: what every report section draws on.
+pub struct Ctx<'a> {
+    pub summary: &'a ReadSummary,
+    pub model: &'a Model,
+    pub sym: Symbolizer,
+    pub opts: &'a Options,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(summary: &'a ReadSummary, model: &'a Model, opts: &'a Options) -> Self {
+        Ctx {
+            summary,
+            model,
+            sym: Symbolizer::new(model, opts.symbols),
+            opts,
+        }
+    }
+
+    /// Where the object was created (the first frame of the program's own code), if known.
+    pub fn creation_site(&mut self, object_id: u64) -> Option<Frame> {
+        let chain = self
+            .model
+            .objects
+            .get(&object_id)?
+            .create
+            .as_ref()?
+            .chain_id;
+        self.sym.site(self.model, chain)
+    }
+
+    /// `mutex#3 "name" @0x55..  created at convoy.c:12 (main)`: how every section names an object.
+    pub fn object_label(&mut self, object_id: u64) -> String {
+        let Some(o) = self.model.objects.get(&object_id) else {
+            return format!("object#{object_id} (not in the log)");
+        };
+        let mut s = format!("{}#{}", o.kind_name(), object_id);
+        if let Some(name) = &o.name {
+            s.push_str(&format!(" \"{name}\""));
+        }
+        if let Some(c) = &o.create {
+            s.push_str(&format!(" @{:#x}", c.addr));
+        }
+        match self.creation_site(object_id) {
+            Some(f) => s.push_str(&format!("  created at {}", f.site())),
+            None => s.push_str("  creation site unknown"),
+        }
+        s
+    }
+
+    /// `thread 1234 "worker"`.
+    pub fn thread_label(&self, tid: u32) -> String {
+        match self.model.threads.get(&tid).and_then(|t| t.name.as_ref()) {
+            Some(name) => format!("thread {tid} \"{name}\""),
+            None => format!("thread {tid}"),
+        }
+    }
+
+    /// Everything the report should warn about, most important first.
+    pub fn warnings(&self) -> Vec<Warning> {
+        let s = self.summary;
+        let m = self.model;
+        let mut w = Vec::new();
+        if let Some(e) = &s.io_error {
+            w.push(Warning::new("read-error", e.clone()));
+        }
+        match s.ending {
+            Ending::Unwritten => w.push(Warning {
+                offset: Some(s.end_offset),
+                ..Warning::new(
+                    "ending",
+                    "the log ends in unwritten space: the program is still running or killed \
+                     (SIGKILL), or it ended by exec/_exit before the shim's exit record; this \
+                     report shows what was recorded until then"
+                        .into(),
+                )
+            }),
+            Ending::Truncated => w.push(Warning {
+                offset: Some(s.end_offset),
+                ..Warning::new(
+                    "ending",
+                    format!(
+                        "the log is truncated: it stops in the middle of a record at offset {}; \
+                         this report shows what was written before",
+                        s.end_offset
+                    ),
+                )
+            }),
+            Ending::Clean if m.run_end.is_none() && m.run.is_some() => w.push(Warning::new(
+                "ending",
+                "the log has no exit record: the program is still running or killed, or it \
+                 ended by exec/_exit before the shim could write it"
+                    .into(),
+            )),
+            Ending::Clean => {}
+        }
+        for d in &s.damage {
+            w.push(Warning {
+                offset: Some(d.offset),
+                bytes: Some(d.bytes),
+                ..Warning::new(
+                    "damage",
+                    format!(
+                        "damaged log: {} bytes lost at offset {} ({}); reading resumed after them",
+                        d.bytes, d.offset, d.why
+                    ),
+                )
+            });
+        }
+        let unlisted = s.damage_count.saturating_sub(s.damage.len() as u64);
+        if unlisted > 0 {
+            w.push(Warning {
+                bytes: Some(s.damage_bytes),
+                ..Warning::new(
+                    "damage",
+                    format!(
+                        "{unlisted} more damaged stretches not listed ({} bytes lost in all)",
+                        s.damage_bytes
+                    ),
+                )
+            });
+        }
+        if m.run.is_none() {
+            w.push(Warning::new(
+                "no-start",
+                "the log has no run start record: program, pid and times are unknown".into(),
+            ));
+        }
+        if let Some(e) = &m.run_end {
+            if e.dropped > 0 {
+                w.push(Warning::new(
+                    "dropped",
+                    format!(
+                        "the shim could not write {} records (log full, or written while the shim \
+                         was unavailable): counts in this report are lower bounds",
+                        e.dropped
+                    ),
+                ));
+            }
+        }
+        if s.unknown_records > 0 {
+            w.push(Warning::new(
+                "unknown-records",
+                format!(
+                    "{} records of types this analyzer does not know were skipped (written by a \
+                     newer shim)",
+                    s.unknown_records
+                ),
+            ));
+        }
+        if m.overflow.any() {
+            let o = &m.overflow;
+            w.push(Warning::new(
+                "limits",
+                format!(
+                    "the log holds more than this analyzer keeps; not stored: {} chains, {} \
+                     threads, {} objects, {} wait sites, {} contention records, {} modules, {} \
+                     history entries; {} chains cut to their innermost frames",
+                    o.chains,
+                    o.threads,
+                    o.objects,
+                    o.wait_sites,
+                    o.contention_records,
+                    o.modules,
+                    o.history,
+                    o.chain_frames_cut
+                ),
+            ));
+        }
+        for n in &m.notes {
+            let kind = if n.level == note_level::WARNING {
+                "shim-warning"
+            } else {
+                "shim-note"
+            };
+            w.push(Warning::new(kind, format!("shim: {}", n.text)));
+        }
+        for (_, path, status) in self.sym.module_status() {
+            if !status.is_ok() {
+                w.push(Warning::new(
+                    "symbols",
+                    format!("{path}: {}", status.describe()),
+                ));
+            }
+        }
+        w
+    }
+
+    fn elapsed(&self, r: &ContentionRecord) -> u64 {
+        r.elapsed_ns(self.model.last_ns)
+    }
+
+    /// All contention records in the order `--sort` asks for (commonality sorts order records by
+    /// highwater level; their groups are in [`Ctx::groups`]).
+    pub fn sorted_records(&self) -> Vec<&'a ContentionRecord> {
+        let model = self.model;
+        let counts = model.records_per_object();
+        let wait = |r: &ContentionRecord| {
+            model
+                .objects
+                .get(&r.object_id)
+                .map_or(0, |o| o.wait_total_ns())
+        };
+        let count = |r: &ContentionRecord| counts.get(&r.object_id).copied().unwrap_or(0);
+        let end = model.last_ns;
+        let mut v: Vec<&ContentionRecord> = model.records.values().collect();
+        let by_hwm = |a: &&ContentionRecord, b: &&ContentionRecord| {
+            b.level()
+                .cmp(&a.level())
+                .then(b.elapsed_ns(end).cmp(&a.elapsed_ns(end)))
+                .then(a.record_id.cmp(&b.record_id))
+        };
+        match self.opts.sort {
+            SortKey::Hwm | SortKey::Outer(_) | SortKey::Inner(_) => v.sort_by(by_hwm),
+            SortKey::Elapsed => {
+                v.sort_by(|a, b| b.elapsed_ns(end).cmp(&a.elapsed_ns(end)).then(by_hwm(a, b)))
+            }
+            SortKey::Wait => v.sort_by(|a, b| wait(b).cmp(&wait(a)).then(by_hwm(a, b))),
+            SortKey::Count => v.sort_by(|a, b| count(b).cmp(&count(a)).then(by_hwm(a, b))),
+        }
+        v
+    }
+
+    /// Commonality groups for `--sort outer:N|inner:N`, largest total elapsed time first. A record
+    /// joins the group of each distinct key among its waiter chains.
+    pub fn groups(&mut self) -> Option<Vec<Group>> {
+        let (outer, n) = match self.opts.sort {
+            SortKey::Outer(n) => (true, n),
+            SortKey::Inner(n) => (false, n),
+            _ => return None,
+        };
+        let mut groups: Vec<Group> = Vec::new();
+        let mut index: HashMap<Vec<String>, usize> = HashMap::new();
+        for r in self.sorted_records() {
+            let mut keys: Vec<Vec<String>> = Vec::new();
+            for (_, chain) in r.waiter_chains() {
+                let frames = self.sym.chain(self.model, chain);
+                let mut key: Vec<String> = if outer {
+                    frames.iter().rev().take(n).map(Frame::short_name).collect()
+                } else {
+                    let mut k: Vec<String> = frames.iter().take(n).map(Frame::short_name).collect();
+                    k.reverse();
+                    k
+                };
+                if key.is_empty() {
+                    key.push("(no call chain)".into());
+                }
+                if !keys.contains(&key) {
+                    keys.push(key);
+                }
+            }
+            if keys.is_empty() {
+                keys.push(vec!["(no call chain)".into()]);
+            }
+            let elapsed = self.elapsed(r);
+            for key in keys {
+                let i = *index.entry(key.clone()).or_insert_with(|| {
+                    groups.push(Group {
+                        frames: key,
+                        records: Vec::new(),
+                        total_elapsed_ns: 0,
+                        max_level: 0,
+                    });
+                    groups.len() - 1
+                });
+                if let Some(g) = groups.get_mut(i) {
+                    g.records.push(r.record_id);
+                    g.total_elapsed_ns = g.total_elapsed_ns.saturating_add(elapsed);
+                    g.max_level = g.max_level.max(r.level());
+                }
+            }
+        }
+        groups.sort_by(|a, b| {
+            b.total_elapsed_ns
+                .cmp(&a.total_elapsed_ns)
+                .then(b.records.len().cmp(&a.records.len()))
+                .then(a.frames.cmp(&b.frames))
+        });
+        Some(groups)
+    }
+}

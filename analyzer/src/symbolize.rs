@@ -1,0 +1,478 @@
+//! Stage 3: turn the raw addresses of call chains into function names and source lines, offline,
+//! from the binaries the log names. Every lookup degrades instead of failing: a module that is gone,
+//! rebuilt (build-id differs) or stripped still gives `module+0xoffset`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use goblin::elf::Elf;
+
+use crate::model::Model;
+
+/// ELF note type of the GNU build-id.
+const NT_GNU_BUILD_ID: u32 = 3;
+const STT_FUNC: u8 = 2;
+const STT_GNU_IFUNC: u8 = 10;
+const STB_GLOBAL: u8 = 1;
+/// Binaries larger than this are not read for symbols (they would be loaded whole).
+const MAX_ELF_BYTES: u64 = 2 << 30;
+/// Where Debian installs separate debug files, named by build-id.
+const DEBUG_ROOT: &str = "/usr/lib/debug/.build-id";
+
+/// One symbolized frame. Everything but `addr` is optional: it is what could be found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frame {
+    pub addr: u64,
+    /// Demangled function name.
+    pub function: Option<String>,
+    /// Offset of `addr` from the function's start.
+    pub offset: Option<u64>,
+    /// Source file as the debug info names it (often an absolute path).
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// Path of the module that contains `addr`.
+    pub module: Option<String>,
+    /// `addr` minus the module's load base.
+    pub module_offset: Option<u64>,
+}
+
+impl Frame {
+    fn module_is(&self, names: &[&str]) -> bool {
+        let Some(path) = &self.module else {
+            return false;
+        };
+        let base = basename(path);
+        names.iter().any(|n| base.starts_with(n))
+    }
+
+    /// Frames inside the shim itself: never shown, they are how the call was observed.
+    pub fn is_shim(&self) -> bool {
+        self.module
+            .as_ref()
+            .is_some_and(|p| p.ends_with("libwaitshim.so"))
+    }
+
+    /// Frames of the C runtime and the shim: not where the program's author made a decision.
+    pub fn is_runtime(&self) -> bool {
+        self.is_shim()
+            || self.module_is(&["libc.so", "libc-", "libpthread", "ld-linux", "libwaitshim"])
+    }
+
+    /// `module+0x1234`, or the bare address when no module contains it.
+    pub fn module_label(&self) -> String {
+        match (&self.module, self.module_offset) {
+            (Some(m), Some(off)) => format!("{}+{:#x}", basename(m), off),
+            _ => format!("{:#x}", self.addr),
+        }
+    }
+
+    /// `file.c:12` when the debug info gave one.
+    pub fn source(&self) -> Option<String> {
+        let file = self.file.as_deref()?;
+        Some(match self.line {
+            Some(l) if l > 0 => format!("{}:{l}", basename(file)),
+            _ => basename(file).to_string(),
+        })
+    }
+
+    /// A short name of the code this frame is in: the function, else the module offset.
+    pub fn short_name(&self) -> String {
+        self.function.clone().unwrap_or_else(|| self.module_label())
+    }
+
+    /// How a frame is shown inside a chain: `function (file.c:12)`, `function+0x1a`, or
+    /// `module+0x1234`, followed by the module offset when a function name is shown.
+    pub fn describe(&self) -> String {
+        match (&self.function, self.source()) {
+            (Some(f), Some(src)) => format!("{f} ({src})  [{}]", self.module_label()),
+            (Some(f), None) => match self.offset {
+                Some(off) => format!("{f}+{off:#x}  [{}]", self.module_label()),
+                None => format!("{f}  [{}]", self.module_label()),
+            },
+            (None, Some(src)) => format!("{} ({src})", self.module_label()),
+            (None, None) => self.module_label(),
+        }
+    }
+
+    /// A place in the program: `convoy.c:12 (main)`, else `main+0x1a (convoy)`, else
+    /// `convoy+0x11b2`.
+    pub fn site(&self) -> String {
+        match (self.source(), &self.function) {
+            (Some(src), Some(f)) => format!("{src} ({f})"),
+            (Some(src), None) => src,
+            (None, Some(f)) => {
+                let module = self.module.as_deref().map(basename).unwrap_or("?");
+                match self.offset {
+                    Some(off) => format!("{f}+{off:#x} ({module})"),
+                    None => format!("{f} ({module})"),
+                }
+            }
+            (None, None) => self.module_label(),
+        }
+    }
+}
+
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// Why a module's symbols could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleStatus {
+    Ok { dwarf: bool },
+    Disabled,
+    Missing(String),
+    BuildIdMismatch,
+    NotElf(String),
+}
+
+impl ModuleStatus {
+    pub fn describe(&self) -> String {
+        match self {
+            ModuleStatus::Ok { dwarf: true } => "symbols and source lines".into(),
+            ModuleStatus::Ok { dwarf: false } => "symbols only (no debug info)".into(),
+            ModuleStatus::Disabled => "not symbolized (--no-symbols)".into(),
+            ModuleStatus::Missing(why) => format!("file not available ({why})"),
+            ModuleStatus::BuildIdMismatch => {
+                "build-id differs from the log: the file was rebuilt since the run".into()
+            }
+            ModuleStatus::NotElf(why) => format!("not a readable ELF file ({why})"),
+        }
+    }
+
+    pub fn is_ok(&self) -> bool {
+        matches!(self, ModuleStatus::Ok { .. })
+    }
+}
+
+struct Sym {
+    start: u64,
+    size: u64,
+    name: String,
+}
+
+struct Loaded {
+    symbols: Vec<Sym>,
+    /// DWARF sources, the binary first, then its separate debug file.
+    dwarf: Vec<addr2line::Loader>,
+}
+
+struct ModuleMap {
+    module_id: u32,
+    base: u64,
+    path: String,
+    build_id: Vec<u8>,
+    /// Absolute address ranges of the module's segments.
+    ranges: Vec<(u64, u64)>,
+    status: ModuleStatus,
+    loaded: Option<Loaded>,
+    attempted: bool,
+}
+
+/// Symbolizes addresses of one log's modules; caches per module and per address.
+pub struct Symbolizer {
+    enabled: bool,
+    modules: Vec<ModuleMap>,
+    cache: HashMap<(u64, bool), Frame>,
+}
+
+impl Symbolizer {
+    /// `enabled = false` maps addresses to modules only, without opening any file.
+    pub fn new(model: &Model, enabled: bool) -> Self {
+        let exe = model
+            .run
+            .as_ref()
+            .map(|r| r.exe.clone())
+            .unwrap_or_default();
+        let modules = model
+            .modules
+            .values()
+            .map(|m| {
+                let ranges = m
+                    .segments
+                    .iter()
+                    .map(|s| {
+                        let lo = m.base.wrapping_add(s.vaddr);
+                        (lo, lo.saturating_add(s.memsz))
+                    })
+                    .collect();
+                // The main program may be logged without a path: the run's exe names it.
+                let path = if m.path.is_empty() {
+                    exe.clone()
+                } else {
+                    m.path.clone()
+                };
+                ModuleMap {
+                    module_id: m.module_id,
+                    base: m.base,
+                    path,
+                    build_id: m.build_id.clone(),
+                    ranges,
+                    status: if enabled {
+                        ModuleStatus::Ok { dwarf: false }
+                    } else {
+                        ModuleStatus::Disabled
+                    },
+                    loaded: None,
+                    attempted: false,
+                }
+            })
+            .collect();
+        Symbolizer {
+            enabled,
+            modules,
+            cache: HashMap::new(),
+        }
+    }
+
+    /// Modules whose files were opened (or not), with what came of it.
+    pub fn module_status(&self) -> Vec<(u32, String, ModuleStatus)> {
+        self.modules
+            .iter()
+            .filter(|m| m.attempted || !self.enabled)
+            .map(|m| (m.module_id, m.path.clone(), m.status.clone()))
+            .collect()
+    }
+
+    /// Symbolizes a return address (`return_address = true`: the call is the instruction before
+    /// it, so `addr - 1` is looked up) or a function's own address (thread start routines).
+    pub fn frame(&mut self, addr: u64, return_address: bool) -> Frame {
+        if let Some(f) = self.cache.get(&(addr, return_address)) {
+            return f.clone();
+        }
+        let probe = if return_address {
+            addr.saturating_sub(1)
+        } else {
+            addr
+        };
+        let mut frame = Frame {
+            addr,
+            ..Frame::default()
+        };
+        // Later modules win: an address range reused after dlclose belongs to the newer one.
+        let found = self
+            .modules
+            .iter()
+            .rposition(|m| m.ranges.iter().any(|&(lo, hi)| probe >= lo && probe < hi));
+        if let Some(m) = found.and_then(|i| self.modules.get_mut(i)) {
+            frame.module = Some(m.path.clone());
+            frame.module_offset = Some(addr.wrapping_sub(m.base));
+            if self.enabled {
+                if !m.attempted {
+                    m.attempted = true;
+                    match load_module(&m.path, &m.build_id) {
+                        Ok(l) => {
+                            m.status = ModuleStatus::Ok {
+                                dwarf: !l.dwarf.is_empty(),
+                            };
+                            m.loaded = Some(l);
+                        }
+                        Err(status) => m.status = status,
+                    }
+                }
+                if let Some(l) = &m.loaded {
+                    resolve(
+                        l,
+                        probe.wrapping_sub(m.base),
+                        addr.wrapping_sub(m.base),
+                        &mut frame,
+                    );
+                }
+            }
+        }
+        self.cache.insert((addr, return_address), frame.clone());
+        frame
+    }
+
+    /// The chain's frames, innermost first, without the shim's own frames.
+    pub fn chain(&mut self, model: &Model, chain_id: u32) -> Vec<Frame> {
+        let Some(addrs) = model.chains.get(&chain_id) else {
+            return Vec::new();
+        };
+        addrs
+            .iter()
+            .map(|&a| self.frame(a, true))
+            .filter(|f| !f.is_shim())
+            .collect()
+    }
+
+    /// The first frame of the chain that is the program's own code (not libc or the shim): where
+    /// an object was created or a thread was started.
+    pub fn site(&mut self, model: &Model, chain_id: u32) -> Option<Frame> {
+        let frames = self.chain(model, chain_id);
+        let first = frames.first().cloned();
+        frames.into_iter().find(|f| !f.is_runtime()).or(first)
+    }
+}
+
+/// Fills function and source line of `frame` from a loaded module. `probe` and `ret` are relative
+/// to the module's base (the looked-up address and the displayed one).
+fn resolve(l: &Loaded, probe: u64, ret: u64, frame: &mut Frame) {
+    let idx = l.symbols.partition_point(|s| s.start <= probe);
+    if let Some(sym) = idx.checked_sub(1).and_then(|i| l.symbols.get(i)) {
+        let inside = sym.size == 0 || probe - sym.start < sym.size;
+        if inside {
+            frame.function = Some(demangle(&sym.name));
+            frame.offset = Some(ret.wrapping_sub(sym.start));
+        }
+    }
+    for dwarf in &l.dwarf {
+        if let Ok(Some(loc)) = dwarf.find_location(probe) {
+            if let Some(file) = loc.file {
+                frame.file = Some(file.to_string());
+                frame.line = loc.line;
+                break;
+            }
+        }
+    }
+}
+
+/// Rust (legacy and v0) and C++ names, readable; anything else as it is.
+pub fn demangle(name: &str) -> String {
+    let rust_legacy = name.starts_with("_ZN") && looks_like_rust_hash(name);
+    if name.starts_with("_R") || rust_legacy {
+        if let Ok(d) = rustc_demangle::try_demangle(name) {
+            return format!("{d:#}");
+        }
+    }
+    if name.starts_with("_Z") {
+        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
+            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
+                return s;
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Legacy Rust symbols end in a `17h<16 hex digits>E` hash segment (before any `.llvm.` suffix).
+fn looks_like_rust_hash(name: &str) -> bool {
+    let core = name.split(".llvm.").next().unwrap_or(name);
+    let Some(body) = core.strip_suffix('E') else {
+        return false;
+    };
+    body.len() > 19
+        && body
+            .get(body.len() - 19..body.len() - 16)
+            .is_some_and(|s| s == "17h")
+        && body
+            .get(body.len() - 16..)
+            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// The GNU build-id of an ELF image, if it has one.
+pub fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<Vec<u8>> {
+    let notes = elf.iter_note_headers(bytes)?;
+    for note in notes.flatten() {
+        if note.n_type == NT_GNU_BUILD_ID && note.name == "GNU" {
+            return Some(note.desc.to_vec());
+        }
+    }
+    None
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Debian's separate debug file for a build-id: `/usr/lib/debug/.build-id/ab/cdef….debug`.
+fn debug_file_path(build_id: &[u8]) -> Option<PathBuf> {
+    let (first, rest) = build_id.split_first()?;
+    if rest.is_empty() {
+        return None;
+    }
+    Some(
+        Path::new(DEBUG_ROOT)
+            .join(format!("{first:02x}"))
+            .join(format!("{}.debug", hex(rest))),
+    )
+}
+
+fn read_elf_bytes(path: &Path) -> Result<Vec<u8>, ModuleStatus> {
+    let meta = std::fs::metadata(path).map_err(|e| ModuleStatus::Missing(e.to_string()))?;
+    if meta.len() > MAX_ELF_BYTES {
+        return Err(ModuleStatus::NotElf("file too large".into()));
+    }
+    std::fs::read(path).map_err(|e| ModuleStatus::Missing(e.to_string()))
+}
+
+/// Function symbols of one symbol table, sorted by address, one per address (sized, global
+/// symbols preferred over aliases).
+fn function_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
+    let (syms, strtab) = if dynamic {
+        (&elf.dynsyms, &elf.dynstrtab)
+    } else {
+        (&elf.syms, &elf.strtab)
+    };
+    let mut out: Vec<(Sym, u8)> = syms
+        .iter()
+        .filter(|s| {
+            let t = s.st_type();
+            (t == STT_FUNC || t == STT_GNU_IFUNC) && s.st_value != 0 && s.st_shndx != 0
+        })
+        .filter_map(|s| {
+            let name = strtab.get_at(s.st_name)?;
+            if name.is_empty() {
+                return None;
+            }
+            let rank = u8::from(s.st_size == 0) * 2 + u8::from(s.st_bind() != STB_GLOBAL);
+            Some((
+                Sym {
+                    start: s.st_value,
+                    size: s.st_size,
+                    name: name.to_string(),
+                },
+                rank,
+            ))
+        })
+        .collect();
+    out.sort_by(|(a, ra), (b, rb)| a.start.cmp(&b.start).then(ra.cmp(rb)));
+    out.dedup_by_key(|(s, _)| s.start);
+    out.into_iter().map(|(s, _)| s).collect()
+}
+
+fn has_debug_info(elf: &Elf<'_>) -> bool {
+    elf.section_headers.iter().any(|sh| {
+        elf.shdr_strtab
+            .get_at(sh.sh_name)
+            .is_some_and(|n| n == ".debug_info" || n == ".zdebug_info")
+    })
+}
+
+fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatus> {
+    let path = Path::new(path);
+    let bytes = read_elf_bytes(path)?;
+    let elf = Elf::parse(&bytes).map_err(|e| ModuleStatus::NotElf(e.to_string()))?;
+    let file_build_id = build_id(&elf, &bytes);
+    if let Some(id) = &file_build_id {
+        if !logged_build_id.is_empty() && id.as_slice() != logged_build_id {
+            return Err(ModuleStatus::BuildIdMismatch);
+        }
+    }
+    let mut symbols = function_symbols(&elf, false);
+    let mut dwarf = Vec::new();
+    if has_debug_info(&elf) {
+        if let Ok(l) = addr2line::Loader::new(path) {
+            dwarf.push(l);
+        }
+    }
+    let id = file_build_id.unwrap_or_else(|| logged_build_id.to_vec());
+    if let Some(debug_path) = debug_file_path(&id).filter(|p| p.is_file()) {
+        if let Ok(debug_bytes) = read_elf_bytes(&debug_path) {
+            if let Ok(debug_elf) = Elf::parse(&debug_bytes) {
+                if symbols.is_empty() {
+                    symbols = function_symbols(&debug_elf, false);
+                }
+                if has_debug_info(&debug_elf) {
+                    if let Ok(l) = addr2line::Loader::new(&debug_path) {
+                        dwarf.push(l);
+                    }
+                }
+            }
+        }
+    }
+    if symbols.is_empty() {
+        symbols = function_symbols(&elf, true);
+    }
+    Ok(Loaded { symbols, dwarf })
+}
