@@ -1,0 +1,74 @@
+# Shared helpers for the scripts in this directory; source it, do not run it.
+# shellcheck shell=bash
+
+# Repository root (the directory above scripts/).
+WAITSHIM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+export WAITSHIM_ROOT
+
+say() { printf '==> %s\n' "$*"; }
+warn() { printf 'warning: %s\n' "$*" >&2; }
+die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+
+# Run a command as root: directly when we are root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*' (not root and no sudo)"
+    fi
+}
+
+package_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+# ensure_packages PKG...: install the Debian packages that are missing.
+# Runs `apt-get update` first, and only when something is missing. Quiet on
+# success; on failure shows apt's output and returns 1.
+ensure_packages() {
+    local missing=() pkg out
+    for pkg in "$@"; do
+        package_installed "$pkg" || missing+=("$pkg")
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    command -v apt-get >/dev/null 2>&1 ||
+        die "missing packages (${missing[*]}) and no apt-get to install them"
+    say "installing missing system packages: ${missing[*]}"
+    out="$(mktemp)"
+    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >"$out" 2>&1 ||
+        ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+            --no-install-recommends "${missing[@]}" >>"$out" 2>&1; then
+        cat "$out" >&2
+        rm -f "$out"
+        printf 'error: could not install: %s\n' "${missing[*]}" >&2
+        return 1
+    fi
+    rm -f "$out"
+}
+
+# ensure_compilers: a C compiler is assumed; install a C++ one if missing.
+ensure_compilers() {
+    command -v cc >/dev/null 2>&1 || ensure_packages gcc libc6-dev
+    command -v c++ >/dev/null 2>&1 || ensure_packages g++
+}
+
+# ensure_rust_components: clippy and rustfmt, through rustup when available.
+ensure_rust_components() {
+    command -v cargo >/dev/null 2>&1 || die "cargo not found: install Rust (https://rustup.rs)"
+    local comp
+    for comp in clippy rustfmt; do
+        local probe=(cargo clippy --version)
+        [ "$comp" = rustfmt ] && probe=(cargo fmt --version)
+        if ! "${probe[@]}" >/dev/null 2>&1; then
+            command -v rustup >/dev/null 2>&1 ||
+                die "cargo $comp is missing and rustup is not available to add it"
+            say "adding Rust component $comp"
+            rustup component add "$comp"
+        fi
+    done
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The project's test command (README; CI runs it through .ci/run).
+#
+# On a fresh Debian 12 machine with Rust and gcc: installs the missing system
+# packages (libunwind-dev: the shim dlopens libunwind.so.8 at run time; g++ for
+# the C++ fixture; pigz for the real-program tests), then builds, runs every
+# test, and checks clippy and formatting. Stops at the first failing step and
+# names it.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+cd "$WAITSHIM_ROOT"
+
+current_step="start"
+step() {
+    current_step="$*"
+    say "$*"
+}
+trap 'rc=$?; [ "$rc" -ne 0 ] && printf "\ntest.sh: FAILED at step: %s (exit %s)\n" "$current_step" "$rc" >&2' EXIT
+
+step "system packages"
+ensure_compilers
+ensure_packages libunwind-dev pigz
+
+step "Rust components (clippy, rustfmt)"
+ensure_rust_components
+
+step "fixtures compile"
+fixtures_out="$(mktemp -d)"
+scripts/build-fixtures.sh "$fixtures_out"
+rm -rf "$fixtures_out"
+
+step "cargo build --release --workspace"
+cargo build --release --workspace
+
+step "cargo test --release --workspace"
+cargo test --release --workspace
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+current_step="done"
+say "all tests passed"
