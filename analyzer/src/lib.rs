@@ -27,6 +27,13 @@ pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
     Ok(Analysis { summary, model })
 }
 
+/// Reads and models a log from any byte stream (`name` labels it in the report).
+pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, read::ReadError> {
+    let mut model = model::Model::new();
+    let summary = read::read_from(bytes, name, |r| model.add(r))?;
+    Ok(Analysis { summary, model })
+}
+
 /// The text report of one analysed log.
 pub fn text_report(a: &Analysis, opts: &Options) -> String {
     let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);

@@ -2,7 +2,7 @@
 //! read (damage) and how the log ends.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use waitshim_format::{frame_len, DecodeError, FrameReader, Item, OpenError, Record};
@@ -73,13 +73,25 @@ impl std::fmt::Display for ReadError {
 impl std::error::Error for ReadError {}
 
 /// Reads every record of the log at `path` and hands each to `sink`, in file order.
-pub fn read_log(path: &Path, mut sink: impl FnMut(Record)) -> Result<ReadSummary, ReadError> {
+pub fn read_log(path: &Path, sink: impl FnMut(Record)) -> Result<ReadSummary, ReadError> {
+    let file = File::open(path).map_err(|e| ReadError {
+        path: path.to_path_buf(),
+        why: format!("cannot open: {e}"),
+    })?;
+    read_from(BufReader::new(file), path, sink)
+}
+
+/// Reads a log from any byte stream; `path` only names it in the summary and errors.
+pub fn read_from(
+    src: impl Read,
+    path: &Path,
+    mut sink: impl FnMut(Record),
+) -> Result<ReadSummary, ReadError> {
     let fail = |why: String| ReadError {
         path: path.to_path_buf(),
         why,
     };
-    let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
-    let mut reader = FrameReader::new(BufReader::new(file)).map_err(|e| match e {
+    let mut reader = FrameReader::new(src).map_err(|e| match e {
         OpenError::Io(e) => fail(format!("cannot read: {e}")),
         other => fail(other.to_string()),
     })?;

@@ -112,7 +112,12 @@ fn chain(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, out: &mut String) {
     }
     let frames = ctx.sym.chain(ctx.model, chain_id);
     if frames.is_empty() {
-        let _ = writeln!(out, "{indent}(chain {chain_id} not in the log)");
+        let why = if ctx.model.chains.contains_key(&chain_id) {
+            "has only frames of the shim itself"
+        } else {
+            "is not in the log"
+        };
+        let _ = writeln!(out, "{indent}(chain {chain_id} {why})");
         return;
     }
     for (i, f) in frames.iter().take(MAX_FRAMES_SHOWN).enumerate() {

@@ -1,0 +1,341 @@
+//! Property test: any log — random records with extreme values, then random damage — goes through
+//! the whole analyzer (read, model, symbolize, text and JSON reports) without a panic. Runs a
+//! bounded number of cases so the test suite stays a few seconds long.
+
+mod common;
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use waitshim_analyze::{analyze_bytes, json_report, text_report, Options, SortKey};
+use waitshim_format::*;
+
+/// Times: mostly plausible, sometimes anything (a damaged log can claim any value).
+fn ns() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => (0u64..10_000_000_000).prop_map(|n| common::T0 + n),
+        1 => any::<u64>(),
+        1 => Just(0u64),
+    ]
+}
+
+fn small() -> impl Strategy<Value = u32> {
+    prop_oneof![4 => 0u32..6, 1 => any::<u32>()]
+}
+
+fn id() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => 0u64..6, 1 => any::<u64>()]
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(String::new()),
+        "[a-z]{1,8}",
+        Just("/usr/bin/true".to_string()),
+        Just("/nonexistent/app".to_string()),
+        Just("/x/libwaitshim.so".to_string()),
+        any::<String>(),
+    ]
+}
+
+fn addr() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => (0u64..0x20000).prop_map(|a| 0x5555_0000_0000 + a),
+        1 => any::<u64>(),
+    ]
+}
+
+fn record() -> impl Strategy<Value = Record> {
+    prop_oneof![
+        (
+            ns(),
+            any::<u32>(),
+            text(),
+            prop::collection::vec(text(), 0..3)
+        )
+            .prop_map(|(ns, pid, exe, cmdline)| RunStart {
+                pid,
+                ppid: 1,
+                realtime_ns: ns,
+                mono_ns: ns,
+                ncpus: pid % 9,
+                exe,
+                cmdline,
+                shim_version: "x".into(),
+            }
+            .into()),
+        (
+            small(),
+            text(),
+            any::<u64>(),
+            prop::collection::vec(any::<u8>(), 0..4),
+            any::<u64>()
+        )
+            .prop_map(|(module_id, path, memsz, build_id, vaddr)| Module {
+                module_id,
+                base: 0x5555_0000_0000,
+                build_id,
+                path,
+                segments: vec![
+                    Segment {
+                        vaddr: 0,
+                        memsz: 0x20000
+                    },
+                    Segment { vaddr, memsz },
+                ],
+            }
+            .into()),
+        (small(), prop::collection::vec(addr(), 0..6)).prop_map(|(chain_id, frames)| Chain {
+            chain_id,
+            frames
+        }
+        .into()),
+        (small(), ns(), addr(), small(), any::<u8>()).prop_map(
+            |(tid, ns, start_routine, chain_id, m)| {
+                ThreadStart {
+                    tid,
+                    parent_tid: 1,
+                    ns,
+                    start_routine,
+                    chain_id,
+                    is_main: m % 2,
+                }
+                .into()
+            }
+        ),
+        (small(), ns(), text()).prop_map(|(tid, ns, name)| ThreadName { tid, ns, name }.into()),
+        (small(), ns()).prop_map(|(tid, ns)| ThreadExit { tid, ns }.into()),
+        (id(), addr(), any::<u8>(), small(), ns()).prop_map(
+            |(object_id, addr, kind, chain_id, ns)| {
+                ObjectCreate {
+                    object_id,
+                    addr,
+                    kind: kind % 9,
+                    subtype: 0,
+                    origin: kind % 4,
+                    ns,
+                    tid: chain_id,
+                    chain_id,
+                }
+                .into()
+            }
+        ),
+        (id(), text()).prop_map(|(object_id, name)| ObjectName { object_id, name }.into()),
+        (id(), ns()).prop_map(|(object_id, ns)| ObjectDestroy {
+            object_id,
+            ns,
+            tid: 1
+        }
+        .into()),
+        (id(), ns(), any::<[u64; 6]>(), any::<u32>()).prop_map(|(object_id, ns, v, w)| {
+            Counters {
+                object_id,
+                ns,
+                acquisitions: v[0],
+                contended: v[1],
+                owner_changes: v[2],
+                busy: v[3],
+                timeouts: v[4],
+                errors: v[5],
+                wait_total_ns: v[0] ^ v[1],
+                wait_max_ns: v[2],
+                hold_total_ns: v[3],
+                hold_max_ns: v[4],
+                hold_samples: v[5],
+                max_waiters: w,
+            }
+            .into()
+        }),
+        (id(), small(), any::<[u64; 3]>()).prop_map(|(object_id, chain_id, v)| {
+            WaitSite {
+                object_id,
+                chain_id,
+                count: v[0],
+                wait_total_ns: v[1],
+                wait_max_ns: v[2],
+            }
+            .into()
+        }),
+        (id(), id(), ns(), small(), any::<u8>(), small(), small()).prop_map(
+            |(record_id, object_id, ns, level, reason, holder_tid, waiter)| ContentionOpen {
+                record_id,
+                object_id,
+                ns,
+                level,
+                reason,
+                holder_tid,
+                waiter_tid: waiter,
+                waiter_chain: waiter,
+            }
+            .into()
+        ),
+        (
+            id(),
+            id(),
+            ns(),
+            small(),
+            any::<u64>(),
+            prop::collection::vec((small(), small(), any::<u64>()), 0..4),
+            any::<u32>()
+        )
+            .prop_map(
+                |(record_id, object_id, ns, level, elapsed_ns, ws, coalesced)| ContentionClose {
+                    record_id,
+                    object_id,
+                    ns,
+                    level,
+                    elapsed_ns,
+                    threads_tried: level,
+                    holder_tid: level,
+                    holder_chain: level,
+                    waiters: ws
+                        .into_iter()
+                        .map(|(tid, chain_id, wait_ns)| WaiterRef {
+                            tid,
+                            chain_id,
+                            wait_ns
+                        })
+                        .collect(),
+                    waiters_total: coalesced,
+                    coalesced,
+                }
+                .into()
+            ),
+        (ns(), small(), id(), small()).prop_map(|(ns, hwm, object_id, tid)| Highwater {
+            ns,
+            hwm,
+            object_id,
+            tid
+        }
+        .into()),
+        (
+            ns(),
+            prop::collection::vec((small(), id(), small(), small()), 0..4)
+        )
+            .prop_map(|(ns, edges)| Deadlock {
+                ns,
+                detected_by: 1,
+                cycle: edges
+                    .into_iter()
+                    .map(|(tid, object_id, wait_chain, holder_tid)| DeadlockEdge {
+                        tid,
+                        object_id,
+                        wait_chain,
+                        holder_tid
+                    })
+                    .collect(),
+            }
+            .into()),
+        (ns(), any::<u8>(), any::<i64>(), small(), any::<u64>()).prop_map(
+            |(ns, reason, exit_status, hwm, dropped)| {
+                RunEnd {
+                    ns,
+                    reason,
+                    exit_status,
+                    hwm,
+                    dropped,
+                }
+                .into()
+            }
+        ),
+        (ns(), any::<u8>(), text()).prop_map(|(ns, level, text)| Note { ns, level, text }.into()),
+    ]
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    Flip(usize, u8),
+    Truncate(usize),
+    Zeros(usize, usize),
+    Insert(usize, Vec<u8>),
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        (any::<usize>(), 1u8..=255).prop_map(|(at, x)| Damage::Flip(at, x)),
+        any::<usize>().prop_map(Damage::Truncate),
+        (any::<usize>(), 1usize..200).prop_map(|(at, n)| Damage::Zeros(at, n)),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..40))
+            .prop_map(|(at, b)| Damage::Insert(at, b)),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, d: &Damage) {
+    let n = bytes.len().max(1);
+    match d {
+        Damage::Flip(at, x) => {
+            if let Some(b) = bytes.get_mut(at % n) {
+                *b ^= x;
+            }
+        }
+        Damage::Truncate(at) => bytes.truncate(at % n),
+        Damage::Zeros(at, len) => {
+            let at = at % n;
+            let end = (at + len).min(bytes.len());
+            for b in bytes.get_mut(at..end).into_iter().flatten() {
+                *b = 0;
+            }
+        }
+        Damage::Insert(at, b) => {
+            let at = (at % n).min(bytes.len());
+            bytes.splice(at..at, b.iter().copied());
+        }
+    }
+}
+
+fn sort_key() -> impl Strategy<Value = SortKey> {
+    prop_oneof![
+        Just(SortKey::Hwm),
+        Just(SortKey::Elapsed),
+        Just(SortKey::Wait),
+        Just(SortKey::Count),
+        (1usize..4).prop_map(SortKey::Outer),
+        (1usize..4).prop_map(SortKey::Inner),
+    ]
+}
+
+fn analyze_everything(bytes: &[u8], opts: &Options) {
+    if let Ok(a) = analyze_bytes(bytes, Path::new("fuzz.log")) {
+        let t = text_report(&a, opts);
+        assert!(t.starts_with("waitshim report: fuzz.log"));
+        let j = json_report(&a, opts);
+        assert!(serde_json::to_string(&j).is_ok());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn any_log_is_reported_without_panic(
+        records in prop::collection::vec(record(), 0..40),
+        damages in prop::collection::vec(damage(), 0..4),
+        sort in sort_key(),
+        top in 0usize..5,
+        all_objects in any::<bool>(),
+        symbols in any::<bool>(),
+    ) {
+        let mut bytes = file_header().to_vec();
+        for r in &records {
+            append_frame(r, &mut bytes);
+        }
+        for d in &damages {
+            apply(&mut bytes, d);
+        }
+        analyze_everything(&bytes, &Options { sort, top, all_objects, symbols });
+    }
+
+    #[test]
+    fn random_bytes_after_a_header_are_reported_without_panic(
+        tail in prop::collection::vec(any::<u8>(), 0..2000),
+    ) {
+        let mut bytes = file_header().to_vec();
+        bytes.extend(tail);
+        analyze_everything(&bytes, &Options::default());
+    }
+
+    #[test]
+    fn random_bytes_are_refused_or_reported(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+        analyze_everything(&bytes, &Options::default());
+    }
+}

@@ -1,0 +1,439 @@
+//! The analyzer's reports on synthetic logs, asserted as a user reads them.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+use waitshim_analyze::{analyze_bytes, json_report, text_report, Options, SortKey};
+use waitshim_format::*;
+
+fn text(b: &LogBuilder, opts: &Options) -> String {
+    let a = analyze_bytes(&b.bytes, Path::new("test.log")).expect("a log");
+    text_report(&a, opts)
+}
+
+fn json(b: &LogBuilder, opts: &Options) -> Value {
+    let a = analyze_bytes(&b.bytes, Path::new("test.log")).expect("a log");
+    json_report(&a, opts)
+}
+
+fn sorted(sort: &str) -> Options {
+    Options {
+        sort: sort.parse::<SortKey>().expect("sort key"),
+        ..Options::default()
+    }
+}
+
+fn pos(hay: &str, needle: &str) -> usize {
+    hay.find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} not in report:\n{hay}"))
+}
+
+#[test]
+fn convoy_of_seven_waiters_is_the_first_record() {
+    let mut b = convoy_log();
+    b.end(3000 * MS, 7);
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains("highwater: 7 waiters on mutex#1 \"queue\" @0x700000001000"),
+        "{r}"
+    );
+    assert!(r.contains("threads:   9 seen"), "{r}");
+    assert!(r.contains("objects:   4 tracked, 3 contended"), "{r}");
+    assert!(r.contains("duration:  3.00 s"), "{r}");
+    assert!(r.contains("program:   ./convoy 8"), "{r}");
+    let first = pos(
+        &r,
+        "[1] HWM 7  elapsed 500.0 ms  threads tried 8  +2 similar episodes",
+    );
+    assert!(first < pos(&r, "[2] HWM 3"));
+    assert!(pos(&r, "[2] HWM 3") < pos(&r, "[3] HWM 2"));
+    // Seven identical waiter chains are shown once, with the count.
+    assert!(
+        r.contains("7× (thread 102, 103, 104, 105, 106, 107, 108) waited at:"),
+        "{r}"
+    );
+    // The binary is gone: frames degrade to module+offset, and the report says why.
+    assert!(r.contains("#0 convoy+0x2010"), "{r}");
+    assert!(
+        r.contains("WARNING: /nonexistent/convoy: file not available"),
+        "{r}"
+    );
+    // Per-object table: busiest wait first; the untouched mutex#4 is left out.
+    let objects = &r[pos(&r, "OBJECTS (3 with activity of 4 tracked")..];
+    assert!(pos(objects, "mutex#1") < pos(objects, "mutex#3"));
+    assert!(pos(objects, "mutex#3") < pos(objects, "mutex#2"));
+    assert!(!objects[..pos(objects, "WHERE THREADS WAIT")].contains("mutex#4"));
+    assert!(objects.contains("400 (40.0%)"), "{objects}");
+    assert!(r.contains("WHERE THREADS WAIT"));
+    assert!(
+        r.contains("400 waits, total 3.00 s, max 500.0 ms, at:"),
+        "{r}"
+    );
+    assert!(
+        !r.contains("WARNING: the log"),
+        "a clean, complete log has no ending warning:\n{r}"
+    );
+
+    let all = text(
+        &b,
+        &Options {
+            all_objects: true,
+            ..Options::default()
+        },
+    );
+    assert!(all.contains("OBJECTS (4 all of 4 tracked"), "{all}");
+}
+
+#[test]
+fn json_report_follows_the_schema() {
+    let mut b = convoy_log();
+    b.end(3000 * MS, 7);
+    let j = json(&b, &Options::default());
+    assert_eq!(j["ending"], "clean");
+    assert_eq!(j["run"]["pid"], 4242);
+    assert_eq!(j["run"]["duration_ns"], 3000 * MS);
+    assert_eq!(j["highwater"]["hwm"], 7);
+    assert_eq!(j["highwater"]["object_id"], 1);
+    let recs = j["contention_records"].as_array().expect("records");
+    assert_eq!(recs.len(), 3);
+    assert_eq!(recs[0]["level"], 7);
+    assert_eq!(recs[0]["state"], "complete");
+    assert_eq!(recs[0]["coalesced"], 2);
+    assert_eq!(recs[0]["elapsed_ns"], 500 * MS);
+    let obj = &j["objects"][0];
+    assert_eq!(obj["kind"], "mutex");
+    assert_eq!(obj["name"], "queue");
+    assert_eq!(obj["addr"], "0x700000001000");
+    assert_eq!(obj["counters"]["contended"], 400);
+    assert_eq!(obj["creation_site"]["module_offset"], 0x500);
+    assert!(j["chains"]["10"].is_array());
+    assert_eq!(
+        j["chains"]["10"][0]["addr"],
+        format!("{:#x}", APP_BASE + 0x2010)
+    );
+    let doc = waitshim_analyze::report::json::document(vec![j]);
+    assert_eq!(doc["schema"], "waitshim-report/1");
+}
+
+#[test]
+fn sort_by_elapsed_puts_the_longest_episode_first() {
+    let r = text(&convoy_log(), &sorted("elapsed"));
+    assert!(r.contains("sorted by elapsed"), "{r}");
+    assert!(pos(&r, "[1] HWM 2  elapsed 2.00 s") < pos(&r, "[2] HWM 7  elapsed 500.0 ms"));
+    assert!(pos(&r, "[2] HWM 7") < pos(&r, "[3] HWM 3  elapsed 10.0 ms"));
+
+    let r = text(&convoy_log(), &sorted("wait"));
+    assert!(pos(&r, "[1] HWM 7") < pos(&r, "[2] HWM 2"), "{r}");
+    assert!(pos(&r, "[2] HWM 2") < pos(&r, "[3] HWM 3"), "{r}");
+}
+
+#[test]
+fn sort_by_outer_frame_groups_records_by_caller() {
+    let r = text(&convoy_log(), &sorted("outer:1"));
+    assert!(
+        r.contains("grouped by the outermost 1 frames of the waiter chains; 2 groups"),
+        "{r}"
+    );
+    // Chains 10 and 11 share their outermost frame (convoy+0x1010): 510 ms together, less than
+    // the single 2 s record whose outermost frame is convoy+0x1020.
+    let g1 = pos(
+        &r,
+        "GROUP 1: convoy+0x1020  (1 records, total elapsed 2.00 s, max HWM 2)",
+    );
+    let g2 = pos(
+        &r,
+        "GROUP 2: convoy+0x1010  (2 records, total elapsed 510.0 ms, max HWM 7)",
+    );
+    assert!(g1 < g2);
+    assert!(
+        pos(&r, "[1] HWM 2") < g2 && g2 < pos(&r, "[2] HWM 7"),
+        "{r}"
+    );
+
+    // The innermost frames differ for every chain: three groups.
+    let r = text(&convoy_log(), &sorted("inner:1"));
+    assert!(
+        r.contains("innermost 1 frames of the waiter chains; 3 groups"),
+        "{r}"
+    );
+    // With two inner frames, order is caller → callee.
+    let r = text(&convoy_log(), &sorted("inner:2"));
+    assert!(r.contains("GROUP 1: convoy+0x3000 → convoy+0x2030"), "{r}");
+
+    let j = json(&convoy_log(), &sorted("outer:1"));
+    assert_eq!(j["groups"][0]["frames"][0], "convoy+0x1020");
+    assert_eq!(j["groups"][1]["records"], serde_json::json!([2, 1]));
+}
+
+#[test]
+fn top_limits_the_records_shown() {
+    let r = text(
+        &convoy_log(),
+        &Options {
+            top: 1,
+            ..Options::default()
+        },
+    );
+    assert!(r.contains("[1] HWM 7"));
+    assert!(!r.contains("[2] HWM"), "{r}");
+}
+
+#[test]
+fn deadlock_shows_the_cycle_and_both_wait_chains() {
+    let mut b = convoy_log();
+    b.chain(20, &[APP_BASE + 0x6010, APP_BASE + 0x1010]);
+    b.chain(21, &[APP_BASE + 0x6020, APP_BASE + 0x1010]);
+    b.push(Deadlock {
+        ns: T0 + 800 * MS,
+        detected_by: 102,
+        cycle: vec![
+            DeadlockEdge {
+                tid: 101,
+                object_id: 1,
+                wait_chain: 20,
+                holder_tid: 102,
+            },
+            DeadlockEdge {
+                tid: 102,
+                object_id: 2,
+                wait_chain: 21,
+                holder_tid: 101,
+            },
+        ],
+    });
+    let r = text(&b, &Options::default());
+    assert!(r.contains("deadlocks: 1"));
+    let d = pos(
+        &r,
+        "DEADLOCK 1 (detected at 800.0 ms by thread 102): 2 threads wait for each other",
+    );
+    assert!(
+        d < pos(&r, "LOCK CONTENTION RECORDS"),
+        "deadlocks come before records"
+    );
+    assert!(
+        r.contains("cycle: thread 101 → mutex#1 → thread 102 → mutex#2 → thread 101"),
+        "{r}"
+    );
+    assert!(r.contains(
+        "thread 101 \"worker-101\" waits for mutex#1 \"queue\" @0x700000001000  created at convoy+0x500, held by thread 102 \"worker-102\""
+    ), "{r}");
+    assert!(
+        r.contains("wait chain of thread 101 \"worker-101\":\n    #0 convoy+0x6010"),
+        "{r}"
+    );
+    assert!(
+        r.contains("wait chain of thread 102 \"worker-102\":\n    #0 convoy+0x6020"),
+        "{r}"
+    );
+
+    let j = json(&b, &Options::default());
+    assert_eq!(j["deadlocks"][0]["cycle"][1]["holder_tid"], 101);
+    assert!(j["chains"]["21"].is_array());
+}
+
+#[test]
+fn record_without_close_is_still_open() {
+    let mut b = convoy_log();
+    b.open(9, 4, 8, 2800 * MS, (105, 10));
+    b.push(Note {
+        ns: T0 + 2900 * MS,
+        level: note_level::INFO,
+        text: "still alive".into(),
+    });
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains("[1] HWM 8  still open when the log ended (elapsed at least 100.0 ms)"),
+        "{r}"
+    );
+    assert!(
+        r.contains("holder: thread 101 \"worker-101\" (had not released it)"),
+        "{r}"
+    );
+    assert!(r.contains("ended:     no exit record"));
+    assert!(r.contains("duration:  at least 2.90 s"), "{r}");
+    assert!(r.contains("WARNING: shim: still alive"));
+    let j = json(&b, &Options::default());
+    assert_eq!(j["contention_records"][0]["state"], "open");
+    assert_eq!(j["contention_records"][0]["elapsed_is_lower_bound"], true);
+    assert_eq!(j["run"]["end"], Value::Null);
+}
+
+#[test]
+fn truncated_log_gives_a_report_and_a_warning() {
+    let mut b = convoy_log();
+    let keep = b.bytes.len();
+    b.end(3000 * MS, 7);
+    b.bytes.truncate(keep + 10);
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains(&format!(
+            "WARNING: the log is truncated: it stops in the middle of a record at offset {keep}"
+        )),
+        "{r}"
+    );
+    assert!(
+        r.contains("[1] HWM 7"),
+        "what was written is reported:\n{r}"
+    );
+    assert_eq!(json(&b, &Options::default())["ending"], "truncated");
+}
+
+#[test]
+fn unwritten_tail_says_still_running_or_killed() {
+    let mut b = convoy_log();
+    b.bytes.extend(std::iter::repeat_n(0u8, 64 << 10));
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains(
+            "WARNING: the log ends in unwritten space: the program is still running or killed"
+        ),
+        "{r}"
+    );
+    assert!(r.contains("[1] HWM 7"));
+    let j = json(&b, &Options::default());
+    assert_eq!(j["ending"], "unwritten");
+    assert_eq!(j["warnings"][0]["kind"], "ending");
+}
+
+#[test]
+fn damaged_record_is_skipped_and_reported() {
+    let mut b = LogBuilder::started("/bin/x", &["x"]);
+    b.mutex(1, 0x1000, 0);
+    let at = b.bytes.len();
+    b.mutex(2, 0x2000, 0);
+    b.mutex(3, 0x3000, 0);
+    b.end(10 * MS, 0);
+    if let Some(byte) = b.bytes.get_mut(at + 20) {
+        *byte ^= 0xff;
+    }
+    let r = text(
+        &b,
+        &Options {
+            all_objects: true,
+            ..Options::default()
+        },
+    );
+    assert!(r.contains("WARNING: damaged log: "), "{r}");
+    assert!(
+        r.contains(&format!("bytes lost at offset {at} (checksum mismatch)")),
+        "{r}"
+    );
+    assert!(r.contains("objects:   2 tracked"), "{r}");
+    assert!(r.contains("ended:     exit status 0"), "{r}");
+}
+
+#[test]
+fn run_without_any_lock_says_nothing_was_seen() {
+    let mut b = LogBuilder::started("/bin/static", &["static"]);
+    b.thread(100, "main");
+    b.end(5 * MS, 0);
+    let r = text(&b, &Options::default());
+    assert!(r.contains("No sync object was seen in this run"), "{r}");
+    assert!(r.contains("statically linked"));
+    assert!(!r.contains("LOCK CONTENTION RECORDS"));
+}
+
+#[test]
+fn shim_frames_are_hidden() {
+    let mut b = convoy_log();
+    b.push(Module {
+        module_id: 2,
+        base: 0x7f00_0000_0000,
+        build_id: vec![9],
+        path: "/opt/waitshim/libwaitshim.so".into(),
+        segments: vec![Segment {
+            vaddr: 0,
+            memsz: 0x1000,
+        }],
+    });
+    b.chain(40, &[0x7f00_0000_0100, 0x7f00_0000_0200, APP_BASE + 0x2040]);
+    b.open(7, 4, 9, 10 * MS, (106, 40));
+    let r = text(
+        &b,
+        &Options {
+            symbols: false,
+            ..Options::default()
+        },
+    );
+    assert!(
+        r.contains("1× (thread 106) waited at:\n        #0 convoy+0x2040"),
+        "{r}"
+    );
+    assert!(!r.contains("libwaitshim.so+"), "{r}");
+}
+
+fn analyze_bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_waitshim-analyze"))
+}
+
+#[test]
+fn cli_rejects_a_text_file_with_exit_code_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("notes.txt");
+    std::fs::write(&p, "this is not a log, just some words\n").expect("write");
+    let out = analyze_bin().arg(&p).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("notes.txt: not a waitshim log (no WAITSHIM header)"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"));
+
+    let out = analyze_bin()
+        .arg(dir.path().join("missing.log"))
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.log: cannot open"));
+
+    let out = analyze_bin().arg(dir.path()).output().expect("run");
+    assert_eq!(out.status.code(), Some(2), "a directory is not a log");
+}
+
+#[test]
+fn cli_reports_each_log_in_its_own_section() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut parent = convoy_log();
+    parent.end(3000 * MS, 7);
+    let p1 = parent.write(dir.path(), "waitshim.4242.log");
+    let mut child = LogBuilder::started("/nonexistent/convoy", &["./convoy", "child"]);
+    child.mutex(1, 0x1000, 0).end(MS, 0);
+    let p2 = child.write(dir.path(), "waitshim.4243.log");
+
+    let out = analyze_bin()
+        .args(["--sort", "elapsed", "--top", "2"])
+        .arg(&p1)
+        .arg(&p2)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let r = String::from_utf8_lossy(&out.stdout);
+    assert!(pos(&r, "waitshim report: ") < pos(&r, "[1] HWM 2  elapsed 2.00 s"));
+    assert!(r.contains("waitshim.4243.log"));
+    assert!(r.contains("program:   ./convoy child"));
+    assert!(!r.contains("[3] HWM"));
+
+    let out = analyze_bin()
+        .arg("--json")
+        .arg(&p1)
+        .arg(&p2)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(doc["schema"], "waitshim-report/1");
+    assert_eq!(doc["logs"].as_array().map(Vec::len), Some(2));
+
+    let out = analyze_bin()
+        .args(["--sort", "sideways"])
+        .arg(&p1)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "clap usage errors exit with 2");
+}
