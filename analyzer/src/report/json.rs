@@ -58,7 +58,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
                 end_reason::UNDERSCORE_EXIT => "_exit",
                 _ => "unknown",
             },
-            "exit_status": e.exit_status,
+            "exit_status": (e.exit_status >= 0).then_some(e.exit_status),
             "hwm": e.hwm,
             "dropped": e.dropped,
         })),

@@ -11,7 +11,7 @@ use waitshim_format::note_level;
 
 use crate::model::{ContentionRecord, Model};
 use crate::read::{Ending, ReadSummary};
-use crate::symbolize::{Frame, Symbolizer};
+use crate::symbolize::{Frame, ModuleStatus, Symbolizer};
 
 /// Order of the lock contention records (`--sort`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,7 +311,7 @@ impl<'a> Ctx<'a> {
             w.push(Warning::new(kind, format!("shim: {}", n.text)));
         }
         for (_, path, status) in self.sym.module_status() {
-            if !status.is_ok() {
+            if !status.is_ok() && status != ModuleStatus::Disabled {
                 w.push(Warning::new(
                     "symbols",
                     format!("{path}: {}", status.describe()),

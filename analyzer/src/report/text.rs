@@ -1,6 +1,7 @@
 //! The text report, worst first: summary (with warnings on top), deadlocks, lock contention
 //! records, per-object table, where threads wait, threads.
 
+use std::collections::HashSet;
 use std::fmt::Write;
 
 use waitshim_format::end_reason;
@@ -74,6 +75,10 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         Some(e) if e.reason == end_reason::UNDERSCORE_EXIT => {
             let _ = writeln!(out, "ended:     _exit({})", e.exit_status);
         }
+        // The shim sees the status only when the program calls exit itself, not when main returns.
+        Some(e) if e.exit_status < 0 => {
+            let _ = writeln!(out, "ended:     exit (status not recorded)");
+        }
         Some(e) => {
             let _ = writeln!(out, "ended:     exit status {}", e.exit_status);
         }
@@ -94,7 +99,8 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let label = ctx.object_label(object);
             let _ = writeln!(
                 out,
-                "highwater: {hwm} waiters on {label} (reached at {} by thread {tid})",
+                "highwater: {hwm} {} on {label} (reached at {} by thread {tid})",
+                if hwm == 1 { "waiter" } else { "waiters" },
                 fmt_ns(at)
             );
         }
@@ -311,10 +317,18 @@ fn records(ctx: &mut Ctx<'_>, out: &mut String) {
 
 fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
+    // Objects in a record or a deadlock count as active even when the run was killed before
+    // their counters were flushed.
+    let mut involved: HashSet<u64> = m.records.values().map(|r| r.object_id).collect();
+    involved.extend(
+        m.deadlocks
+            .iter()
+            .flat_map(|d| d.cycle.iter().map(|e| e.object_id)),
+    );
     let mut objs: Vec<_> = m
         .objects
         .values()
-        .filter(|o| ctx.opts.all_objects || o.has_activity())
+        .filter(|o| ctx.opts.all_objects || o.has_activity() || involved.contains(&o.object_id))
         .collect();
     objs.sort_by(|a, b| {
         b.wait_total_ns()
