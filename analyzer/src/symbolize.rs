@@ -257,7 +257,8 @@ impl Symbolizer {
         if let Some(m) = found.and_then(|i| self.modules.get_mut(i)) {
             frame.module = Some(m.path.clone());
             frame.module_offset = Some(addr.wrapping_sub(m.base));
-            if self.enabled {
+            // The shim's own frames are never shown: no need to read its symbols.
+            if self.enabled && !frame.is_shim() {
                 if !m.attempted {
                     m.attempted = true;
                     match load_module(&m.path, &m.build_id) {

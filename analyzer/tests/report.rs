@@ -437,3 +437,37 @@ fn cli_reports_each_log_in_its_own_section() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "clap usage errors exit with 2");
 }
+
+#[test]
+fn commonality_skips_thread_entry_frames_of_libc() {
+    let mut b = convoy_log();
+    let libc = 0x7f10_0000_0000;
+    b.push(Module {
+        module_id: 3,
+        base: libc,
+        build_id: vec![],
+        path: "/nonexistent/libc.so.6".into(),
+        segments: vec![Segment {
+            vaddr: 0,
+            memsz: 0x10000,
+        }],
+    });
+    // Same as chain 12 (outermost program frame convoy+0x1020), called from libc's thread entry.
+    b.chain(
+        50,
+        &[
+            APP_BASE + 0x2030,
+            APP_BASE + 0x1020,
+            libc + 0x100,
+            libc + 0x200,
+        ],
+    );
+    b.open(8, 4, 1, 10 * MS, (107, 50));
+    b.close(8, 4, 1, 11 * MS, MS, &[(107, 50)], 0);
+    let r = text(&b, &sorted("outer:1"));
+    assert!(
+        r.contains("GROUP 1: convoy+0x1020  (2 records, total elapsed 2.00 s"),
+        "{r}"
+    );
+    assert!(!r.contains("GROUP 3"), "{r}");
+}

@@ -357,7 +357,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// Commonality groups for `--sort outer:N|inner:N`, largest total elapsed time first. A record
-    /// joins the group of each distinct key among its waiter chains.
+    /// joins the group of each distinct key among its waiter chains. Frames of libc, the dynamic
+    /// loader and the shim at either end of a chain are not counted.
     pub fn groups(&mut self) -> Option<Vec<Group>> {
         let (outer, n) = match self.opts.sort {
             SortKey::Outer(n) => (true, n),
@@ -369,7 +370,15 @@ impl<'a> Ctx<'a> {
         for r in self.sorted_records() {
             let mut keys: Vec<Vec<String>> = Vec::new();
             for (_, chain) in r.waiter_chains() {
-                let frames = self.sym.chain(self.model, chain);
+                let all = self.sym.chain(self.model, chain);
+                // Thread entry (`start_thread`, `__clone3`) and `main`'s callers in libc are
+                // common to every chain: the program's own frames are what tell components apart.
+                let first = all.iter().position(|f| !f.is_runtime());
+                let last = all.iter().rposition(|f| !f.is_runtime());
+                let frames = match (first, last) {
+                    (Some(a), Some(b)) => all.get(a..=b).unwrap_or(&all),
+                    _ => &all[..],
+                };
                 let mut key: Vec<String> = if outer {
                     frames.iter().rev().take(n).map(Frame::short_name).collect()
                 } else {
