@@ -17,7 +17,17 @@ step() {
     current_step="$*"
     say "$*"
 }
-trap 'rc=$?; [ "$rc" -ne 0 ] && printf "\ntest.sh: FAILED at step: %s (exit %s)\n" "$current_step" "$rc" >&2' EXIT
+fixtures_out=""
+on_exit() {
+    local rc=$?
+    if [ -n "$fixtures_out" ]; then
+        rm -rf "$fixtures_out"
+    fi
+    if [ "$rc" -ne 0 ]; then
+        printf '\ntest.sh: FAILED at step: %s (exit %s)\n' "$current_step" "$rc" >&2
+    fi
+}
+trap on_exit EXIT
 
 step "system packages"
 ensure_compilers
@@ -30,6 +40,7 @@ step "fixtures compile"
 fixtures_out="$(mktemp -d)"
 scripts/build-fixtures.sh "$fixtures_out"
 rm -rf "$fixtures_out"
+fixtures_out=""
 
 step "cargo build --release --workspace"
 cargo build --release --workspace
