@@ -75,15 +75,15 @@ measure() {
             --prepare "rm -f $(printf %q "$logs")/waitshim.*" \
             --export-json "$results_dir/$name.json" --export-csv "$work/$name.csv" \
             -n native "$native_cmd" -n shim "$shim_cmd") || return 1
-        awk -F, '$1 == "native" { print $2, $3 }' "$work/$name.csv" >"$work/$name.native"
-        awk -F, '$1 == "shim" { print $2, $3 }' "$work/$name.csv" >"$work/$name.shim"
+        awk -F, '$1 == "native" { print $2, $3, $4 }' "$work/$name.csv" >"$work/$name.native"
+        awk -F, '$1 == "shim" { print $2, $3, $4 }' "$work/$name.csv" >"$work/$name.shim"
     else
         time_runs "$native_cmd" >"$work/$name.native" || return 1
         time_runs "$shim_cmd" >"$work/$name.shim" || return 1
     fi
 }
 
-# time_runs CMD: warmup + timed runs without hyperfine; prints "mean stddev".
+# time_runs CMD: warmup + timed runs without hyperfine; prints "mean stddev median".
 time_runs() {
     local cmd="$1" i t times=()
     for ((i = 0; i < warmup; i++)); do
@@ -101,24 +101,25 @@ time_runs() {
         fi
         times+=("$t")
     done
-    printf '%s\n' "${times[@]}" | awk '
+    printf '%s\n' "${times[@]}" | sort -g | awk '
         { x[NR] = $1; s += $1 }
         END { m = s / NR; for (i = 1; i <= NR; i++) v += (x[i] - m) ^ 2
-              printf "%.6f %.6f\n", m, (NR > 1 ? sqrt(v / (NR - 1)) : 0) }'
+              med = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
+              printf "%.6f %.6f %.6f\n", m, (NR > 1 ? sqrt(v / (NR - 1)) : 0), med }'
 }
 
 # report NAME BUDGET: add a summary line comparing $work/NAME.{native,shim}.
 report() {
     local name="$1" budget="$2" line
     line="$(awk -v name="$name" -v budget="$budget" '
-        FNR == 1 && NR == 1 { nm = $1; ns = $2; next }
-        FNR == 1 { sm = $1; ss = $2 }
+        FNR == 1 && NR == 1 { nm = $1; ns = $2; nmed = $3; next }
+        FNR == 1 { sm = $1; ss = $2; smed = $3 }
         END {
             r = sm / nm
             rerr = r * sqrt((ns / nm) ^ 2 + (ss / sm) ^ 2)
             verdict = (r <= budget) ? "within budget" : "OVER BUDGET"
-            printf "%-12s native %8.4f s ± %.4f   shim %8.4f s ± %.4f   ratio %.3fx ± %.3f   budget <= %.2fx  %s\n",
-                name, nm, ns, sm, ss, r, rerr, budget, verdict
+            printf "%-12s native %8.4f s ± %.4f   shim %8.4f s ± %.4f   ratio %.3fx ± %.3f (median ratio %.3fx)   budget <= %.2fx  %s\n",
+                name, nm, ns, sm, ss, r, rerr, smed / nmed, budget, verdict
         }' "$work/$name.native" "$work/$name.shim")"
     summary+=("$line")
     if [ "${BENCH_STRICT:-0}" = 1 ] && [[ "$line" == *"OVER BUDGET"* ]]; then
