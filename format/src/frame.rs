@@ -80,9 +80,16 @@ pub fn file_header() -> [u8; FILE_HEADER_LEN] {
 /// What the reader found at one place in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
-    Record { offset: u64, record: Record },
+    Record {
+        offset: u64,
+        record: Record,
+    },
     /// Bytes that could not be read as frames; reading resumed after them.
-    Damage { offset: u64, len: u64, what: DecodeError },
+    Damage {
+        offset: u64,
+        len: u64,
+        what: DecodeError,
+    },
 }
 
 /// How the log ended, once the reader has consumed it.
@@ -282,49 +289,59 @@ impl<R: Read> FrameReader<R> {
 
     /// Next item, or None at the end of what is readable now.
     pub fn next_item(&mut self) -> std::io::Result<Option<Item>> {
-        loop {
-            if self.ending != Ending::Open {
-                return Ok(None);
+        if self.ending != Ending::Open {
+            return Ok(None);
+        }
+        let offset = self.offset;
+        match self.check_frame()? {
+            Ok(Some(total)) => {
+                let h = &self.buf[self.start..self.start + FRAME_HEADER_LEN];
+                let ty = u16::from_le_bytes([h[2], h[3]]);
+                let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+                let body =
+                    &self.buf[self.start + FRAME_HEADER_LEN..self.start + FRAME_HEADER_LEN + len];
+                let item = match Record::decode_body(ty, body) {
+                    Ok(record) => Item::Record { offset, record },
+                    Err(what) => Item::Damage {
+                        offset,
+                        len: total as u64,
+                        what,
+                    },
+                };
+                self.advance(total);
+                Ok(Some(item))
             }
-            let offset = self.offset;
-            match self.check_frame()? {
-                Ok(Some(total)) => {
-                    let h = &self.buf[self.start..self.start + FRAME_HEADER_LEN];
-                    let ty = u16::from_le_bytes([h[2], h[3]]);
-                    let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-                    let body =
-                        &self.buf[self.start + FRAME_HEADER_LEN..self.start + FRAME_HEADER_LEN + len];
-                    let item = match Record::decode_body(ty, body) {
-                        Ok(record) => Item::Record { offset, record },
-                        Err(what) => Item::Damage { offset, len: total as u64, what },
-                    };
-                    self.advance(total);
-                    return Ok(Some(item));
+            Ok(None) => {
+                if self.avail() == 0 {
+                    self.ending = Ending::Clean;
+                } else if self.rest_is_zero()? {
+                    self.ending = Ending::Unwritten;
+                } else {
+                    self.ending = Ending::Truncated;
                 }
-                Ok(None) => {
-                    if self.avail() == 0 {
-                        self.ending = Ending::Clean;
-                    } else if self.rest_is_zero()? {
-                        self.ending = Ending::Unwritten;
-                    } else {
-                        self.ending = Ending::Truncated;
-                    }
+                let n = self.avail();
+                self.advance(n);
+                Ok(None)
+            }
+            Err(what) => {
+                let tag_zero = self.buf[self.start] == 0 && self.buf[self.start + 1] == 0;
+                if tag_zero && self.rest_is_zero()? {
+                    self.ending = Ending::Unwritten;
                     let n = self.avail();
                     self.advance(n);
                     return Ok(None);
                 }
-                Err(what) => {
-                    let tag_zero = self.buf[self.start] == 0 && self.buf[self.start + 1] == 0;
-                    if tag_zero && self.rest_is_zero()? {
-                        self.ending = Ending::Unwritten;
-                        let n = self.avail();
-                        self.advance(n);
-                        return Ok(None);
-                    }
-                    let skipped = self.resync()?;
-                    let what = if tag_zero { DecodeError::Unwritten } else { what };
-                    return Ok(Some(Item::Damage { offset, len: skipped, what }));
-                }
+                let skipped = self.resync()?;
+                let what = if tag_zero {
+                    DecodeError::Unwritten
+                } else {
+                    what
+                };
+                Ok(Some(Item::Damage {
+                    offset,
+                    len: skipped,
+                    what,
+                }))
             }
         }
     }

@@ -18,7 +18,11 @@ fn sample() -> Vec<Record> {
             shim_version: "0.1.0".into(),
         }
         .into(),
-        Chain { chain_id: 7, frames: vec![0x401000, 0x401234, 0x7fff0000] }.into(),
+        Chain {
+            chain_id: 7,
+            frames: vec![0x401000, 0x401234, 0x7fff0000],
+        }
+        .into(),
         ObjectCreate {
             object_id: 3,
             addr: 0x6010,
@@ -39,12 +43,21 @@ fn sample() -> Vec<Record> {
             threads_tried: 8,
             holder_tid: 43,
             holder_chain: 7,
-            waiters: vec![WaiterRef { tid: 44, chain_id: 7, wait_ns: 10 }],
+            waiters: vec![WaiterRef {
+                tid: 44,
+                chain_id: 7,
+                wait_ns: 10,
+            }],
             waiters_total: 7,
             coalesced: 0,
         }
         .into(),
-        Note { ns: 1, level: note_level::INFO, text: "hello".into() }.into(),
+        Note {
+            ns: 1,
+            level: note_level::INFO,
+            text: "hello".into(),
+        }
+        .into(),
     ]
 }
 
@@ -127,8 +140,14 @@ fn truncated_log_keeps_what_is_complete() {
 
 #[test]
 fn not_a_log_is_refused() {
-    assert!(matches!(FrameReader::new(&b"hello world, this is text"[..]), Err(OpenError::NotALog)));
-    assert!(matches!(FrameReader::new(&b""[..]), Err(OpenError::NotALog)));
+    assert!(matches!(
+        FrameReader::new(&b"hello world, this is text"[..]),
+        Err(OpenError::NotALog)
+    ));
+    assert!(matches!(
+        FrameReader::new(&b""[..]),
+        Err(OpenError::NotALog)
+    ));
 }
 
 #[test]

@@ -1,0 +1,35 @@
+//! Time source: CLOCK_MONOTONIC in nanoseconds (vDSO, no system call).
+
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+pub fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `clock`'s current time plus `ns`, as an absolute timespec.
+pub fn deadline_after(clock: libc::clockid_t, ns: u64) -> libc::timespec {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    let total = ts.tv_nsec as u64 + ns;
+    ts.tv_sec += (total / 1_000_000_000) as libc::time_t;
+    ts.tv_nsec = (total % 1_000_000_000) as libc::c_long;
+    ts
+}

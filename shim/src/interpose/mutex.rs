@@ -1,0 +1,254 @@
+//! `pthread_mutex_*`. Every call returns exactly what glibc returns.
+//!
+//! Lock first tries the real trylock: success means no wait (the uncontended path); EBUSY means
+//! the caller must wait, which is the contended path. Any other result is what lock itself would
+//! return for that mutex (EOWNERDEAD, ENOTRECOVERABLE, EAGAIN, EINVAL) and is passed through.
+//! A contended wait sleeps in the real timed lock in slices, so that it can look for wait-for
+//! cycles while it waits; the caller's own deadline, if any, ends the wait exactly as it would.
+
+use libc::{
+    c_int, clockid_t, pthread_mutex_t, pthread_mutexattr_t, timespec, EBUSY, EOWNERDEAD, ETIMEDOUT,
+};
+use waitshim_format::{mutex_kind, ObjectKind};
+
+use crate::clock;
+use crate::real;
+use crate::track::engage::{self, Outcome};
+use crate::track::objects::glibc_mutex;
+use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::tracker;
+
+const KIND: ObjectKind = ObjectKind::Mutex;
+
+fn subtype(addr: usize) -> u32 {
+    // glibc keeps type, robust and protocol bits together in `__kind`.
+    let k = glibc_mutex::kind(addr);
+    (k & mutex_kind::TYPE_MASK)
+        | (k & (mutex_kind::ROBUST
+            | mutex_kind::PRIO_INHERIT
+            | mutex_kind::PRIO_PROTECT
+            | mutex_kind::PSHARED))
+}
+
+fn valid(ts: *const timespec) -> bool {
+    // SAFETY: a non-null pointer from the caller of a timed lock points to a timespec.
+    !ts.is_null() && unsafe { (*ts).tv_nsec >= 0 && (*ts).tv_nsec < 1_000_000_000 }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_init(
+    m: *mut pthread_mutex_t,
+    a: *const pthread_mutexattr_t,
+) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::pthread_mutex_init(m, a) };
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_initialised(t, m as usize, KIND, subtype(m as usize));
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::pthread_mutex_destroy(m) };
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_destroyed(t, m as usize);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
+    let Some(t) = current() else {
+        // SAFETY: forwarding.
+        return unsafe { real::pthread_mutex_lock(m) };
+    };
+    // Look the object up before the lock's atomic instruction, which serialises the loads after
+    // it: the lookup's dependent loads overlap with the call instead of following it.
+    let hit = t.cached(m as usize);
+    // SAFETY: forwarding.
+    let r = unsafe { real::pthread_mutex_trylock(m) };
+    if r == 0 {
+        engage::engaged_with(t, hit, m as usize, KIND, subtype);
+        return 0;
+    }
+    // SAFETY: `m` is the caller's mutex.
+    unsafe { lock_busy(t, m, r) }
+}
+
+/// Out of line, so the uncontended path saves no registers for it.
+#[cold]
+#[inline(never)]
+unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
+    if r != EBUSY {
+        return acquired_or_failed(t, m, r);
+    }
+    // SAFETY: `m` is the caller's mutex.
+    unsafe { contended(t, m, None) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real::pthread_mutex_trylock(m) };
+    if let Some(t) = current() {
+        match r {
+            0 => engage::engaged(t, m as usize, KIND, subtype),
+            EBUSY => engage::busy(t, m as usize, KIND, subtype),
+            _ => {
+                acquired_or_failed(t, m, r);
+            }
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_timedlock(
+    m: *mut pthread_mutex_t,
+    ts: *const timespec,
+) -> c_int {
+    // SAFETY: forwarding / the caller's mutex and deadline.
+    unsafe {
+        timed(m, libc::CLOCK_REALTIME, ts, |m, ts| {
+            real::pthread_mutex_timedlock(m, ts)
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_clocklock(
+    m: *mut pthread_mutex_t,
+    clk: clockid_t,
+    ts: *const timespec,
+) -> c_int {
+    if clk != libc::CLOCK_REALTIME && clk != libc::CLOCK_MONOTONIC {
+        // glibc rejects other clocks with EINVAL even on a free mutex.
+        // SAFETY: forwarding.
+        return unsafe { real::pthread_mutex_clocklock(m, clk, ts) };
+    }
+    // SAFETY: as above.
+    unsafe {
+        timed(m, clk, ts, |m, ts| {
+            real::pthread_mutex_clocklock(m, clk, ts)
+        })
+    }
+}
+
+/// Shared by timedlock and clocklock; `pass` is the real function on the caller's clock.
+unsafe fn timed(
+    m: *mut pthread_mutex_t,
+    clk: clockid_t,
+    ts: *const timespec,
+    pass: impl Fn(*mut pthread_mutex_t, *const timespec) -> c_int,
+) -> c_int {
+    let t = match current() {
+        // An invalid deadline is only checked by glibc when it has to wait: let it decide.
+        Some(t) if valid(ts) => t,
+        other => {
+            let r = pass(m, ts);
+            if let Some(t) = other {
+                if r == 0 || r == EOWNERDEAD {
+                    engage::engaged(t, m as usize, KIND, subtype);
+                }
+            }
+            return r;
+        }
+    };
+    // SAFETY: forwarding.
+    let r = unsafe { real::pthread_mutex_trylock(m) };
+    if r == 0 {
+        engage::engaged(t, m as usize, KIND, subtype);
+        return 0;
+    }
+    if r != EBUSY {
+        return acquired_or_failed(t, m, r);
+    }
+    // SAFETY: valid deadline checked above.
+    unsafe { contended(t, m, Some((clk, *ts))) }
+}
+
+fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
+    if r == EOWNERDEAD {
+        // Acquired, with the previous owner dead: the program must make it consistent.
+        engage::engaged(t, m as usize, KIND, subtype);
+    }
+    engage::failed(t, m as usize, KIND, subtype);
+    r
+}
+
+/// The mutex is busy: wait for it, tracked.
+unsafe fn contended(
+    t: &ThreadRec,
+    m: *mut pthread_mutex_t,
+    deadline: Option<(clockid_t, timespec)>,
+) -> c_int {
+    let addr = m as usize;
+    let real_wait = |until: Option<(clockid_t, timespec)>| -> c_int {
+        // SAFETY: forwarding the caller's mutex with a valid absolute time.
+        unsafe {
+            match until {
+                None => real::pthread_mutex_lock(m),
+                Some((libc::CLOCK_REALTIME, ts)) => real::pthread_mutex_timedlock(m, &ts),
+                Some((clk, ts)) => real::pthread_mutex_clocklock(m, clk, &ts),
+            }
+        }
+    };
+    let Some(tr) = tracker() else {
+        return real_wait(deadline);
+    };
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, KIND, subtype(addr));
+    let owner = glibc_mutex::owner(addr);
+    if owner == t.tid() && subtype(addr) & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK {
+        // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
+        return real_wait(deadline);
+    }
+    let mut w = engage::wait_begin(tr, t, obj);
+    let r = loop {
+        let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
+        let slice = clock::deadline_after(clk, w.slice_ns());
+        let (until, is_callers) = match deadline {
+            Some((_, d)) if (d.tv_sec, d.tv_nsec) <= (slice.tv_sec, slice.tv_nsec) => (d, true),
+            _ => (slice, false),
+        };
+        let r = real_wait(Some((clk, until)));
+        if r == ETIMEDOUT && !is_callers {
+            engage::wait_check(tr, t, &mut w);
+            continue;
+        }
+        break r;
+    };
+    let outcome = match r {
+        0 | EOWNERDEAD => Outcome::Acquired,
+        ETIMEDOUT => Outcome::TimedOut,
+        _ => Outcome::Failed,
+    };
+    let acquired = matches!(outcome, Outcome::Acquired);
+    engage::wait_end(tr, t, w, outcome);
+    if acquired {
+        engage::engaged(t, addr, KIND, subtype);
+    }
+    if r == EOWNERDEAD {
+        obj.stats
+            .errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int {
+    if let Some(t) = current() {
+        engage::disengaging(t, m as usize);
+    }
+    // SAFETY: forwarding.
+    unsafe { real::pthread_mutex_unlock(m) }
+}

@@ -1,0 +1,28 @@
+//! libwaitshim.so: preloaded into an unmodified program, it interposes the pthread functions a
+//! thread waits in, tracks sync objects and threads, and writes a binary log (format defined by
+//! the `waitshim-format` crate) for `waitshim-analyze`.
+//!
+//! The shim must never change what the program computes: every wrapper returns what the real
+//! function returns, the shim writes nothing to stdout, and any failure to set up tracking leaves
+//! the program running untraced with one line on stderr.
+
+mod capi;
+mod chain;
+mod clock;
+mod config;
+mod diag;
+mod interpose;
+mod log;
+mod modules;
+mod real;
+mod track;
+
+#[ctor::ctor]
+fn start() {
+    track::init();
+}
+
+#[ctor::dtor]
+fn stop() {
+    track::finish(waitshim_format::end_reason::EXIT);
+}

@@ -1,0 +1,279 @@
+//! The log writer. The file is mapped `MAP_SHARED` into a large reserved address range; a writer
+//! reserves its frame with one atomic add on the cursor, fills it in place and publishes it by
+//! storing the frame tag last. What is stored in the mapping is in the page cache at once, so a
+//! SIGKILL, `_exit` or crash loses nothing already written, and no thread ever waits on another
+//! to write (heaptrack's single output lock serialises the program it measures; this does not).
+//!
+//! The file grows ahead of the cursor with `fallocate` (real blocks: a full disk fails the grow,
+//! instead of raising SIGBUS later on a page of a sparse file).
+
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use waitshim_format::{frame, Record};
+
+/// Address space reserved for the mapping (not memory: pages exist only where written), largest
+/// first: some environments (valgrind, address-space limits) refuse large reservations.
+const RESERVES: [usize; 4] = [64 << 30, 4 << 30, 1 << 30, 128 << 20];
+const FIRST_SIZE: usize = 1 << 20;
+
+pub struct Log {
+    fd: libc::c_int,
+    base: *mut u8,
+    reserve: usize,
+    cursor: AtomicUsize,
+    file_len: AtomicUsize,
+    growing: AtomicBool,
+    full: AtomicBool,
+    closed: AtomicBool,
+    /// Writers between their reservation and their commit.
+    active: AtomicU32,
+    pub dropped: AtomicU64,
+    pub path: String,
+}
+
+// SAFETY: `base` points to a shared mapping that lives as long as the process; every writer
+// touches only the bytes it reserved through the atomic cursor.
+unsafe impl Send for Log {}
+// SAFETY: as above.
+unsafe impl Sync for Log {}
+
+/// Why the log could not be created.
+pub struct OpenFailure(pub String);
+
+fn expand(pattern: &[u8], pid: u32, attempt: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pattern.len() + 16);
+    let mut i = 0;
+    while i < pattern.len() {
+        if pattern[i] == b'%' && pattern.get(i + 1) == Some(&b'p') {
+            out.extend_from_slice(pid.to_string().as_bytes());
+            i += 2;
+        } else {
+            out.push(pattern[i]);
+            i += 1;
+        }
+    }
+    if attempt > 0 {
+        // The same pid after exec, or a leftover file: never clobber, pick the next free name.
+        let suffix = format!(".{attempt}");
+        match out.iter().rposition(|&b| b == b'.') {
+            Some(dot) if !out[dot..].contains(&b'/') => {
+                out.splice(dot..dot, suffix.bytes());
+            }
+            _ => out.extend_from_slice(suffix.as_bytes()),
+        }
+    }
+    out
+}
+
+impl Log {
+    /// Creates the log file (never following a symlink, never replacing a file, mode 0600),
+    /// maps it and writes the file header.
+    pub fn create(pattern: &[u8], pid: u32) -> Result<Log, OpenFailure> {
+        let mut fd = -1;
+        let mut path = Vec::new();
+        for attempt in 0..100 {
+            path = expand(pattern, pid, attempt);
+            let c = CString::new(path.clone())
+                .map_err(|_| OpenFailure("WAITSHIM_LOG contains a NUL byte".into()))?;
+            // SAFETY: valid C string; flags make creation exclusive and refuse symlinks.
+            fd = unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o600,
+                )
+            };
+            if fd >= 0 {
+                break;
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EEXIST) {
+                return Err(OpenFailure(format!(
+                    "cannot create log {}: {err}",
+                    String::from_utf8_lossy(&path)
+                )));
+            }
+        }
+        let path = String::from_utf8_lossy(&path).into_owned();
+        if fd < 0 {
+            return Err(OpenFailure(format!(
+                "cannot create log {path}: too many files of that name exist"
+            )));
+        }
+        let mut base = libc::MAP_FAILED;
+        let mut reserve = 0;
+        for size in RESERVES {
+            reserve = size;
+            // SAFETY: reserving address space for a shared mapping of our own fd.
+            base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED | libc::MAP_NORESERVE,
+                    fd,
+                    0,
+                )
+            };
+            if base != libc::MAP_FAILED {
+                break;
+            }
+        }
+        if base == libc::MAP_FAILED {
+            let err = std::io::Error::last_os_error();
+            // SAFETY: closing the fd we opened.
+            unsafe { libc::close(fd) };
+            return Err(OpenFailure(format!("cannot map log {path}: {err}")));
+        }
+        let log = Log {
+            fd,
+            base: base as *mut u8,
+            reserve,
+            cursor: AtomicUsize::new(waitshim_format::FILE_HEADER_LEN),
+            file_len: AtomicUsize::new(0),
+            growing: AtomicBool::new(false),
+            full: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            active: AtomicU32::new(0),
+            dropped: AtomicU64::new(0),
+            path,
+        };
+        if !log.ensure_len(FIRST_SIZE) {
+            return Err(OpenFailure(format!(
+                "cannot grow log {}: disk full or not writable",
+                log.path
+            )));
+        }
+        let header = frame::file_header();
+        // SAFETY: the first FIRST_SIZE bytes are backed by the file now.
+        unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), log.base, header.len()) };
+        Ok(log)
+    }
+
+    /// Makes the file at least `need` bytes long. False if it cannot grow (disk full, quota).
+    fn ensure_len(&self, need: usize) -> bool {
+        loop {
+            let len = self.file_len.load(Ordering::Acquire);
+            if len >= need {
+                return true;
+            }
+            if self.full.load(Ordering::Relaxed) {
+                return false;
+            }
+            if self
+                .growing
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                let len = self.file_len.load(Ordering::Acquire);
+                if len < need {
+                    let target = need
+                        .max(len.saturating_mul(2))
+                        .max(FIRST_SIZE)
+                        .min(self.reserve);
+                    let target = (target + FIRST_SIZE - 1) & !(FIRST_SIZE - 1);
+                    if target < need || !self.grow_file(len, target.min(self.reserve)) {
+                        self.full.store(true, Ordering::Relaxed);
+                    } else {
+                        self.file_len
+                            .store(target.min(self.reserve), Ordering::Release);
+                    }
+                }
+                self.growing.store(false, Ordering::Release);
+            } else {
+                // SAFETY: plain system call.
+                unsafe { libc::sched_yield() };
+            }
+        }
+    }
+
+    fn grow_file(&self, from: usize, to: usize) -> bool {
+        // SAFETY: system calls on our own fd.
+        unsafe {
+            let r = libc::fallocate(self.fd, 0, from as libc::off_t, (to - from) as libc::off_t);
+            if r == 0 {
+                return true;
+            }
+            let e = *libc::__errno_location();
+            // File systems without fallocate: a sparse extension is the best there is.
+            (e == libc::EOPNOTSUPP || e == libc::ENOSYS)
+                && libc::ftruncate(self.fd, to as libc::off_t) == 0
+        }
+    }
+
+    /// Appends one record. Lock-free; a full log drops the record and counts it.
+    pub fn write(&self, rec: &Record) {
+        self.active.fetch_add(1, Ordering::AcqRel);
+        if self.closed.load(Ordering::Acquire) || self.full.load(Ordering::Relaxed) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.active.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        let len = frame::frame_len(rec);
+        let off = self.cursor.fetch_add(len, Ordering::Relaxed);
+        if off + len > self.reserve || !self.ensure_len(off + len) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            self.active.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        // SAFETY: [off, off+len) was reserved by this thread alone and is backed by the file.
+        let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) };
+        frame::write_frame_uncommitted(rec, out);
+        // SAFETY: frames are 4-byte aligned and the mapping is page aligned, so the tag is a
+        // properly aligned u16 that only this writer stores to.
+        let tag = unsafe { &*(self.base.add(off) as *const AtomicU16) };
+        tag.store(frame::FRAME_TAG, Ordering::Release);
+        self.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Forces what is written to stable storage (a deadlock report must survive the machine).
+    pub fn sync(&self) {
+        let end = self
+            .cursor
+            .load(Ordering::Acquire)
+            .min(self.file_len.load(Ordering::Acquire));
+        // SAFETY: msync on the prefix of our own mapping.
+        unsafe { libc::msync(self.base as *mut libc::c_void, end, libc::MS_SYNC) };
+    }
+
+    /// Ends the log: no more writes, wait (briefly) for writers in flight, trim the unwritten tail.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let start = crate::clock::now_ns();
+        while self.active.load(Ordering::Acquire) != 0 {
+            if crate::clock::now_ns() - start > 200_000_000 {
+                // A writer is stuck (stopped thread): leave the tail; readers handle zeros.
+                return;
+            }
+            // SAFETY: plain system call.
+            unsafe { libc::sched_yield() };
+        }
+        let end = self
+            .cursor
+            .load(Ordering::Acquire)
+            .min(self.file_len.load(Ordering::Acquire));
+        // SAFETY: system calls on our own mapping and fd. Nothing writes past `end` any more.
+        unsafe {
+            libc::msync(self.base as *mut libc::c_void, end, libc::MS_ASYNC);
+            libc::ftruncate(self.fd, end as libc::off_t);
+        }
+    }
+
+    /// In a forked child: the mapping is the parent's file. Drop it without touching the file.
+    pub fn abandon(&self) {
+        self.closed.store(true, Ordering::Release);
+        // SAFETY: the child unmaps its copy of the parent's mapping and closes its copy of the
+        // fd; the parent's file is untouched.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.reserve);
+            libc::close(self.fd);
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! The real-function table: the next definition of each interposed symbol (glibc's), resolved on
+//! first use with `dlsym(RTLD_NEXT)`. Lazy because other libraries' constructors may lock before
+//! ours has run.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{
+    c_char, c_int, c_void, clockid_t, pthread_attr_t, pthread_mutex_t, pthread_mutexattr_t,
+    pthread_t, timespec,
+};
+
+pub struct RealFn {
+    addr: AtomicUsize,
+    name: &'static [u8],
+}
+
+impl RealFn {
+    pub const fn new(name: &'static [u8]) -> Self {
+        RealFn {
+            addr: AtomicUsize::new(0),
+            name,
+        }
+    }
+
+    /// Address of the next definition. A missing symbol is a broken C library: there is no way
+    /// to run the program without it, so say which and stop.
+    #[inline(always)]
+    pub fn get(&self) -> usize {
+        let a = self.addr.load(Ordering::Relaxed);
+        if a != 0 {
+            return a;
+        }
+        self.resolve()
+    }
+
+    #[cold]
+    fn resolve(&self) -> usize {
+        // SAFETY: `name` is a NUL-terminated literal; dlsym is safe to call at any time.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char) };
+        if p.is_null() {
+            crate::diag::fatal_missing_symbol(self.name);
+        }
+        self.addr.store(p as usize, Ordering::Relaxed);
+        p as usize
+    }
+}
+
+macro_rules! real_fns {
+    ($($name:ident : fn($($arg:ident : $t:ty),*) -> $ret:ty;)*) => {
+        pub mod slot {
+            use super::RealFn;
+            $(#[allow(non_upper_case_globals)]
+            pub static $name: RealFn = RealFn::new(concat!(stringify!($name), "\0").as_bytes());)*
+        }
+        $(
+            #[inline(always)]
+            #[allow(clippy::missing_safety_doc)]
+            pub unsafe fn $name($($arg: $t),*) -> $ret {
+                // SAFETY: the slot holds the address of the C library's function of this exact
+                // name, whose signature is the one declared here (from the C headers).
+                let f: unsafe extern "C" fn($($t),*) -> $ret =
+                    unsafe { std::mem::transmute::<usize, _>(slot::$name.get()) };
+                unsafe { f($($arg),*) }
+            }
+        )*
+    };
+}
+
+real_fns! {
+    pthread_mutex_init: fn(m: *mut pthread_mutex_t, a: *const pthread_mutexattr_t) -> c_int;
+    pthread_mutex_destroy: fn(m: *mut pthread_mutex_t) -> c_int;
+    pthread_mutex_lock: fn(m: *mut pthread_mutex_t) -> c_int;
+    pthread_mutex_trylock: fn(m: *mut pthread_mutex_t) -> c_int;
+    pthread_mutex_timedlock: fn(m: *mut pthread_mutex_t, t: *const timespec) -> c_int;
+    pthread_mutex_clocklock: fn(m: *mut pthread_mutex_t, c: clockid_t, t: *const timespec) -> c_int;
+    pthread_mutex_unlock: fn(m: *mut pthread_mutex_t) -> c_int;
+    pthread_create: fn(t: *mut pthread_t, a: *const pthread_attr_t, f: extern "C" fn(*mut c_void) -> *mut c_void, arg: *mut c_void) -> c_int;
+    pthread_join: fn(t: pthread_t, r: *mut *mut c_void) -> c_int;
+    pthread_setname_np: fn(t: pthread_t, n: *const c_char) -> c_int;
+    dlopen: fn(f: *const c_char, flags: c_int) -> *mut c_void;
+}
+
+/// `pthread_exit`, `exit` and `_exit` do not return, which the table's macro cannot express.
+pub static PTHREAD_EXIT: RealFn = RealFn::new(b"pthread_exit\0");
+pub static EXIT: RealFn = RealFn::new(b"exit\0");
+pub static UNDERSCORE_EXIT: RealFn = RealFn::new(b"_exit\0");
+pub static UNDERSCORE_CAPITAL_EXIT: RealFn = RealFn::new(b"_Exit\0");
+
+/// Calls one of the non-returning `f(status)` / `f(retval)` functions above.
+///
+/// # Safety
+/// `f` must be one of the statics above whose C signature is `void f(T) __attribute__((noreturn))`.
+pub unsafe fn call_noreturn<T>(f: &RealFn, arg: T) -> ! {
+    // SAFETY: per the contract above.
+    let g: unsafe extern "C" fn(T) -> ! = unsafe { std::mem::transmute_copy::<usize, _>(&f.get()) };
+    unsafe { g(arg) }
+}

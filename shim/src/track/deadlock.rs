@@ -1,0 +1,99 @@
+//! Deadlock: a wait that closes a cycle in the wait-for graph (thread → object it waits for →
+//! thread holding it → …). Waiting threads walk the graph when they start to wait and again each
+//! time a wait slice expires; a cycle seen twice with the same wait sequence numbers cannot be a
+//! race with a release, and is recorded at once with every thread, object and chain in it, and
+//! the log synced: the program will hang and its user will kill it.
+
+use std::sync::atomic::Ordering;
+
+use waitshim_format::{Deadlock, DeadlockEdge};
+
+use super::objects::{glibc_mutex, ObjEntry};
+use super::threads::ThreadRec;
+use super::Tracker;
+
+const MAX_HOPS: usize = 64;
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct Hop {
+    pub tid: u32,
+    pub seq: u64,
+    pub object_id: u64,
+    pub chain: u32,
+    pub holder: u32,
+}
+
+/// Who holds `obj` now: glibc's owner field (0 while free), read through the kernel for objects
+/// the walk only reached through other threads, which may have been released and unmapped.
+fn holder(obj: &ObjEntry, first: bool) -> u32 {
+    if first {
+        glibc_mutex::owner(obj.addr)
+    } else {
+        glibc_mutex::owner_checked(obj.addr)
+    }
+}
+
+/// The wait-for cycle through `start`, if there is one now.
+pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
+    let mut hops: Vec<Hop> = Vec::new();
+    let mut t: &ThreadRec = start;
+    for i in 0..MAX_HOPS {
+        let p = t.waiting_on.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: tracking entries are leaked and never freed.
+        let obj = unsafe { &*p };
+        let h = holder(obj, i == 0);
+        if h == 0 {
+            return None;
+        }
+        hops.push(Hop {
+            tid: t.tid(),
+            seq: t.wait_seq.load(Ordering::Acquire),
+            object_id: obj.id,
+            chain: t.wait_chain.load(Ordering::Relaxed),
+            holder: h,
+        });
+        if h == start.tid() {
+            return Some(hops);
+        }
+        if hops.iter().any(|x| x.tid == h) {
+            // A cycle that does not pass through `start`: its own members report it.
+            return None;
+        }
+        t = tr.threads.get(&h)?.value().0;
+    }
+    None
+}
+
+/// Records `cycle` unless a thread of it already did.
+pub fn report(tr: &Tracker, me: &ThreadRec, cycle: &[Hop], now: u64) {
+    let mut sig: Vec<(u32, u64)> = cycle.iter().map(|h| (h.tid, h.seq)).collect();
+    sig.sort_unstable();
+    {
+        let mut seen = tr.deadlocks.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(&sig) {
+            return;
+        }
+        seen.push(sig);
+    }
+    tr.log.write(
+        &Deadlock {
+            ns: now,
+            detected_by: me.tid(),
+            cycle: cycle
+                .iter()
+                .map(|h| DeadlockEdge {
+                    tid: h.tid,
+                    object_id: h.object_id,
+                    wait_chain: h.chain,
+                    holder_tid: h.holder,
+                })
+                .collect(),
+        }
+        .into(),
+    );
+    tr.flush(false);
+    tr.log.sync();
+}

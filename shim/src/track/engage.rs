@@ -1,0 +1,226 @@
+//! Engaging and disengaging objects: the tracking operations the interposed functions translate
+//! their calls into.
+//!
+//! The uncontended path (`engaged`, `disengaging`) touches the thread's own record and reads the
+//! object's first cache line; it writes shared memory only when the owner changes (the lock's
+//! own line moves between cores then anyway) or on objects that have been contended.
+
+use std::sync::atomic::Ordering;
+
+use waitshim_format::ObjectKind;
+
+use super::objects::ObjEntry;
+use super::threads::{Held, Inside, Slot, ThreadRec};
+use super::{deadlock, highwater, tracker, Tracker};
+use crate::clock::now_ns;
+
+/// `t` acquired the object at `addr` without waiting.
+#[inline(always)]
+pub fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    engaged_with(t, t.cached(addr), addr, kind, subtype)
+}
+
+/// As [`engaged`], with the thread's cache looked up beforehand.
+#[inline(always)]
+pub fn engaged_with(
+    t: &ThreadRec,
+    hit: Option<(&Slot, &ObjEntry)>,
+    addr: usize,
+    kind: ObjectKind,
+    subtype: fn(usize) -> u32,
+) {
+    match hit {
+        Some((s, obj)) => {
+            t.count(s, obj);
+            took(t, obj);
+        }
+        None => engaged_uncached(t, addr, kind, subtype),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn engaged_uncached(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    let Some(tr) = tracker() else { return };
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, kind, subtype(addr));
+    t.count(t.slot(addr), obj);
+    took(t, obj);
+}
+
+#[inline(always)]
+fn took(t: &ThreadRec, obj: &ObjEntry) {
+    if obj.last_owner.load(Ordering::Relaxed) != t.tid() {
+        owner_changed(t, obj);
+    }
+    if obj.contended_ever.load(Ordering::Relaxed) {
+        hold_started(t, obj);
+    }
+}
+
+#[inline(never)]
+fn owner_changed(t: &ThreadRec, obj: &ObjEntry) {
+    obj.last_owner.store(t.tid(), Ordering::Relaxed);
+    obj.stats.owner_changes.fetch_add(1, Ordering::Relaxed);
+}
+
+#[inline(never)]
+fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
+    // SAFETY: owning thread; nothing between here and the push re-enters the shim.
+    let held = unsafe { &mut t.local().held };
+    // Past the inline capacity a push would allocate, and malloc may lock: skip the timing.
+    if held.len() < held.inline_size() {
+        held.push(Held {
+            obj,
+            since: now_ns(),
+        });
+    }
+}
+
+/// `t` is about to release the object at `addr`.
+#[inline(always)]
+pub fn disengaging(t: &ThreadRec, addr: usize) {
+    let obj = match t.cached(addr) {
+        Some((_, obj)) => obj,
+        None => match lookup(addr) {
+            Some(obj) => obj,
+            None => return,
+        },
+    };
+    if obj.contended_ever.load(Ordering::Relaxed) {
+        hold_ended(t, obj);
+    }
+    if obj.episode_open.load(Ordering::Acquire) {
+        release_with_episode(t, obj);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn lookup(addr: usize) -> Option<&'static ObjEntry> {
+    let tr = tracker()?;
+    let _in = Inside::enter();
+    tr.objects.get(&addr).map(|e| e.value().0)
+}
+
+#[cold]
+#[inline(never)]
+fn hold_ended(t: &ThreadRec, obj: &ObjEntry) {
+    // SAFETY: owning thread, not re-entered (no call below enters the shim).
+    let held = unsafe { &mut t.local().held };
+    if let Some(i) = held.iter().rposition(|h| std::ptr::eq(h.obj, obj)) {
+        let h = held.remove(i);
+        obj.held(now_ns().saturating_sub(h.since));
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn release_with_episode(t: &ThreadRec, obj: &ObjEntry) {
+    let Some(tr) = tracker() else { return };
+    let _in = Inside::enter();
+    let chain = tr.chain(t);
+    highwater::on_release(tr, t, obj, now_ns(), chain);
+}
+
+/// A contended wait in progress.
+pub struct Wait {
+    pub obj: &'static ObjEntry,
+    pub start: u64,
+    pub chain: u32,
+    /// A wait-for cycle seen at the last check, to be confirmed by the next one.
+    suspect: Option<Vec<deadlock::Hop>>,
+}
+
+/// How long a wait sleeps between wait-for checks; shorter when a cycle is suspected.
+pub const SLICE_NS: u64 = 100_000_000;
+pub const SUSPECT_SLICE_NS: u64 = 10_000_000;
+
+impl Wait {
+    pub fn slice_ns(&self) -> u64 {
+        if self.suspect.is_some() {
+            SUSPECT_SLICE_NS
+        } else {
+            SLICE_NS
+        }
+    }
+}
+
+/// `t` starts waiting for `obj` (called inside the shim).
+pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry) -> Wait {
+    let start = now_ns();
+    obj.contended_ever.store(true, Ordering::Relaxed);
+    let n = obj.waiters.fetch_add(1, Ordering::AcqRel) + 1;
+    obj.stats.max_waiters.fetch_max(n, Ordering::Relaxed);
+    tr.blocked.fetch_add(1, Ordering::Relaxed);
+    let chain = tr.chain(t);
+    t.wait_chain.store(chain, Ordering::Relaxed);
+    t.wait_start.store(start, Ordering::Relaxed);
+    t.wait_seq.fetch_add(1, Ordering::AcqRel);
+    t.waiting_on
+        .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
+    highwater::on_wait(tr, t, obj, n, start, chain);
+    let suspect = deadlock::find_cycle(tr, t);
+    Wait {
+        obj,
+        start,
+        chain,
+        suspect,
+    }
+}
+
+/// A wait slice expired and the thread waits on: look for a wait-for cycle again.
+pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
+    let now = deadlock::find_cycle(tr, t);
+    if let (Some(prev), Some(cur)) = (&w.suspect, &now) {
+        if prev == cur {
+            deadlock::report(tr, t, cur, now_ns());
+        }
+    }
+    w.suspect = now;
+}
+
+/// How a wait ended.
+pub enum Outcome {
+    Acquired,
+    TimedOut,
+    Failed,
+}
+
+/// `t` stops waiting (called inside the shim).
+pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
+    t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
+    tr.blocked.fetch_sub(1, Ordering::Relaxed);
+    w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
+    let now = now_ns();
+    let obj = w.obj;
+    obj.waited(w.chain, now.saturating_sub(w.start));
+    match outcome {
+        Outcome::Acquired => {}
+        Outcome::TimedOut => {
+            obj.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        Outcome::Failed => {
+            obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    tr.maybe_flush(now);
+}
+
+/// An attempt to acquire without waiting found the object busy.
+pub fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    let Some(tr) = tracker() else { return };
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, kind, subtype(addr));
+    obj.stats.busy.fetch_add(1, Ordering::Relaxed);
+    obj.touch();
+}
+
+/// An acquisition returned an error the caller must see (owner died, not recoverable...).
+pub fn failed(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    let Some(tr) = tracker() else { return };
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, kind, subtype(addr));
+    obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+    obj.touch();
+}

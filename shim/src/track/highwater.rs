@@ -1,0 +1,161 @@
+//! The global highwater mark of waiting threads, the elapsed-time counter of each
+//! high-contention episode, and lock contention records (SPEC §1).
+//!
+//! A new wait on an engaged object brings its waiter count to `n`. If `n` exceeds the highwater
+//! mark, the mark rises to `n`; if `n` equals the mark and no thread other than the holder can run
+//! (all are blocked in waits the shim sees), the program is serialised. Either way the object's
+//! episode opens (a pending contention record, elapsed-time counter started) unless one is open
+//! already, in which case the wait joins it. The episode ends, and its record is completed, when
+//! the holder disengages the object. The mark is never lowered.
+//!
+//! A serialised program can reach its mark on every wait; episodes that open within
+//! `COALESCE_NS` of the previous one on the same object are counted in the next record instead
+//! of written one by one, which bounds the log to a few hundred records per object per second.
+
+use std::sync::atomic::Ordering;
+
+use waitshim_format::{contention_reason, ContentionClose, ContentionOpen, Highwater, WaiterRef};
+
+use super::objects::ObjEntry;
+use super::threads::ThreadRec;
+use super::Tracker;
+
+const COALESCE_NS: u64 = 10_000_000;
+/// Waiters listed in one record (all are counted).
+const MAX_LISTED: usize = 32;
+/// Distinct threads remembered per episode to count `threads_tried`.
+const MAX_TRIED: usize = 1024;
+
+pub struct Episode {
+    pub record_id: u64,
+    pub level: u32,
+    pub start_ns: u64,
+    /// (tid, waiter chain, wait start)
+    pub waiters: Vec<(u32, u32, u64)>,
+    pub waiters_total: u32,
+    pub tried: Vec<u32>,
+}
+
+impl Episode {
+    fn join(&mut self, tid: u32, chain: u32, since: u64) {
+        self.waiters_total += 1;
+        if self.waiters.len() < MAX_LISTED {
+            self.waiters.push((tid, chain, since));
+        }
+        if !self.tried.contains(&tid) && self.tried.len() < MAX_TRIED {
+            self.tried.push(tid);
+        }
+    }
+}
+
+/// A thread starts waiting on `obj`, which now has `n` waiters (this one included).
+pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, chain: u32) {
+    let hwm = tr.highwater.load(Ordering::Relaxed);
+    let exceeded = n > hwm;
+    // Blocked counts include this thread; everyone but the holder blocked = serialised.
+    let serialised = !exceeded
+        && n == hwm
+        && tr.blocked.load(Ordering::Relaxed) + 1 >= tr.live.load(Ordering::Relaxed);
+    if exceeded && tr.highwater.fetch_max(n, Ordering::Relaxed) < n {
+        tr.log.write(
+            &Highwater {
+                ns: now,
+                hwm: n,
+                object_id: obj.id,
+                tid: t.tid(),
+            }
+            .into(),
+        );
+    }
+    let mut c = obj.contention();
+    if let Some(ep) = c.episode.as_mut() {
+        ep.level = ep.level.max(n);
+        ep.join(t.tid(), chain, now);
+        return;
+    }
+    if !exceeded && !serialised {
+        return;
+    }
+    if !exceeded && now.saturating_sub(c.last_close_ns) < COALESCE_NS {
+        c.coalesced += 1;
+        return;
+    }
+    let holder = obj.last_owner.load(Ordering::Relaxed);
+    let mut ep = Episode {
+        record_id: tr.next_record.fetch_add(1, Ordering::Relaxed),
+        level: n,
+        start_ns: now,
+        waiters: Vec::new(),
+        waiters_total: 0,
+        tried: Vec::new(),
+    };
+    // Threads already waiting belong to the episode too.
+    let me = obj as *const ObjEntry as *mut ObjEntry;
+    for e in tr.threads.iter() {
+        let other = e.value().0;
+        if other.tid() != t.tid() && other.waiting_on.load(Ordering::Relaxed) == me {
+            ep.join(
+                other.tid(),
+                other.wait_chain.load(Ordering::Relaxed),
+                other.wait_start.load(Ordering::Relaxed),
+            );
+        }
+    }
+    ep.join(t.tid(), chain, now);
+    tr.log.write(
+        &ContentionOpen {
+            record_id: ep.record_id,
+            object_id: obj.id,
+            ns: now,
+            level: n,
+            reason: if exceeded {
+                contention_reason::EXCEEDED
+            } else {
+                contention_reason::SERIALISED
+            },
+            holder_tid: holder,
+            waiter_tid: t.tid(),
+            waiter_chain: chain,
+        }
+        .into(),
+    );
+    c.episode = Some(ep);
+    obj.episode_open.store(true, Ordering::Release);
+}
+
+/// The holder disengages `obj` while an episode is open: stop the elapsed-time counter and
+/// complete the record, with the chain of this release (who made the others wait).
+pub fn on_release(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, now: u64, holder_chain: u32) {
+    let mut c = obj.contention();
+    let Some(ep) = c.episode.take() else { return };
+    obj.episode_open.store(false, Ordering::Release);
+    c.last_close_ns = now;
+    let coalesced = std::mem::take(&mut c.coalesced);
+    drop(c);
+    let holder = t.tid();
+    let threads_tried = ep.tried.len() as u32 + u32::from(!ep.tried.contains(&holder));
+    tr.log.write(
+        &ContentionClose {
+            record_id: ep.record_id,
+            object_id: obj.id,
+            ns: now,
+            level: ep.level,
+            elapsed_ns: now.saturating_sub(ep.start_ns),
+            threads_tried,
+            holder_tid: holder,
+            holder_chain,
+            waiters: ep
+                .waiters
+                .iter()
+                .map(|&(tid, chain_id, since)| WaiterRef {
+                    tid,
+                    chain_id,
+                    wait_ns: now.saturating_sub(since),
+                })
+                .collect(),
+            waiters_total: ep.waiters_total,
+            coalesced,
+        }
+        .into(),
+    );
+}

@@ -1,0 +1,532 @@
+//! Tracking state: the tracker (log, object and thread skiplists, interned chains, highwater
+//! mark), its life cycle (start, fork, exit) and the periodic flush of counters.
+
+pub mod deadlock;
+pub mod engage;
+pub mod highwater;
+pub mod objects;
+pub mod threads;
+
+use std::collections::HashMap;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
+use std::sync::Mutex;
+
+use crossbeam_skiplist::SkipMap;
+use waitshim_format::{
+    end_reason, note_level, origin, Note, ObjectCreate, ObjectDestroy, ObjectKind, ObjectName,
+    RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
+};
+
+use crate::chain::{self, Chains};
+use crate::clock::now_ns;
+use crate::config::Config;
+use crate::log::Log;
+use crate::modules::Modules;
+use objects::{ObjEntry, ObjRef};
+use threads::{Inside, ThreadRec, ThreadRef, EXIT_HOOK};
+
+pub struct Tracker {
+    pub log: Log,
+    pub config: Config,
+    pub pid: u32,
+    pub objects: SkipMap<usize, ObjRef>,
+    pub threads: SkipMap<u32, ThreadRef>,
+    pub chains: Chains,
+    pub modules: Modules,
+    /// The global highwater mark: most threads ever seen waiting at once on one engaged object.
+    pub highwater: AtomicU32,
+    /// Threads alive, and threads blocked in a wait the shim sees (not ready to run).
+    pub live: AtomicI32,
+    pub blocked: AtomicI32,
+    next_object: AtomicU64,
+    pub next_record: AtomicU64,
+    last_flush: AtomicU64,
+    flushing: AtomicBool,
+    finished: AtomicBool,
+    pub deadlocks: Mutex<Vec<Vec<(u32, u64)>>>,
+    /// Names given through the C API to objects not tracked yet.
+    pending_names: Mutex<HashMap<usize, String>>,
+    has_pending_names: AtomicBool,
+}
+
+const UNINIT: u8 = 0;
+const STARTING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static TRACKER: AtomicPtr<Tracker> = AtomicPtr::new(std::ptr::null_mut());
+/// Status passed to `exit()`, when the program called it explicitly.
+pub static EXIT_STATUS: AtomicI64 = AtomicI64::new(-1);
+
+const FLUSH_EVERY_NS: u64 = 250_000_000;
+
+/// The tracker, while tracking is on.
+#[inline]
+pub fn tracker() -> Option<&'static Tracker> {
+    if STATE.load(Ordering::Acquire) != READY {
+        return None;
+    }
+    let p = TRACKER.load(Ordering::Acquire);
+    // SAFETY: the tracker is leaked once built and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+fn getpid() -> u32 {
+    // SAFETY: plain system call.
+    unsafe { libc::getpid() as u32 }
+}
+
+fn cmdline() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
+    let pid = getpid();
+    let log = Log::create(&config.log_pattern, pid).map_err(|e| e.0)?;
+    let now = now_ns();
+    log.write(
+        &RunStart {
+            pid,
+            ppid,
+            realtime_ns: crate::clock::realtime_ns(),
+            mono_ns: now,
+            // SAFETY: plain library call.
+            ncpus: unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as u32,
+            exe: std::fs::read_link("/proc/self/exe")
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            cmdline: cmdline(),
+            shim_version: env!("CARGO_PKG_VERSION").into(),
+        }
+        .into(),
+    );
+    let tr = Box::leak(Box::new(Tracker {
+        log,
+        config,
+        pid,
+        objects: SkipMap::new(),
+        threads: SkipMap::new(),
+        chains: Chains::new(),
+        modules: Modules::new(),
+        highwater: AtomicU32::new(0),
+        live: AtomicI32::new(0),
+        blocked: AtomicI32::new(0),
+        next_object: AtomicU64::new(1),
+        next_record: AtomicU64::new(1),
+        last_flush: AtomicU64::new(now),
+        flushing: AtomicBool::new(false),
+        finished: AtomicBool::new(false),
+        deadlocks: Mutex::new(Vec::new()),
+        pending_names: Mutex::new(HashMap::new()),
+        has_pending_names: AtomicBool::new(false),
+    }));
+    tr.modules.scan(&tr.log);
+    Ok(tr)
+}
+
+/// Starts tracking: from the library constructor, or from the first interposed call if another
+/// library's constructor gets there first. Failure leaves the program running untraced.
+pub fn init() {
+    if STATE
+        .compare_exchange(UNINIT, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    let _in = Inside::enter();
+    let config = Config::from_env();
+    if config.disabled {
+        STATE.store(OFF, Ordering::Release);
+        return;
+    }
+    let unwinder_note = chain::init();
+    // SAFETY: plain system call.
+    let ppid = unsafe { libc::getppid() } as u32;
+    match build(config, ppid) {
+        Ok(tr) => {
+            if let Some(n) = unwinder_note {
+                crate::diag::line(n);
+                tr.log.write(
+                    &Note {
+                        ns: now_ns(),
+                        level: note_level::WARNING,
+                        text: n.into(),
+                    }
+                    .into(),
+                );
+            }
+            TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
+            register_thread(tr, None);
+            // SAFETY: registering a plain function as the fork child handler.
+            unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
+            STATE.store(READY, Ordering::Release);
+        }
+        Err(msg) => {
+            crate::diag::line(&format!("{msg}; the program runs untraced"));
+            STATE.store(OFF, Ordering::Release);
+        }
+    }
+}
+
+/// How a thread came to be, when the shim saw it created.
+pub struct Birth {
+    pub parent: u32,
+    pub routine: u64,
+    pub chain: u32,
+    pub created_ns: u64,
+}
+
+/// Registers the calling thread and points its thread-local at the new record.
+pub fn register_thread(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec {
+    let rec: &'static ThreadRec = Box::leak(Box::new(ThreadRec::new()));
+    attach_thread(tr, rec, birth);
+    rec
+}
+
+fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
+    let tid = threads::gettid();
+    rec.tid.store(tid, Ordering::Relaxed);
+    // SAFETY: plain library call.
+    rec.pthread
+        .store(unsafe { libc::pthread_self() } as usize, Ordering::Relaxed);
+    threads::set_record(rec);
+    // Touching the hook registers its destructor: it runs when this thread ends.
+    EXIT_HOOK.with(|_| ());
+    tr.threads.insert(tid, ThreadRef(rec));
+    tr.live.fetch_add(1, Ordering::Relaxed);
+    let b = birth.unwrap_or(Birth {
+        parent: 0,
+        routine: 0,
+        chain: 0,
+        created_ns: now_ns(),
+    });
+    tr.log.write(
+        &ThreadStart {
+            tid,
+            parent_tid: b.parent,
+            ns: b.created_ns,
+            start_routine: b.routine,
+            chain_id: b.chain,
+            is_main: u8::from(tid == getpid()),
+        }
+        .into(),
+    );
+}
+
+/// A thread the shim has not seen start (the main thread before the constructor, threads made
+/// without `pthread_create`) calls an interposed function.
+#[cold]
+pub fn adopt_current_thread() -> Option<&'static ThreadRec> {
+    if STATE.load(Ordering::Acquire) == UNINIT {
+        init();
+        let p = threads::own_record();
+        if !p.is_null() {
+            // SAFETY: records are leaked.
+            return Some(unsafe { &*p });
+        }
+    }
+    let tr = tracker()?;
+    let _in = Inside::enter();
+    Some(register_thread(tr, None))
+}
+
+/// The calling thread ends: add its counts, record its name and exit, and stop tracking it.
+pub fn thread_exited() {
+    let p = threads::own_record();
+    if p.is_null() {
+        threads::mark_exited();
+        return;
+    }
+    threads::set_record(std::ptr::null());
+    let _in = Inside::enter();
+    // SAFETY: records are leaked; this is the owning thread.
+    let rec = unsafe { &*p };
+    rec.fold_all();
+    if let Some(tr) = tracker() {
+        let tid = rec.tid();
+        let now = now_ns();
+        // Names set with prctl(PR_SET_NAME) bypass pthread_setname_np: read the final one.
+        if let Ok(comm) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
+            tr.log.write(
+                &ThreadName {
+                    tid,
+                    ns: now,
+                    name: comm.trim_end().into(),
+                }
+                .into(),
+            );
+        }
+        tr.log.write(&ThreadExit { tid, ns: now }.into());
+        tr.threads.remove(&tid);
+        tr.live.fetch_sub(1, Ordering::Relaxed);
+        tr.maybe_flush(now);
+    }
+    drop(_in);
+    threads::mark_exited();
+}
+
+extern "C" fn fork_child() {
+    let Some(old) = tracker() else { return };
+    STATE.store(STARTING, Ordering::Release);
+    let _in = Inside::enter();
+    old.log.abandon();
+    match build(old.config.clone(), old.pid) {
+        Ok(tr) => {
+            TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
+            let p = threads::own_record();
+            if p.is_null() {
+                register_thread(tr, None);
+            } else {
+                // SAFETY: records are leaked; this is the owning (and only) thread.
+                let rec = unsafe { &*p };
+                rec.clear_cache();
+                // SAFETY: owning thread, and nothing else of the shim runs on it now.
+                unsafe { rec.local() }.held.clear();
+                rec.waiting_on
+                    .store(std::ptr::null_mut(), Ordering::Relaxed);
+                attach_thread(tr, rec, None);
+            }
+            STATE.store(READY, Ordering::Release);
+        }
+        Err(msg) => {
+            crate::diag::line(&format!("forked child: {msg}; the child runs untraced"));
+            STATE.store(OFF, Ordering::Release);
+        }
+    }
+}
+
+/// The process ends (`exit`, return from main, or `_exit`): write what is left and close the log.
+pub fn finish(reason: u8) {
+    let Some(tr) = tracker() else { return };
+    // A vfork child shares our memory but must not end the parent's log.
+    if getpid() != tr.pid || tr.finished.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _in = Inside::enter();
+    tr.flush(true);
+    let now = now_ns();
+    tr.log.write(
+        &RunEnd {
+            ns: now,
+            reason,
+            exit_status: EXIT_STATUS.load(Ordering::Relaxed),
+            hwm: tr.highwater.load(Ordering::Relaxed),
+            dropped: tr.log.dropped.load(Ordering::Relaxed),
+        }
+        .into(),
+    );
+    STATE.store(OFF, Ordering::Release);
+    tr.log.close();
+    if !tr.config.quiet {
+        let how = if reason == end_reason::UNDERSCORE_EXIT {
+            " (at _exit)"
+        } else {
+            ""
+        };
+        crate::diag::line(&format!(
+            "log written{how}: {0}   read it with: waitshim-analyze {0}",
+            tr.log.path
+        ));
+    }
+}
+
+impl Tracker {
+    /// Id of the calling thread's current call chain (0 when chains are unavailable).
+    pub fn chain(&self, t: &ThreadRec) -> u32 {
+        let mut frames = [0u64; chain::MAX_DEPTH];
+        let n = chain::capture(self.config.depth, &mut frames);
+        if n == 0 {
+            return 0;
+        }
+        let h = chain::hash(&frames[..n]);
+        // SAFETY: called by the owning thread from inside the shim, so not re-entered.
+        let local = unsafe { t.local() };
+        let slot = &mut local.chain_cache[(h as usize) & 31];
+        if slot.0 == h {
+            return slot.1;
+        }
+        let id = self.chains.intern(&frames[..n], &self.log);
+        *slot = (h, id);
+        id
+    }
+
+    fn new_object(&self, addr: usize, kind: ObjectKind) -> &'static ObjEntry {
+        let id = self.next_object.fetch_add(1, Ordering::Relaxed);
+        Box::leak(Box::new(ObjEntry::new(addr, id, kind)))
+    }
+
+    /// Writes the creation record of an object that just entered the registry.
+    fn announce(&self, t: &ThreadRec, obj: &ObjEntry, subtype: u32, how: u8) {
+        let chain_id = self.chain(t);
+        self.log.write(
+            &ObjectCreate {
+                object_id: obj.id,
+                addr: obj.addr as u64,
+                kind: obj.kind as u8,
+                subtype,
+                origin: how,
+                ns: now_ns(),
+                tid: t.tid(),
+                chain_id,
+            }
+            .into(),
+        );
+        if self.has_pending_names.load(Ordering::Relaxed) {
+            let name = self
+                .pending_names
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&obj.addr);
+            if let Some(name) = name {
+                self.log.write(
+                    &ObjectName {
+                        object_id: obj.id,
+                        name,
+                    }
+                    .into(),
+                );
+            }
+        }
+    }
+
+    /// The live object at `addr`, registering it on first use (static initializers, objects
+    /// initialised before the shim started). Caches it for the thread.
+    pub fn object(
+        &self,
+        t: &ThreadRec,
+        addr: usize,
+        kind: ObjectKind,
+        subtype: u32,
+    ) -> &'static ObjEntry {
+        if let Some((_, obj)) = t.cached(addr) {
+            return obj;
+        }
+        let obj = match self.objects.get(&addr) {
+            Some(e) => e.value().0,
+            None => {
+                let fresh = self.new_object(addr, kind);
+                let won = self.objects.get_or_insert(addr, ObjRef(fresh)).value().0;
+                // Another thread may have registered it first: its entry wins, ours stays unused.
+                if std::ptr::eq(won, fresh) {
+                    self.announce(t, fresh, subtype, origin::FIRST_USE);
+                }
+                won
+            }
+        };
+        t.install(obj);
+        obj
+    }
+
+    /// An init function succeeded at `addr`: a new generation, whatever was there before.
+    pub fn object_initialised(&self, t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: u32) {
+        if let Some(old) = self.objects.get(&addr) {
+            self.retire(t, old.value().0);
+        }
+        let obj = self.new_object(addr, kind);
+        self.objects.insert(addr, ObjRef(obj));
+        self.announce(t, obj, subtype, origin::INIT);
+        t.install(obj);
+    }
+
+    /// A destroy function succeeded at `addr`.
+    pub fn object_destroyed(&self, t: &ThreadRec, addr: usize) {
+        if let Some(e) = self.objects.get(&addr) {
+            self.retire(t, e.value().0);
+        }
+    }
+
+    fn retire(&self, t: &ThreadRec, obj: &'static ObjEntry) {
+        let s = t.slot(obj.addr);
+        if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
+            t.fold(s);
+        }
+        obj.dead.store(true, Ordering::Release);
+        self.objects.remove(&obj.addr);
+        let now = now_ns();
+        self.write_counters(obj, now, 0);
+        self.log.write(
+            &ObjectDestroy {
+                object_id: obj.id,
+                ns: now,
+                tid: t.tid(),
+            }
+            .into(),
+        );
+    }
+
+    pub fn name_object(&self, addr: usize, name: String) {
+        match self.objects.get(&addr) {
+            Some(e) => self.log.write(
+                &ObjectName {
+                    object_id: e.value().0.id,
+                    name,
+                }
+                .into(),
+            ),
+            None => {
+                self.pending_names
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(addr, name);
+                self.has_pending_names.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64) {
+        let v = obj.version.load(Ordering::Relaxed);
+        self.log.write(&obj.counters(now, extra).into());
+        for site in obj.wait_sites() {
+            self.log.write(&site.into());
+        }
+        obj.flushed.store(v, Ordering::Relaxed);
+    }
+
+    /// Writes the counters of every object that changed since the last flush. With
+    /// `all_threads`, counts still cached by other threads are included (at exit).
+    pub fn flush(&self, all_threads: bool) {
+        if self.flushing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let p = threads::own_record();
+        if !p.is_null() {
+            // SAFETY: our own record; folding touches only atomics.
+            unsafe { &*p }.fold_all();
+        }
+        let now = now_ns();
+        let threads: Vec<&ThreadRec> = if all_threads {
+            self.threads.iter().map(|e| e.value().0).collect()
+        } else {
+            Vec::new()
+        };
+        for e in self.objects.iter() {
+            let obj = e.value().0;
+            let extra: u64 = threads.iter().map(|t| t.pending_for(obj)).sum();
+            if extra > 0
+                || obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed)
+            {
+                self.write_counters(obj, now, extra);
+            }
+        }
+        self.last_flush.store(now, Ordering::Relaxed);
+        self.flushing.store(false, Ordering::Release);
+    }
+
+    /// Flushes if the last flush is old: counters reach the log while the run goes, so a killed
+    /// run still has them.
+    pub fn maybe_flush(&self, now: u64) {
+        if now.saturating_sub(self.last_flush.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS {
+            self.flush(false);
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Sync objects: one tracking entry per object generation, found by address in a concurrent
+//! skiplist on the slow path and through each thread's small direct-mapped cache on the fast
+//! path (a skiplist lookup costs 20–270 ns; the cache costs a multiply and a compare).
+//!
+//! Entries are never freed: other threads' caches may still point at an entry after its object
+//! is destroyed, and they detect that through `dead`.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use waitshim_format::{Counters, ObjectKind, WaitSite};
+
+use super::highwater::Episode;
+
+/// Always-on counters. Acquisitions are gathered per thread and added here in batches.
+#[derive(Default)]
+pub struct Stats {
+    pub acquisitions: AtomicU64,
+    pub contended: AtomicU64,
+    pub owner_changes: AtomicU64,
+    pub busy: AtomicU64,
+    pub timeouts: AtomicU64,
+    pub errors: AtomicU64,
+    pub wait_total: AtomicU64,
+    pub wait_max: AtomicU64,
+    pub hold_total: AtomicU64,
+    pub hold_max: AtomicU64,
+    pub hold_samples: AtomicU64,
+    pub max_waiters: AtomicU32,
+}
+
+/// Where threads waited on one object, per waiter chain.
+pub struct Site {
+    pub chain_id: u32,
+    pub count: u64,
+    pub total: u64,
+    pub max: u64,
+}
+
+/// State only touched on contended paths.
+#[derive(Default)]
+pub struct Contention {
+    pub episode: Option<Episode>,
+    pub last_close_ns: u64,
+    /// Episodes not recorded because they followed the previous one within the coalescing window.
+    pub coalesced: u32,
+    pub sites: Vec<Site>,
+}
+
+/// Distinct wait sites kept per object; further ones are counted under chain 0.
+const MAX_SITES: usize = 64;
+
+#[repr(C, align(64))]
+pub struct ObjEntry {
+    // Read on every acquisition.
+    pub addr: usize,
+    pub id: u64,
+    pub kind: ObjectKind,
+    pub dead: AtomicBool,
+    /// Set by the first contended wait: from then on holds are timed.
+    pub contended_ever: AtomicBool,
+    pub episode_open: AtomicBool,
+    /// The last thread to acquire the object: its holder while it is held.
+    pub last_owner: AtomicU32,
+    // Contended paths only, on their own cache lines.
+    pub waiters: Padded<AtomicU32>,
+    pub stats: Stats,
+    /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
+    pub version: AtomicU64,
+    pub flushed: AtomicU64,
+    pub contention: Mutex<Contention>,
+}
+
+/// A value alone on its cache line, so waiter counting does not slow the fast-path fields.
+#[repr(align(64))]
+#[derive(Default)]
+pub struct Padded<T>(pub T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl ObjEntry {
+    pub fn new(addr: usize, id: u64, kind: ObjectKind) -> ObjEntry {
+        ObjEntry {
+            addr,
+            id,
+            kind,
+            dead: AtomicBool::new(false),
+            contended_ever: AtomicBool::new(false),
+            episode_open: AtomicBool::new(false),
+            last_owner: AtomicU32::new(0),
+            waiters: Default::default(),
+            stats: Stats::default(),
+            version: AtomicU64::new(1),
+            flushed: AtomicU64::new(0),
+            contention: Mutex::new(Contention::default()),
+        }
+    }
+
+    pub fn contention(&self) -> std::sync::MutexGuard<'_, Contention> {
+        self.contention.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn touch(&self) {
+        self.version.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a finished contended wait.
+    pub fn waited(&self, chain_id: u32, wait_ns: u64) {
+        let s = &self.stats;
+        s.contended.fetch_add(1, Ordering::Relaxed);
+        s.wait_total.fetch_add(wait_ns, Ordering::Relaxed);
+        s.wait_max.fetch_max(wait_ns, Ordering::Relaxed);
+        let mut c = self.contention();
+        let key = if c.sites.len() >= MAX_SITES && !c.sites.iter().any(|x| x.chain_id == chain_id) {
+            0
+        } else {
+            chain_id
+        };
+        match c.sites.iter_mut().find(|x| x.chain_id == key) {
+            Some(site) => {
+                site.count += 1;
+                site.total += wait_ns;
+                site.max = site.max.max(wait_ns);
+            }
+            None => c.sites.push(Site {
+                chain_id: key,
+                count: 1,
+                total: wait_ns,
+                max: wait_ns,
+            }),
+        }
+        drop(c);
+        self.touch();
+    }
+
+    pub fn held(&self, hold_ns: u64) {
+        let s = &self.stats;
+        s.hold_total.fetch_add(hold_ns, Ordering::Relaxed);
+        s.hold_max.fetch_max(hold_ns, Ordering::Relaxed);
+        s.hold_samples.fetch_add(1, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Counters record of this object; `extra_acquisitions` are per-thread counts not yet added.
+    pub fn counters(&self, now: u64, extra_acquisitions: u64) -> Counters {
+        let s = &self.stats;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Counters {
+            object_id: self.id,
+            ns: now,
+            acquisitions: l(&s.acquisitions) + extra_acquisitions,
+            contended: l(&s.contended),
+            owner_changes: l(&s.owner_changes),
+            busy: l(&s.busy),
+            timeouts: l(&s.timeouts),
+            errors: l(&s.errors),
+            wait_total_ns: l(&s.wait_total),
+            wait_max_ns: l(&s.wait_max),
+            hold_total_ns: l(&s.hold_total),
+            hold_max_ns: l(&s.hold_max),
+            hold_samples: l(&s.hold_samples),
+            max_waiters: s.max_waiters.load(Ordering::Relaxed),
+        }
+    }
+
+    pub fn wait_sites(&self) -> Vec<WaitSite> {
+        self.contention()
+            .sites
+            .iter()
+            .map(|s| WaitSite {
+                object_id: self.id,
+                chain_id: s.chain_id,
+                count: s.count,
+                wait_total_ns: s.total,
+                wait_max_ns: s.max,
+            })
+            .collect()
+    }
+}
+
+/// Registry key/value: the live generation of the object at an address.
+#[derive(Clone, Copy)]
+pub struct ObjRef(pub &'static ObjEntry);
+
+/// glibc's `pthread_mutex_t` layout on x86-64: `__owner` (tid of the holder) at byte 8,
+/// `__kind` at byte 16. Read as hints; the shim keeps its own owner too.
+pub mod glibc_mutex {
+    pub fn owner(addr: usize) -> u32 {
+        // SAFETY: `addr` is a mutex the calling thread is about to wait on, so it is mapped; the
+        // field is read with a volatile load because other threads write it.
+        let v = unsafe { std::ptr::read_volatile((addr + 8) as *const i32) };
+        // Robust mutexes store INT_MAX / INT_MAX-1 for inconsistent / not recoverable.
+        if v <= 0 || v >= 0x7fff_fffe {
+            0
+        } else {
+            v as u32
+        }
+    }
+
+    pub fn kind(addr: usize) -> u32 {
+        // SAFETY: as above; `__kind` is only written by init.
+        unsafe { std::ptr::read_volatile((addr + 16) as *const i32) as u32 }
+    }
+
+    /// Reads `__owner` of a mutex that may no longer exist (a hop of a wait-for walk): the read
+    /// goes through the kernel and fails cleanly on an unmapped address.
+    pub fn owner_checked(addr: usize) -> u32 {
+        let mut v: i32 = 0;
+        let local = libc::iovec {
+            iov_base: &mut v as *mut i32 as *mut libc::c_void,
+            iov_len: 4,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + 8) as *mut libc::c_void,
+            iov_len: 4,
+        };
+        // SAFETY: reading 4 bytes of our own address space into a local through the kernel.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if n != 4 || v <= 0 || v >= 0x7fff_fffe {
+            0
+        } else {
+            v as u32
+        }
+    }
+}

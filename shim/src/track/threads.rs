@@ -1,0 +1,319 @@
+//! Threads: one record per live thread, reached through a thread-local pointer on the fast path
+//! and through the tracker's skiplist (by tid) from other threads (wait-for walks, naming).
+//!
+//! The record holds the thread's direct-mapped cache of objects with its not-yet-added
+//! acquisition counts, so an uncontended acquisition writes only this thread's memory.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use smallvec::SmallVec;
+
+use super::objects::ObjEntry;
+
+pub const SLOTS: usize = 64;
+/// Acquisitions counted in a slot before they are added to the object.
+const FOLD_EVERY: u64 = 1 << 16;
+
+pub struct Slot {
+    pub addr: AtomicUsize,
+    pub obj: AtomicPtr<ObjEntry>,
+    /// Acquisitions not yet added to the object's counter. Written only by the owning thread
+    /// (plain load + store); read by the exit flush of another thread.
+    pub pending: AtomicU64,
+}
+
+/// A held object whose hold time is being measured.
+pub struct Held {
+    pub obj: *const ObjEntry,
+    pub since: u64,
+}
+
+pub struct ThreadRec {
+    pub tid: AtomicU32,
+    /// `pthread_self()` of the thread, to find it by `pthread_t`.
+    pub pthread: AtomicUsize,
+    pub slots: [Slot; SLOTS],
+    /// What the thread is blocked on now (null when running), for wait-for walks.
+    pub waiting_on: AtomicPtr<ObjEntry>,
+    /// Incremented at each wait: a wait-for cycle seen twice with the same sequence numbers is
+    /// the same, still-blocked cycle.
+    pub wait_seq: AtomicU64,
+    pub wait_chain: AtomicU32,
+    pub wait_start: AtomicU64,
+    /// Owner-only state.
+    pub local: UnsafeCell<Local>,
+}
+
+#[derive(Default)]
+pub struct Local {
+    pub held: SmallVec<[Held; 8]>,
+    /// (chain hash, chain id): saves the global intern table for repeated chains.
+    pub chain_cache: [(u64, u32); 32],
+}
+
+// SAFETY: fields read by other threads are atomics; `local` is only touched by the thread that
+// owns the record (through its thread-local pointer).
+unsafe impl Sync for ThreadRec {}
+// SAFETY: as above.
+unsafe impl Send for ThreadRec {}
+
+impl ThreadRec {
+    pub fn new() -> ThreadRec {
+        ThreadRec {
+            tid: AtomicU32::new(0),
+            pthread: AtomicUsize::new(0),
+            slots: std::array::from_fn(|_| Slot {
+                addr: AtomicUsize::new(0),
+                obj: AtomicPtr::new(std::ptr::null_mut()),
+                pending: AtomicU64::new(0),
+            }),
+            waiting_on: AtomicPtr::new(std::ptr::null_mut()),
+            wait_seq: AtomicU64::new(0),
+            wait_chain: AtomicU32::new(0),
+            wait_start: AtomicU64::new(0),
+            local: UnsafeCell::new(Local::default()),
+        }
+    }
+
+    #[inline(always)]
+    pub fn tid(&self) -> u32 {
+        self.tid.load(Ordering::Relaxed)
+    }
+
+    /// # Safety
+    /// Only the thread that owns this record may call it, and not re-entrantly.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn local(&self) -> &mut Local {
+        // SAFETY: per the contract, no other reference to `local` exists.
+        unsafe { &mut *self.local.get() }
+    }
+
+    #[inline(always)]
+    pub fn slot(&self, addr: usize) -> &Slot {
+        let i = (addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+        &self.slots[i & (SLOTS - 1)]
+    }
+
+    /// The object cached for `addr`, if the cache has its live generation.
+    #[inline(always)]
+    pub fn cached(&self, addr: usize) -> Option<(&Slot, &'static ObjEntry)> {
+        let s = self.slot(addr);
+        if s.addr.load(Ordering::Relaxed) != addr {
+            return None;
+        }
+        // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
+        let obj: &'static ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+        if obj.dead.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some((s, obj))
+    }
+
+    /// Counts one acquisition in the slot (owner thread only).
+    #[inline(always)]
+    pub fn count(&self, s: &Slot, obj: &ObjEntry) {
+        let n = s.pending.load(Ordering::Relaxed) + 1;
+        s.pending.store(n, Ordering::Relaxed);
+        if n == FOLD_EVERY {
+            self.fold(s);
+        }
+        let _ = obj;
+    }
+
+    /// Adds a slot's pending count to its object (owner thread only).
+    pub fn fold(&self, s: &Slot) {
+        let n = s.pending.swap(0, Ordering::Relaxed);
+        let p = s.obj.load(Ordering::Relaxed);
+        if n > 0 && !p.is_null() {
+            // SAFETY: leaked entry, see `cached`.
+            let obj = unsafe { &*p };
+            obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
+            obj.touch();
+        }
+    }
+
+    pub fn fold_all(&self) {
+        for s in &self.slots {
+            self.fold(s);
+        }
+    }
+
+    /// Points the slot for `obj.addr` at `obj`, adding the evicted entry's count to its object.
+    pub fn install(&self, obj: &'static ObjEntry) -> &Slot {
+        let s = self.slot(obj.addr);
+        self.fold(s);
+        s.obj
+            .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Relaxed);
+        s.addr.store(obj.addr, Ordering::Relaxed);
+        s
+    }
+
+    /// Forgets every cached object (after fork: they belong to the parent's tracker).
+    pub fn clear_cache(&self) {
+        for s in &self.slots {
+            s.addr.store(0, Ordering::Relaxed);
+            s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
+            s.pending.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Count of `obj`'s acquisitions sitting in this thread's cache.
+    pub fn pending_for(&self, obj: &ObjEntry) -> u64 {
+        let s = self.slot(obj.addr);
+        if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
+            s.pending.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub struct ThreadRef(pub &'static ThreadRec);
+
+/// Per-thread state of the shim, in initial-exec TLS: one `mov` from `%fs` instead of a call to
+/// `__tls_get_addr` (what Rust's `thread_local!` costs in a shared library), read twice per
+/// lock/unlock pair. Initial-exec TLS is fine for a preloaded library: it is loaded at start-up,
+/// into the static TLS block.
+///
+/// Three words: `FAST` is the thread's record while the shim may track its calls and null
+/// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
+/// is null (inside the shim, or thread exited).
+mod raw {
+    use std::arch::{asm, global_asm};
+
+    global_asm!(
+        ".pushsection .tbss,\"awT\",@nobits",
+        ".p2align 3",
+        // Global but hidden: visible to every codegen unit, never exported from the library.
+        ".globl waitshim_thread_words",
+        ".hidden waitshim_thread_words",
+        ".type waitshim_thread_words, @object",
+        ".size waitshim_thread_words, 24",
+        "waitshim_thread_words:",
+        ".zero 24",
+        ".popsection",
+    );
+
+    pub const FAST: usize = 0;
+    pub const REC: usize = 8;
+    pub const MODE: usize = 16;
+
+    #[inline(always)]
+    fn offset() -> usize {
+        let off: usize;
+        // SAFETY: loads the link-time constant thread-pointer offset of our TLS block from the GOT.
+        unsafe {
+            asm!("mov {}, qword ptr [rip + waitshim_thread_words@GOTTPOFF]", out(reg) off,
+                 options(pure, readonly, nostack, preserves_flags));
+        }
+        off
+    }
+
+    #[inline(always)]
+    pub fn get(word: usize) -> usize {
+        let v: usize;
+        // SAFETY: reads a word of this thread's own TLS block.
+        unsafe {
+            asm!("mov {v}, qword ptr fs:[{o}]", v = out(reg) v, o = in(reg) offset() + word,
+                 options(readonly, nostack, preserves_flags));
+        }
+        v
+    }
+
+    #[inline(always)]
+    pub fn set(word: usize, v: usize) {
+        // SAFETY: writes a word of this thread's own TLS block.
+        unsafe {
+            asm!("mov qword ptr fs:[{o}], {v}", v = in(reg) v, o = in(reg) offset() + word,
+                 options(nostack, preserves_flags));
+        }
+    }
+}
+
+pub const MODE_NORMAL: usize = 0;
+pub const MODE_INSIDE: usize = 1;
+pub const MODE_EXITED: usize = 2;
+
+/// The calling thread's record, whatever the mode (null before registration and after exit).
+pub fn own_record() -> *const ThreadRec {
+    raw::get(raw::REC) as *const ThreadRec
+}
+
+fn set_mode(mode: usize) {
+    raw::set(raw::MODE, mode);
+    let fast = if mode == MODE_NORMAL {
+        raw::get(raw::REC)
+    } else {
+        0
+    };
+    raw::set(raw::FAST, fast);
+}
+
+/// Points the thread at `rec` (null: forget it), keeping the current mode.
+pub fn set_record(rec: *const ThreadRec) {
+    raw::set(raw::REC, rec as usize);
+    set_mode(raw::get(raw::MODE));
+}
+
+pub fn mark_exited() {
+    set_mode(MODE_EXITED);
+}
+
+/// Runs the thread-exit hook when the thread ends, however it ends (return, `pthread_exit`,
+/// cancellation).
+pub struct ExitHook;
+
+impl Drop for ExitHook {
+    fn drop(&mut self) {
+        super::thread_exited();
+    }
+}
+
+thread_local! {
+    pub static EXIT_HOOK: ExitHook = const { ExitHook };
+}
+
+/// Marks the current thread as inside the shim until dropped: its own calls into interposed
+/// functions (through malloc, libunwind, the loader) then go straight to the real ones.
+pub struct Inside {
+    prev: usize,
+}
+
+impl Inside {
+    pub fn enter() -> Inside {
+        let prev = raw::get(raw::MODE);
+        set_mode(MODE_INSIDE);
+        Inside { prev }
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        if raw::get(raw::MODE) == MODE_INSIDE {
+            set_mode(self.prev);
+        }
+    }
+}
+
+/// The calling thread's record when the shim should track this call: tracking is on, the
+/// thread is known, and the call does not come from inside the shim.
+#[inline(always)]
+pub fn current() -> Option<&'static ThreadRec> {
+    let p = raw::get(raw::FAST) as *const ThreadRec;
+    if !p.is_null() {
+        // SAFETY: records are leaked and never freed.
+        return Some(unsafe { &*p });
+    }
+    if raw::get(raw::MODE) == MODE_NORMAL {
+        super::adopt_current_thread()
+    } else {
+        None
+    }
+}
+
+pub fn gettid() -> u32 {
+    // SAFETY: plain system call.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
