@@ -95,3 +95,22 @@ pub unsafe fn call_noreturn<T>(f: &RealFn, arg: T) -> ! {
     let g: unsafe extern "C" fn(T) -> ! = unsafe { std::mem::transmute_copy::<usize, _>(&f.get()) };
     unsafe { g(arg) }
 }
+
+/// glibc's `__libc_single_threaded` (2.32+): true until the process creates its first thread.
+static SINGLE_THREADED: AtomicUsize = AtomicUsize::new(0);
+
+/// Finds `__libc_single_threaded`; without it the process is treated as multi-threaded.
+pub fn init_single_threaded() {
+    // SAFETY: dlsym of a data symbol of the C library.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
+    SINGLE_THREADED.store(p as usize, Ordering::Release);
+}
+
+/// True while the process has only one thread (as glibc itself sees it).
+#[inline(always)]
+pub fn single_threaded() -> bool {
+    let p = SINGLE_THREADED.load(Ordering::Relaxed) as *const u8;
+    // SAFETY: a pointer to the C library's `char __libc_single_threaded`, which lives as long as
+    // the process; read with a volatile load since pthread_create writes it.
+    !p.is_null() && unsafe { std::ptr::read_volatile(p) } != 0
+}

@@ -30,6 +30,12 @@ fn subtype(addr: usize) -> u32 {
             | mutex_kind::PSHARED))
 }
 
+/// Mutexes whose trylock does not answer for their lock: glibc 2.36's trylock of a robust mutex
+/// that is not recoverable returns ENOTRECOVERABLE but leaves it locked, and a priority-protect
+/// trylock can succeed where lock fails with EINVAL. These go straight to the real function.
+const NO_TRYLOCK_FIRST: u32 =
+    mutex_kind::ROBUST | mutex_kind::PRIO_INHERIT | mutex_kind::PRIO_PROTECT;
+
 fn valid(ts: *const timespec) -> bool {
     // SAFETY: a non-null pointer from the caller of a timed lock points to a timespec.
     !ts.is_null() && unsafe { (*ts).tv_nsec >= 0 && (*ts).tv_nsec < 1_000_000_000 }
@@ -70,11 +76,28 @@ pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
     };
+    let kind = glibc_mutex::kind(m as usize);
+    if kind & NO_TRYLOCK_FIRST != 0 {
+        // SAFETY: forwarding the caller's mutex.
+        return unsafe { without_trylock(t, m, || real::pthread_mutex_lock(m)) };
+    }
     // Look the object up before the lock's atomic instruction, which serialises the loads after
     // it: the lookup's dependent loads overlap with the call instead of following it.
     let hit = t.cached(m as usize);
+    // A free private mutex in a single-threaded process cannot be taken by anyone else: the real
+    // lock (which glibc then takes without an atomic instruction) cannot wait. Otherwise trylock
+    // tells whether the caller would wait.
+    let free_alone = real::single_threaded()
+        && kind & mutex_kind::PSHARED == 0
+        && glibc_mutex::lock_word(m as usize) == 0;
     // SAFETY: forwarding.
-    let r = unsafe { real::pthread_mutex_trylock(m) };
+    let r = unsafe {
+        if free_alone {
+            real::pthread_mutex_lock(m)
+        } else {
+            real::pthread_mutex_trylock(m)
+        }
+    };
     if r == 0 {
         engage::engaged_with(t, hit, m as usize, KIND, subtype);
         return 0;
@@ -150,6 +173,10 @@ unsafe fn timed(
     pass: impl Fn(*mut pthread_mutex_t, *const timespec) -> c_int,
 ) -> c_int {
     let t = match current() {
+        Some(t) if glibc_mutex::kind(m as usize) & NO_TRYLOCK_FIRST != 0 => {
+            // SAFETY: forwarding the caller's mutex and deadline.
+            return unsafe { without_trylock(t, m, || pass(m, ts)) };
+        }
         // An invalid deadline is only checked by glibc when it has to wait: let it decide.
         Some(t) if valid(ts) => t,
         other => {
@@ -175,12 +202,56 @@ unsafe fn timed(
     unsafe { contended(t, m, Some((clk, *ts))) }
 }
 
+#[cold]
+#[inline(never)]
 fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
     if r == EOWNERDEAD {
         // Acquired, with the previous owner dead: the program must make it consistent.
         engage::engaged(t, m as usize, KIND, subtype);
     }
     engage::failed(t, m as usize, KIND, subtype);
+    r
+}
+
+/// Robust, priority-inheriting and priority-protecting mutexes: one call to the real function,
+/// judged contended when the mutex had an owner just before. A wait-for cycle is confirmed by a
+/// second walk a few milliseconds later, since the wait cannot be sliced.
+#[cold]
+#[inline(never)]
+unsafe fn without_trylock(
+    t: &ThreadRec,
+    m: *mut pthread_mutex_t,
+    call: impl Fn() -> c_int,
+) -> c_int {
+    let addr = m as usize;
+    let Some(tr) = tracker().filter(|_| glibc_mutex::owner(addr) != 0) else {
+        let r = call();
+        match r {
+            0 => engage::engaged(t, addr, KIND, subtype),
+            _ => {
+                acquired_or_failed(t, m, r);
+            }
+        }
+        return r;
+    };
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, KIND, subtype(addr));
+    let mut w = engage::wait_begin(tr, t, obj);
+    if w.suspected() {
+        std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
+        engage::wait_check(tr, t, &mut w);
+    }
+    let r = call();
+    let outcome = match r {
+        0 | EOWNERDEAD => Outcome::Acquired,
+        ETIMEDOUT => Outcome::TimedOut,
+        _ => Outcome::Failed,
+    };
+    let acquired = matches!(outcome, Outcome::Acquired);
+    engage::wait_end(tr, t, w, outcome);
+    if acquired {
+        engage::engaged(t, addr, KIND, subtype);
+    }
     r
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::ObjectKind;
 
-use super::objects::ObjEntry;
+use super::objects::{glibc_mutex, ObjEntry};
 use super::threads::{Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, Tracker};
 use crate::clock::now_ns;
@@ -31,8 +31,8 @@ pub fn engaged_with(
 ) {
     match hit {
         Some((s, obj)) => {
-            t.count(s, obj);
-            took(t, obj);
+            let n = t.count(s);
+            took(t, obj, n);
         }
         None => engaged_uncached(t, addr, kind, subtype),
     }
@@ -44,16 +44,22 @@ fn engaged_uncached(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(us
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, kind, subtype(addr));
-    t.count(t.slot(addr), obj);
-    took(t, obj);
+    let n = t.count(t.slot(addr));
+    took(t, obj, n);
 }
 
+/// Holds of a contended object are timed for one acquisition in this many (per thread and
+/// object, the first included): two clock reads inside every critical section would lengthen it
+/// enough to change the contention being measured.
+const HOLD_SAMPLE_EVERY: u64 = 64;
+
+/// Bookkeeping of an acquisition; `n` is the thread's count of acquisitions of the object.
 #[inline(always)]
-fn took(t: &ThreadRec, obj: &ObjEntry) {
+fn took(t: &ThreadRec, obj: &ObjEntry, n: u64) {
     if obj.last_owner.load(Ordering::Relaxed) != t.tid() {
         owner_changed(t, obj);
     }
-    if obj.contended_ever.load(Ordering::Relaxed) {
+    if n % HOLD_SAMPLE_EVERY == 1 && obj.contended_ever.load(Ordering::Relaxed) {
         hold_started(t, obj);
     }
 }
@@ -88,7 +94,10 @@ pub fn disengaging(t: &ThreadRec, addr: usize) {
         },
     };
     if obj.contended_ever.load(Ordering::Relaxed) {
-        hold_ended(t, obj);
+        // SAFETY: owning thread; a length read re-enters nothing.
+        if !unsafe { t.local() }.held.is_empty() {
+            hold_ended(t, obj);
+        }
     }
     if obj.episode_open.load(Ordering::Acquire) {
         release_with_episode(t, obj);
@@ -137,6 +146,10 @@ pub const SLICE_NS: u64 = 100_000_000;
 pub const SUSPECT_SLICE_NS: u64 = 10_000_000;
 
 impl Wait {
+    pub fn suspected(&self) -> bool {
+        self.suspect.is_some()
+    }
+
     pub fn slice_ns(&self) -> u64 {
         if self.suspect.is_some() {
             SUSPECT_SLICE_NS
@@ -146,11 +159,33 @@ impl Wait {
     }
 }
 
+/// A waiter that has just been handed the object still counts as waiting until it returns from
+/// the real call; the thread that finds the object busy must not count it.
+/// Likewise, when the object has no owner at this instant, one of the counted waiters is being
+/// handed it or has just passed through it.
+fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
+    let owner = glibc_mutex::owner(obj.addr);
+    owner == 0
+        || tr
+            .threads
+            .get(&owner)
+            .is_some_and(|e| std::ptr::eq(e.value().0.waiting_on.load(Ordering::Acquire), obj))
+}
+
 /// `t` starts waiting for `obj` (called inside the shim).
 pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry) -> Wait {
     let start = now_ns();
     obj.contended_ever.store(true, Ordering::Relaxed);
-    let n = obj.waiters.fetch_add(1, Ordering::AcqRel) + 1;
+    let mut n = obj.waiters.fetch_add(1, Ordering::AcqRel) + 1;
+    if n > 1 && obj.kind == ObjectKind::Mutex {
+        // A waiter leaving decrements the count before it clears `waiting_on`, so the count read
+        // after looking at the owner excludes an owner that has left in the meantime.
+        let still = owner_still_counted(tr, obj);
+        n = n
+            .min(obj.waiters.load(Ordering::Acquire))
+            .saturating_sub(u32::from(still))
+            .max(1);
+    }
     obj.stats.max_waiters.fetch_max(n, Ordering::Relaxed);
     tr.blocked.fetch_add(1, Ordering::Relaxed);
     let chain = tr.chain(t);
@@ -189,9 +224,10 @@ pub enum Outcome {
 
 /// `t` stops waiting (called inside the shim).
 pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
+    // The count first: a thread finding the object busy now must not count this one.
+    w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
     tr.blocked.fetch_sub(1, Ordering::Relaxed);
-    w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
     let now = now_ns();
     let obj = w.obj;
     obj.waited(w.chain, now.saturating_sub(w.start));

@@ -149,6 +149,7 @@ pub fn init() {
         STATE.store(OFF, Ordering::Release);
         return;
     }
+    crate::real::init_single_threaded();
     let unwinder_note = chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;

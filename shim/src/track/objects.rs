@@ -202,6 +202,14 @@ pub mod glibc_mutex {
         }
     }
 
+    /// `__lock`: 0 while the mutex is free.
+    #[inline(always)]
+    pub fn lock_word(addr: usize) -> u32 {
+        // SAFETY: as for `owner`: the caller's mutex, read with a volatile load.
+        unsafe { std::ptr::read_volatile(addr as *const u32) }
+    }
+
+    #[inline(always)]
     pub fn kind(addr: usize) -> u32 {
         // SAFETY: as above; `__kind` is only written by init.
         unsafe { std::ptr::read_volatile((addr + 16) as *const i32) as u32 }

@@ -110,15 +110,15 @@ impl ThreadRec {
         Some((s, obj))
     }
 
-    /// Counts one acquisition in the slot (owner thread only).
+    /// Counts one acquisition in the slot (owner thread only); returns the slot's count so far.
     #[inline(always)]
-    pub fn count(&self, s: &Slot, obj: &ObjEntry) {
+    pub fn count(&self, s: &Slot) -> u64 {
         let n = s.pending.load(Ordering::Relaxed) + 1;
         s.pending.store(n, Ordering::Relaxed);
         if n == FOLD_EVERY {
             self.fold(s);
         }
-        let _ = obj;
+        n
     }
 
     /// Adds a slot's pending count to its object (owner thread only).
