@@ -1,0 +1,744 @@
+//! Harness of the end-to-end tests: builds the fixtures, runs them natively or under
+//! `libwaitshim.so`, and reads their logs with `waitshim-analyze` (text and `--json`), so that the
+//! tests in `tests/` can assert what the report says, as a user reads it.
+
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// How long a fixture that should end may run before the test gives up (they take < 1 s natively).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a test waits for something to show up in a running program's log or output.
+pub const POLL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The workspace root (the directory holding `fixtures/`, `scripts/`, `target/`).
+pub fn workspace_root() -> &'static Path {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("tests/ has a parent")
+            .to_path_buf()
+    })
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => workspace_root().join(d),
+        None => workspace_root().join("target"),
+    }
+}
+
+/// The release artifacts the tests run: `(libwaitshim.so, waitshim-analyze)`. `scripts/test.sh`
+/// builds them first; when they are missing (plain `cargo test`), they are built here, once.
+fn artifacts() -> &'static (PathBuf, PathBuf) {
+    static ARTIFACTS: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
+    ARTIFACTS.get_or_init(|| {
+        let release = target_dir().join("release");
+        let shim = release.join("libwaitshim.so");
+        let analyzer = release.join("waitshim-analyze");
+        if !shim.is_file() || !analyzer.is_file() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = Command::new(cargo)
+                .current_dir(workspace_root())
+                .args([
+                    "build",
+                    "--release",
+                    "-p",
+                    "waitshim-shim",
+                    "-p",
+                    "waitshim-analyze",
+                ])
+                .status()
+                .expect("run cargo build");
+            assert!(status.success(), "cargo build of shim and analyzer failed");
+        }
+        assert!(shim.is_file(), "{} missing", shim.display());
+        assert!(analyzer.is_file(), "{} missing", analyzer.display());
+        (shim, analyzer)
+    })
+}
+
+/// `target/release/libwaitshim.so`.
+pub fn shim_path() -> &'static Path {
+    &artifacts().0
+}
+
+/// `target/release/waitshim-analyze`.
+pub fn analyzer_path() -> &'static Path {
+    &artifacts().1
+}
+
+/// A scratch directory living as long as the test process. Statics are never dropped, so it
+/// is a fixed directory under `target/` (one per test binary) rather than a `TempDir`: it is
+/// reused by the next run (`build-fixtures.sh` only recompiles what changed) instead of leaking
+/// a new directory every run.
+fn process_scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current exe");
+        // `contention-0123abcd` → `contention`: one directory per test target, across rebuilds.
+        let stem = exe
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tests".into());
+        let stem = stem.rsplit_once('-').map_or(stem.as_str(), |(s, _)| s);
+        let dir = target_dir().join("waitshim-tests").join(stem);
+        fs::create_dir_all(&dir).expect("create fixtures dir");
+        dir
+    })
+}
+
+/// The built fixture program `name` (as `scripts/build-fixtures.sh` names it: `convoy`,
+/// `dlopen_main`, …), compiled at most once per test process.
+pub fn fixture(name: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, Arc<OnceLock<()>>>>> = OnceLock::new();
+    // `dlopen_main` and `libdlock.so` are built together under the script's name `dlopen`.
+    let build_name = match name {
+        "dlopen_main" | "libdlock.so" => "dlopen",
+        n => n,
+    };
+    let once = BUILT
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap()
+        .entry(build_name.to_string())
+        .or_default()
+        .clone();
+    let out = process_scratch().join("fixtures");
+    once.get_or_init(|| {
+        let output = Command::new("bash")
+            .arg(workspace_root().join("scripts/build-fixtures.sh"))
+            .arg(&out)
+            .arg(build_name)
+            .output()
+            .expect("run scripts/build-fixtures.sh");
+        assert!(
+            output.status.success(),
+            "build-fixtures.sh {build_name} failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    });
+    let path = out.join(name);
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+/// The 1-based line of `fixtures/<file>` carrying the tag comment `/* WAITSHIM: <tag> */`.
+pub fn line_of(file: &str, tag: &str) -> u32 {
+    let path = workspace_root().join("fixtures").join(file);
+    let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let needle = format!("/* WAITSHIM: {tag} */");
+    let hits: Vec<u32> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(&needle))
+        .map(|(i, _)| i as u32 + 1)
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "tag {tag:?} in {file}: found at lines {hits:?}"
+    );
+    hits[0]
+}
+
+/// `file:line` as the text report prints a source position.
+pub fn site(file: &str, tag: &str) -> String {
+    format!("{file}:{}", line_of(file, tag))
+}
+
+/// Compiles a small C program given as source text into `dir/name`.
+pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let src = dir.join(format!("{name}.c"));
+    fs::write(&src, source).expect("write C source");
+    let exe = dir.join(name);
+    let output = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()))
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run cc");
+    assert!(
+        output.status.success(),
+        "cc {name}.c failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    exe
+}
+
+/// Where the shim is told to write its log.
+enum LogDest {
+    /// `<fresh dir>/waitshim.%p.log`.
+    FreshDir,
+    /// Exactly this `WAITSHIM_LOG` value.
+    Given(OsString),
+}
+
+/// One program to launch: natively or under the shim.
+pub struct Launch {
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    shim: bool,
+    quiet: bool,
+    log: LogDest,
+    timeout: Duration,
+}
+
+impl Launch {
+    /// Fixture `name` (built on demand), under the shim.
+    pub fn fixture(name: &str) -> Self {
+        Self::program(fixture(name))
+    }
+
+    /// Any program, under the shim.
+    pub fn program(path: impl Into<PathBuf>) -> Self {
+        Launch {
+            program: path.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            shim: true,
+            quiet: true,
+            log: LogDest::FreshDir,
+            timeout: RUN_TIMEOUT,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+        self.env
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
+        self
+    }
+
+    /// Without the shim (no `LD_PRELOAD`, no `WAITSHIM_*`).
+    pub fn native(mut self) -> Self {
+        self.shim = false;
+        self
+    }
+
+    /// Without `WAITSHIM_QUIET`: the shim prints its end-of-run line on stderr.
+    pub fn loud(mut self) -> Self {
+        self.quiet = false;
+        self
+    }
+
+    /// `WAITSHIM_LOG` set to exactly `value` instead of a fresh directory's `waitshim.%p.log`.
+    pub fn log_to(mut self, value: impl AsRef<OsStr>) -> Self {
+        self.log = LogDest::Given(value.as_ref().to_owned());
+        self
+    }
+
+    fn command(&self, dir: &Path) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("WAITSHIM_") || k == "LD_PRELOAD" {
+                cmd.env_remove(k);
+            }
+        }
+        if self.shim {
+            cmd.env("LD_PRELOAD", shim_path());
+            match &self.log {
+                LogDest::FreshDir => cmd.env("WAITSHIM_LOG", dir.join("waitshim.%p.log")),
+                LogDest::Given(v) => cmd.env("WAITSHIM_LOG", v),
+            };
+            if self.quiet {
+                cmd.env("WAITSHIM_QUIET", "1");
+            }
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn start(self) -> Running {
+        let dir = tempfile::Builder::new()
+            .prefix("waitshim-run-")
+            .tempdir()
+            .expect("temp dir");
+        let mut child = self
+            .command(dir.path())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.program.display()));
+        let stdout = Collector::start(child.stdout.take().expect("stdout piped"));
+        let stderr = Collector::start(child.stderr.take().expect("stderr piped"));
+        Running {
+            pid: child.id(),
+            child: Some(child),
+            stdout,
+            stderr,
+            dir: Some(dir),
+            timeout: self.timeout,
+            program: self.program,
+        }
+    }
+
+    /// Runs the program to its end (killing it and failing the test after the timeout).
+    pub fn run(self) -> Run {
+        self.start().wait()
+    }
+
+    /// Starts the program and returns while it runs (for programs that hang or must be killed).
+    pub fn spawn(self) -> Running {
+        self.start()
+    }
+}
+
+/// Reads a pipe to its end on a thread, keeping what came so far visible.
+struct Collector {
+    data: Arc<Mutex<Vec<u8>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Collector {
+    fn start(mut pipe: impl Read + Send + 'static) -> Self {
+        let data = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&data);
+        let thread = thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink.lock().unwrap().extend_from_slice(&buf[..n]),
+                }
+            }
+        });
+        Collector {
+            data,
+            thread: Some(thread),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        self.data.lock().unwrap().clone()
+    }
+
+    fn finish(&mut self) -> Vec<u8> {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.snapshot()
+    }
+}
+
+/// A launched program that has not been waited for. Dropping it kills it (SIGKILL) and reaps it,
+/// so no test leaves a process behind.
+pub struct Running {
+    child: Option<Child>,
+    pid: u32,
+    stdout: Collector,
+    stderr: Collector,
+    dir: Option<TempDir>,
+    timeout: Duration,
+    program: PathBuf,
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The directory the log goes to (and the program's working directory).
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("dir").path()
+    }
+
+    /// The log files written so far, by name.
+    pub fn logs(&self) -> Vec<PathBuf> {
+        logs_in(self.dir())
+    }
+
+    /// Waits until the program's stdout contains `needle`; fails the test after `POLL_DEADLINE`.
+    pub fn wait_for_stdout(&self, needle: &str) {
+        let deadline = Instant::now() + POLL_DEADLINE;
+        loop {
+            let out = String::from_utf8_lossy(&self.stdout.snapshot()).into_owned();
+            if out.contains(needle) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: no {needle:?} on stdout within {POLL_DEADLINE:?}; stdout so far: {out:?}",
+                self.program.display()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Re-analyzes the live log until `ready` holds for its JSON report; fails the test after
+    /// `POLL_DEADLINE`. Returns the analysis that satisfied it.
+    pub fn poll_log(&self, what: &str, ready: impl Fn(&LogReport) -> bool) -> Analysis {
+        let deadline = Instant::now() + POLL_DEADLINE;
+        loop {
+            let logs = self.logs();
+            if logs.len() == 1 {
+                let a = analyze(&logs, &[]);
+                if a.logs().len() == 1 && ready(&a.log(0)) {
+                    return a;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: the log did not show {what} within {POLL_DEADLINE:?} (logs: {logs:?})",
+                self.program.display()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGKILL and reaps the program; returns what it produced.
+    pub fn kill(mut self) -> Run {
+        let mut child = self.child.take().expect("child");
+        let _ = child.kill();
+        let status = child.wait().expect("wait for killed child");
+        self.finish(status)
+    }
+
+    /// Waits for the end of the program (killing it and failing the test after the timeout).
+    pub fn wait(mut self) -> Run {
+        let mut child = self.child.take().expect("child");
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "{} did not end within {:?}; stdout: {:?}; stderr: {:?}",
+                    self.program.display(),
+                    self.timeout,
+                    String::from_utf8_lossy(&self.stdout.snapshot()),
+                    String::from_utf8_lossy(&self.stderr.snapshot()),
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        self.finish(status)
+    }
+
+    fn finish(&mut self, status: ExitStatus) -> Run {
+        Run {
+            status,
+            pid: self.pid,
+            stdout: self.stdout.finish(),
+            stderr: self.stderr.finish(),
+            logs: self.logs(),
+            dir: self.dir.take().expect("dir"),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The `waitshim.*.log` files in `dir`, by name.
+fn logs_in(dir: &Path) -> Vec<PathBuf> {
+    let mut logs: Vec<PathBuf> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| {
+                    let name = p.file_name().unwrap_or_default().to_string_lossy();
+                    name.starts_with("waitshim.") && name.ends_with(".log")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    logs.sort();
+    logs
+}
+
+/// An ended program.
+pub struct Run {
+    pub status: ExitStatus,
+    /// The process id the program ran as.
+    pub pid: u32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// The `waitshim.*.log` files in the log directory, by name.
+    pub logs: Vec<PathBuf>,
+    /// The run's working directory (also where its logs are); removed with the `Run`.
+    pub dir: TempDir,
+}
+
+impl Run {
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+
+    /// Fails the test unless the program exited with status 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "exit status {:?}\nstdout: {}\nstderr: {}",
+            self.status,
+            self.stdout_text(),
+            self.stderr_text()
+        );
+        self
+    }
+
+    /// The one log this run wrote.
+    pub fn single_log(&self) -> &Path {
+        assert_eq!(
+            self.logs.len(),
+            1,
+            "expected exactly one log: {:?}",
+            self.logs
+        );
+        &self.logs[0]
+    }
+
+    /// Analyzes the one log this run wrote.
+    pub fn analyze(&self) -> Analysis {
+        analyze(&[self.single_log()], &[])
+    }
+}
+
+/// What `waitshim-analyze` said about some logs, in text and in `--json`.
+pub struct Analysis {
+    pub text: String,
+    pub json: Value,
+    /// Exit status of the text run.
+    pub status: ExitStatus,
+    /// stderr of the text run.
+    pub stderr: String,
+}
+
+/// Runs `waitshim-analyze ARGS LOGS` and `waitshim-analyze --json ARGS LOGS`.
+pub fn analyze(logs: &[impl AsRef<Path>], args: &[&str]) -> Analysis {
+    let run = |json: bool| {
+        let mut cmd = Command::new(analyzer_path());
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.args(args);
+        for l in logs {
+            cmd.arg(l.as_ref());
+        }
+        cmd.output().expect("run waitshim-analyze")
+    };
+    let text = run(false);
+    let json = run(true);
+    let value: Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| {
+        panic!(
+            "waitshim-analyze --json printed no JSON ({e}); stderr: {}",
+            String::from_utf8_lossy(&json.stderr)
+        )
+    });
+    assert_eq!(value["schema"], "waitshim-report/1");
+    Analysis {
+        text: String::from_utf8_lossy(&text.stdout).into_owned(),
+        json: value,
+        status: text.status,
+        stderr: String::from_utf8_lossy(&text.stderr).into_owned(),
+    }
+}
+
+impl Analysis {
+    pub fn logs(&self) -> &[Value] {
+        self.json["logs"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// The report of the `i`-th log (command-line order).
+    pub fn log(&self, i: usize) -> LogReport<'_> {
+        LogReport(&self.logs()[i])
+    }
+}
+
+/// One log of a `--json` report (analyzer/JSON.md `LOG`), with the lookups the tests need.
+#[derive(Clone, Copy)]
+pub struct LogReport<'a>(pub &'a Value);
+
+impl<'a> LogReport<'a> {
+    pub fn run(&self) -> &'a Value {
+        &self.0["run"]
+    }
+
+    pub fn hwm(&self) -> u64 {
+        self.0["highwater"]["hwm"].as_u64().expect("highwater.hwm")
+    }
+
+    pub fn warnings(&self) -> Vec<&'a Value> {
+        arr(&self.0["warnings"])
+    }
+
+    /// The warnings' messages, joined (for assertion messages and text searches).
+    pub fn warning_text(&self) -> String {
+        self.warnings()
+            .iter()
+            .map(|w| format!("[{}] {}", w["kind"].as_str().unwrap_or(""), w["message"]))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn deadlocks(&self) -> Vec<&'a Value> {
+        arr(&self.0["deadlocks"])
+    }
+
+    /// Contention records, in the report's (`--sort`) order.
+    pub fn records(&self) -> Vec<&'a Value> {
+        arr(&self.0["contention_records"])
+    }
+
+    pub fn objects(&self) -> Vec<&'a Value> {
+        arr(&self.0["objects"])
+    }
+
+    pub fn threads(&self) -> Vec<&'a Value> {
+        arr(&self.0["threads"])
+    }
+
+    pub fn object(&self, id: &Value) -> &'a Value {
+        self.objects()
+            .into_iter()
+            .find(|o| &o["object_id"] == id)
+            .unwrap_or_else(|| panic!("no object {id} in the report"))
+    }
+
+    /// The objects created (or first used) at `file:line`.
+    pub fn objects_created_at(&self, file: &str, line: u32) -> Vec<&'a Value> {
+        self.objects()
+            .into_iter()
+            .filter(|o| frame_is(&o["creation_site"], file, line))
+            .collect()
+    }
+
+    /// The one object created at `file:line`.
+    pub fn object_created_at(&self, file: &str, line: u32) -> &'a Value {
+        let found = self.objects_created_at(file, line);
+        assert_eq!(
+            found.len(),
+            1,
+            "objects created at {file}:{line}: {found:?}\nall creation sites: {:?}",
+            self.objects()
+                .iter()
+                .map(|o| frame_text(&o["creation_site"]))
+                .collect::<Vec<_>>()
+        );
+        found[0]
+    }
+
+    /// Contention records on `object`.
+    pub fn records_on(&self, object: &Value) -> Vec<&'a Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| r["object_id"] == object["object_id"])
+            .collect()
+    }
+
+    /// A counter of `object` (`acquisitions`, `contended`, `max_waiters`, …).
+    pub fn counter(&self, object: &Value, name: &str) -> u64 {
+        object["counters"][name].as_u64().unwrap_or_else(|| {
+            panic!(
+                "object {} has no counter {name}: {object}",
+                object["object_id"]
+            )
+        })
+    }
+
+    /// The frames of chain `id` (innermost first); empty for chain 0 or an unknown chain.
+    pub fn chain(&self, id: &Value) -> Vec<&'a Value> {
+        match id.as_u64() {
+            Some(n) if n != 0 => arr(&self.0["chains"][n.to_string()]),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether chain `id` has a frame at `file:line`.
+    pub fn chain_has(&self, id: &Value, file: &str, line: u32) -> bool {
+        self.chain(id).iter().any(|f| frame_is(f, file, line))
+    }
+
+    /// Chain `id` as `function (file:line)` lines, for assertion messages.
+    pub fn chain_text(&self, id: &Value) -> String {
+        self.chain(id)
+            .iter()
+            .map(|f| frame_text(f))
+            .collect::<Vec<_>>()
+            .join(" <- ")
+    }
+
+    pub fn thread(&self, tid: &Value) -> Option<&'a Value> {
+        self.threads().into_iter().find(|t| &t["tid"] == tid)
+    }
+
+    /// The name of thread `tid` in the threads table.
+    pub fn thread_name(&self, tid: &Value) -> Option<&'a str> {
+        self.thread(tid).and_then(|t| t["name"].as_str())
+    }
+}
+
+fn arr(v: &Value) -> Vec<&Value> {
+    v.as_array().map(|a| a.iter().collect()).unwrap_or_default()
+}
+
+/// Whether a FRAME (analyzer/JSON.md) is at source `file:line` (`file` compared by base name).
+pub fn frame_is(frame: &Value, file: &str, line: u32) -> bool {
+    let base = frame["file"]
+        .as_str()
+        .and_then(|f| Path::new(f).file_name())
+        .and_then(|f| f.to_str());
+    base == Some(file) && frame["line"].as_u64() == Some(u64::from(line))
+}
+
+/// Whether a FRAME's source file is `file` (by base name).
+pub fn frame_in_file(frame: &Value, file: &str) -> bool {
+    frame["file"]
+        .as_str()
+        .and_then(|f| Path::new(f).file_name())
+        .and_then(|f| f.to_str())
+        == Some(file)
+}
+
+/// A FRAME as `function (file:line)`.
+pub fn frame_text(frame: &Value) -> String {
+    if frame.is_null() {
+        return "(none)".into();
+    }
+    let file = frame["file"]
+        .as_str()
+        .and_then(|f| Path::new(f).file_name())
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "?".into());
+    format!(
+        "{} ({file}:{})",
+        frame["function"].as_str().unwrap_or("?"),
+        frame["line"]
+    )
+}

@@ -1,0 +1,145 @@
+//! Programs that deadlock and hang: the shim records the cycle while they hang, the test kills
+//! them, and the report of the killed run shows the cycle with its chains.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+use waitshim_tests::{frame_text, line_of, Analysis, Launch};
+
+/// Runs a hanging fixture under the shim until its log shows a deadlock, then kills it and
+/// analyzes what it left.
+fn deadlock_then_kill(name: &str, armed: &str) -> Analysis {
+    let running = Launch::fixture(name).spawn();
+    running.wait_for_stdout(armed);
+    running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
+    let run = running.kill();
+    assert_eq!(run.stdout_text(), format!("{armed}\n"));
+    run.analyze()
+}
+
+/// Checks that the cycle's holders chain round: each element's holder is the next one's tid.
+fn assert_closed(cycle: &[Value]) {
+    for (i, step) in cycle.iter().enumerate() {
+        let next = &cycle[(i + 1) % cycle.len()];
+        assert_eq!(
+            step["holder_tid"], next["tid"],
+            "cycle does not close: {cycle:?}"
+        );
+    }
+}
+
+#[test]
+fn abba_deadlock_is_reported_as_a_two_thread_cycle_with_both_waiter_chains() {
+    let a = deadlock_then_kill("abba", "abba: armed");
+    let log = a.log(0);
+    let lock_a = log.object_created_at("abba.c", line_of("abba.c", "creation-site-A"));
+    let lock_b = log.object_created_at("abba.c", line_of("abba.c", "creation-site-B"));
+    let t1_lock_b = line_of("abba.c", "t1-lock-B");
+    let t2_lock_a = line_of("abba.c", "t2-lock-A");
+
+    let deadlocks = log.deadlocks();
+    assert_eq!(deadlocks.len(), 1, "deadlocks: {deadlocks:?}");
+    let cycle = deadlocks[0]["cycle"].as_array().expect("cycle");
+    assert_eq!(cycle.len(), 2, "cycle: {cycle:?}");
+    assert_closed(cycle);
+
+    let waits_for = |object: &Value| -> &Value {
+        cycle
+            .iter()
+            .find(|s| s["object_id"] == object["object_id"])
+            .unwrap_or_else(|| panic!("no thread of the cycle waits for {object}: {cycle:?}"))
+    };
+    let on_b = waits_for(lock_b);
+    assert_eq!(log.thread_name(&on_b["tid"]), Some("abba-1"));
+    assert!(
+        log.chain_has(&on_b["wait_chain"], "abba.c", t1_lock_b),
+        "abba-1 waits for B at {}, expected abba.c:{t1_lock_b}",
+        log.chain_text(&on_b["wait_chain"])
+    );
+    let on_a = waits_for(lock_a);
+    assert_eq!(log.thread_name(&on_a["tid"]), Some("abba-2"));
+    assert!(
+        log.chain_has(&on_a["wait_chain"], "abba.c", t2_lock_a),
+        "abba-2 waits for A at {}, expected abba.c:{t2_lock_a}",
+        log.chain_text(&on_a["wait_chain"])
+    );
+
+    for needle in [
+        format!("abba.c:{}", line_of("abba.c", "creation-site-A")),
+        format!("abba.c:{}", line_of("abba.c", "creation-site-B")),
+        format!("abba.c:{t1_lock_b}"),
+        format!("abba.c:{t2_lock_a}"),
+    ] {
+        assert!(a.text.contains(&needle), "no {needle} in:\n{}", a.text);
+    }
+    assert!(
+        a.text.to_lowercase().contains("deadlock"),
+        "text report:\n{}",
+        a.text
+    );
+
+    assert!(log.run()["end"].is_null(), "run: {}", log.run());
+    assert!(
+        log.warnings().iter().any(|w| w["kind"] == "ending"),
+        "no warning about the killed run: {}",
+        log.warning_text()
+    );
+    assert!(
+        a.text.contains("WARNING: ") && a.text.contains("killed"),
+        "text report:\n{}",
+        a.text
+    );
+}
+
+#[test]
+fn three_threads_each_holding_one_mutex_and_wanting_the_next_form_a_cycle_of_three() {
+    let a = deadlock_then_kill("cycle3", "cycle3: armed");
+    let log = a.log(0);
+    let lock_second = line_of("cycle3.c", "lock-second");
+    let mutexes: BTreeSet<u64> = ["creation-site-M0", "creation-site-M1", "creation-site-M2"]
+        .iter()
+        .map(|tag| {
+            log.object_created_at("cycle3.c", line_of("cycle3.c", tag))["object_id"]
+                .as_u64()
+                .expect("object_id")
+        })
+        .collect();
+    assert_eq!(mutexes.len(), 3);
+
+    let deadlocks = log.deadlocks();
+    assert_eq!(deadlocks.len(), 1, "deadlocks: {deadlocks:?}");
+    let cycle = deadlocks[0]["cycle"].as_array().expect("cycle");
+    assert_eq!(cycle.len(), 3, "cycle: {cycle:?}");
+    assert_closed(cycle);
+    let in_cycle: BTreeSet<u64> = cycle
+        .iter()
+        .map(|s| s["object_id"].as_u64().expect("object_id"))
+        .collect();
+    assert_eq!(in_cycle, mutexes);
+    let tids: BTreeSet<u64> = cycle
+        .iter()
+        .map(|s| s["tid"].as_u64().expect("tid"))
+        .collect();
+    assert_eq!(tids.len(), 3);
+    for step in cycle {
+        let name = log.thread_name(&step["tid"]).unwrap_or("");
+        assert!(name.starts_with("cycle-"), "thread {name:?} in {step}");
+        assert!(
+            log.chain_has(&step["wait_chain"], "cycle3.c", lock_second),
+            "{name} waits at {}, expected cycle3.c:{lock_second}",
+            log.chain_text(&step["wait_chain"])
+        );
+        let object = log.object(&step["object_id"]);
+        assert_eq!(
+            object["kind"],
+            "mutex",
+            "{}",
+            frame_text(&object["creation_site"])
+        );
+    }
+    assert!(
+        a.text.contains(&format!("cycle3.c:{lock_second}")),
+        "text report:\n{}",
+        a.text
+    );
+}

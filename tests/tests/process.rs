@@ -1,0 +1,276 @@
+//! Process life cycle under the shim: fork, exec, SIGKILL, `_exit`, programs without locks.
+
+use std::path::Path;
+
+use waitshim_tests::{analyze, compile_c, frame_text, line_of, Launch};
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .expect("file name")
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn fork_with_a_lock_held_gives_parent_and_child_each_their_own_log_and_contention() {
+    let run = Launch::fixture("fork_locked").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "fork_locked: child ok\n");
+    assert_eq!(run.logs.len(), 2, "logs: {:?}", run.logs);
+    let a = analyze(&run.logs, &[]);
+    assert!(a.status.success(), "analyzer: {}", a.stderr);
+    assert_eq!(a.logs().len(), 2);
+
+    let parent_pid = u64::from(run.pid);
+    let (parent, child) = match (
+        a.log(0).run()["pid"].as_u64(),
+        a.log(1).run()["pid"].as_u64(),
+    ) {
+        (Some(p), _) if p == parent_pid => (a.log(0), a.log(1)),
+        (_, Some(p)) if p == parent_pid => (a.log(1), a.log(0)),
+        pids => panic!("no log of the parent pid {parent_pid}: {pids:?}"),
+    };
+    let child_pid = child.run()["pid"].as_u64().expect("child pid");
+    assert_ne!(child_pid, parent_pid);
+    assert_eq!(child.run()["ppid"].as_u64(), Some(parent_pid));
+    for (log, pid) in [(&parent, parent_pid), (&child, child_pid)] {
+        let name = format!("waitshim.{pid}.log");
+        assert!(
+            run.logs.iter().any(|l| file_name(l) == name),
+            "no {name} among {:?}",
+            run.logs
+        );
+        assert!(log.run()["end"].is_object(), "run: {}", log.run());
+    }
+
+    // Parent: M contended once, main waiting at parent-lock-site.
+    let m = parent.object_created_at("fork_locked.c", line_of("fork_locked.c", "creation-site-M"));
+    let parent_lock = line_of("fork_locked.c", "parent-lock-site");
+    assert!(parent.counter(m, "contended") >= 1, "M: {m}");
+    assert!(
+        m["wait_sites"]
+            .as_array()
+            .expect("wait_sites")
+            .iter()
+            .any(|w| parent.chain_has(&w["chain_id"], "fork_locked.c", parent_lock)),
+        "no wait on M at fork_locked.c:{parent_lock}: {m}"
+    );
+    assert_eq!(parent.hwm(), 1);
+    assert_eq!(parent.records()[0]["object_id"], m["object_id"]);
+
+    // Child: its own mutex C contended at child-lock-site; nobody waits on M there.
+    let c = child.object_created_at(
+        "fork_locked.c",
+        line_of("fork_locked.c", "child-creation-site"),
+    );
+    let child_lock = line_of("fork_locked.c", "child-lock-site");
+    assert!(child.counter(c, "contended") >= 1, "C: {c}");
+    assert!(
+        c["wait_sites"]
+            .as_array()
+            .expect("wait_sites")
+            .iter()
+            .any(|w| child.chain_has(&w["chain_id"], "fork_locked.c", child_lock)),
+        "no wait on C at fork_locked.c:{child_lock}: {c}"
+    );
+    assert_eq!(child.hwm(), 1);
+    for r in child.records() {
+        assert_eq!(r["object_id"], c["object_id"], "child record not on C: {r}");
+    }
+    for object in
+        child.objects_created_at("fork_locked.c", line_of("fork_locked.c", "creation-site-M"))
+    {
+        assert!(
+            object["wait_sites"]
+                .as_array()
+                .expect("wait_sites")
+                .is_empty(),
+            "the child waited on M: {object}"
+        );
+        assert!(object["counters"]["contended"].as_u64().unwrap_or(0) == 0);
+    }
+}
+
+#[test]
+fn exec_of_itself_keeps_the_first_images_log_and_writes_a_second_one_for_the_same_pid() {
+    let native = Launch::fixture("exec_child").native().run();
+    native.assert_success();
+    let run = Launch::fixture("exec_child").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    assert_eq!(
+        run.stdout_text(),
+        "exec_child: first image done\nexec_child: second image done\n"
+    );
+    let names: Vec<String> = run.logs.iter().map(|l| file_name(l)).collect();
+    let pid = run.pid;
+    assert_eq!(
+        names,
+        [
+            format!("waitshim.{pid}.1.log"),
+            format!("waitshim.{pid}.log")
+        ],
+        "logs of the exec'ing process"
+    );
+
+    let a = analyze(&run.logs, &[]);
+    let first_line = line_of("exec_child.c", "creation-site-first");
+    let second_line = line_of("exec_child.c", "creation-site-second");
+    let mut seen = Vec::new();
+    for i in 0..2 {
+        let log = a.log(i);
+        assert_eq!(log.run()["pid"].as_u64(), Some(u64::from(pid)));
+        let first = log.objects_created_at("exec_child.c", first_line);
+        let second = log.objects_created_at("exec_child.c", second_line);
+        match (first.len(), second.len()) {
+            (1, 0) => {
+                assert_eq!(log.hwm(), 1, "first image's log");
+                assert_eq!(log.records()[0]["object_id"], first[0]["object_id"]);
+                seen.push("first");
+            }
+            (0, 1) => {
+                assert_eq!(log.hwm(), 2, "second image's log");
+                assert_eq!(log.records()[0]["object_id"], second[0]["object_id"]);
+                seen.push("second");
+            }
+            n => panic!(
+                "log {i} has {n:?} objects of the first/second image: {:?}",
+                log.objects()
+                    .iter()
+                    .map(|o| frame_text(&o["creation_site"]))
+                    .collect::<Vec<_>>()
+            ),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["first", "second"]);
+}
+
+#[test]
+fn run_killed_with_sigkill_still_reports_the_contention_recorded_before_the_kill() {
+    let running = Launch::fixture("sigkill").spawn();
+    running.wait_for_stdout("ready");
+    let run = running.kill();
+    assert_eq!(run.stdout_text(), "ready\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let creation = line_of("sigkill.c", "creation-site");
+    let lock = line_of("sigkill.c", "lock-site");
+    let object = log.object_created_at("sigkill.c", creation);
+
+    assert!(log.hwm() >= 1);
+    let records = log.records_on(object);
+    assert!(!records.is_empty(), "no contention record on the mutex");
+    assert!(
+        log.counter(object, "contended") > 0,
+        "contended acquisitions before the kill: {object}"
+    );
+    assert!(
+        object["wait_sites"]
+            .as_array()
+            .expect("wait_sites")
+            .iter()
+            .any(|w| log.chain_has(&w["chain_id"], "sigkill.c", lock)),
+        "no wait site at sigkill.c:{lock}: {object}"
+    );
+    assert!(log.run()["end"].is_null(), "run: {}", log.run());
+    assert_eq!(log.run()["duration_is_lower_bound"], true);
+    assert!(
+        log.warnings().iter().any(|w| w["kind"] == "ending"),
+        "no warning that the run did not end cleanly: {}",
+        log.warning_text()
+    );
+    assert!(
+        a.text.contains(&format!("sigkill.c:{creation}")),
+        "text report:\n{}",
+        a.text
+    );
+    assert!(
+        a.text.contains("WARNING: ") && a.text.contains("killed"),
+        "text report:\n{}",
+        a.text
+    );
+}
+
+const CONTEND_THEN_UNDERSCORE_EXIT: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *waiter(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
+int main(void)
+{
+    pthread_t t;
+    pthread_mutex_lock(&lock);
+    if (pthread_create(&t, NULL, waiter, NULL) != 0)
+        return 1;
+    usleep(100 * 1000);
+    pthread_mutex_unlock(&lock);
+    pthread_join(t, NULL);
+    printf("contended, now _exit(3)\n");
+    fflush(stdout);
+    _exit(3);
+}
+"#;
+
+#[test]
+fn program_ending_in_underscore_exit_3_keeps_its_status_and_the_report_says_so() {
+    let build = tempfile::tempdir().expect("temp dir");
+    let exe = compile_c(
+        build.path(),
+        "underscore_exit",
+        CONTEND_THEN_UNDERSCORE_EXIT,
+    );
+    let native = Launch::program(&exe).native().run();
+    assert_eq!(native.status.code(), Some(3));
+    let run = Launch::program(&exe).run();
+    assert_eq!(run.status.code(), Some(3), "stderr: {}", run.stderr_text());
+    assert_eq!(run.stdout_text(), native.stdout_text());
+
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.hwm(), 1);
+    assert_eq!(log.records().len(), 1, "records: {:?}", log.records());
+    let end = &log.run()["end"];
+    assert_eq!(end["reason"], "_exit", "run: {}", log.run());
+    assert_eq!(end["exit_status"], 3, "run: {}", log.run());
+    let ended = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("ended:"))
+        .unwrap_or_else(|| panic!("no `ended:` line in:\n{}", a.text));
+    assert!(
+        ended.contains("_exit") && ended.contains('3'),
+        "ended line: {ended:?}"
+    );
+}
+
+#[test]
+fn program_without_pthread_locks_runs_unchanged_and_the_report_says_no_sync_object_was_seen() {
+    let native = Launch::program("/bin/echo").arg("hello").native().run();
+    native.assert_success();
+    let run = Launch::program("/bin/echo").arg("hello").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "hello\n");
+    assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
+    let a = run.analyze();
+    assert!(a.status.success(), "analyzer: {}", a.stderr);
+    let log = a.log(0);
+    assert!(log.objects().is_empty(), "objects: {:?}", log.objects());
+    assert_eq!(log.run()["objects_tracked"], 0);
+    assert_eq!(log.hwm(), 0);
+    assert!(
+        a.text.contains("No sync object was seen"),
+        "text report:\n{}",
+        a.text
+    );
+}
