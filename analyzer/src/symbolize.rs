@@ -18,6 +18,23 @@ const STB_GLOBAL: u8 = 1;
 const MAX_ELF_BYTES: u64 = 2 << 30;
 /// Where Debian installs separate debug files, named by build-id.
 const DEBUG_ROOT: &str = "/usr/lib/debug/.build-id";
+/// Inline frames kept per physical frame: bounds what damaged debug info can cost.
+const MAX_INLINE_DEPTH: usize = 64;
+/// Modules of the C and C++ runtimes, the dynamic loader and the shim (basename prefixes).
+const RUNTIME_MODULES: &[&str] = &[
+    "libc.so",
+    "libc-",
+    "libpthread",
+    "ld-linux",
+    "ld-musl",
+    "libwaitshim",
+];
+/// The C++ runtime and the unwinder: `libc++` also covers `libc++abi`.
+const LANGUAGE_RUNTIME_MODULES: &[&str] = &["libstdc++", "libgcc_s", "libc++"];
+/// Where compilers and libraries install headers: code from there, inlined into the program, is
+/// still the library's (`std::mutex::lock`, `__gthread_mutex_lock`).
+const SYSTEM_HEADER_DIRS: &[&str] = &["/usr/include/", "/usr/lib/gcc/", "/usr/local/include/"];
+const SYSTEM_HEADER_PARTS: &[&str] = &["/c++/", "/bits/"];
 
 /// One symbolized frame. Everything but `addr` is optional: it is what could be found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +51,9 @@ pub struct Frame {
     pub module: Option<String>,
     /// `addr` minus the module's load base.
     pub module_offset: Option<u64>,
+    /// A function the compiler inlined into the next (outer) frame: it shares that frame's
+    /// address and module, and has no `offset`.
+    pub inlined: bool,
 }
 
 impl Frame {
@@ -52,10 +72,27 @@ impl Frame {
             .is_some_and(|p| p.ends_with("libwaitshim.so"))
     }
 
-    /// Frames of the C runtime and the shim: not where the program's author made a decision.
+    /// Frames of the C runtime, the dynamic loader and the shim.
     pub fn is_runtime(&self) -> bool {
-        self.is_shim()
-            || self.module_is(&["libc.so", "libc-", "libpthread", "ld-linux", "libwaitshim"])
+        self.is_shim() || self.module_is(RUNTIME_MODULES)
+    }
+
+    /// Code whose source is a system or compiler header (`/usr/include/c++/13/bits/std_mutex.h`),
+    /// wherever it was compiled into.
+    pub fn is_system_source(&self) -> bool {
+        let Some(file) = self.file.as_deref() else {
+            return false;
+        };
+        SYSTEM_HEADER_DIRS.iter().any(|d| file.starts_with(d))
+            || SYSTEM_HEADER_PARTS.iter().any(|p| file.contains(p))
+            || basename(file).starts_with("gthr-")
+            || basename(file) == "gthr.h"
+    }
+
+    /// The program's own code: not the shim, the C or C++ runtime, the dynamic loader, nor a
+    /// system header inlined into the program. Where its author made the call that is reported.
+    pub fn is_user(&self) -> bool {
+        !self.is_runtime() && !self.module_is(LANGUAGE_RUNTIME_MODULES) && !self.is_system_source()
     }
 
     /// `module+0x1234`, or the bare address when no module contains it.
@@ -81,16 +118,18 @@ impl Frame {
     }
 
     /// How a frame is shown inside a chain: `function (file.c:12)`, `function+0x1a`, or
-    /// `module+0x1234`, followed by the module offset when a function name is shown.
+    /// `module+0x1234`, followed by the module offset when a function name is shown; inlined
+    /// frames say so: `std::mutex::lock() (std_mutex.h:113) (inlined)  [prog+0x1234]`.
     pub fn describe(&self) -> String {
+        let inlined = if self.inlined { " (inlined)" } else { "" };
         match (&self.function, self.source()) {
-            (Some(f), Some(src)) => format!("{f} ({src})  [{}]", self.module_label()),
+            (Some(f), Some(src)) => format!("{f} ({src}){inlined}  [{}]", self.module_label()),
             (Some(f), None) => match self.offset {
-                Some(off) => format!("{f}+{off:#x}  [{}]", self.module_label()),
-                None => format!("{f}  [{}]", self.module_label()),
+                Some(off) => format!("{f}+{off:#x}{inlined}  [{}]", self.module_label()),
+                None => format!("{f}{inlined}  [{}]", self.module_label()),
             },
-            (None, Some(src)) => format!("{} ({src})", self.module_label()),
-            (None, None) => self.module_label(),
+            (None, Some(src)) => format!("{} ({src}){inlined}", self.module_label()),
+            (None, None) => format!("{}{inlined}", self.module_label()),
         }
     }
 
@@ -173,7 +212,8 @@ struct ModuleMap {
 pub struct Symbolizer {
     enabled: bool,
     modules: Vec<ModuleMap>,
-    cache: HashMap<(u64, bool), Frame>,
+    /// The logical frames of an address (see [`Symbolizer::frames`]).
+    cache: HashMap<(u64, bool), Vec<Frame>>,
 }
 
 impl Symbolizer {
@@ -234,9 +274,12 @@ impl Symbolizer {
             .collect()
     }
 
-    /// Symbolizes a return address (`return_address = true`: the call is the instruction before
-    /// it, so `addr - 1` is looked up) or a function's own address (thread start routines).
-    pub fn frame(&mut self, addr: u64, return_address: bool) -> Frame {
+    /// The logical frames of one address, innermost first: the functions inlined at it (marked
+    /// `inlined`), then the function that physically contains it. Never empty.
+    ///
+    /// `return_address = true`: the call is the instruction before it, so `addr - 1` is looked
+    /// up; otherwise the address is a function's own (thread start routines).
+    pub fn frames(&mut self, addr: u64, return_address: bool) -> Vec<Frame> {
         if let Some(f) = self.cache.get(&(addr, return_address)) {
             return f.clone();
         }
@@ -249,6 +292,7 @@ impl Symbolizer {
             addr,
             ..Frame::default()
         };
+        let mut frames = Vec::new();
         // Later modules win: an address range reused after dlclose belongs to the newer one.
         let found = self
             .modules
@@ -272,7 +316,7 @@ impl Symbolizer {
                     }
                 }
                 if let Some(l) = &m.loaded {
-                    resolve(
+                    frames = resolve(
                         l,
                         probe.wrapping_sub(m.base),
                         addr.wrapping_sub(m.base),
@@ -281,34 +325,55 @@ impl Symbolizer {
                 }
             }
         }
-        self.cache.insert((addr, return_address), frame.clone());
-        frame
+        frames.push(frame);
+        self.cache.insert((addr, return_address), frames.clone());
+        frames
     }
 
-    /// The chain's frames, innermost first, without the shim's own frames.
+    /// The function that physically contains the address (see [`Symbolizer::frames`]), without
+    /// the functions inlined into it.
+    pub fn frame(&mut self, addr: u64, return_address: bool) -> Frame {
+        self.frames(addr, return_address)
+            .pop()
+            .unwrap_or_else(|| Frame {
+                addr,
+                ..Frame::default()
+            })
+    }
+
+    /// The chain's logical frames, innermost first, inlined frames included, without the shim's
+    /// own frames.
     pub fn chain(&mut self, model: &Model, chain_id: u32) -> Vec<Frame> {
         let Some(addrs) = model.chains.get(&chain_id) else {
             return Vec::new();
         };
-        addrs
-            .iter()
-            .map(|&a| self.frame(a, true))
-            .filter(|f| !f.is_shim())
-            .collect()
+        let mut out = Vec::new();
+        for &a in addrs {
+            out.extend(self.frames(a, true).into_iter().filter(|f| !f.is_shim()));
+        }
+        out
     }
 
-    /// The first frame of the chain that is the program's own code (not libc or the shim): where
-    /// an object was created or a thread was started.
+    /// Where the chain happened, in the program's terms (see [`site_frame`]): where an object
+    /// was created, a thread started, a waiter waited or a holder released.
     pub fn site(&mut self, model: &Model, chain_id: u32) -> Option<Frame> {
-        let frames = self.chain(model, chain_id);
-        let first = frames.first().cloned();
-        frames.into_iter().find(|f| !f.is_runtime()).or(first)
+        site_frame(&self.chain(model, chain_id)).cloned()
     }
 }
 
-/// Fills function and source line of `frame` from a loaded module. `probe` and `ret` are relative
-/// to the module's base (the looked-up address and the displayed one).
-fn resolve(l: &Loaded, probe: u64, ret: u64, frame: &mut Frame) {
+/// The frame that stands for a whole chain: the first of the program's own code
+/// ([`Frame::is_user`]), else the first frame.
+pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
+    frames
+        .iter()
+        .find(|f| f.is_user())
+        .or_else(|| frames.first())
+}
+
+/// Fills function and source line of the physical `frame` from a loaded module, and returns the
+/// frames inlined at the address, innermost first. `probe` and `ret` are relative to the
+/// module's base (the looked-up address and the displayed one).
+fn resolve(l: &Loaded, probe: u64, ret: u64, frame: &mut Frame) -> Vec<Frame> {
     let idx = l.symbols.partition_point(|s| s.start <= probe);
     if let Some(sym) = idx.checked_sub(1).and_then(|i| l.symbols.get(i)) {
         let inside = sym.size == 0 || probe - sym.start < sym.size;
@@ -317,15 +382,79 @@ fn resolve(l: &Loaded, probe: u64, ret: u64, frame: &mut Frame) {
             frame.offset = Some(ret.wrapping_sub(sym.start));
         }
     }
-    for dwarf in &l.dwarf {
-        if let Ok(Some(loc)) = dwarf.find_location(probe) {
-            if let Some(file) = loc.file {
-                frame.file = Some(file.to_string());
-                frame.line = loc.line;
-                break;
+    let mut logical = l
+        .dwarf
+        .iter()
+        .map(|d| dwarf_frames(d, probe))
+        .find(|f| !f.is_empty())
+        .unwrap_or_default();
+    let Some(outer) = logical.pop() else {
+        return Vec::new();
+    };
+    // The symbol table names the physical function as every tool shows it; DWARF only fills in.
+    if frame.function.is_none() {
+        frame.function = outer.function;
+    }
+    frame.file = outer.file;
+    frame.line = outer.line;
+    logical
+        .into_iter()
+        .map(|d| Frame {
+            function: d.function,
+            offset: None,
+            file: d.file,
+            line: d.line,
+            inlined: true,
+            ..frame.clone()
+        })
+        .collect()
+}
+
+/// What one DWARF frame tells.
+#[derive(Default)]
+struct DwarfFrame {
+    function: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+}
+
+/// The inline chain DWARF gives for `probe`, innermost first, the physical function last; empty
+/// when the debug info has nothing there or cannot be read.
+fn dwarf_frames(dwarf: &addr2line::Loader, probe: u64) -> Vec<DwarfFrame> {
+    let mut out = Vec::new();
+    if let Ok(mut iter) = dwarf.find_frames(probe) {
+        loop {
+            match iter.next() {
+                Ok(Some(f)) => {
+                    let (file, line) = match &f.location {
+                        Some(loc) => (loc.file.map(str::to_string), loc.line),
+                        None => (None, None),
+                    };
+                    let function = f
+                        .function
+                        .as_ref()
+                        .and_then(|n| n.raw_name().ok())
+                        .map(|n| demangle(&n));
+                    out.push(DwarfFrame {
+                        function,
+                        file,
+                        line,
+                    });
+                    if out.len() > MAX_INLINE_DEPTH {
+                        // Inline chains are not this deep: the debug info is damaged.
+                        out.drain(..out.len() - MAX_INLINE_DEPTH);
+                    }
+                }
+                Ok(None) => break,
+                // Half an inline chain would name the wrong physical function.
+                Err(_) => return Vec::new(),
             }
         }
     }
+    if out.iter().all(|f| f.function.is_none() && f.file.is_none()) {
+        return Vec::new();
+    }
+    out
 }
 
 /// Rust (legacy and v0) and C++ names, readable; anything else as it is.

@@ -26,6 +26,7 @@ fn frame(f: &Frame) -> Value {
         "line": f.line,
         "module": f.module,
         "module_offset": f.module_offset,
+        "inlined": f.inlined,
     })
 }
 

@@ -152,7 +152,8 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Where the object was created (the first frame of the program's own code), if known.
+    /// Where the object was created (the first frame of the program's own code, see
+    /// [`Symbolizer::site`]), if known.
     pub fn creation_site(&mut self, object_id: u64) -> Option<Frame> {
         let chain = self
             .model
@@ -357,8 +358,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// Commonality groups for `--sort outer:N|inner:N`, largest total elapsed time first. A record
-    /// joins the group of each distinct key among its waiter chains. Frames of libc, the dynamic
-    /// loader and the shim at either end of a chain are not counted.
+    /// joins the group of each distinct key among its waiter chains. Frames that are not the
+    /// program's own code ([`Frame::is_user`]) at either end of a chain are not counted.
     pub fn groups(&mut self) -> Option<Vec<Group>> {
         let (outer, n) = match self.opts.sort {
             SortKey::Outer(n) => (true, n),
@@ -371,10 +372,11 @@ impl<'a> Ctx<'a> {
             let mut keys: Vec<Vec<String>> = Vec::new();
             for (_, chain) in r.waiter_chains() {
                 let all = self.sym.chain(self.model, chain);
-                // Thread entry (`start_thread`, `__clone3`) and `main`'s callers in libc are
-                // common to every chain: the program's own frames are what tell components apart.
-                let first = all.iter().position(|f| !f.is_runtime());
-                let last = all.iter().rposition(|f| !f.is_runtime());
+                // Thread entry (`start_thread`, `__clone3`), `main`'s callers in libc and the
+                // inlined `std::mutex::lock` are common to every chain: the program's own frames
+                // are what tell components apart.
+                let first = all.iter().position(Frame::is_user);
+                let last = all.iter().rposition(Frame::is_user);
                 let frames = match (first, last) {
                     (Some(a), Some(b)) => all.get(a..=b).unwrap_or(&all),
                     _ => &all[..],

@@ -126,14 +126,21 @@ fn chain(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, out: &mut String) {
         let _ = writeln!(out, "{indent}(chain {chain_id} {why})");
         return;
     }
-    for (i, f) in frames.iter().take(MAX_FRAMES_SHOWN).enumerate() {
+    // The limit counts physical frames: the functions inlined into one are shown with it.
+    let shown = frames
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !f.inlined)
+        .nth(MAX_FRAMES_SHOWN - 1)
+        .map_or(frames.len(), |(i, _)| i + 1);
+    for (i, f) in frames.iter().take(shown).enumerate() {
         let _ = writeln!(out, "{indent}#{i} {}", f.describe());
     }
-    if frames.len() > MAX_FRAMES_SHOWN {
+    if frames.len() > shown {
         let _ = writeln!(
             out,
             "{indent}... {} outer frames not shown",
-            frames.len() - MAX_FRAMES_SHOWN
+            frames.len() - shown
         );
     }
 }
