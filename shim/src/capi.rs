@@ -43,6 +43,7 @@ pub extern "C" fn waitshim_name_thread(name: *const c_char) {
         return;
     };
     let _in = Inside::enter();
+    t.named.store(true, std::sync::atomic::Ordering::Relaxed);
     tr.log.write(
         &ThreadName {
             tid: t.tid(),

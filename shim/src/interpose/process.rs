@@ -1,8 +1,8 @@
-//! Process-level events: `exit` (to learn the status), `_exit`/`_Exit` (which skip the library
+//! Process-level events: `__libc_start_main` and `exit` (to learn the exit status), `_exit`/`_Exit` (which skip the library
 //! destructor, so the log is finished here; unlike `exit`, no atexit handler of the program
 //! runs), and `dlopen` (new modules for symbolization).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_char, c_int, c_void};
 use waitshim_format::end_reason;
@@ -45,4 +45,52 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
         }
     }
     h
+}
+
+type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
+type StartMainFn = unsafe extern "C" fn(
+    MainFn,
+    c_int,
+    *mut *mut c_char,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+    *mut c_void,
+) -> c_int;
+
+/// The program's `main`, called through `main_returns` so its return value is the exit status.
+static PROGRAM_MAIN: AtomicUsize = AtomicUsize::new(0);
+static START_MAIN: real::RealFn = real::RealFn::new(b"__libc_start_main\0");
+
+unsafe extern "C" fn main_returns(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    envp: *mut *mut c_char,
+) -> c_int {
+    // SAFETY: PROGRAM_MAIN holds the `main` that __libc_start_main was given.
+    let main: MainFn =
+        unsafe { std::mem::transmute::<usize, MainFn>(PROGRAM_MAIN.load(Ordering::Relaxed)) };
+    // SAFETY: calling the program's main with its own arguments.
+    let status = unsafe { main(argc, argv, envp) };
+    EXIT_STATUS.store(status as i64, Ordering::Relaxed);
+    status
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn __libc_start_main(
+    main: MainFn,
+    argc: c_int,
+    argv: *mut *mut c_char,
+    init: *mut c_void,
+    fini: *mut c_void,
+    rtld_fini: *mut c_void,
+    stack_end: *mut c_void,
+) -> c_int {
+    PROGRAM_MAIN.store(main as usize, Ordering::Relaxed);
+    // SAFETY: glibc's __libc_start_main, whose signature is declared above, with our wrapper of
+    // the program's main in its place.
+    unsafe {
+        let real: StartMainFn = std::mem::transmute::<usize, StartMainFn>(START_MAIN.get());
+        real(main_returns, argc, argv, init, fini, rtld_fini, stack_end)
+    }
 }

@@ -99,15 +99,17 @@ pub unsafe extern "C" fn pthread_setname_np(th: pthread_t, name: *const c_char) 
     if r == 0 && !name.is_null() {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
             let _in = Inside::enter();
-            let tid = if th as usize == t.pthread.load(Ordering::Relaxed) {
-                t.tid()
+            let target = if th as usize == t.pthread.load(Ordering::Relaxed) {
+                Some(t)
             } else {
                 tr.threads
                     .iter()
                     .find(|e| e.value().0.pthread.load(Ordering::Relaxed) == th as usize)
-                    .map_or(0, |e| *e.key())
+                    .map(|e| e.value().0)
             };
-            if tid != 0 {
+            if let Some(target) = target {
+                let tid = target.tid();
+                target.named.store(true, Ordering::Relaxed);
                 // SAFETY: glibc accepted it, so it is a NUL-terminated string.
                 let name = unsafe { std::ffi::CStr::from_ptr(name) }
                     .to_string_lossy()

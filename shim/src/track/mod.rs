@@ -197,6 +197,7 @@ pub fn register_thread(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec
 fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     let tid = threads::gettid();
     rec.tid.store(tid, Ordering::Relaxed);
+    rec.named.store(false, Ordering::Relaxed);
     // SAFETY: plain library call.
     rec.pthread
         .store(unsafe { libc::pthread_self() } as usize, Ordering::Relaxed);
@@ -257,7 +258,11 @@ pub fn thread_exited() {
         let tid = rec.tid();
         let now = now_ns();
         // Names set with prctl(PR_SET_NAME) bypass pthread_setname_np: read the final one.
-        if let Ok(comm) = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")) {
+        let named = rec.named.load(Ordering::Relaxed);
+        if let Some(comm) = (!named)
+            .then(|| std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok())
+            .flatten()
+        {
             tr.log.write(
                 &ThreadName {
                     tid,

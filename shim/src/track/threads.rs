@@ -5,7 +5,7 @@
 //! acquisition counts, so an uncontended acquisition writes only this thread's memory.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use smallvec::SmallVec;
 
@@ -41,6 +41,9 @@ pub struct ThreadRec {
     pub wait_seq: AtomicU64,
     pub wait_chain: AtomicU32,
     pub wait_start: AtomicU64,
+    /// A name was given (API or pthread_setname_np): the kernel name read at exit must not
+    /// replace it.
+    pub named: AtomicBool,
     /// Owner-only state.
     pub local: UnsafeCell<Local>,
 }
@@ -72,6 +75,7 @@ impl ThreadRec {
             wait_seq: AtomicU64::new(0),
             wait_chain: AtomicU32::new(0),
             wait_start: AtomicU64::new(0),
+            named: AtomicBool::new(false),
             local: UnsafeCell::new(Local::default()),
         }
     }
