@@ -81,23 +81,23 @@ pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
         // SAFETY: forwarding the caller's mutex.
         return unsafe { without_trylock(t, m, || real::pthread_mutex_lock(m)) };
     }
-    // Look the object up before the lock's atomic instruction, which serialises the loads after
-    // it: the lookup's dependent loads overlap with the call instead of following it.
-    let hit = t.cached(m as usize);
-    // A free private mutex in a single-threaded process cannot be taken by anyone else: the real
-    // lock (which glibc then takes without an atomic instruction) cannot wait. Otherwise trylock
-    // tells whether the caller would wait.
-    let free_alone = real::single_threaded()
+    // A free private mutex in a single-threaded process cannot be taken by anyone else, so the
+    // real lock cannot wait: account for the acquisition first and leave by a tail call into
+    // glibc (which then locks without an atomic instruction), so the wrapper costs almost nothing.
+    if real::single_threaded()
         && kind & mutex_kind::PSHARED == 0
-        && glibc_mutex::lock_word(m as usize) == 0;
+        && glibc_mutex::lock_word(m as usize) == 0
+    {
+        engage::engaged(t, m as usize, KIND, subtype);
+        // SAFETY: forwarding.
+        return unsafe { real::pthread_mutex_lock(m) };
+    }
+    // Otherwise trylock tells whether the caller would wait. The object is looked up before the
+    // lock's atomic instruction, which serialises the loads after it: the lookup's dependent
+    // loads overlap with the call instead of following it.
+    let hit = t.cached(m as usize);
     // SAFETY: forwarding.
-    let r = unsafe {
-        if free_alone {
-            real::pthread_mutex_lock(m)
-        } else {
-            real::pthread_mutex_trylock(m)
-        }
-    };
+    let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
         engage::engaged_with(t, hit, m as usize, KIND, subtype);
         return 0;

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::ObjectKind;
 
-use super::objects::{glibc_mutex, ObjEntry};
+use super::objects::{glibc_mutex, ObjEntry, CONTENDED, EPISODE};
 use super::threads::{Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, Tracker};
 use crate::clock::now_ns;
@@ -59,7 +59,19 @@ fn took(t: &ThreadRec, obj: &ObjEntry, n: u64) {
     if obj.last_owner.load(Ordering::Relaxed) != t.tid() {
         owner_changed(t, obj);
     }
-    if n % HOLD_SAMPLE_EVERY == 1 && obj.contended_ever.load(Ordering::Relaxed) {
+    let flags = obj.flags();
+    if flags & (CONTENDED | EPISODE) != 0 {
+        took_contended(t, obj, flags, n);
+    }
+}
+
+#[inline(never)]
+fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
+    if flags & EPISODE != 0 {
+        t.attention
+            .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
+    }
+    if n % HOLD_SAMPLE_EVERY == 1 {
         hold_started(t, obj);
     }
 }
@@ -86,21 +98,42 @@ fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
 /// `t` is about to release the object at `addr`.
 #[inline(always)]
 pub fn disengaging(t: &ThreadRec, addr: usize) {
+    // SAFETY: owning thread; reading the length re-enters nothing.
+    let timing = !unsafe { t.local() }.held.is_empty();
+    if timing || !t.attention.load(Ordering::Acquire).is_null() {
+        disengaging_slow(t, addr);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn disengaging_slow(t: &ThreadRec, addr: usize) {
     let obj = match t.cached(addr) {
-        Some((_, obj)) => obj,
-        None => match lookup(addr) {
-            Some(obj) => obj,
-            None => return,
-        },
+        Some((_, obj)) => Some(obj),
+        None => lookup(addr),
     };
-    if obj.contended_ever.load(Ordering::Relaxed) {
-        // SAFETY: owning thread; a length read re-enters nothing.
-        if !unsafe { t.local() }.held.is_empty() {
+    if let Some(obj) = obj {
+        let flags = obj.flags();
+        if flags & CONTENDED != 0 {
             hold_ended(t, obj);
         }
+        if flags & EPISODE != 0 {
+            release_with_episode(t, obj);
+        }
     }
-    if obj.episode_open.load(Ordering::Acquire) {
-        release_with_episode(t, obj);
+    // Forget the attention object once its episode is over (ended here, or by another thread).
+    let a = t.attention.load(Ordering::Acquire);
+    if !a.is_null() {
+        // SAFETY: tracking entries are leaked and never freed.
+        let done = unsafe { &*a }.flags() & EPISODE == 0;
+        if done || obj.is_some_and(|o| std::ptr::eq(o, a)) {
+            let _ = t.attention.compare_exchange(
+                a,
+                std::ptr::null_mut(),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
     }
 }
 
@@ -175,7 +208,9 @@ fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 /// `t` starts waiting for `obj` (called inside the shim).
 pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry) -> Wait {
     let start = now_ns();
-    obj.contended_ever.store(true, Ordering::Relaxed);
+    if obj.flags() & CONTENDED == 0 {
+        obj.set_flag(CONTENDED);
+    }
     let mut n = obj.waiters.fetch_add(1, Ordering::AcqRel) + 1;
     if n > 1 && obj.kind == ObjectKind::Mutex {
         // A waiter leaving decrements the count before it clears `waiting_on`, so the count read

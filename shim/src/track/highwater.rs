@@ -14,9 +14,11 @@
 
 use std::sync::atomic::Ordering;
 
-use waitshim_format::{contention_reason, ContentionClose, ContentionOpen, Highwater, WaiterRef};
+use waitshim_format::{
+    contention_reason, ContentionClose, ContentionOpen, Highwater, ObjectKind, WaiterRef,
+};
 
-use super::objects::ObjEntry;
+use super::objects::{glibc_mutex, ObjEntry, EPISODE};
 use super::threads::ThreadRec;
 use super::Tracker;
 
@@ -120,7 +122,20 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
         .into(),
     );
     c.episode = Some(ep);
-    obj.episode_open.store(true, Ordering::Release);
+    obj.set_flag(EPISODE);
+    drop(c);
+    // The holder's release ends the episode: make sure that release looks at this object.
+    let holder = if obj.kind == ObjectKind::Mutex {
+        glibc_mutex::owner(obj.addr)
+    } else {
+        holder
+    };
+    if let Some(h) = tr.threads.get(&holder) {
+        h.value()
+            .0
+            .attention
+            .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
+    }
 }
 
 /// The holder disengages `obj` while an episode is open: stop the elapsed-time counter and
@@ -128,7 +143,7 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
 pub fn on_release(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, now: u64, holder_chain: u32) {
     let mut c = obj.contention();
     let Some(ep) = c.episode.take() else { return };
-    obj.episode_open.store(false, Ordering::Release);
+    obj.clear_flag(EPISODE);
     c.last_close_ns = now;
     let coalesced = std::mem::take(&mut c.coalesced);
     drop(c);

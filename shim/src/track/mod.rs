@@ -456,7 +456,7 @@ impl Tracker {
         if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
             t.fold(s);
         }
-        obj.dead.store(true, Ordering::Release);
+        obj.set_flag(objects::DEAD);
         self.objects.remove(&obj.addr);
         let now = now_ns();
         self.write_counters(obj, now, 0);

@@ -5,7 +5,7 @@
 //! Entries are never freed: other threads' caches may still point at an entry after its object
 //! is destroyed, and they detect that through `dead`.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use waitshim_format::{Counters, ObjectKind, WaitSite};
@@ -50,16 +50,21 @@ pub struct Contention {
 /// Distinct wait sites kept per object; further ones are counted under chain 0.
 const MAX_SITES: usize = 64;
 
+/// The object was destroyed: this entry is a past generation.
+pub const DEAD: u8 = 1;
+/// A thread has waited for it: from then on holds are timed (sampled).
+pub const CONTENDED: u8 = 2;
+/// A high-contention episode is open: the holder's release ends it.
+pub const EPISODE: u8 = 4;
+
 #[repr(C, align(64))]
 pub struct ObjEntry {
     // Read on every acquisition.
     pub addr: usize,
     pub id: u64,
     pub kind: ObjectKind,
-    pub dead: AtomicBool,
-    /// Set by the first contended wait: from then on holds are timed.
-    pub contended_ever: AtomicBool,
-    pub episode_open: AtomicBool,
+    /// [`DEAD`], [`CONTENDED`], [`EPISODE`]: one byte, read once per acquisition.
+    pub flags: AtomicU8,
     /// The last thread to acquire the object: its holder while it is held.
     pub last_owner: AtomicU32,
     // Contended paths only, on their own cache lines.
@@ -89,9 +94,7 @@ impl ObjEntry {
             addr,
             id,
             kind,
-            dead: AtomicBool::new(false),
-            contended_ever: AtomicBool::new(false),
-            episode_open: AtomicBool::new(false),
+            flags: AtomicU8::new(0),
             last_owner: AtomicU32::new(0),
             waiters: Default::default(),
             stats: Stats::default(),
@@ -99,6 +102,19 @@ impl ObjEntry {
             flushed: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
         }
+    }
+
+    #[inline(always)]
+    pub fn flags(&self) -> u8 {
+        self.flags.load(Ordering::Acquire)
+    }
+
+    pub fn set_flag(&self, f: u8) {
+        self.flags.fetch_or(f, Ordering::AcqRel);
+    }
+
+    pub fn clear_flag(&self, f: u8) {
+        self.flags.fetch_and(!f, Ordering::AcqRel);
     }
 
     pub fn contention(&self) -> std::sync::MutexGuard<'_, Contention> {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 
 use smallvec::SmallVec;
 
-use super::objects::ObjEntry;
+use super::objects::{ObjEntry, DEAD};
 
 pub const SLOTS: usize = 64;
 /// Acquisitions counted in a slot before they are added to the object.
@@ -44,6 +44,10 @@ pub struct ThreadRec {
     /// A name was given (API or pthread_setname_np): the kernel name read at exit must not
     /// replace it.
     pub named: AtomicBool,
+    /// An object whose open episode this thread may have to end when it releases it (set by the
+    /// waiter that opened the episode, or by this thread acquiring it during one). While null
+    /// and no hold is being timed, a release needs no lookup at all.
+    pub attention: AtomicPtr<ObjEntry>,
     /// Owner-only state.
     pub local: UnsafeCell<Local>,
 }
@@ -76,6 +80,7 @@ impl ThreadRec {
             wait_chain: AtomicU32::new(0),
             wait_start: AtomicU64::new(0),
             named: AtomicBool::new(false),
+            attention: AtomicPtr::new(std::ptr::null_mut()),
             local: UnsafeCell::new(Local::default()),
         }
     }
@@ -108,7 +113,7 @@ impl ThreadRec {
         }
         // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
         let obj: &'static ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
-        if obj.dead.load(Ordering::Relaxed) {
+        if obj.flags() & DEAD != 0 {
             return None;
         }
         Some((s, obj))
