@@ -17,7 +17,7 @@ pub const FILE_HEADER_LEN: usize = 16;
 /// Readers refuse logs of another major version.
 pub const VERSION_MAJOR: u16 = 1;
 /// Added record types or fields; readers accept any minor version.
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 
 /// Why bytes of a log could not be read as a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -73,6 +73,51 @@ pub mod contention_reason {
     pub const SERIALISED: u8 = 2;
 }
 
+/// Keys of [`KindCounters`] values: counters that only some kinds of object have, and the
+/// reasons waits ended. New keys may appear; readers show the ones they know.
+pub mod counter {
+    // How waits ended (reason codes).
+    /// The object was acquired (mutex, rwlock, semaphore, spinlock, join).
+    pub const ENDED_ACQUIRED: u16 = 1;
+    /// A condition variable wait ended after `pthread_cond_signal`.
+    pub const ENDED_SIGNALLED: u16 = 2;
+    /// A condition variable wait ended after `pthread_cond_broadcast`.
+    pub const ENDED_BROADCAST: u16 = 3;
+    pub const ENDED_TIMED_OUT: u16 = 4;
+    /// EINTR (semaphores).
+    pub const ENDED_INTERRUPTED: u16 = 5;
+    /// A condition variable wait returned with no signal or broadcast since it began.
+    pub const ENDED_SPURIOUS: u16 = 6;
+    /// Any other error return (the errno is not kept per wait).
+    pub const ENDED_ERROR: u16 = 7;
+    /// EOWNERDEAD: acquired, the previous owner died holding it.
+    pub const ENDED_OWNER_DIED: u16 = 8;
+    /// A barrier wait ended (all threads arrived).
+    pub const ENDED_RELEASED: u16 = 9;
+
+    // Condition variables.
+    pub const SIGNALS: u16 = 20;
+    pub const BROADCASTS: u16 = 21;
+    /// Time from the wake-up (the last signal or broadcast) to the return of the wait: the
+    /// re-acquisition of the mutex, where a thundering herd shows.
+    pub const REACQUIRE_WAIT_TOTAL_NS: u16 = 22;
+    pub const REACQUIRE_WAIT_MAX_NS: u16 = 23;
+
+    // Semaphores.
+    pub const POSTS: u16 = 30;
+
+    // Read side of rwlocks (the write side is in [`super::Counters`]).
+    pub const READ_ACQUISITIONS: u16 = 40;
+    pub const READ_CONTENDED: u16 = 41;
+    pub const READ_WAIT_TOTAL_NS: u16 = 42;
+    pub const READ_WAIT_MAX_NS: u16 = 43;
+    pub const READ_MAX_WAITERS: u16 = 44;
+
+    // Barriers.
+    /// Rounds completed (the last arriver released the others).
+    pub const ROUNDS: u16 = 50;
+}
+
 /// How a run ended.
 pub mod end_reason {
     pub const EXIT: u8 = 1;
@@ -215,6 +260,37 @@ wire_struct! {
         pub count: u64,
         pub wait_total_ns: u64,
         pub wait_max_ns: u64,
+    }
+}
+
+wire_struct! {
+    pub struct CounterValue {
+        /// [`counter`] key.
+        pub key: u16,
+        pub value: u64,
+    }
+}
+
+wire_struct! {
+    /// Counters of one object beyond [`Counters`]: kind-specific ones and wait-ending reasons,
+    /// cumulative; a later record for the same object supersedes an earlier one.
+    pub struct KindCounters {
+        pub object_id: u64,
+        pub ns: u64,
+        pub values: Vec<CounterValue>,
+    }
+}
+
+wire_struct! {
+    /// Lock order: `to_object` was acquired while `from_object` was held, by `tid`, at
+    /// `chain_id`. Each distinct edge is written once per thread at most; a cycle of edges is a
+    /// potential deadlock even if this run did not hang.
+    pub struct LockOrder {
+        pub from_object: u64,
+        pub to_object: u64,
+        pub tid: u32,
+        pub chain_id: u32,
+        pub ns: u64,
     }
 }
 
@@ -373,4 +449,6 @@ records! {
     Deadlock = 15,
     RunEnd = 16,
     Note = 17,
+    KindCounters = 18,
+    LockOrder = 19,
 }

@@ -12,6 +12,8 @@ use libc::{
 pub struct RealFn {
     addr: AtomicUsize,
     name: &'static [u8],
+    /// A symbol version (NUL-terminated) to bind to exactly, as `dlvsym` does.
+    version: Option<&'static [u8]>,
 }
 
 impl RealFn {
@@ -19,6 +21,17 @@ impl RealFn {
         RealFn {
             addr: AtomicUsize::new(0),
             name,
+            version: None,
+        }
+    }
+
+    /// The definition of `name` at symbol version `version` (both NUL-terminated), e.g. the
+    /// `GLIBC_2.3.2` condition variable functions.
+    pub const fn versioned(name: &'static [u8], version: &'static [u8]) -> Self {
+        RealFn {
+            addr: AtomicUsize::new(0),
+            name,
+            version: Some(version),
         }
     }
 
@@ -35,8 +48,18 @@ impl RealFn {
 
     #[cold]
     fn resolve(&self) -> usize {
-        // SAFETY: `name` is a NUL-terminated literal; dlsym is safe to call at any time.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char) };
+        // SAFETY: `name` and `version` are NUL-terminated literals; dlsym and dlvsym are safe to
+        // call at any time.
+        let p = unsafe {
+            match self.version {
+                Some(v) => libc::dlvsym(
+                    libc::RTLD_NEXT,
+                    self.name.as_ptr() as *const c_char,
+                    v.as_ptr() as *const c_char,
+                ),
+                None => libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char),
+            }
+        };
         if p.is_null() {
             crate::diag::fatal_missing_symbol(self.name);
         }
@@ -45,10 +68,14 @@ impl RealFn {
     }
 }
 
+/// Declares, in the invoking module, a `slot` module of [`RealFn`]s and one forwarding function
+/// per listed symbol: `real_fns! { sem_wait: fn(s: *mut sem_t) -> c_int; }` gives
+/// `unsafe fn sem_wait(s) -> c_int` calling the C library's `sem_wait`. Each family of
+/// interposed functions declares its own.
 macro_rules! real_fns {
     ($($name:ident : fn($($arg:ident : $t:ty),*) -> $ret:ty;)*) => {
         pub mod slot {
-            use super::RealFn;
+            use $crate::real::RealFn;
             $(#[allow(non_upper_case_globals)]
             pub static $name: RealFn = RealFn::new(concat!(stringify!($name), "\0").as_bytes());)*
         }
@@ -59,12 +86,14 @@ macro_rules! real_fns {
                 // SAFETY: the slot holds the address of the C library's function of this exact
                 // name, whose signature is the one declared here (from the C headers).
                 let f: unsafe extern "C" fn($($t),*) -> $ret =
-                    unsafe { std::mem::transmute::<usize, _>(slot::$name.get()) };
+                    unsafe { ::std::mem::transmute::<usize, _>(slot::$name.get()) };
                 unsafe { f($($arg),*) }
             }
         )*
     };
 }
+
+pub(crate) use real_fns;
 
 real_fns! {
     pthread_mutex_init: fn(m: *mut pthread_mutex_t, a: *const pthread_mutexattr_t) -> c_int;

@@ -13,7 +13,7 @@ use waitshim_format::{mutex_kind, ObjectKind};
 
 use crate::clock;
 use crate::real;
-use crate::track::engage::{self, Outcome};
+use crate::track::engage::{self, Outcome, Side};
 use crate::track::objects::glibc_mutex;
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::tracker;
@@ -236,18 +236,19 @@ unsafe fn without_trylock(
     };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, KIND, subtype(addr));
-    let mut w = engage::wait_begin(tr, t, obj);
+    let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
     if w.suspected() {
         std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
         engage::wait_check(tr, t, &mut w);
     }
     let r = call();
     let outcome = match r {
-        0 | EOWNERDEAD => Outcome::Acquired,
+        0 => Outcome::Acquired,
+        EOWNERDEAD => Outcome::OwnerDied,
         ETIMEDOUT => Outcome::TimedOut,
         _ => Outcome::Failed,
     };
-    let acquired = matches!(outcome, Outcome::Acquired);
+    let acquired = outcome.acquired();
     engage::wait_end(tr, t, w, outcome);
     if acquired {
         engage::engaged(t, addr, KIND, subtype);
@@ -282,7 +283,7 @@ unsafe fn contended(
         // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
         return real_wait(deadline);
     }
-    let mut w = engage::wait_begin(tr, t, obj);
+    let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
     let r = loop {
         let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
         let slice = clock::deadline_after(clk, w.slice_ns());
@@ -298,11 +299,12 @@ unsafe fn contended(
         break r;
     };
     let outcome = match r {
-        0 | EOWNERDEAD => Outcome::Acquired,
+        0 => Outcome::Acquired,
+        EOWNERDEAD => Outcome::OwnerDied,
         ETIMEDOUT => Outcome::TimedOut,
         _ => Outcome::Failed,
     };
-    let acquired = matches!(outcome, Outcome::Acquired);
+    let acquired = outcome.acquired();
     engage::wait_end(tr, t, w, outcome);
     if acquired {
         engage::engaged(t, addr, KIND, subtype);

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::{Deadlock, DeadlockEdge};
 
-use super::objects::{glibc_mutex, ObjEntry};
 use super::threads::ThreadRec;
 use super::Tracker;
 
@@ -23,16 +22,6 @@ pub struct Hop {
     pub holder: u32,
 }
 
-/// Who holds `obj` now: glibc's owner field (0 while free), read through the kernel for objects
-/// the walk only reached through other threads, which may have been released and unmapped.
-fn holder(obj: &ObjEntry, first: bool) -> u32 {
-    if first {
-        glibc_mutex::owner(obj.addr)
-    } else {
-        glibc_mutex::owner_checked(obj.addr)
-    }
-}
-
 /// The wait-for cycle through `start`, if there is one now.
 pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
     let mut hops: Vec<Hop> = Vec::new();
@@ -44,7 +33,8 @@ pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
         }
         // SAFETY: tracking entries are leaked and never freed.
         let obj = unsafe { &*p };
-        let h = holder(obj, i == 0);
+        // Objects reached through other threads may have been released and unmapped since.
+        let h = obj.holder(i != 0);
         if h == 0 {
             return None;
         }

@@ -7,9 +7,9 @@
 
 use std::sync::atomic::Ordering;
 
-use waitshim_format::ObjectKind;
+use waitshim_format::{counter, ObjectKind};
 
-use super::objects::{glibc_mutex, ObjEntry, CONTENDED, EPISODE};
+use super::objects::{ObjEntry, CONTENDED, EPISODE};
 use super::threads::{Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, Tracker};
 use crate::clock::now_ns;
@@ -165,11 +165,29 @@ fn release_with_episode(t: &ThreadRec, obj: &ObjEntry) {
     highwater::on_release(tr, t, obj, now_ns(), chain);
 }
 
+/// `t` releases `obj` in a way that has no lock call: a semaphore post, a condition variable
+/// signal or broadcast, the last arrival at a barrier, a thread's exit. Ends an open episode,
+/// with this thread as the one the waiters waited for (called inside the shim).
+pub fn released(t: &ThreadRec, obj: &ObjEntry) {
+    if obj.flags() & EPISODE != 0 {
+        release_with_episode(t, obj);
+    }
+}
+
+/// Which side of the object a wait is for: exclusive (mutex, write lock, ...) or shared (read
+/// lock), whose statistics are kept apart.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Exclusive,
+    Shared,
+}
+
 /// A contended wait in progress.
 pub struct Wait {
     pub obj: &'static ObjEntry,
     pub start: u64,
     pub chain: u32,
+    pub side: Side,
     /// A wait-for cycle seen at the last check, to be confirmed by the next one.
     suspect: Option<Vec<deadlock::Hop>>,
 }
@@ -197,7 +215,7 @@ impl Wait {
 /// Likewise, when the object has no owner at this instant, one of the counted waiters is being
 /// handed it or has just passed through it.
 fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
-    let owner = glibc_mutex::owner(obj.addr);
+    let owner = obj.holder(false);
     owner == 0
         || tr
             .threads
@@ -206,13 +224,13 @@ fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 }
 
 /// `t` starts waiting for `obj` (called inside the shim).
-pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry) -> Wait {
+pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
     let start = now_ns();
     if obj.flags() & CONTENDED == 0 {
         obj.set_flag(CONTENDED);
     }
     let mut n = obj.waiters.fetch_add(1, Ordering::AcqRel) + 1;
-    if n > 1 && obj.kind == ObjectKind::Mutex {
+    if n > 1 && matches!(obj.kind, ObjectKind::Mutex | ObjectKind::RwLock) {
         // A waiter leaving decrements the count before it clears `waiting_on`, so the count read
         // after looking at the owner excludes an owner that has left in the meantime.
         let still = owner_still_counted(tr, obj);
@@ -222,6 +240,9 @@ pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry) -> Wait {
             .max(1);
     }
     obj.stats.max_waiters.fetch_max(n, Ordering::Relaxed);
+    if side == Side::Shared {
+        obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
+    }
     tr.blocked.fetch_add(1, Ordering::Relaxed);
     let chain = tr.chain(t);
     t.wait_chain.store(chain, Ordering::Relaxed);
@@ -235,6 +256,7 @@ pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry) -> Wait {
         obj,
         start,
         chain,
+        side,
         suspect,
     }
 }
@@ -250,11 +272,40 @@ pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     w.suspect = now;
 }
 
-/// How a wait ended.
+/// How a wait ended (the reason code kept per object).
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Acquired,
+    OwnerDied,
+    Signalled,
+    Broadcast,
+    Spurious,
+    /// A barrier round completed.
+    Released,
     TimedOut,
+    Interrupted,
     Failed,
+}
+
+impl Outcome {
+    fn key(self) -> u16 {
+        match self {
+            Outcome::Acquired => counter::ENDED_ACQUIRED,
+            Outcome::OwnerDied => counter::ENDED_OWNER_DIED,
+            Outcome::Signalled => counter::ENDED_SIGNALLED,
+            Outcome::Broadcast => counter::ENDED_BROADCAST,
+            Outcome::Spurious => counter::ENDED_SPURIOUS,
+            Outcome::Released => counter::ENDED_RELEASED,
+            Outcome::TimedOut => counter::ENDED_TIMED_OUT,
+            Outcome::Interrupted => counter::ENDED_INTERRUPTED,
+            Outcome::Failed => counter::ENDED_ERROR,
+        }
+    }
+
+    /// Whether the waiter now holds the object (and must be counted as acquiring it).
+    pub fn acquired(self) -> bool {
+        matches!(self, Outcome::Acquired | Outcome::OwnerDied)
+    }
 }
 
 /// `t` stops waiting (called inside the shim).
@@ -265,15 +316,25 @@ pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
     tr.blocked.fetch_sub(1, Ordering::Relaxed);
     let now = now_ns();
     let obj = w.obj;
-    obj.waited(w.chain, now.saturating_sub(w.start));
+    let waited = now.saturating_sub(w.start);
+    match w.side {
+        Side::Exclusive => obj.waited(w.chain, waited),
+        Side::Shared => {
+            obj.add(counter::READ_CONTENDED, 1);
+            obj.add(counter::READ_WAIT_TOTAL_NS, waited);
+            obj.raise(counter::READ_WAIT_MAX_NS, waited);
+            obj.site(w.chain, waited);
+        }
+    }
+    obj.add(outcome.key(), 1);
     match outcome {
-        Outcome::Acquired => {}
         Outcome::TimedOut => {
             obj.stats.timeouts.fetch_add(1, Ordering::Relaxed);
         }
-        Outcome::Failed => {
+        Outcome::Failed | Outcome::Interrupted | Outcome::OwnerDied => {
             obj.stats.errors.fetch_add(1, Ordering::Relaxed);
         }
+        _ => {}
     }
     tr.maybe_flush(now);
 }

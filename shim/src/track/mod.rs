@@ -492,6 +492,9 @@ impl Tracker {
     fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64) {
         let v = obj.version.load(Ordering::Relaxed);
         self.log.write(&obj.counters(now, extra).into());
+        if let Some(k) = obj.kind_counters(now) {
+            self.log.write(&k.into());
+        }
         for site in obj.wait_sites() {
             self.log.write(&site.into());
         }

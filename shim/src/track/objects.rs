@@ -6,9 +6,9 @@
 //! is destroyed, and they detect that through `dead`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
-use waitshim_format::{Counters, ObjectKind, WaitSite};
+use waitshim_format::{CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
 
 use super::highwater::Episode;
 
@@ -74,7 +74,12 @@ pub struct ObjEntry {
     pub version: AtomicU64,
     pub flushed: AtomicU64,
     pub contention: Mutex<Contention>,
+    /// Kind-specific counters and wait-ending reasons, by `waitshim_format::counter` key; allocated on first use.
+    pub extra: OnceLock<Box<[AtomicU64; EXTRA_KEYS]>>,
 }
+
+/// Counter keys are below this.
+pub const EXTRA_KEYS: usize = 64;
 
 /// A value alone on its cache line, so waiter counting does not slow the fast-path fields.
 #[repr(align(64))]
@@ -101,6 +106,64 @@ impl ObjEntry {
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
+            extra: OnceLock::new(),
+        }
+    }
+
+    fn extra_slot(&self, key: u16) -> Option<&AtomicU64> {
+        let table = self
+            .extra
+            .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        table.get(key as usize)
+    }
+
+    /// Adds to a `waitshim_format::counter` of this object.
+    pub fn add(&self, key: u16, v: u64) {
+        if let Some(c) = self.extra_slot(key) {
+            c.fetch_add(v, Ordering::Relaxed);
+            self.touch();
+        }
+    }
+
+    /// Raises a `waitshim_format::counter` of this object to at least `v`.
+    pub fn raise(&self, key: u16, v: u64) {
+        if let Some(c) = self.extra_slot(key) {
+            c.fetch_max(v, Ordering::Relaxed);
+            self.touch();
+        }
+    }
+
+    /// The non-zero kind-specific counters, if any were ever counted.
+    pub fn kind_counters(&self, now: u64) -> Option<KindCounters> {
+        let table = self.extra.get()?;
+        let values = table
+            .iter()
+            .enumerate()
+            .filter_map(|(key, v)| {
+                let value = v.load(Ordering::Relaxed);
+                (value != 0).then_some(CounterValue {
+                    key: key as u16,
+                    value,
+                })
+            })
+            .collect();
+        Some(KindCounters {
+            object_id: self.id,
+            ns: now,
+            values,
+        })
+    }
+
+    /// The thread holding the object now, for kinds that have one: a mutex's owner, an rwlock's
+    /// writer, the thread a join waits for. 0 when free or when the kind has no owner. With
+    /// `checked`, the object's memory is read through the kernel (it may have gone away).
+    pub fn holder(&self, checked: bool) -> u32 {
+        match self.kind {
+            ObjectKind::Mutex if checked => glibc_mutex::owner_checked(self.addr),
+            ObjectKind::Mutex => glibc_mutex::owner(self.addr),
+            ObjectKind::RwLock => glibc_rwlock::writer(self.addr, checked),
+            ObjectKind::Thread => self.last_owner.load(Ordering::Relaxed),
+            _ => 0,
         }
     }
 
@@ -125,12 +188,17 @@ impl ObjEntry {
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records a finished contended wait.
+    /// Records a finished contended wait (exclusive side).
     pub fn waited(&self, chain_id: u32, wait_ns: u64) {
         let s = &self.stats;
         s.contended.fetch_add(1, Ordering::Relaxed);
         s.wait_total.fetch_add(wait_ns, Ordering::Relaxed);
         s.wait_max.fetch_max(wait_ns, Ordering::Relaxed);
+        self.site(chain_id, wait_ns);
+    }
+
+    /// Counts a wait at the call chain it came from.
+    pub fn site(&self, chain_id: u32, wait_ns: u64) {
         let mut c = self.contention();
         let key = if c.sites.len() >= MAX_SITES && !c.sites.iter().any(|x| x.chain_id == chain_id) {
             0
@@ -250,5 +318,39 @@ pub mod glibc_mutex {
         } else {
             v as u32
         }
+    }
+}
+
+/// Reads 4 bytes of this process's memory through the kernel: 0 if the address is unmapped.
+pub fn read_checked(addr: usize) -> u32 {
+    let mut v: u32 = 0;
+    let local = libc::iovec {
+        iov_base: &mut v as *mut u32 as *mut libc::c_void,
+        iov_len: 4,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 4,
+    };
+    // SAFETY: reading 4 bytes of our own address space into a local through the kernel.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n == 4 {
+        v
+    } else {
+        0
+    }
+}
+
+/// glibc's `pthread_rwlock_t` on x86-64: `__cur_writer` (tid of the writer holding it) at byte 24.
+pub mod glibc_rwlock {
+    pub fn writer(addr: usize, checked: bool) -> u32 {
+        let v = if checked {
+            super::read_checked(addr + 24) as i32
+        } else {
+            // SAFETY: the rwlock the calling thread waits for is mapped; other threads write the
+            // field, hence the volatile load.
+            unsafe { std::ptr::read_volatile((addr + 24) as *const i32) }
+        };
+        v.max(0) as u32
     }
 }
