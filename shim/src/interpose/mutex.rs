@@ -123,7 +123,7 @@ pub unsafe extern "C" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if let Some(t) = current() {
         match r {
-            0 => engage::engaged(t, m as usize, KIND, subtype),
+            0 => engage::engaged_try(t, m as usize, KIND, subtype),
             EBUSY => engage::busy(t, m as usize, KIND, subtype),
             _ => {
                 acquired_or_failed(t, m, r);
@@ -236,6 +236,7 @@ unsafe fn without_trylock(
     };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, KIND, subtype(addr));
+    engage::attempting(t, obj);
     let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
     if w.suspected() {
         std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
@@ -283,6 +284,7 @@ unsafe fn contended(
         // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
         return real_wait(deadline);
     }
+    engage::attempting(t, obj);
     let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
     let r = loop {
         let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);

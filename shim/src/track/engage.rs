@@ -14,10 +14,21 @@ use super::threads::{Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, Tracker};
 use crate::clock::now_ns;
 
-/// `t` acquired the object at `addr` without waiting.
+/// `t` acquired the object at `addr` (exclusively) by a call that could have waited: it joins the
+/// thread's held locks, with a lock-order edge from each lock already held.
 #[inline(always)]
 pub fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
     engaged_with(t, t.cached(addr), addr, kind, subtype)
+}
+
+/// As [`engaged`], for a try-acquisition: it holds the object, but adds no lock-order edge
+/// (a trylock cannot deadlock).
+#[inline(always)]
+pub fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    match t.cached(addr) {
+        Some((s, obj)) => took(t, s, obj, addr, false),
+        None => engaged_uncached(t, addr, kind, subtype, false),
+    }
 }
 
 /// As [`engaged`], with the thread's cache looked up beforehand.
@@ -30,22 +41,36 @@ pub fn engaged_with(
     subtype: fn(usize) -> u32,
 ) {
     match hit {
-        Some((s, obj)) => {
-            let n = t.count(s);
-            took(t, obj, n);
-        }
-        None => engaged_uncached(t, addr, kind, subtype),
+        Some((s, obj)) => took(t, s, obj, addr, true),
+        None => engaged_uncached(t, addr, kind, subtype, true),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn engaged_uncached(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+fn engaged_uncached(
+    t: &ThreadRec,
+    addr: usize,
+    kind: ObjectKind,
+    subtype: fn(usize) -> u32,
+    edges: bool,
+) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, kind, subtype(addr));
-    let n = t.count(t.slot(addr));
-    took(t, obj, n);
+    let obj = {
+        let _in = Inside::enter();
+        tr.object(t, addr, kind, subtype(addr))
+    };
+    took(t, t.slot(addr), obj, addr, edges);
+}
+
+/// Lock-order edges from the locks `t` holds to `obj`, which it is about to wait for: a wait that
+/// never ends (a deadlock) still leaves its edges.
+pub fn attempting(t: &ThreadRec, obj: &ObjEntry) {
+    // SAFETY: owning thread, not re-entered.
+    let held = unsafe { t.held_locks() };
+    if held.len > 0 {
+        held.note_edges(t, obj);
+    }
 }
 
 /// Holds of a contended object are timed for one acquisition in this many (per thread and
@@ -53,12 +78,15 @@ fn engaged_uncached(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(us
 /// enough to change the contention being measured.
 const HOLD_SAMPLE_EVERY: u64 = 64;
 
-/// Bookkeeping of an acquisition; `n` is the thread's count of acquisitions of the object.
+/// Bookkeeping of an acquisition: count it in the thread's slot, note the owner, hold it.
 #[inline(always)]
-fn took(t: &ThreadRec, obj: &ObjEntry, n: u64) {
+fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
+    let n = t.count(s);
     if obj.last_owner.load(Ordering::Relaxed) != t.tid() {
         owner_changed(t, obj);
     }
+    // SAFETY: owning thread; recording an edge uses only `local`, never `held_locks`.
+    unsafe { t.held_locks() }.push(t, addr, obj, edges);
     let flags = obj.flags();
     if flags & (CONTENDED | EPISODE) != 0 {
         took_contended(t, obj, flags, n);
@@ -98,6 +126,8 @@ fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
 /// `t` is about to release the object at `addr`.
 #[inline(always)]
 pub fn disengaging(t: &ThreadRec, addr: usize) {
+    // SAFETY: owning thread, not re-entered.
+    unsafe { t.held_locks() }.pop(addr);
     // SAFETY: owning thread; reading the length re-enters nothing.
     let timing = !unsafe { t.local() }.held.is_empty();
     if timing || !t.attention.load(Ordering::Acquire).is_null() {

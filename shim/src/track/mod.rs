@@ -4,10 +4,11 @@
 pub mod deadlock;
 pub mod engage;
 pub mod highwater;
+pub mod lockorder;
 pub mod objects;
 pub mod threads;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
 };
@@ -46,6 +47,8 @@ pub struct Tracker {
     flushing: AtomicBool,
     finished: AtomicBool,
     pub deadlocks: Mutex<Vec<Vec<(u32, u64)>>>,
+    /// Lock-order edges (from, to) already written.
+    pub lock_order: Mutex<HashSet<(u64, u64)>>,
     /// Names given through the C API to objects not tracked yet.
     pending_names: Mutex<HashMap<usize, String>>,
     has_pending_names: AtomicBool,
@@ -127,6 +130,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         flushing: AtomicBool::new(false),
         finished: AtomicBool::new(false),
         deadlocks: Mutex::new(Vec::new()),
+        lock_order: Mutex::new(HashSet::new()),
         pending_names: Mutex::new(HashMap::new()),
         has_pending_names: AtomicBool::new(false),
     }));
@@ -298,6 +302,8 @@ extern "C" fn fork_child() {
                 rec.clear_cache();
                 // SAFETY: owning thread, and nothing else of the shim runs on it now.
                 unsafe { rec.local() }.held.clear();
+                // SAFETY: as above. The parent's objects are not this log's: forget them.
+                *unsafe { rec.held_locks() } = lockorder::Held::default();
                 rec.waiting_on
                     .store(std::ptr::null_mut(), Ordering::Relaxed);
                 attach_thread(tr, rec, None);

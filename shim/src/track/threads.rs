@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize
 
 use smallvec::SmallVec;
 
+use super::lockorder;
 use super::objects::{ObjEntry, DEAD};
 
 pub const SLOTS: usize = 64;
@@ -50,6 +51,9 @@ pub struct ThreadRec {
     pub attention: AtomicPtr<ObjEntry>,
     /// Owner-only state.
     pub local: UnsafeCell<Local>,
+    /// Owner-only: the exclusive locks held, for lock-order edges. Apart from `local` because
+    /// recording an edge captures a chain, which uses `local`.
+    pub held_locks: UnsafeCell<lockorder::Held>,
 }
 
 #[derive(Default)]
@@ -82,6 +86,7 @@ impl ThreadRec {
             named: AtomicBool::new(false),
             attention: AtomicPtr::new(std::ptr::null_mut()),
             local: UnsafeCell::new(Local::default()),
+            held_locks: UnsafeCell::new(lockorder::Held::default()),
         }
     }
 
@@ -96,6 +101,15 @@ impl ThreadRec {
     pub unsafe fn local(&self) -> &mut Local {
         // SAFETY: per the contract, no other reference to `local` exists.
         unsafe { &mut *self.local.get() }
+    }
+
+    /// # Safety
+    /// Only the thread that owns this record may call it, and not re-entrantly.
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    pub unsafe fn held_locks(&self) -> &mut lockorder::Held {
+        // SAFETY: per the contract, no other reference to `held_locks` exists.
+        unsafe { &mut *self.held_locks.get() }
     }
 
     #[inline(always)]
