@@ -3,6 +3,8 @@
 #
 #   uncontended  fixtures/bench_uncontended.c  one thread, 20 M lock/unlock pairs
 #   contended    fixtures/bench_contended.c    4 threads x 5 M pairs on one mutex
+#   condvar      fixtures/bench_condvar.c      2 producers + 2 consumers, 2 M items, bounded queue
+#   sem          fixtures/bench_sem.c          4 threads x 1 M rounds on a 2-slot pool semaphore
 #   pigz         pigz -p 2 on 100 MiB of generated semi-compressible text;
 #                the shim run's output must be byte-identical to the native one
 #
@@ -13,7 +15,7 @@
 # Environment:
 #   BENCH_RUNS=10       timed runs per command
 #   BENCH_WARMUP=2      warmup runs per command
-#   BENCH_SCENARIOS="uncontended contended pigz"   which scenarios to run
+#   BENCH_SCENARIOS="uncontended contended condvar sem pigz"   which scenarios to run
 #   BENCH_NO_BUILD=1    do not run cargo build first
 #   BENCH_STRICT=1      exit 1 when a ratio exceeds its budget
 #   BENCH_SHIM=PATH     preload this library instead of target/release/libwaitshim.so
@@ -28,7 +30,7 @@ cd "$WAITSHIM_ROOT"
 
 runs="${BENCH_RUNS:-10}"
 warmup="${BENCH_WARMUP:-2}"
-scenarios="${BENCH_SCENARIOS:-uncontended contended pigz}"
+scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz}"
 uncontended_pairs=20000000
 shim="${BENCH_SHIM:-$WAITSHIM_ROOT/target/release/libwaitshim.so}"
 results_dir="$WAITSHIM_ROOT/target/bench"
@@ -52,7 +54,7 @@ mkdir -p "$logs" "$results_dir"
 shim_env="$(printf 'LD_PRELOAD=%q WAITSHIM_QUIET=1 WAITSHIM_LOG=%q' "$shim" "$logs/waitshim.%p.log")"
 
 say "compiling benchmark programs"
-scripts/build-fixtures.sh "$work" bench_uncontended bench_contended
+scripts/build-fixtures.sh "$work" bench_uncontended bench_contended bench_condvar bench_sem
 
 failed=0
 summary=()
@@ -226,6 +228,24 @@ for scenario in $scenarios; do
             failed=1
         fi
         ;;
+    condvar)
+        if measure condvar "./bench_condvar" "$shim_env ./bench_condvar"; then
+            check_logged condvar
+            report condvar 1.1
+        else
+            printf 'FAIL: condvar benchmark did not run\n' >&2
+            failed=1
+        fi
+        ;;
+    sem)
+        if measure sem "./bench_sem" "$shim_env ./bench_sem"; then
+            check_logged sem
+            report sem 1.1
+        else
+            printf 'FAIL: sem benchmark did not run\n' >&2
+            failed=1
+        fi
+        ;;
     pigz)
         say "generating 100 MiB of semi-compressible text (seeded)"
         generate_corpus "$work/corpus.txt"
@@ -249,7 +269,7 @@ for scenario in $scenarios; do
         fi
         ;;
     *)
-        die "unknown scenario '$scenario' (expected: uncontended contended pigz)"
+        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz)"
         ;;
     esac
 done
