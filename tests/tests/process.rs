@@ -274,3 +274,91 @@ fn program_without_pthread_locks_runs_unchanged_and_the_report_says_no_sync_obje
         a.text
     );
 }
+
+/// A library whose constructor locks: linked into the program, its constructor runs before the
+/// preloaded shim's own, so the shim must start on that first call.
+const EARLY_LIB: &str = r#"
+#include <pthread.h>
+pthread_mutex_t early_lock = PTHREAD_MUTEX_INITIALIZER;
+int early_count;
+__attribute__((constructor)) static void early(void)
+{
+    for (int i = 0; i < 3; i++) {
+        pthread_mutex_lock(&early_lock); /* line 8 */
+        early_count++;
+        pthread_mutex_unlock(&early_lock);
+    }
+}
+"#;
+
+const EARLY_MAIN: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+extern pthread_mutex_t early_lock;
+extern int early_count;
+int main(void)
+{
+    for (int i = 0; i < 2; i++) {
+        pthread_mutex_lock(&early_lock);
+        early_count++;
+        pthread_mutex_unlock(&early_lock);
+    }
+    printf("early_count=%d\n", early_count);
+    return early_count == 5 ? 0 : 1;
+}
+"#;
+
+#[test]
+fn mutex_locked_by_another_librarys_constructor_before_the_shim_started_is_tracked_from_that_call()
+{
+    let build = tempfile::tempdir().expect("temp dir");
+    let lib_src = build.path().join("early.c");
+    std::fs::write(&lib_src, EARLY_LIB).expect("write library source");
+    let lib = build.path().join("libearly.so");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let out = std::process::Command::new(&cc)
+        .args(["-O1", "-g", "-pthread", "-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&lib_src)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let main_src = build.path().join("early_main.c");
+    std::fs::write(&main_src, EARLY_MAIN).expect("write main source");
+    let exe = build.path().join("early_main");
+    let out = std::process::Command::new(&cc)
+        .args(["-O1", "-g", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&main_src)
+        .arg(format!("-L{}", build.path().display()))
+        .arg("-learly")
+        .arg(format!("-Wl,-rpath,{}", build.path().display()))
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let native = Launch::program(&exe).native().run();
+    native.assert_success();
+    let run = Launch::program(&exe).run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    assert_eq!(run.stdout_text(), "early_count=5\n");
+
+    let a = run.analyze();
+    let log = a.log(0);
+    let lock = log.object_created_at("early.c", 8);
+    assert_eq!(lock["kind"], "mutex", "object: {lock}");
+    assert_eq!(
+        log.counter(lock, "acquisitions"),
+        5,
+        "the 3 acquisitions made before the shim's constructor ran must be counted: {lock}"
+    );
+}
