@@ -159,6 +159,11 @@ pub fn site(file: &str, tag: &str) -> String {
 
 /// Compiles a small C program given as source text into `dir/name`.
 pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    compile_c_with(dir, name, source, &[])
+}
+
+/// As [`compile_c`], with more compiler arguments (`-shared -fPIC` for a library, `-l...`).
+pub fn compile_c_with(dir: &Path, name: &str, source: &str, extra: &[&str]) -> PathBuf {
     let src = dir.join(format!("{name}.c"));
     fs::write(&src, source).expect("write C source");
     let exe = dir.join(name);
@@ -166,6 +171,7 @@ pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
         .args(["-O1", "-g", "-pthread", "-o"])
         .arg(&exe)
         .arg(&src)
+        .args(extra)
         .output()
         .expect("run cc");
     assert!(

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use waitshim_tests::{analyze, compile_c, frame_text, line_of, Launch};
+use waitshim_tests::{analyze, compile_c, compile_c_with, frame_text, line_of, Launch};
 
 fn file_name(p: &Path) -> String {
     p.file_name()
@@ -312,37 +312,13 @@ int main(void)
 fn mutex_locked_by_another_librarys_constructor_before_the_shim_started_is_tracked_from_that_call()
 {
     let build = tempfile::tempdir().expect("temp dir");
-    let lib_src = build.path().join("early.c");
-    std::fs::write(&lib_src, EARLY_LIB).expect("write library source");
-    let lib = build.path().join("libearly.so");
-    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
-    let out = std::process::Command::new(&cc)
-        .args(["-O1", "-g", "-pthread", "-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&lib_src)
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let main_src = build.path().join("early_main.c");
-    std::fs::write(&main_src, EARLY_MAIN).expect("write main source");
-    let exe = build.path().join("early_main");
-    let out = std::process::Command::new(&cc)
-        .args(["-O1", "-g", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&main_src)
-        .arg(format!("-L{}", build.path().display()))
-        .arg("-learly")
-        .arg(format!("-Wl,-rpath,{}", build.path().display()))
-        .output()
-        .expect("run cc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let dir = build.path();
+    compile_c_with(dir, "libearly.so", EARLY_LIB, &["-shared", "-fPIC"]);
+    let exe = compile_c_with(
+        dir,
+        "early_main",
+        EARLY_MAIN,
+        &[&format!("{}/libearly.so", dir.display()), &format!("-Wl,-rpath,{}", dir.display())],
     );
 
     let native = Launch::program(&exe).native().run();
@@ -354,7 +330,7 @@ fn mutex_locked_by_another_librarys_constructor_before_the_shim_started_is_track
 
     let a = run.analyze();
     let log = a.log(0);
-    let lock = log.object_created_at("early.c", 8);
+    let lock = log.object_created_at("libearly.so.c", 8);
     assert_eq!(lock["kind"], "mutex", "object: {lock}");
     assert_eq!(
         log.counter(lock, "acquisitions"),

@@ -213,6 +213,16 @@ fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int
     r
 }
 
+/// How a lock call that waited ended, from its return code.
+fn outcome_of(r: c_int) -> Outcome {
+    match r {
+        0 => Outcome::Acquired,
+        EOWNERDEAD => Outcome::OwnerDied,
+        ETIMEDOUT => Outcome::TimedOut,
+        _ => Outcome::Failed,
+    }
+}
+
 /// Robust, priority-inheriting and priority-protecting mutexes: one call to the real function,
 /// judged contended when the mutex had an owner just before. A wait-for cycle is confirmed by a
 /// second walk a few milliseconds later, since the wait cannot be sliced.
@@ -243,12 +253,7 @@ unsafe fn without_trylock(
         engage::wait_check(tr, t, &mut w);
     }
     let r = call();
-    let outcome = match r {
-        0 => Outcome::Acquired,
-        EOWNERDEAD => Outcome::OwnerDied,
-        ETIMEDOUT => Outcome::TimedOut,
-        _ => Outcome::Failed,
-    };
+    let outcome = outcome_of(r);
     let acquired = outcome.acquired();
     engage::wait_end(tr, t, w, outcome);
     if acquired {
@@ -300,12 +305,7 @@ unsafe fn contended(
         }
         break r;
     };
-    let outcome = match r {
-        0 => Outcome::Acquired,
-        EOWNERDEAD => Outcome::OwnerDied,
-        ETIMEDOUT => Outcome::TimedOut,
-        _ => Outcome::Failed,
-    };
+    let outcome = outcome_of(r);
     let acquired = outcome.acquired();
     engage::wait_end(tr, t, w, outcome);
     if acquired {
