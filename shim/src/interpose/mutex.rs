@@ -291,6 +291,10 @@ unsafe fn contended(
     }
     engage::attempting(t, obj);
     let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+    // Always sliced, even when no cycle is suspected: besides letting the wait look for cycles,
+    // glibc's timed lock behaves better than its plain lock under heavy contention here (4
+    // threads hammering one mutex: 450 k contended waits and 0.83 s with timed slices, against
+    // 2.2 M waits and 1.5 s with the plain lock; native 0.6 s).
     let r = loop {
         let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
         let slice = clock::deadline_after(clk, w.slice_ns());

@@ -52,7 +52,7 @@ pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
             // A cycle that does not pass through `start`: its own members report it.
             return None;
         }
-        t = tr.threads.get(&h)?.value().0;
+        t = tr.thread(h)?;
     }
     None
 }

@@ -248,9 +248,8 @@ fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
     let owner = obj.holder(false);
     owner == 0
         || tr
-            .threads
-            .get(&owner)
-            .is_some_and(|e| std::ptr::eq(e.value().0.waiting_on.load(Ordering::Acquire), obj))
+            .thread(owner)
+            .is_some_and(|h| std::ptr::eq(h.waiting_on.load(Ordering::Acquire), obj))
 }
 
 /// `t` starts waiting for `obj` (called inside the shim).

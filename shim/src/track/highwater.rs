@@ -69,6 +69,16 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
             .into(),
         );
     }
+    // Most waits neither join nor open an episode: decide that without the object's lock.
+    let recent = now.saturating_sub(obj.last_close_ns.load(Ordering::Relaxed)) < COALESCE_NS;
+    if obj.flags() & EPISODE == 0 && !exceeded {
+        if serialised && recent {
+            obj.coalesced.fetch_add(1, Ordering::Relaxed);
+        }
+        if !serialised || recent {
+            return;
+        }
+    }
     let mut c = obj.contention();
     if let Some(ep) = c.episode.as_mut() {
         ep.level = ep.level.max(n);
@@ -76,10 +86,6 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
         return;
     }
     if !exceeded && !serialised {
-        return;
-    }
-    if !exceeded && now.saturating_sub(c.last_close_ns) < COALESCE_NS {
-        c.coalesced += 1;
         return;
     }
     let holder = obj.last_owner.load(Ordering::Relaxed);
@@ -130,10 +136,8 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     } else {
         holder
     };
-    if let Some(h) = tr.threads.get(&holder) {
-        h.value()
-            .0
-            .attention
+    if let Some(h) = tr.thread(holder) {
+        h.attention
             .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
     }
 }
@@ -144,8 +148,8 @@ pub fn on_release(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, now: u64, holder_
     let mut c = obj.contention();
     let Some(ep) = c.episode.take() else { return };
     obj.clear_flag(EPISODE);
-    c.last_close_ns = now;
-    let coalesced = std::mem::take(&mut c.coalesced);
+    obj.last_close_ns.store(now, Ordering::Relaxed);
+    let coalesced = obj.coalesced.swap(0, Ordering::Relaxed);
     drop(c);
     let holder = t.tid();
     let threads_tried = ep.tried.len() as u32 + u32::from(!ep.tried.contains(&holder));

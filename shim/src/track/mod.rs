@@ -34,6 +34,9 @@ pub struct Tracker {
     pub pid: u32,
     pub objects: SkipMap<usize, ObjRef>,
     pub threads: SkipMap<u32, ThreadRef>,
+    /// Direct-mapped index of `threads` by tid, for the contended path (a skiplist lookup costs
+    /// up to a few hundred ns); a miss falls back to the skiplist.
+    by_tid: Box<[AtomicPtr<ThreadRec>; TID_INDEX]>,
     pub chains: Chains,
     pub modules: Modules,
     /// The global highwater mark: most threads ever seen waiting at once on one engaged object.
@@ -65,6 +68,7 @@ static TRACKER: AtomicPtr<Tracker> = AtomicPtr::new(std::ptr::null_mut());
 pub static EXIT_STATUS: AtomicI64 = AtomicI64::new(-1);
 
 const FLUSH_EVERY_NS: u64 = 250_000_000;
+const TID_INDEX: usize = 4096;
 
 /// The tracker, while tracking is on.
 #[inline]
@@ -119,6 +123,9 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         pid,
         objects: SkipMap::new(),
         threads: SkipMap::new(),
+        by_tid: Box::new(std::array::from_fn(
+            |_| AtomicPtr::new(std::ptr::null_mut()),
+        )),
         chains: Chains::new(),
         modules: Modules::new(),
         highwater: AtomicU32::new(0),
@@ -209,6 +216,8 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     // Touching the hook registers its destructor: it runs when this thread ends.
     EXIT_HOOK.with(|_| ());
     tr.threads.insert(tid, ThreadRef(rec));
+    tr.by_tid[tid as usize % TID_INDEX]
+        .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
     tr.live.fetch_add(1, Ordering::Relaxed);
     let b = birth.unwrap_or(Birth {
         parent: 0,
@@ -278,6 +287,12 @@ pub fn thread_exited() {
         }
         tr.log.write(&ThreadExit { tid, ns: now }.into());
         tr.threads.remove(&tid);
+        let _ = tr.by_tid[tid as usize % TID_INDEX].compare_exchange(
+            p as *mut ThreadRec,
+            std::ptr::null_mut(),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
         tr.live.fetch_sub(1, Ordering::Relaxed);
         tr.maybe_flush(now);
     }
@@ -353,6 +368,22 @@ pub fn finish(reason: u8) {
 }
 
 impl Tracker {
+    /// The live thread `tid`, if the shim knows it.
+    pub fn thread(&self, tid: u32) -> Option<&'static ThreadRec> {
+        if tid == 0 {
+            return None;
+        }
+        let p = self.by_tid[tid as usize % TID_INDEX].load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: records are leaked and never freed.
+            let rec: &'static ThreadRec = unsafe { &*p };
+            if rec.tid() == tid {
+                return Some(rec);
+            }
+        }
+        self.threads.get(&tid).map(|e| e.value().0)
+    }
+
     /// Id of the calling thread's current call chain (0 when chains are unavailable).
     pub fn chain(&self, t: &ThreadRec) -> u32 {
         let mut frames = [0u64; chain::MAX_DEPTH];

@@ -29,22 +29,20 @@ pub struct Stats {
     pub max_waiters: AtomicU32,
 }
 
-/// Where threads waited on one object, per waiter chain.
+/// Where threads waited on one object, per waiter chain; claimed without a lock.
 pub struct Site {
-    pub chain_id: u32,
-    pub count: u64,
-    pub total: u64,
-    pub max: u64,
+    pub chain_id: AtomicU32,
+    pub count: AtomicU64,
+    pub total: AtomicU64,
+    pub max: AtomicU64,
 }
 
-/// State only touched on contended paths.
+const SITE_EMPTY: u32 = u32::MAX;
+
+/// State only touched on contended paths, under the object's lock.
 #[derive(Default)]
 pub struct Contention {
     pub episode: Option<Episode>,
-    pub last_close_ns: u64,
-    /// Episodes not recorded because they followed the previous one within the coalescing window.
-    pub coalesced: u32,
-    pub sites: Vec<Site>,
 }
 
 /// Distinct wait sites kept per object; further ones are counted under chain 0.
@@ -74,6 +72,12 @@ pub struct ObjEntry {
     pub version: AtomicU64,
     pub flushed: AtomicU64,
     pub contention: Mutex<Contention>,
+    /// When the last episode ended, and how many later ones were folded into the next record
+    /// (see `highwater`): atomics, so that a wait that opens no episode takes no lock.
+    pub last_close_ns: AtomicU64,
+    pub coalesced: AtomicU32,
+    /// Wait sites, allocated at the first contended wait.
+    pub sites: OnceLock<Box<[Site; MAX_SITES]>>,
     /// Kind-specific counters and wait-ending reasons, by `waitshim_format::counter` key; allocated on first use.
     pub extra: OnceLock<Box<[AtomicU64; EXTRA_KEYS]>>,
 }
@@ -106,6 +110,9 @@ impl ObjEntry {
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
+            last_close_ns: AtomicU64::new(0),
+            coalesced: AtomicU32::new(0),
+            sites: OnceLock::new(),
             extra: OnceLock::new(),
         }
     }
@@ -197,28 +204,41 @@ impl ObjEntry {
         self.site(chain_id, wait_ns);
     }
 
-    /// Counts a wait at the call chain it came from.
+    /// Counts a wait at the call chain it came from. The last slot gathers the chains that
+    /// found the table full (reported under chain 0).
     pub fn site(&self, chain_id: u32, wait_ns: u64) {
-        let mut c = self.contention();
-        let key = if c.sites.len() >= MAX_SITES && !c.sites.iter().any(|x| x.chain_id == chain_id) {
-            0
-        } else {
-            chain_id
-        };
-        match c.sites.iter_mut().find(|x| x.chain_id == key) {
-            Some(site) => {
-                site.count += 1;
-                site.total += wait_ns;
-                site.max = site.max.max(wait_ns);
-            }
-            None => c.sites.push(Site {
-                chain_id: key,
-                count: 1,
-                total: wait_ns,
-                max: wait_ns,
-            }),
-        }
-        drop(c);
+        let sites = self.sites.get_or_init(|| {
+            Box::new(std::array::from_fn(|_| Site {
+                chain_id: AtomicU32::new(SITE_EMPTY),
+                count: AtomicU64::new(0),
+                total: AtomicU64::new(0),
+                max: AtomicU64::new(0),
+            }))
+        });
+        let (rest, last) = (&sites[..MAX_SITES - 1], &sites[MAX_SITES - 1]);
+        let site = rest
+            .iter()
+            .find(|x| {
+                let c = x.chain_id.load(Ordering::Acquire);
+                c == chain_id
+                    || (c == SITE_EMPTY
+                        && match x.chain_id.compare_exchange(
+                            SITE_EMPTY,
+                            chain_id,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => true,
+                            Err(now) => now == chain_id,
+                        })
+            })
+            .unwrap_or_else(|| {
+                last.chain_id.store(0, Ordering::Relaxed);
+                last
+            });
+        site.count.fetch_add(1, Ordering::Relaxed);
+        site.total.fetch_add(wait_ns, Ordering::Relaxed);
+        site.max.fetch_max(wait_ns, Ordering::Relaxed);
         self.touch();
     }
 
@@ -253,15 +273,21 @@ impl ObjEntry {
     }
 
     pub fn wait_sites(&self) -> Vec<WaitSite> {
-        self.contention()
-            .sites
+        let Some(sites) = self.sites.get() else {
+            return Vec::new();
+        };
+        sites
             .iter()
+            .filter(|s| {
+                s.chain_id.load(Ordering::Acquire) != SITE_EMPTY
+                    && s.count.load(Ordering::Relaxed) > 0
+            })
             .map(|s| WaitSite {
                 object_id: self.id,
-                chain_id: s.chain_id,
-                count: s.count,
-                wait_total_ns: s.total,
-                wait_max_ns: s.max,
+                chain_id: s.chain_id.load(Ordering::Relaxed),
+                count: s.count.load(Ordering::Relaxed),
+                wait_total_ns: s.total.load(Ordering::Relaxed),
+                wait_max_ns: s.max.load(Ordering::Relaxed),
             })
             .collect()
     }
