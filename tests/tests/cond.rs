@@ -357,6 +357,24 @@ fn cond_semantics_program_checks_every_return_code_identically_under_the_shim() 
     assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
 }
 
+#[test]
+fn a_thread_cancelled_in_a_cond_wait_unwinds_through_the_shim_and_its_wait_ends_interrupted() {
+    let run = run_both("cond_cancel");
+    assert_eq!(
+        run.stdout_text(),
+        "cond_cancel: cancelled yes, mutex free after: yes\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let kc = kind_counters(run.single_log());
+    let f = "cond_cancel.c";
+    let cond = log.object_created_at(f, line_of(f, "init-cond"));
+    assert_eq!(waits(&log, cond), 1);
+    assert_eq!(log.counter(cond, "errors"), 1);
+    assert_eq!(kind(&kc, cond, counter::ENDED_INTERRUPTED), 1);
+    assert!(waited_at(&log, cond, f, line_of(f, "cancelled-wait")));
+}
+
 // Real programs, unmodified, from Debian packages.
 
 /// The path of a Debian program, installing its package if it is missing.
