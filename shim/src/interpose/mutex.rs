@@ -20,7 +20,9 @@ use crate::track::tracker;
 
 const KIND: ObjectKind = ObjectKind::Mutex;
 
-fn subtype(addr: usize) -> u32 {
+/// The mutex subtype bits of the object at `addr` (also used when a condition variable wait
+/// re-acquires its mutex).
+pub(crate) fn subtype(addr: usize) -> u32 {
     // glibc keeps type, robust and protocol bits together in `__kind`.
     let k = glibc_mutex::kind(addr);
     (k & mutex_kind::TYPE_MASK)

@@ -67,6 +67,10 @@ pub struct ObjEntry {
     pub last_owner: AtomicU32,
     // Contended paths only, on their own cache lines.
     pub waiters: Padded<AtomicU32>,
+    /// Condition variables: when the last signal or broadcast that found waiters was sent
+    /// (monotonic ns shifted left by one; low bit set for a broadcast), 0 if none was. A wait
+    /// that returns judges by it whether it was woken, and how, and how long re-acquiring took.
+    pub last_wake: AtomicU64,
     pub stats: Stats,
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
     pub version: AtomicU64,
@@ -106,6 +110,7 @@ impl ObjEntry {
             flags: AtomicU8::new(0),
             last_owner: AtomicU32::new(0),
             waiters: Default::default(),
+            last_wake: AtomicU64::new(0),
             stats: Stats::default(),
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),

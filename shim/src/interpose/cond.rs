@@ -1,0 +1,273 @@
+//! `pthread_cond_*`. Every call returns exactly what glibc returns.
+//!
+//! glibc keeps two implementations under two symbol versions: `GLIBC_2.2.5` (the old one, which
+//! allocates a new-style condition variable behind the caller's) and `GLIBC_2.3.2`. Our
+//! unversioned definitions bind for programs linked against either, and every call goes to the
+//! `GLIBC_2.3.2` one, so a condition variable is never handled by both (a producer/consumer
+//! program whose wait and signal went to different implementations hangs).
+//!
+//! A wait is a tracked wait on the condition variable (it takes part in the highwater mark like
+//! a mutex wait); the signal or broadcast that ends it is the release its waiters waited for.
+//! Inside the wait glibc releases and re-acquires the mutex, which our mutex wrappers never see:
+//! the wait does the mutex's release and acquisition bookkeeping itself, and times the
+//! re-acquisition after a wake-up apart from the wait for the wake-up (a thundering herd after a
+//! broadcast shows there).
+//!
+//! The wait is one call to the real function, never sliced like a mutex wait: a condition
+//! variable has no owner, so a thread waiting on it closes no wait-for cycle, and a sliced wait
+//! could miss a signal sent between two slices.
+
+use std::sync::atomic::Ordering;
+
+use libc::{
+    c_int, clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec, EOWNERDEAD,
+    ETIMEDOUT,
+};
+use waitshim_format::{counter, ObjectKind};
+
+use super::mutex;
+use crate::clock::now_ns;
+use crate::track::engage::{self, Outcome, Side, Wait};
+use crate::track::objects::ObjEntry;
+use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::{tracker, Tracker};
+
+const KIND: ObjectKind = ObjectKind::Cond;
+/// Condition variables have no subtype in the log.
+const SUBTYPE: u32 = 0;
+
+/// The C library's functions, bound to the `GLIBC_2.3.2` versions. Called through `C-unwind`
+/// pointers: a wait is a cancellation point, and glibc cancels a thread by unwinding it through
+/// our frames (our bookkeeping runs on the way out, see [`Pending`]).
+mod real {
+    use libc::{c_int, clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec};
+
+    use crate::real::RealFn;
+
+    const V: &[u8] = b"GLIBC_2.3.2\0";
+    static INIT: RealFn = RealFn::versioned(b"pthread_cond_init\0", V);
+    static DESTROY: RealFn = RealFn::versioned(b"pthread_cond_destroy\0", V);
+    static WAIT: RealFn = RealFn::versioned(b"pthread_cond_wait\0", V);
+    static TIMEDWAIT: RealFn = RealFn::versioned(b"pthread_cond_timedwait\0", V);
+    static SIGNAL: RealFn = RealFn::versioned(b"pthread_cond_signal\0", V);
+    static BROADCAST: RealFn = RealFn::versioned(b"pthread_cond_broadcast\0", V);
+    /// Added in glibc 2.30 (versions `GLIBC_2.30` and `GLIBC_2.34`, both the new implementation):
+    /// the default version is the right one.
+    static CLOCKWAIT: RealFn = RealFn::new(b"pthread_cond_clockwait\0");
+
+    macro_rules! forward {
+        ($($name:ident = $slot:ident: fn($($arg:ident: $t:ty),*);)*) => {$(
+            pub unsafe fn $name($($arg: $t),*) -> c_int {
+                // SAFETY: the slot holds the address of glibc's function of this name, whose C
+                // signature is the one declared here (from <pthread.h>).
+                let f: unsafe extern "C-unwind" fn($($t),*) -> c_int =
+                    unsafe { std::mem::transmute::<usize, _>($slot.get()) };
+                // SAFETY: forwarding the caller's arguments.
+                unsafe { f($($arg),*) }
+            }
+        )*};
+    }
+
+    forward! {
+        init = INIT: fn(c: *mut pthread_cond_t, a: *const pthread_condattr_t);
+        destroy = DESTROY: fn(c: *mut pthread_cond_t);
+        wait = WAIT: fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t);
+        timedwait = TIMEDWAIT: fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, ts: *const timespec);
+        clockwait = CLOCKWAIT: fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, clk: clockid_t, ts: *const timespec);
+        signal = SIGNAL: fn(c: *mut pthread_cond_t);
+        broadcast = BROADCAST: fn(c: *mut pthread_cond_t);
+    }
+}
+
+/// Whether glibc would wait with this deadline at all: it answers EINVAL at once, before touching
+/// the mutex, for a deadline out of range (and crashes on a null one, which it must do itself).
+fn valid(ts: *const timespec) -> bool {
+    // SAFETY: a non-null pointer from the caller of a timed wait points to a timespec.
+    !ts.is_null() && unsafe { (*ts).tv_nsec >= 0 && (*ts).tv_nsec < 1_000_000_000 }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_init(
+    c: *mut pthread_cond_t,
+    a: *const pthread_condattr_t,
+) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::init(c, a) };
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_initialised(t, c as usize, KIND, SUBTYPE);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_destroy(c: *mut pthread_cond_t) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real::destroy(c) };
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_destroyed(t, c as usize);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
+    if let (Some(t), Some(tr)) = (current(), tracker()) {
+        waking(tr, t, c as usize, false);
+    }
+    // SAFETY: forwarding.
+    unsafe { real::signal(c) }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
+    if let (Some(t), Some(tr)) = (current(), tracker()) {
+        waking(tr, t, c as usize, true);
+    }
+    // SAFETY: forwarding.
+    unsafe { real::broadcast(c) }
+}
+
+/// Bookkeeping of a signal or broadcast, done before the real call so that a waiter it wakes
+/// finds the wake-up stamped when it returns.
+fn waking(tr: &Tracker, t: &ThreadRec, addr: usize, broadcast: bool) {
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, KIND, SUBTYPE);
+    obj.add(
+        if broadcast {
+            counter::BROADCASTS
+        } else {
+            counter::SIGNALS
+        },
+        1,
+    );
+    // A signal nobody waits for wakes nobody: only stamp (a shared write) when there are waiters.
+    if obj.waiters.load(Ordering::Acquire) > 0 {
+        obj.last_wake
+            .store(now_ns() << 1 | u64::from(broadcast), Ordering::Release);
+    }
+    // The signaller is the one the waiters waited for: it ends their high-contention episode.
+    engage::released(t, obj);
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_wait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { tracked_wait(c, m, || real::wait(c, m)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_timedwait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    ts: *const timespec,
+) -> c_int {
+    if !valid(ts) {
+        // SAFETY: forwarding; glibc rejects (or faults on) the deadline without waiting.
+        return unsafe { real::timedwait(c, m, ts) };
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { tracked_wait(c, m, || real::timedwait(c, m, ts)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn pthread_cond_clockwait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    clk: clockid_t,
+    ts: *const timespec,
+) -> c_int {
+    if (clk != libc::CLOCK_REALTIME && clk != libc::CLOCK_MONOTONIC) || !valid(ts) {
+        // SAFETY: forwarding; glibc rejects the clock or deadline without waiting.
+        return unsafe { real::clockwait(c, m, clk, ts) };
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { tracked_wait(c, m, || real::clockwait(c, m, clk, ts)) }
+}
+
+/// A wait on `c` with mutex `m`; `call` is the real wait.
+unsafe fn tracked_wait(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let (Some(t), Some(tr)) = (current(), tracker()) else {
+        return call();
+    };
+    let _in = Inside::enter();
+    let cond = tr.object(t, c as usize, KIND, SUBTYPE);
+    // glibc releases the mutex inside the wait: what our unlock wrapper would have done.
+    engage::disengaging(t, m as usize);
+    let mut pending = Pending {
+        tr,
+        t,
+        mutex: m as usize,
+        wait: Some(engage::wait_begin(tr, t, cond, Side::Exclusive)),
+    };
+    let r = call();
+    pending.ended(r);
+    r
+}
+
+/// A wait in the real function. Normally ended by [`Pending::ended`]; dropped while still
+/// pending when the thread is cancelled in the wait, in which case glibc has re-acquired the
+/// mutex before unwinding the thread through here.
+struct Pending<'a> {
+    tr: &'a Tracker,
+    t: &'a ThreadRec,
+    mutex: usize,
+    wait: Option<Wait>,
+}
+
+impl Pending<'_> {
+    fn ended(&mut self, r: c_int) {
+        let Some(w) = self.wait.take() else { return };
+        let now = now_ns();
+        let cond: &ObjEntry = w.obj;
+        let wake = cond.last_wake.load(Ordering::Acquire);
+        // Only a wake-up sent after the wait began can have ended it; when glibc returns 0
+        // without one, the wake-up was spurious.
+        let woken_at = Some(wake >> 1).filter(|&at| at > w.start);
+        let outcome = match (r, woken_at) {
+            (0, Some(_)) if wake & 1 != 0 => Outcome::Broadcast,
+            (0, Some(_)) => Outcome::Signalled,
+            (0, None) => Outcome::Spurious,
+            (ETIMEDOUT, _) => Outcome::TimedOut,
+            (EOWNERDEAD, _) => Outcome::OwnerDied,
+            _ => Outcome::Failed,
+        };
+        if let (0 | EOWNERDEAD, Some(at)) = (r, woken_at) {
+            // From the wake-up to the return: the time spent re-acquiring the mutex.
+            let reacquire = now.saturating_sub(at);
+            cond.add(counter::REACQUIRE_WAIT_TOTAL_NS, reacquire);
+            cond.raise(counter::REACQUIRE_WAIT_MAX_NS, reacquire);
+        }
+        engage::wait_end(self.tr, self.t, w, outcome);
+        // The mutex is held again after a wake-up or a timeout (and, robust, an owner's death);
+        // other errors returned before glibc released it.
+        if matches!(r, 0 | ETIMEDOUT | EOWNERDEAD) {
+            self.reacquired();
+        }
+    }
+
+    fn reacquired(&self) {
+        engage::engaged(self.t, self.mutex, ObjectKind::Mutex, mutex::subtype);
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(w) = self.wait.take() {
+            engage::wait_end(self.tr, self.t, w, Outcome::Interrupted);
+            self.reacquired();
+        }
+    }
+}
