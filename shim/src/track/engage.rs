@@ -11,7 +11,7 @@ use waitshim_format::{counter, ObjectKind};
 
 use super::objects::{ObjEntry, CONTENDED, EPISODE};
 use super::threads::{Held, Inside, Slot, ThreadRec};
-use super::{deadlock, highwater, tracker, Tracker};
+use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 
 /// `t` acquired the object at `addr` (exclusively) by a call that could have waited: it joins the
@@ -254,6 +254,17 @@ fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 
 /// `t` starts waiting for `obj` (called inside the shim).
 pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
+    wait_begin_at(tr, t, obj, side, CallSite::default())
+}
+
+/// As [`wait_begin`], for a wait called from `site` (its chain may be reused without unwinding).
+pub fn wait_begin_at(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &'static ObjEntry,
+    side: Side,
+    site: CallSite,
+) -> Wait {
     let start = now_ns();
     if obj.flags() & CONTENDED == 0 {
         obj.set_flag(CONTENDED);
@@ -273,7 +284,7 @@ pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Sid
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
     }
     tr.blocked.fetch_add(1, Ordering::Relaxed);
-    let chain = tr.chain(t);
+    let chain = tr.chain_at(t, site);
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
     t.wait_seq.fetch_add(1, Ordering::AcqRel);

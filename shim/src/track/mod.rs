@@ -190,6 +190,14 @@ pub fn init() {
     }
 }
 
+/// Where an interposed function was called from: the return address into the program and the
+/// caller's stack pointer, passed by the function's entry trampoline (0 when unknown).
+#[derive(Clone, Copy, Default)]
+pub struct CallSite {
+    pub ret: usize,
+    pub sp: usize,
+}
+
 /// How a thread came to be, when the shim saw it created.
 pub struct Birth {
     pub parent: u32,
@@ -382,6 +390,27 @@ impl Tracker {
             }
         }
         self.threads.get(&tid).map(|e| e.value().0)
+    }
+
+    /// As [`Tracker::chain`], reusing the chain last captured at the same call site and stack
+    /// depth (a thread waiting again where it waited before), which saves the unwinding: the
+    /// dearest part of a contended wait. Two call paths that reach one call site at the same
+    /// stack depth in one thread would share a chain; that is rare and only mislabels a wait.
+    pub fn chain_at(&self, t: &ThreadRec, site: CallSite) -> u32 {
+        if site.ret == 0 {
+            return self.chain(t);
+        }
+        let i = ((site.ret ^ site.sp.rotate_left(20)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
+            as usize;
+        // SAFETY: called by the owning thread from inside the shim, so not re-entered.
+        let cached = unsafe { t.local() }.site_cache[i];
+        if cached.0 == site.ret && cached.1 == site.sp && cached.2 != 0 {
+            return cached.2;
+        }
+        let id = self.chain(t);
+        // SAFETY: as above; the borrow taken by `chain` has ended.
+        unsafe { t.local() }.site_cache[i] = (site.ret, site.sp, id);
+        id
     }
 
     /// Id of the calling thread's current call chain (0 when chains are unavailable).

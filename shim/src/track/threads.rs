@@ -56,11 +56,23 @@ pub struct ThreadRec {
     pub held_locks: UnsafeCell<lockorder::Held>,
 }
 
-#[derive(Default)]
 pub struct Local {
     pub held: SmallVec<[Held; 8]>,
     /// (chain hash, chain id): saves the global intern table for repeated chains.
     pub chain_cache: [(u64, u32); 32],
+    /// (return address, caller's stack pointer, chain id): the chain last captured for a call
+    /// site at a stack depth, reused without unwinding.
+    pub site_cache: [(usize, usize, u32); 64],
+}
+
+impl Default for Local {
+    fn default() -> Self {
+        Local {
+            held: SmallVec::new(),
+            chain_cache: [(0, 0); 32],
+            site_cache: [(0, 0, 0); 64],
+        }
+    }
 }
 
 // SAFETY: fields read by other threads are atomics; `local` is only touched by the thread that
