@@ -30,7 +30,7 @@ use crate::clock::now_ns;
 use crate::track::engage::{self, Outcome, Side, Wait};
 use crate::track::objects::ObjEntry;
 use crate::track::threads::{current, Inside, ThreadRec};
-use crate::track::{tracker, Tracker};
+use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Cond;
 /// Condition variables have no subtype in the log.
@@ -155,13 +155,25 @@ fn waking(tr: &Tracker, t: &ThreadRec, addr: usize, broadcast: bool) {
     engage::released(t, obj);
 }
 
+/// Entry trampoline: hands `wait_from` the caller's return address and stack pointer (the call
+/// site, for the chain cache) in the third and fourth argument registers, then jumps to it.
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_wait(
     c: *mut pthread_cond_t,
     m: *mut pthread_mutex_t,
 ) -> c_int {
+    std::arch::naked_asm!("mov rdx, qword ptr [rsp]", "lea rcx, [rsp + 8]", "jmp {}", sym wait_from)
+}
+
+unsafe extern "C-unwind" fn wait_from(
+    c: *mut pthread_cond_t,
+    m: *mut pthread_mutex_t,
+    ret: usize,
+    sp: usize,
+) -> c_int {
     // SAFETY: forwarding the caller's arguments.
-    unsafe { tracked_wait(c, m, || real::wait(c, m)) }
+    unsafe { tracked_wait(c, m, CallSite { ret, sp }, || real::wait(c, m)) }
 }
 
 #[no_mangle]
@@ -175,7 +187,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_timedwait(
         return unsafe { real::timedwait(c, m, ts) };
     }
     // SAFETY: forwarding the caller's arguments.
-    unsafe { tracked_wait(c, m, || real::timedwait(c, m, ts)) }
+    unsafe { tracked_wait(c, m, CallSite::default(), || real::timedwait(c, m, ts)) }
 }
 
 #[no_mangle]
@@ -190,13 +202,14 @@ pub unsafe extern "C-unwind" fn pthread_cond_clockwait(
         return unsafe { real::clockwait(c, m, clk, ts) };
     }
     // SAFETY: forwarding the caller's arguments.
-    unsafe { tracked_wait(c, m, || real::clockwait(c, m, clk, ts)) }
+    unsafe { tracked_wait(c, m, CallSite::default(), || real::clockwait(c, m, clk, ts)) }
 }
 
 /// A wait on `c` with mutex `m`; `call` is the real wait.
 unsafe fn tracked_wait(
     c: *mut pthread_cond_t,
     m: *mut pthread_mutex_t,
+    site: CallSite,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
     let (Some(t), Some(tr)) = (current(), tracker()) else {
@@ -210,7 +223,7 @@ unsafe fn tracked_wait(
         tr,
         t,
         mutex: m as usize,
-        wait: Some(engage::wait_begin(tr, t, cond, Side::Exclusive)),
+        wait: Some(engage::wait_begin_at(tr, t, cond, Side::Exclusive, site)),
     };
     let r = call();
     pending.ended(r);
