@@ -406,6 +406,7 @@ impl Model {
                 self.seen(n.ns);
                 Self::push_history(&mut self.notes, n, &mut self.overflow.history);
             }
+            Record::KindCounters(_) | Record::LockOrder(_) => {}
             Record::Unknown { .. } => {}
         }
     }

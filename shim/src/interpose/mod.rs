@@ -3,4 +3,5 @@
 
 pub mod mutex;
 pub mod process;
+pub mod sem;
 pub mod thread;
