@@ -22,6 +22,7 @@
 //! `sem_close`, which is where the object ends. `sem_unlink` only removes the name: processes
 //! that have the semaphore open keep using it.
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
@@ -357,12 +358,17 @@ unsafe fn contended(
     let Some(tr) = tracker() else {
         return call();
     };
-    let _in = Inside::enter();
+    // The real waits are cancellation points: a cancelled thread leaves through this frame by
+    // forced unwinding, which Rust allows only through frames with nothing to drop. So the
+    // guard and the wait are dropped by hand; the thread's exit hook undoes a wait that a
+    // cancellation cut short.
+    let inside = ManuallyDrop::new(Inside::enter());
     let obj = object(tr, t, addr);
-    let w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+    let w = ManuallyDrop::new(engage::wait_begin(tr, t, obj, Side::Exclusive));
     set_errno(caller_errno);
     let r = call();
     let e = errno();
+    let w = ManuallyDrop::into_inner(w);
     let outcome = match (r, e) {
         (0, _) => Outcome::Acquired,
         (_, ETIMEDOUT) => Outcome::TimedOut,
@@ -382,6 +388,7 @@ unsafe fn contended(
         }
     }
     episode_unreleased(tr, obj);
+    drop(ManuallyDrop::into_inner(inside));
     set_errno(e);
     r
 }
