@@ -4,4 +4,5 @@
 pub mod cond;
 pub mod mutex;
 pub mod process;
+pub mod sem;
 pub mod thread;

@@ -276,6 +276,14 @@ pub fn thread_exited() {
     let rec = unsafe { &*p };
     rec.fold_all();
     if let Some(tr) = tracker() {
+        // A thread cancelled in a wait (a cancellation point such as sem_wait) never returned
+        // from it: it no longer waits.
+        let waited = rec.waiting_on.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        if !waited.is_null() {
+            // SAFETY: tracking entries are leaked and never freed.
+            unsafe { &*waited }.waiters.fetch_sub(1, Ordering::AcqRel);
+            tr.blocked.fetch_sub(1, Ordering::Relaxed);
+        }
         let tid = rec.tid();
         let now = now_ns();
         // Names set with prctl(PR_SET_NAME) bypass pthread_setname_np: read the final one.
