@@ -162,7 +162,8 @@ pub struct LockEdge {
     pub to: u64,
     /// Distinct (thread, chain) pairs that took the edge, in log order, at most [`MAX_WITNESSES`].
     pub witnesses: Vec<Witness>,
-    /// Distinct witnesses beyond those kept.
+    /// Records of the edge beyond the kept witnesses (not deduplicated: the shim writes an edge
+    /// once per thread, so these are mostly other threads).
     pub more_witnesses: u64,
 }
 
@@ -549,7 +550,6 @@ impl Model {
                 ns: l.ns,
             });
         } else {
-            // Not deduplicated beyond the kept ones: a count, not an exact number of pairs.
             edge.more_witnesses = edge.more_witnesses.saturating_add(1);
         }
     }

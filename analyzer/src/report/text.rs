@@ -138,6 +138,12 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
     if let Some(why) = inv.stopped {
         let _ = write!(line, "; {}", stopped_text(why));
     }
+    if inv.depth_limited {
+        let _ = write!(
+            line,
+            "; cycles of more than {MAX_CYCLE_LEN} objects not searched for"
+        );
+    }
     let _ = writeln!(out, "{line}");
 }
 
@@ -238,11 +244,8 @@ fn potential_deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
             "\nPOTENTIAL DEADLOCKS ({n}: lock-order {}, a deadlock if the threads interleave badly)",
             if n == 1 { "inversion" } else { "inversions" }
         );
-    } else if inv.stopped.is_some() {
-        let _ = writeln!(
-            out,
-            "\nLOCK ORDER: no inversion found before the search stopped"
-        );
+    } else if inv.stopped.is_some() || inv.depth_limited {
+        let _ = writeln!(out, "\nLOCK ORDER: no inversion found");
     }
     if let Some(why) = inv.stopped {
         let _ = writeln!(out, "  ({})", stopped_text(why));
@@ -304,7 +307,7 @@ fn potential_deadlock(ctx: &mut Ctx<'_>, rank: usize, p: &PotentialDeadlock, out
         if edge.more_witnesses > 0 {
             let _ = writeln!(
                 out,
-                "    ... and {} more times not kept",
+                "    ... and {} more records of this edge not kept",
                 edge.more_witnesses
             );
         }
@@ -456,25 +459,29 @@ fn records(ctx: &mut Ctx<'_>, out: &mut String) {
     }
 }
 
-/// The per-kind tables, in this order; objects whose creation was lost come last.
-const TABLES: [(Option<ObjectKind>, &str); 8] = [
-    (Some(ObjectKind::Mutex), "MUTEXES"),
+/// The per-kind tables, in this order, with what their column prefixes mean; objects whose
+/// creation was lost come last.
+const TABLES: [(Option<ObjectKind>, &str, &str); 8] = [
+    (Some(ObjectKind::Mutex), "MUTEXES", ""),
     (
         Some(ObjectKind::RwLock),
-        "RWLOCKS (w-: write side, r-: read side)",
+        "RWLOCKS",
+        "; w-: write side, r-: read side",
     ),
-    (Some(ObjectKind::Cond), "CONDITION VARIABLES"),
-    (Some(ObjectKind::Semaphore), "SEMAPHORES"),
+    (Some(ObjectKind::Cond), "CONDITION VARIABLES", ""),
+    (Some(ObjectKind::Semaphore), "SEMAPHORES", ""),
     (
         Some(ObjectKind::Spin),
-        "SPINLOCKS (spinning counts as waiting)",
+        "SPINLOCKS",
+        "; spinning counts as waiting",
     ),
-    (Some(ObjectKind::Barrier), "BARRIERS"),
+    (Some(ObjectKind::Barrier), "BARRIERS", ""),
     (
         Some(ObjectKind::Thread),
-        "THREADS JOINED (waits in pthread_join)",
+        "THREADS JOINED",
+        "; waits in pthread_join",
     ),
-    (None, "OBJECTS OF UNKNOWN KIND (creation record lost)"),
+    (None, "OBJECTS OF UNKNOWN KIND", "; creation record lost"),
 ];
 
 /// Column headings of a kind's table (the object label follows them).
@@ -542,7 +549,9 @@ fn columns(kind: Option<ObjectKind>) -> &'static [&'static str] {
             "waiters",
             "busy",
         ],
-        Some(ObjectKind::Barrier) => &["waits", "rounds", "wait-tot", "wait-max", "waiters"],
+        Some(ObjectKind::Barrier) => &[
+            "arrivals", "waits", "rounds", "wait-tot", "wait-max", "waiters",
+        ],
         Some(ObjectKind::Thread) => &[
             "joins", "waited", "wait-tot", "wait-max", "waiters", "timeouts", "busy",
         ],
@@ -636,6 +645,7 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
             n(|c| c.busy),
         ],
         Some(ObjectKind::Barrier) => vec![
+            n(|c| c.acquisitions),
             n(|c| c.contended),
             k(counter::ROUNDS),
             t(|c| c.wait_total_ns),
@@ -685,7 +695,7 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
         objs.len(),
         m.objects.len()
     );
-    for (kind, title) in TABLES {
+    for (kind, title, note) in TABLES {
         let rows: Vec<&Object> = objs.iter().copied().filter(|o| o.kind() == kind).collect();
         if rows.is_empty() {
             continue;
@@ -710,7 +720,7 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             }
             l
         };
-        let _ = writeln!(out, "\n  {title} ({})", rows.len());
+        let _ = writeln!(out, "\n  {title} ({}{note})", rows.len());
         let _ = writeln!(
             out,
             "{}  object",
