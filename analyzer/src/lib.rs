@@ -1,6 +1,8 @@
 //! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
-//! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`].
+//! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`]
+//! ([`lockorder`] finds the potential deadlocks the reports show).
 
+pub mod lockorder;
 pub mod model;
 pub mod read;
 pub mod report;

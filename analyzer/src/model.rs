@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use waitshim_format::{
-    contention_reason, ContentionClose, ContentionOpen, Counters, Deadlock, Highwater, Module,
-    ObjectCreate, ObjectKind, Record, RunEnd, RunStart, WaitSite,
+    contention_reason, counter, ContentionClose, ContentionOpen, Counters, Deadlock, Highwater,
+    KindCounters, LockOrder, Module, ObjectCreate, ObjectKind, Record, RunEnd, RunStart, WaitSite,
 };
 
 /// Most items of one kind kept per log; beyond this they are counted, not stored.
@@ -16,6 +16,45 @@ pub const MAX_STORED: usize = 1_000_000;
 pub const MAX_CHAIN_FRAMES: usize = 256;
 /// Highwater rises, deadlocks and notes kept per log.
 const MAX_HISTORY: usize = 10_000;
+/// Kind-specific counter values kept per object (the shim writes about a dozen keys).
+pub const MAX_KIND_VALUES: usize = 64;
+/// Distinct lock-order edges kept per log.
+pub const MAX_LOCK_ORDER_EDGES: usize = 200_000;
+/// Distinct (thread, chain) witnesses kept per lock-order edge; more are only counted.
+pub const MAX_WITNESSES: usize = 8;
+
+/// Reason codes (how waits ended): the [`counter`] key, the JSON name, the text name.
+pub const ENDED: [(u16, &str, &str); 9] = [
+    (counter::ENDED_ACQUIRED, "acquired", "acquired"),
+    (counter::ENDED_OWNER_DIED, "owner_died", "owner died"),
+    (counter::ENDED_SIGNALLED, "signalled", "signalled"),
+    (counter::ENDED_BROADCAST, "broadcast", "broadcast"),
+    (counter::ENDED_SPURIOUS, "spurious", "spurious"),
+    (counter::ENDED_RELEASED, "released", "released"),
+    (counter::ENDED_TIMED_OUT, "timed_out", "timed out"),
+    (counter::ENDED_INTERRUPTED, "interrupted", "interrupted"),
+    (counter::ENDED_ERROR, "error", "error"),
+];
+
+/// Kind-specific counters: the [`counter`] key and its JSON name.
+pub const KIND_COUNTERS: [(u16, &str); 11] = [
+    (counter::SIGNALS, "signals"),
+    (counter::BROADCASTS, "broadcasts"),
+    (counter::REACQUIRE_WAIT_TOTAL_NS, "reacquire_wait_total_ns"),
+    (counter::REACQUIRE_WAIT_MAX_NS, "reacquire_wait_max_ns"),
+    (counter::POSTS, "posts"),
+    (counter::READ_ACQUISITIONS, "read_acquisitions"),
+    (counter::READ_CONTENDED, "read_contended"),
+    (counter::READ_WAIT_TOTAL_NS, "read_wait_total_ns"),
+    (counter::READ_WAIT_MAX_NS, "read_wait_max_ns"),
+    (counter::READ_MAX_WAITERS, "read_max_waiters"),
+    (counter::ROUNDS, "rounds"),
+];
+
+/// Whether `key` is a reason code (how a wait ended) rather than a kind-specific counter.
+pub fn is_ended_key(key: u16) -> bool {
+    ENDED.iter().any(|&(k, _, _)| k == key)
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Thread {
@@ -41,6 +80,8 @@ pub struct Object {
     pub counters: Option<Counters>,
     /// Latest cumulative wait site per waiter chain.
     pub wait_sites: BTreeMap<u32, WaitSite>,
+    /// The latest kind-specific counters and reason codes ([`counter`] key, value), by key.
+    pub kind_counters: Vec<(u16, u64)>,
 }
 
 impl Object {
@@ -54,8 +95,28 @@ impl Object {
         self.kind().map_or("object", ObjectKind::name)
     }
 
+    /// Total time threads waited on the object (both sides of an rwlock).
     pub fn wait_total_ns(&self) -> u64 {
-        self.counters.as_ref().map_or(0, |c| c.wait_total_ns)
+        self.counters
+            .as_ref()
+            .map_or(0, |c| c.wait_total_ns)
+            .saturating_add(self.kind_counter(counter::READ_WAIT_TOTAL_NS))
+    }
+
+    /// A kind-specific counter or reason count; 0 when the log has none.
+    pub fn kind_counter(&self, key: u16) -> u64 {
+        self.kind_counters
+            .binary_search_by_key(&key, |&(k, _)| k)
+            .map_or(0, |i| self.kind_counters[i].1)
+    }
+
+    /// How the object's waits ended: (JSON name, text name, count), non-zero counts only.
+    pub fn ended(&self) -> Vec<(&'static str, &'static str, u64)> {
+        ENDED
+            .iter()
+            .map(|&(k, json, text)| (json, text, self.kind_counter(k)))
+            .filter(|&(_, _, n)| n > 0)
+            .collect()
     }
 
     /// Whether the object did anything worth a row in the per-object table.
@@ -63,11 +124,47 @@ impl Object {
         self.counters.as_ref().is_some_and(|c| {
             c.acquisitions > 0 || c.contended > 0 || c.busy > 0 || c.timeouts > 0 || c.errors > 0
         }) || !self.wait_sites.is_empty()
+            || self.kind_counters.iter().any(|&(_, v)| v > 0)
     }
 
     pub fn was_contended(&self) -> bool {
-        self.counters.as_ref().is_some_and(|c| c.contended > 0) || !self.wait_sites.is_empty()
+        self.counters.as_ref().is_some_and(|c| c.contended > 0)
+            || !self.wait_sites.is_empty()
+            || self.kind_counter(counter::READ_CONTENDED) > 0
     }
+
+    fn set_kind_counters(&mut self, k: KindCounters) -> bool {
+        let mut values: Vec<(u16, u64)> = k.values.iter().map(|v| (v.key, v.value)).collect();
+        // A repeated key: the last value in the record counts.
+        values.reverse();
+        values.sort_by_key(|&(key, _)| key);
+        values.dedup_by_key(|&mut (key, _)| key);
+        let cut = values.len() > MAX_KIND_VALUES;
+        values.truncate(MAX_KIND_VALUES);
+        values.shrink_to_fit();
+        self.kind_counters = values;
+        cut
+    }
+}
+
+/// One thread and chain that took a lock-order edge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Witness {
+    pub tid: u32,
+    pub chain_id: u32,
+    pub ns: u64,
+}
+
+/// Lock order: `to` was acquired while `from` was held.
+#[derive(Debug, Clone, Default)]
+pub struct LockEdge {
+    pub from: u64,
+    pub to: u64,
+    /// Distinct (thread, chain) pairs that took the edge, in log order, at most [`MAX_WITNESSES`].
+    pub witnesses: Vec<Witness>,
+    /// Records of the edge beyond the kept witnesses (not deduplicated: the shim writes an edge
+    /// once per thread, so these are mostly other threads).
+    pub more_witnesses: u64,
 }
 
 /// One lock contention record: a high-contention episode, complete when its close was logged.
@@ -150,6 +247,9 @@ pub struct Overflow {
     pub modules: u64,
     pub history: u64,
     pub chain_frames_cut: u64,
+    pub lock_order_edges: u64,
+    /// Objects whose kind-specific counters had more keys than kept.
+    pub kind_values_cut: u64,
 }
 
 impl Overflow {
@@ -162,6 +262,8 @@ impl Overflow {
             + self.modules
             + self.history
             + self.chain_frames_cut
+            + self.lock_order_edges
+            + self.kind_values_cut
             > 0
     }
 }
@@ -178,6 +280,8 @@ pub struct Model {
     /// Every rise of the global highwater mark, in log order.
     pub highwater: Vec<Highwater>,
     pub deadlocks: Vec<Deadlock>,
+    /// The lock-order graph: every distinct edge, by (from, to).
+    pub lock_order: BTreeMap<(u64, u64), LockEdge>,
     pub notes: Vec<waitshim_format::Note>,
     /// Latest timestamp any record carried: where the log's knowledge of the run ends.
     pub last_ns: u64,
@@ -406,8 +510,47 @@ impl Model {
                 self.seen(n.ns);
                 Self::push_history(&mut self.notes, n, &mut self.overflow.history);
             }
-            // Kinds beyond mutexes are reported by a later version of this model.
-            Record::KindCounters(_) | Record::LockOrder(_) | Record::Unknown { .. } => {}
+            Record::KindCounters(k) => {
+                self.seen(k.ns);
+                let cut = self.object(k.object_id).map(|o| o.set_kind_counters(k));
+                if cut == Some(true) {
+                    self.overflow.kind_values_cut += 1;
+                }
+            }
+            Record::LockOrder(l) => {
+                self.seen(l.ns);
+                self.lock_order_edge(l);
+            }
+            Record::Unknown { .. } => {}
+        }
+    }
+
+    fn lock_order_edge(&mut self, l: LockOrder) {
+        let key = (l.from_object, l.to_object);
+        if !self.lock_order.contains_key(&key) && self.lock_order.len() >= MAX_LOCK_ORDER_EDGES {
+            self.overflow.lock_order_edges += 1;
+            return;
+        }
+        let edge = self.lock_order.entry(key).or_insert_with(|| LockEdge {
+            from: l.from_object,
+            to: l.to_object,
+            ..LockEdge::default()
+        });
+        if edge
+            .witnesses
+            .iter()
+            .any(|w| w.tid == l.tid && w.chain_id == l.chain_id)
+        {
+            return;
+        }
+        if edge.witnesses.len() < MAX_WITNESSES {
+            edge.witnesses.push(Witness {
+                tid: l.tid,
+                chain_id: l.chain_id,
+                ns: l.ns,
+            });
+        } else {
+            edge.more_witnesses = edge.more_witnesses.saturating_add(1);
         }
     }
 

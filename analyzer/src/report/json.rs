@@ -7,6 +7,8 @@ use serde_json::{json, Map, Value};
 use waitshim_format::{end_reason, origin, ObjectKind};
 
 use super::Ctx;
+use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
+use crate::model::{is_ended_key, Object, KIND_COUNTERS};
 use crate::symbolize::Frame;
 
 pub const SCHEMA: &str = "waitshim-report/1";
@@ -32,6 +34,46 @@ fn frame(f: &Frame) -> Value {
 
 fn opt_frame(f: Option<Frame>) -> Value {
     f.as_ref().map_or(Value::Null, frame)
+}
+
+/// An object's counters: those every object has (when the log has its `Counters` record), then
+/// the kind-specific ones its `KindCounters` record holds, by name (`key_N` for keys this
+/// analyzer does not know). Reason codes are in `ended`, not here.
+fn counters(o: &Object) -> Value {
+    let mut map = Map::new();
+    if let Some(k) = &o.counters {
+        for (name, v) in [
+            ("acquisitions", k.acquisitions),
+            ("contended", k.contended),
+            ("owner_changes", k.owner_changes),
+            ("busy", k.busy),
+            ("timeouts", k.timeouts),
+            ("errors", k.errors),
+            ("wait_total_ns", k.wait_total_ns),
+            ("wait_max_ns", k.wait_max_ns),
+            ("hold_total_ns", k.hold_total_ns),
+            ("hold_max_ns", k.hold_max_ns),
+            ("hold_samples", k.hold_samples),
+            ("max_waiters", u64::from(k.max_waiters)),
+        ] {
+            map.insert(name.into(), json!(v));
+        }
+    }
+    for &(key, v) in &o.kind_counters {
+        if is_ended_key(key) {
+            continue;
+        }
+        let name = KIND_COUNTERS
+            .iter()
+            .find(|&&(k, _)| k == key)
+            .map_or_else(|| format!("key_{key}"), |&(_, n)| n.to_string());
+        map.insert(name, json!(v));
+    }
+    if map.is_empty() {
+        Value::Null
+    } else {
+        Value::Object(map)
+    }
 }
 
 /// The report of one log.
@@ -101,6 +143,49 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
             })
         })
         .collect();
+
+    let potential_deadlocks: Vec<Value> = ctx
+        .inversions
+        .cycles
+        .iter()
+        .map(|p| {
+            let edges: Vec<Value> = p
+                .edges()
+                .filter_map(|key| m.lock_order.get(&key))
+                .map(|e| {
+                    for w in &e.witnesses {
+                        chains_used.insert(w.chain_id);
+                    }
+                    let first = e.witnesses.first();
+                    json!({
+                        "from": e.from,
+                        "to": e.to,
+                        "tid": first.map(|w| w.tid),
+                        "chain": first.map(|w| w.chain_id),
+                        "witnesses": e.witnesses.iter().map(|w| json!({
+                            "tid": w.tid,
+                            "chain": w.chain_id,
+                            "at_ns": rel(w.ns),
+                        })).collect::<Vec<_>>(),
+                        "more_witnesses": e.more_witnesses,
+                    })
+                })
+                .collect();
+            json!({
+                "cycle": p.cycle,
+                "deadlocked": p.deadlocked,
+                "edges": edges,
+            })
+        })
+        .collect();
+    let lock_order = json!({
+        "edges": m.lock_order.len(),
+        "potential_deadlocks": ctx.inversions.cycles.len(),
+        "search": ctx.inversions.stopped.map_or("complete", Stopped::as_str),
+        "max_cycles": MAX_CYCLES,
+        "max_cycle_length": MAX_CYCLE_LEN,
+        "long_cycles_skipped": ctx.inversions.depth_limited,
+    });
 
     let records: Vec<Value> = ctx
         .sorted_records()
@@ -177,20 +262,8 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
             "creation_chain": c.map(|c| c.chain_id),
             "creation_site": opt_frame(site),
             "destroyed_at_ns": o.destroy_ns.map(rel),
-            "counters": o.counters.as_ref().map(|k| json!({
-                "acquisitions": k.acquisitions,
-                "contended": k.contended,
-                "owner_changes": k.owner_changes,
-                "busy": k.busy,
-                "timeouts": k.timeouts,
-                "errors": k.errors,
-                "wait_total_ns": k.wait_total_ns,
-                "wait_max_ns": k.wait_max_ns,
-                "hold_total_ns": k.hold_total_ns,
-                "hold_max_ns": k.hold_max_ns,
-                "hold_samples": k.hold_samples,
-                "max_waiters": k.max_waiters,
-            })),
+            "counters": counters(o),
+            "ended": o.ended().into_iter().map(|(name, _, n)| (name.to_string(), json!(n))).collect::<Map<String, Value>>(),
             "wait_sites": o.wait_sites.values().map(|w| json!({
                 "chain_id": w.chain_id,
                 "count": w.count,
@@ -273,6 +346,11 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
     log.insert("run".into(), run);
     log.insert("highwater".into(), highwater);
     log.insert("deadlocks".into(), Value::Array(deadlocks));
+    log.insert("lock_order".into(), lock_order);
+    log.insert(
+        "potential_deadlocks".into(),
+        Value::Array(potential_deadlocks),
+    );
     log.insert("sort".into(), json!(ctx.opts.sort.to_string()));
     log.insert("contention_records".into(), Value::Array(records));
     if let Some(g) = groups {

@@ -9,6 +9,7 @@ use std::str::FromStr;
 
 use waitshim_format::note_level;
 
+use crate::lockorder::{self, Inversions};
 use crate::model::{ContentionRecord, Model};
 use crate::read::{Ending, ReadSummary};
 use crate::symbolize::{Frame, ModuleStatus, Symbolizer};
@@ -140,6 +141,8 @@ pub struct Ctx<'a> {
     pub model: &'a Model,
     pub sym: Symbolizer,
     pub opts: &'a Options,
+    /// The lock-order inversions (potential deadlocks), found once for every report.
+    pub inversions: Inversions,
 }
 
 impl<'a> Ctx<'a> {
@@ -149,6 +152,7 @@ impl<'a> Ctx<'a> {
             model,
             sym: Symbolizer::new(model, opts.symbols),
             opts,
+            inversions: lockorder::find(model),
         }
     }
 
@@ -182,6 +186,16 @@ impl<'a> Ctx<'a> {
             None => s.push_str("  creation site unknown"),
         }
         s
+    }
+
+    /// `mutex#3`: the short name of an object inside a line that names several.
+    pub fn object_short(&self, object_id: u64) -> String {
+        let kind = self
+            .model
+            .objects
+            .get(&object_id)
+            .map_or("object", |o| o.kind_name());
+        format!("{kind}#{object_id}")
     }
 
     /// `thread 1234 "worker"`.
@@ -291,7 +305,8 @@ impl<'a> Ctx<'a> {
                 format!(
                     "the log holds more than this analyzer keeps; not stored: {} chains, {} \
                      threads, {} objects, {} wait sites, {} contention records, {} modules, {} \
-                     history entries; {} chains cut to their innermost frames",
+                     history entries, {} lock-order edges; {} chains cut to their innermost \
+                     frames; {} objects with kind counters cut",
                     o.chains,
                     o.threads,
                     o.objects,
@@ -299,7 +314,9 @@ impl<'a> Ctx<'a> {
                     o.contention_records,
                     o.modules,
                     o.history,
-                    o.chain_frames_cut
+                    o.lock_order_edges,
+                    o.chain_frames_cut,
+                    o.kind_values_cut
                 ),
             ));
         }

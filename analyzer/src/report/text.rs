@@ -4,10 +4,11 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 
-use waitshim_format::end_reason;
+use waitshim_format::{counter, end_reason, Counters, ObjectKind};
 
 use super::{fmt_ns, Ctx, SortKey};
-use crate::model::ContentionRecord;
+use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
+use crate::model::{ContentionRecord, Object};
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
 const MAX_FRAMES_SHOWN: usize = 16;
@@ -30,6 +31,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         );
     } else {
         deadlocks(ctx, &mut body);
+        potential_deadlocks(ctx, &mut body);
         records(ctx, &mut body);
         objects(ctx, &mut body);
         wait_sites(ctx, &mut body);
@@ -109,6 +111,51 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         }
     }
     let _ = writeln!(out, "deadlocks: {}", m.deadlocks.len());
+    let inv = &ctx.inversions;
+    let edges = m.lock_order.len();
+    let mut line = format!(
+        "lock order: {edges} {}, ",
+        if edges == 1 { "edge" } else { "edges" }
+    );
+    match inv.cycles.len() {
+        0 => line.push_str("no inversion"),
+        n => {
+            let _ = write!(
+                line,
+                "{n} potential {} (lock-order {})",
+                if n == 1 { "deadlock" } else { "deadlocks" },
+                if n == 1 { "inversion" } else { "inversions" }
+            );
+            match inv.deadlocked() {
+                0 => {}
+                1 if n == 1 => line.push_str(", which did deadlock"),
+                d => {
+                    let _ = write!(line, ", {d} of them did deadlock");
+                }
+            }
+        }
+    }
+    if let Some(why) = inv.stopped {
+        let _ = write!(line, "; {}", stopped_text(why));
+    }
+    if inv.depth_limited {
+        let _ = write!(
+            line,
+            "; cycles of more than {MAX_CYCLE_LEN} objects not searched for"
+        );
+    }
+    let _ = writeln!(out, "{line}");
+}
+
+fn stopped_text(why: Stopped) -> String {
+    match why {
+        Stopped::CycleLimit => {
+            format!("search stopped after {MAX_CYCLES} cycles, there may be more")
+        }
+        Stopped::WorkLimit => {
+            "search stopped at its work limit, there may be more cycles".to_string()
+        }
+    }
 }
 
 fn chain(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, out: &mut String) {
@@ -182,6 +229,96 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
             let who = ctx.thread_label(e.tid);
             let _ = writeln!(out, "  wait chain of {who}:");
             chain(ctx, e.wait_chain, "    ", out);
+        }
+    }
+}
+
+/// Lock-order inversions, the way sanitizers report them: the cycle, then for each edge where
+/// the second lock was taken while the first was held, with the chain.
+fn potential_deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
+    let inv = std::mem::take(&mut ctx.inversions);
+    let n = inv.cycles.len();
+    if n > 0 {
+        let _ = writeln!(
+            out,
+            "\nPOTENTIAL DEADLOCKS ({n}: lock-order {}, a deadlock if the threads interleave badly)",
+            if n == 1 { "inversion" } else { "inversions" }
+        );
+    } else if inv.stopped.is_some() || inv.depth_limited {
+        let _ = writeln!(out, "\nLOCK ORDER: no inversion found");
+    }
+    if let Some(why) = inv.stopped {
+        let _ = writeln!(out, "  ({})", stopped_text(why));
+    }
+    if inv.depth_limited {
+        let _ = writeln!(
+            out,
+            "  (cycles of more than {MAX_CYCLE_LEN} objects were not searched for)"
+        );
+    }
+    for (i, p) in inv.cycles.iter().enumerate() {
+        potential_deadlock(ctx, i + 1, p, out);
+    }
+    ctx.inversions = inv;
+}
+
+fn potential_deadlock(ctx: &mut Ctx<'_>, rank: usize, p: &PotentialDeadlock, out: &mut String) {
+    let m = ctx.model;
+    let mut names: Vec<String> = p.cycle.iter().map(|&o| ctx.object_short(o)).collect();
+    if let Some(first) = names.first().cloned() {
+        names.push(first);
+    }
+    let mut head = format!(
+        "\nPOTENTIAL DEADLOCK {rank}: lock-order inversion  {}",
+        names.join(" → ")
+    );
+    if p.deadlocked {
+        head.push_str("  (this one did deadlock: see DEADLOCKS)");
+    }
+    let _ = writeln!(out, "{head}");
+    if p.deadlocked {
+        return;
+    }
+    for &o in &p.cycle {
+        let label = ctx.object_label(o);
+        let _ = writeln!(out, "  {label}");
+    }
+    let mut tids: HashSet<u32> = HashSet::new();
+    for (held, acquired) in p.edges() {
+        let Some(edge) = m.lock_order.get(&(held, acquired)) else {
+            continue;
+        };
+        let (a, h) = (ctx.object_short(acquired), ctx.object_short(held));
+        tids.extend(edge.witnesses.iter().map(|w| w.tid));
+        let Some(first) = edge.witnesses.first() else {
+            continue;
+        };
+        let who = ctx.thread_label(first.tid);
+        let _ = writeln!(out, "  {a} acquired while holding {h} by {who} at:");
+        chain(ctx, first.chain_id, "    ", out);
+        for w in edge.witnesses.iter().skip(1) {
+            let who = ctx.thread_label(w.tid);
+            let site = ctx
+                .sym
+                .site(m, w.chain_id)
+                .map_or("(no call chain)".to_string(), |f| f.site());
+            let _ = writeln!(out, "    also by {who} at {site}");
+        }
+        if edge.more_witnesses > 0 {
+            let _ = writeln!(
+                out,
+                "    ... and {} more records of this edge not kept",
+                edge.more_witnesses
+            );
+        }
+    }
+    if tids.len() == 1 {
+        if let Some(&tid) = tids.iter().next() {
+            let who = ctx.thread_label(tid);
+            let _ = writeln!(
+                out,
+                "  (one thread, {who}, took these locks in both orders: two threads running its code can deadlock)"
+            );
         }
     }
 }
@@ -322,6 +459,211 @@ fn records(ctx: &mut Ctx<'_>, out: &mut String) {
     }
 }
 
+/// The per-kind tables, in this order, with what their column prefixes mean; objects whose
+/// creation was lost come last.
+const TABLES: [(Option<ObjectKind>, &str, &str); 8] = [
+    (Some(ObjectKind::Mutex), "MUTEXES", ""),
+    (
+        Some(ObjectKind::RwLock),
+        "RWLOCKS",
+        "; w-: write side, r-: read side",
+    ),
+    (Some(ObjectKind::Cond), "CONDITION VARIABLES", ""),
+    (Some(ObjectKind::Semaphore), "SEMAPHORES", ""),
+    (
+        Some(ObjectKind::Spin),
+        "SPINLOCKS",
+        "; spinning counts as waiting",
+    ),
+    (Some(ObjectKind::Barrier), "BARRIERS", ""),
+    (
+        Some(ObjectKind::Thread),
+        "THREADS JOINED",
+        "; waits in pthread_join",
+    ),
+    (None, "OBJECTS OF UNKNOWN KIND", "; creation record lost"),
+];
+
+/// Column headings of a kind's table (the object label follows them).
+fn columns(kind: Option<ObjectKind>) -> &'static [&'static str] {
+    match kind {
+        Some(ObjectKind::Mutex) | None => &[
+            "acquired",
+            "contended",
+            "owner-chg",
+            "wait-tot",
+            "wait-max",
+            "hold-tot",
+            "hold-max",
+            "hold-smp",
+            "waiters",
+            "busy",
+            "timeouts",
+        ],
+        Some(ObjectKind::RwLock) => &[
+            "w-acquired",
+            "w-contended",
+            "w-wait-tot",
+            "w-wait-max",
+            "w-waiters",
+            "w-hold-tot",
+            "w-hold-max",
+            "r-acquired",
+            "r-contended",
+            "r-wait-tot",
+            "r-wait-max",
+            "r-waiters",
+            "busy",
+            "timeouts",
+        ],
+        Some(ObjectKind::Cond) => &[
+            "waits",
+            "signals",
+            "broadcasts",
+            "timeouts",
+            "spurious",
+            "wait-tot",
+            "wait-max",
+            "reacq-tot",
+            "reacq-max",
+            "waiters",
+        ],
+        Some(ObjectKind::Semaphore) => &[
+            "acquired",
+            "waited",
+            "posts",
+            "timeouts",
+            "interrupted",
+            "waiters",
+            "wait-tot",
+            "wait-max",
+            "busy",
+        ],
+        Some(ObjectKind::Spin) => &[
+            "acquired",
+            "contended",
+            "spin-tot",
+            "spin-max",
+            "hold-tot",
+            "hold-max",
+            "waiters",
+            "busy",
+        ],
+        Some(ObjectKind::Barrier) => &[
+            "arrivals", "waits", "rounds", "wait-tot", "wait-max", "waiters",
+        ],
+        Some(ObjectKind::Thread) => &[
+            "joins", "waited", "wait-tot", "wait-max", "waiters", "timeouts", "busy",
+        ],
+    }
+}
+
+/// `400 (40.0%)`: a count and its share of `of`.
+fn share(n: u64, of: u64) -> String {
+    let pct = if of > 0 {
+        (n as f64) * 100.0 / (of as f64)
+    } else {
+        0.0
+    };
+    format!("{n} ({pct:.1}%)")
+}
+
+/// The cells of an object's row, one per [`columns`]; `-` for counters the log does not have.
+fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
+    let dash = || "-".to_string();
+    let c = o.counters.as_ref();
+    let n = |f: fn(&Counters) -> u64| c.map_or_else(dash, |c| f(c).to_string());
+    let t = |f: fn(&Counters) -> u64| c.map_or_else(dash, |c| fmt_ns(f(c)));
+    let contended = || c.map_or_else(dash, |c| share(c.contended, c.acquisitions));
+    let waiters = || c.map_or_else(dash, |c| c.max_waiters.to_string());
+    let k = |key: u16| o.kind_counter(key).to_string();
+    let kt = |key: u16| fmt_ns(o.kind_counter(key));
+    match kind {
+        Some(ObjectKind::Mutex) | None => vec![
+            n(|c| c.acquisitions),
+            contended(),
+            n(|c| c.owner_changes),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            t(|c| c.hold_total_ns),
+            t(|c| c.hold_max_ns),
+            n(|c| c.hold_samples),
+            waiters(),
+            n(|c| c.busy),
+            n(|c| c.timeouts),
+        ],
+        Some(ObjectKind::RwLock) => vec![
+            n(|c| c.acquisitions),
+            contended(),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            waiters(),
+            t(|c| c.hold_total_ns),
+            t(|c| c.hold_max_ns),
+            k(counter::READ_ACQUISITIONS),
+            share(
+                o.kind_counter(counter::READ_CONTENDED),
+                o.kind_counter(counter::READ_ACQUISITIONS),
+            ),
+            kt(counter::READ_WAIT_TOTAL_NS),
+            kt(counter::READ_WAIT_MAX_NS),
+            k(counter::READ_MAX_WAITERS),
+            n(|c| c.busy),
+            n(|c| c.timeouts),
+        ],
+        Some(ObjectKind::Cond) => vec![
+            n(|c| c.contended),
+            k(counter::SIGNALS),
+            k(counter::BROADCASTS),
+            n(|c| c.timeouts),
+            k(counter::ENDED_SPURIOUS),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            kt(counter::REACQUIRE_WAIT_TOTAL_NS),
+            kt(counter::REACQUIRE_WAIT_MAX_NS),
+            waiters(),
+        ],
+        Some(ObjectKind::Semaphore) => vec![
+            n(|c| c.acquisitions),
+            n(|c| c.contended),
+            k(counter::POSTS),
+            n(|c| c.timeouts),
+            k(counter::ENDED_INTERRUPTED),
+            waiters(),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            n(|c| c.busy),
+        ],
+        Some(ObjectKind::Spin) => vec![
+            n(|c| c.acquisitions),
+            contended(),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            t(|c| c.hold_total_ns),
+            t(|c| c.hold_max_ns),
+            waiters(),
+            n(|c| c.busy),
+        ],
+        Some(ObjectKind::Barrier) => vec![
+            n(|c| c.acquisitions),
+            n(|c| c.contended),
+            k(counter::ROUNDS),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            waiters(),
+        ],
+        Some(ObjectKind::Thread) => vec![
+            n(|c| c.acquisitions),
+            n(|c| c.contended),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
+            waiters(),
+            n(|c| c.timeouts),
+            n(|c| c.busy),
+        ],
+    }
+}
+
 fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
     // Objects in a record or a deadlock count as active even when the run was killed before
@@ -332,7 +674,7 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             .iter()
             .flat_map(|d| d.cycle.iter().map(|e| e.object_id)),
     );
-    let mut objs: Vec<_> = m
+    let mut objs: Vec<&Object> = m
         .objects
         .values()
         .filter(|o| ctx.opts.all_objects || o.has_activity() || involved.contains(&o.object_id))
@@ -349,61 +691,64 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
     };
     let _ = writeln!(
         out,
-        "\nOBJECTS ({} {which} of {} tracked, sorted by total wait)",
+        "\nOBJECTS ({} {which} of {} tracked, sorted by total wait; one table per kind)",
         objs.len(),
         m.objects.len()
     );
-    let _ = writeln!(
-        out,
-        "  {:>10} {:>16} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8} {:>8}  object",
-        "acquired",
-        "contended",
-        "owner-chg",
-        "wait-tot",
-        "wait-max",
-        "hold-tot",
-        "hold-max",
-        "hold-smp",
-        "waiters",
-        "busy",
-        "timeouts"
-    );
-    for o in objs {
-        let label = ctx.object_label(o.object_id);
-        let destroyed = if o.destroy_ns.is_some() {
-            " (destroyed)"
-        } else {
-            ""
-        };
-        match &o.counters {
-            Some(c) => {
-                let pct = if c.acquisitions > 0 {
-                    (c.contended as f64) * 100.0 / (c.acquisitions as f64)
-                } else {
-                    0.0
-                };
-                let _ = writeln!(
-                    out,
-                    "  {:>10} {:>16} {:>9} {:>10} {:>10} {:>10} {:>10} {:>9} {:>7} {:>8} {:>8}  {label}{destroyed}",
-                    c.acquisitions,
-                    format!("{} ({pct:.1}%)", c.contended),
-                    c.owner_changes,
-                    fmt_ns(c.wait_total_ns),
-                    fmt_ns(c.wait_max_ns),
-                    fmt_ns(c.hold_total_ns),
-                    fmt_ns(c.hold_max_ns),
-                    c.hold_samples,
-                    c.max_waiters,
-                    c.busy,
-                    c.timeouts
-                );
+    for (kind, title, note) in TABLES {
+        let rows: Vec<&Object> = objs.iter().copied().filter(|o| o.kind() == kind).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let heads = columns(kind);
+        let table: Vec<Option<Vec<String>>> = rows
+            .iter()
+            .map(|o| (o.counters.is_some() || !o.kind_counters.is_empty()).then(|| cells(kind, o)))
+            .collect();
+        // Each column as wide as its widest cell (at least 8), so that every kind's table aligns.
+        let mut widths: Vec<usize> = heads.iter().map(|h| h.chars().count().max(8)).collect();
+        for row in table.iter().flatten() {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
             }
-            None => {
-                let _ = writeln!(
-                    out,
-                    "  {:>10}  (no counters in the log)  {label}{destroyed}",
-                    "-"
-                );
+        }
+        let line = |cells: &mut dyn Iterator<Item = String>| -> String {
+            let mut l = String::from(" ");
+            for (w, cell) in widths.iter().zip(cells) {
+                let pad = w.saturating_sub(cell.chars().count());
+                let _ = write!(l, " {}{cell}", " ".repeat(pad));
+            }
+            l
+        };
+        let _ = writeln!(out, "\n  {title} ({}{note})", rows.len());
+        let _ = writeln!(
+            out,
+            "{}  object",
+            line(&mut heads.iter().map(|h| h.to_string()))
+        );
+        for (o, row) in rows.iter().zip(table) {
+            let label = ctx.object_label(o.object_id);
+            let destroyed = if o.destroy_ns.is_some() {
+                " (destroyed)"
+            } else {
+                ""
+            };
+            match row {
+                Some(row) => {
+                    let _ = writeln!(out, "{}  {label}{destroyed}", line(&mut row.into_iter()));
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  {:>8}  (no counters in the log)  {label}{destroyed}",
+                        "-"
+                    );
+                }
+            }
+            let ended = o.ended();
+            if !ended.is_empty() {
+                let list: Vec<String> = ended.iter().map(|(_, t, n)| format!("{t} {n}")).collect();
+                let _ = writeln!(out, "      waits ended: {}", list.join(", "));
             }
         }
     }

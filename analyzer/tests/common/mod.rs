@@ -80,6 +80,49 @@ impl LogBuilder {
         })
     }
 
+    /// A sync object of any kind, created by the main thread at `chain_id`.
+    pub fn object(
+        &mut self,
+        kind: ObjectKind,
+        object_id: u64,
+        addr: u64,
+        chain_id: u32,
+    ) -> &mut Self {
+        self.push(ObjectCreate {
+            object_id,
+            addr,
+            kind: kind as u8,
+            subtype: 0,
+            origin: origin::INIT,
+            ns: T0 + MS,
+            tid: 100,
+            chain_id,
+        })
+    }
+
+    /// Kind-specific counters and reason codes of an object: ([`counter`] key, value).
+    pub fn kind_counters(&mut self, object_id: u64, values: &[(u16, u64)]) -> &mut Self {
+        self.push(KindCounters {
+            object_id,
+            ns: T0 + 900 * MS,
+            values: values
+                .iter()
+                .map(|&(key, value)| CounterValue { key, value })
+                .collect(),
+        })
+    }
+
+    /// Lock order: `to` acquired while `from` held, by `tid` at `chain_id`.
+    pub fn lock_order(&mut self, from: u64, to: u64, tid: u32, chain_id: u32) -> &mut Self {
+        self.push(LockOrder {
+            from_object: from,
+            to_object: to,
+            tid,
+            chain_id,
+            ns: T0 + 50 * MS,
+        })
+    }
+
     pub fn counters(
         &mut self,
         object_id: u64,
