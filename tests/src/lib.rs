@@ -748,3 +748,25 @@ pub fn frame_text(frame: &Value) -> String {
         frame["line"]
     )
 }
+
+/// The latest `KindCounters` of each object in a log, decoded with `waitshim-format`: object id
+/// → (`waitshim_format::counter` key → value). For counters the JSON report does not carry.
+pub fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
+    let file = fs::File::open(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let mut reader = waitshim_format::FrameReader::new(std::io::BufReader::new(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let mut out = HashMap::new();
+    while let Some(item) = reader.next_item().expect("read log") {
+        if let waitshim_format::Item::Record {
+            record: waitshim_format::Record::KindCounters(k),
+            ..
+        } = item
+        {
+            out.insert(
+                k.object_id,
+                k.values.iter().map(|v| (v.key, v.value)).collect(),
+            );
+        }
+    }
+    out
+}

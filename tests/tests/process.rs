@@ -318,7 +318,10 @@ fn mutex_locked_by_another_librarys_constructor_before_the_shim_started_is_track
         dir,
         "early_main",
         EARLY_MAIN,
-        &[&format!("{}/libearly.so", dir.display()), &format!("-Wl,-rpath,{}", dir.display())],
+        &[
+            &format!("{}/libearly.so", dir.display()),
+            &format!("-Wl,-rpath,{}", dir.display()),
+        ],
     );
 
     let native = Launch::program(&exe).native().run();
