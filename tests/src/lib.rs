@@ -622,6 +622,15 @@ impl<'a> LogReport<'a> {
         arr(&self.0["contention_records"])
     }
 
+    /// Contention records except those on thread objects (joins), in the report's order: for
+    /// scenarios about locks in programs that also join their threads.
+    pub fn records_except_joins(&self) -> Vec<&'a Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| self.object(&r["object_id"])["kind"] != "thread")
+            .collect()
+    }
+
     pub fn objects(&self) -> Vec<&'a Value> {
         arr(&self.0["objects"])
     }

@@ -69,10 +69,15 @@ pub unsafe extern "C" fn pthread_create(
     };
     // SAFETY: forwarding, with our trampoline and its argument in place of the caller's.
     let r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
+    let _in = Inside::enter();
     if r != 0 {
-        let _in = Inside::enter();
         // SAFETY: the thread was not created, so the Box is still ours.
         drop(unsafe { Box::from_raw(start) });
+    } else {
+        // The thread is alive from now on, though it may not have registered yet: a join right
+        // away must still find it (its tid follows when it registers).
+        // SAFETY: glibc stored the new thread's id through the caller's pointer.
+        tr.by_pthread.get_or_insert(unsafe { *th } as usize, 0);
     }
     r
 }
@@ -148,15 +153,20 @@ pub unsafe extern "C" fn pthread_tryjoin_np(th: pthread_t, ret: *mut *mut c_void
 /// descriptor, so a `pthread_t` seen for another tid is a new object (generation).
 fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static ObjEntry> {
     let addr = th as usize;
-    let tid = *tr.by_pthread.get(&addr)?.value();
+    let mut tid = *tr.by_pthread.get(&addr)?.value();
     let mut obj = tr.object(t, addr, ObjectKind::Thread, tid);
-    let owner = obj.last_owner.load(Ordering::Relaxed);
-    if owner != tid {
-        if owner != 0 {
-            tr.object_destroyed(t, addr);
-            obj = tr.object(t, addr, ObjectKind::Thread, tid);
-        }
-        obj.last_owner.store(tid, Ordering::Relaxed);
+    let owner = obj.last_owner.load(Ordering::Acquire);
+    if owner != 0 && owner != tid {
+        tr.object_destroyed(t, addr);
+        obj = tr.object(t, addr, ObjectKind::Thread, tid);
+    }
+    if tid == 0 {
+        // Not registered yet: it fills in its tid when it does, unless it did meanwhile.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        tid = tr.by_pthread.get(&addr).map_or(0, |e| *e.value());
+    }
+    if tid != 0 {
+        obj.last_owner.store(tid, Ordering::Release);
     }
     Some(obj)
 }
@@ -164,6 +174,10 @@ fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static 
 /// `t` joined `th`: one acquisition of its thread object, which ends with the thread.
 fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     let addr = th as usize;
+    // Normally gone with the thread's exit; not if it exited before its creator saw it created.
+    if tr.by_pthread.get(&addr).is_some_and(|e| *e.value() == 0) {
+        tr.by_pthread.remove(&addr);
+    }
     let Some(e) = tr.objects.get(&addr) else {
         return;
     };

@@ -34,7 +34,7 @@ pub struct Tracker {
     pub pid: u32,
     pub objects: SkipMap<usize, ObjRef>,
     pub threads: SkipMap<u32, ThreadRef>,
-    /// Live threads by `pthread_t` (tid), for joins.
+    /// Live threads by `pthread_t` (tid; 0 while a created thread has not run yet), for joins.
     pub by_pthread: SkipMap<usize, u32>,
     /// Direct-mapped index of `threads` by tid, for the contended path (a skiplist lookup costs
     /// up to a few hundred ns); a miss falls back to the skiplist.
@@ -219,8 +219,19 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     // Touching the hook registers its destructor: it runs when this thread ends.
     EXIT_HOOK.with(|_| ());
     tr.threads.insert(tid, ThreadRef(rec));
-    tr.by_pthread
-        .insert(rec.pthread.load(Ordering::Relaxed), tid);
+    let pthread = rec.pthread.load(Ordering::Relaxed);
+    tr.by_pthread.insert(pthread, tid);
+    // A join that began before this thread ran made its thread object without knowing the tid:
+    // it is this thread's (the joiner looks at `by_pthread` again after making it).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if let Some(e) = tr.objects.get(&pthread) {
+        let obj = e.value().0;
+        if obj.kind == ObjectKind::Thread {
+            let _ = obj
+                .last_owner
+                .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
     tr.by_tid[tid as usize % TID_INDEX]
         .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
     tr.live.fetch_add(1, Ordering::Relaxed);
