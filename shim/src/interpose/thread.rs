@@ -171,6 +171,18 @@ fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static 
     Some(obj)
 }
 
+/// A join that began before its thread ran: give the thread a moment to register, so that the
+/// wait has its holder (for the episode and the wait-for graph). The join would block at least
+/// that long anyway; a thread that never registers (tracking off) costs at most 50 ms once.
+fn await_tid(obj: &ObjEntry) {
+    for _ in 0..500 {
+        if obj.last_owner.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
 /// `t` joined `th`: one acquisition of its thread object, which ends with the thread.
 fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     let addr = th as usize;
@@ -211,6 +223,7 @@ fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
     let begun = {
         let _in = Inside::enter();
         thread_object(tr, t, th).map(|obj| {
+            await_tid(obj);
             let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
             if w.suspected() {
                 std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
