@@ -203,7 +203,9 @@ wire_struct! {
         pub addr: u64,
         /// [`ObjectKind`] as u8.
         pub kind: u8,
-        /// Kind-specific subtype (for mutexes: [`mutex_kind`] bits).
+        /// Kind-specific subtype: for mutexes [`mutex_kind`] bits; rwlocks their preference
+        /// kind (`PTHREAD_RWLOCK_PREFER_*`); barriers their count; threads (the object a join
+        /// waits on, at the `pthread_t` value) the thread's tid, 0 if not known yet.
         pub subtype: u32,
         /// [`origin`].
         pub origin: u8,

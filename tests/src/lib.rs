@@ -622,6 +622,15 @@ impl<'a> LogReport<'a> {
         arr(&self.0["contention_records"])
     }
 
+    /// Contention records except those on thread objects (joins), in the report's order: for
+    /// scenarios about locks in programs that also join their threads.
+    pub fn records_except_joins(&self) -> Vec<&'a Value> {
+        self.records()
+            .into_iter()
+            .filter(|r| self.object(&r["object_id"])["kind"] != "thread")
+            .collect()
+    }
+
     pub fn objects(&self) -> Vec<&'a Value> {
         arr(&self.0["objects"])
     }
@@ -747,4 +756,26 @@ pub fn frame_text(frame: &Value) -> String {
         frame["function"].as_str().unwrap_or("?"),
         frame["line"]
     )
+}
+
+/// The latest `KindCounters` of each object in a log, decoded with `waitshim-format`: object id
+/// → (`waitshim_format::counter` key → value). For counters the JSON report does not carry.
+pub fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
+    let file = fs::File::open(log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let mut reader = waitshim_format::FrameReader::new(std::io::BufReader::new(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    let mut out = HashMap::new();
+    while let Some(item) = reader.next_item().expect("read log") {
+        if let waitshim_format::Item::Record {
+            record: waitshim_format::Record::KindCounters(k),
+            ..
+        } = item
+        {
+            out.insert(
+                k.object_id,
+                k.values.iter().map(|v| (v.key, v.value)).collect(),
+            );
+        }
+    }
+    out
 }

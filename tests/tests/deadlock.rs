@@ -143,3 +143,84 @@ fn three_threads_each_holding_one_mutex_and_wanting_the_next_form_a_cycle_of_thr
         a.text
     );
 }
+
+#[test]
+fn a_writer_holding_an_rwlock_is_part_of_a_deadlock_cycle_with_a_mutex() {
+    let a = deadlock_then_kill("rwlock_deadlock", "rwlock_deadlock: armed");
+    let log = a.log(0);
+    let file = "rwlock_deadlock.c";
+    let m = log.object_created_at(file, line_of(file, "creation-site-M"));
+    let rw = log.object_created_at(file, line_of(file, "creation-site-RW"));
+    assert_eq!(rw["kind"], "rwlock");
+    let deadlocks = log.deadlocks();
+    assert_eq!(deadlocks.len(), 1, "deadlocks: {deadlocks:?}");
+    let cycle = deadlocks[0]["cycle"].as_array().expect("cycle");
+    assert_eq!(cycle.len(), 2, "cycle: {cycle:?}");
+    assert_closed(cycle);
+    let on = |object: &Value| -> &Value {
+        cycle
+            .iter()
+            .find(|s| s["object_id"] == object["object_id"])
+            .unwrap_or_else(|| panic!("no thread of the cycle waits for {object}: {cycle:?}"))
+    };
+    let on_rw = on(rw);
+    assert_eq!(log.thread_name(&on_rw["tid"]), Some("rw-1"));
+    assert_eq!(
+        log.thread_name(&on_rw["holder_tid"]),
+        Some("rw-2"),
+        "the writer"
+    );
+    assert!(
+        log.chain_has(&on_rw["wait_chain"], file, line_of(file, "t1-wrlock")),
+        "rw-1 waits at {}",
+        log.chain_text(&on_rw["wait_chain"])
+    );
+    let on_m = on(m);
+    assert_eq!(log.thread_name(&on_m["tid"]), Some("rw-2"));
+    assert!(
+        log.chain_has(&on_m["wait_chain"], file, line_of(file, "t2-lock-M")),
+        "rw-2 waits at {}",
+        log.chain_text(&on_m["wait_chain"])
+    );
+}
+
+#[test]
+fn joining_a_thread_that_waits_for_a_mutex_the_joiner_holds_is_a_deadlock_cycle() {
+    let a = deadlock_then_kill("join_deadlock", "join_deadlock: armed");
+    let log = a.log(0);
+    let file = "join_deadlock.c";
+    let m = log.object_created_at(file, line_of(file, "creation-site-M"));
+    let deadlocks = log.deadlocks();
+    assert_eq!(deadlocks.len(), 1, "deadlocks: {deadlocks:?}");
+    let cycle = deadlocks[0]["cycle"].as_array().expect("cycle");
+    assert_eq!(cycle.len(), 2, "cycle: {cycle:?}");
+    assert_closed(cycle);
+    let main = &log.run()["pid"];
+    let by_main = cycle
+        .iter()
+        .find(|s| &s["tid"] == main)
+        .unwrap_or_else(|| panic!("main is not in the cycle: {cycle:?}"));
+    let joined = log.object(&by_main["object_id"]);
+    assert_eq!(
+        joined["kind"], "thread",
+        "main waits for the joinee: {joined}"
+    );
+    assert_eq!(log.thread_name(&by_main["holder_tid"]), Some("joinee"));
+    assert!(
+        log.chain_has(&by_main["wait_chain"], file, line_of(file, "join-site")),
+        "main waits at {}",
+        log.chain_text(&by_main["wait_chain"])
+    );
+    let by_joinee = cycle.iter().find(|s| &s["tid"] != main).expect("joinee");
+    assert_eq!(by_joinee["object_id"], m["object_id"]);
+    assert_eq!(&by_joinee["holder_tid"], main);
+    assert!(
+        log.chain_has(
+            &by_joinee["wait_chain"],
+            file,
+            line_of(file, "joinee-lock-M")
+        ),
+        "joinee waits at {}",
+        log.chain_text(&by_joinee["wait_chain"])
+    );
+}

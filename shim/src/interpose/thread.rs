@@ -2,13 +2,20 @@
 
 use std::sync::atomic::Ordering;
 
-use libc::{c_char, c_int, c_void, pthread_attr_t, pthread_t};
-use waitshim_format::ThreadName;
+use std::mem::ManuallyDrop;
+
+use libc::{
+    c_char, c_int, c_void, clockid_t, pthread_attr_t, pthread_t, timespec, EBUSY, ETIMEDOUT,
+};
+use waitshim_format::{ObjectKind, ThreadName};
 
 use crate::clock::now_ns;
 use crate::real;
-use crate::track::threads::{current, Inside};
-use crate::track::{self, tracker, Birth};
+use crate::track::engage::{self, Outcome, Side};
+use crate::track::highwater;
+use crate::track::objects::{ObjEntry, EPISODE};
+use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::{self, tracker, Birth, Tracker};
 
 type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
 
@@ -62,25 +69,191 @@ pub unsafe extern "C" fn pthread_create(
     };
     // SAFETY: forwarding, with our trampoline and its argument in place of the caller's.
     let r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
+    let _in = Inside::enter();
     if r != 0 {
-        let _in = Inside::enter();
         // SAFETY: the thread was not created, so the Box is still ours.
         drop(unsafe { Box::from_raw(start) });
+    } else {
+        // The thread is alive from now on, though it may not have registered yet: a join right
+        // away must still find it (its tid follows when it registers).
+        // SAFETY: glibc stored the new thread's id through the caller's pointer.
+        tr.by_pthread.get_or_insert(unsafe { *th } as usize, 0);
     }
     r
 }
 
+mod real_join {
+    use libc::{c_int, c_void, clockid_t, pthread_t, timespec};
+    crate::real::real_fns! {
+        pthread_tryjoin_np: fn(t: pthread_t, r: *mut *mut c_void) -> c_int;
+        pthread_timedjoin_np: fn(t: pthread_t, r: *mut *mut c_void, ts: *const timespec) -> c_int;
+        pthread_clockjoin_np: fn(t: pthread_t, r: *mut *mut c_void, c: clockid_t, ts: *const timespec) -> c_int;
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn pthread_join(th: pthread_t, ret: *mut *mut c_void) -> c_int {
-    // A joining thread is not ready to run: it counts as blocked for the highwater rule.
-    let tr = current().and(tracker());
-    if let Some(tr) = tr {
-        tr.blocked.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: forwarding.
+    joining(th, || unsafe { real::pthread_join(th, ret) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_timedjoin_np(
+    th: pthread_t,
+    ret: *mut *mut c_void,
+    ts: *const timespec,
+) -> c_int {
+    // SAFETY: forwarding.
+    joining(th, || unsafe {
+        real_join::pthread_timedjoin_np(th, ret, ts)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_clockjoin_np(
+    th: pthread_t,
+    ret: *mut *mut c_void,
+    clk: clockid_t,
+    ts: *const timespec,
+) -> c_int {
+    if clk != libc::CLOCK_REALTIME && clk != libc::CLOCK_MONOTONIC {
+        // glibc rejects other clocks with EINVAL before looking at the thread.
+        // SAFETY: forwarding.
+        return unsafe { real_join::pthread_clockjoin_np(th, ret, clk, ts) };
     }
     // SAFETY: forwarding.
-    let r = unsafe { real::pthread_join(th, ret) };
-    if let Some(tr) = tr {
+    joining(th, || unsafe {
+        real_join::pthread_clockjoin_np(th, ret, clk, ts)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_tryjoin_np(th: pthread_t, ret: *mut *mut c_void) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real_join::pthread_tryjoin_np(th, ret) };
+    if let (Some(t), Some(tr)) = (current(), tracker()) {
+        let _in = Inside::enter();
+        match r {
+            0 => joined(tr, t, th),
+            EBUSY => {
+                if let Some(obj) = thread_object(tr, t, th) {
+                    obj.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    obj.touch();
+                }
+            }
+            _ => {}
+        }
+    }
+    r
+}
+
+/// The thread object of the live thread `th`: address = the `pthread_t` value, holder (its
+/// `last_owner`, and its subtype) = the thread's tid. None when the shim does not know the
+/// thread alive (already exited: a join of it does not wait). glibc reuses a joined thread's
+/// descriptor, so a `pthread_t` seen for another tid is a new object (generation).
+fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static ObjEntry> {
+    let addr = th as usize;
+    let mut tid = *tr.by_pthread.get(&addr)?.value();
+    let mut obj = tr.object(t, addr, ObjectKind::Thread, tid);
+    let owner = obj.last_owner.load(Ordering::Acquire);
+    if owner != 0 && owner != tid {
+        tr.object_destroyed(t, addr);
+        obj = tr.object(t, addr, ObjectKind::Thread, tid);
+    }
+    if tid == 0 {
+        // Not registered yet: it fills in its tid when it does, unless it did meanwhile.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        tid = tr.by_pthread.get(&addr).map_or(0, |e| *e.value());
+    }
+    if tid != 0 {
+        obj.last_owner.store(tid, Ordering::Release);
+    }
+    Some(obj)
+}
+
+/// A join that began before its thread ran: give the thread a moment to register, so that the
+/// wait has its holder (for the episode and the wait-for graph). The join would block at least
+/// that long anyway; a thread that never registers (tracking off) costs at most 50 ms once.
+fn await_tid(obj: &ObjEntry) {
+    for _ in 0..500 {
+        if obj.last_owner.load(Ordering::Acquire) != 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+}
+
+/// `t` joined `th`: one acquisition of its thread object, which ends with the thread.
+fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
+    let addr = th as usize;
+    // Normally gone with the thread's exit; not if it exited before its creator saw it created.
+    if tr.by_pthread.get(&addr).is_some_and(|e| *e.value() == 0) {
+        tr.by_pthread.remove(&addr);
+    }
+    let Some(e) = tr.objects.get(&addr) else {
+        return;
+    };
+    let obj = e.value().0;
+    if obj.kind != ObjectKind::Thread {
+        return;
+    }
+    obj.stats.acquisitions.fetch_add(1, Ordering::Relaxed);
+    obj.touch();
+    // An episode the thread's exit did not end (it exited between the lookup and the wait).
+    if obj.flags() & EPISODE != 0 {
+        let target = obj.last_owner.load(Ordering::Relaxed);
+        highwater::on_release(tr, target, obj, now_ns(), 0);
+    }
+    tr.object_destroyed(t, addr);
+}
+
+/// A join (plain, timed or clock): waiting for a thread is a tracked wait on its thread object.
+/// The real join is one call (a wait-for cycle through it is confirmed by a second walk a few
+/// milliseconds later), during which nothing of the shim's needs dropping: a join is a
+/// cancellation point, and a cancellation unwinds through this frame.
+fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
+    let (Some(t), Some(tr)) = (current(), tracker()) else {
+        return call();
+    };
+    // SAFETY: plain library call.
+    if th == unsafe { libc::pthread_self() } {
+        // Joining oneself: glibc answers EDEADLK at once.
+        return call();
+    }
+    let begun = {
+        let _in = Inside::enter();
+        thread_object(tr, t, th).map(|obj| {
+            await_tid(obj);
+            let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+            if w.suspected() {
+                std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
+                engage::wait_check(tr, t, &mut w);
+            }
+            ManuallyDrop::new(w)
+        })
+    };
+    let Some(w) = begun else {
+        // A thread not known alive (exited, or never seen): the join does not wait, or waits
+        // for a thread the shim cannot name; it is not ready to run meanwhile all the same.
+        tr.blocked.fetch_add(1, Ordering::Relaxed);
+        let r = call();
         tr.blocked.fetch_sub(1, Ordering::Relaxed);
+        if r == 0 {
+            let _in = Inside::enter();
+            joined(tr, t, th);
+        }
+        return r;
+    };
+    let r = call();
+    let _in = Inside::enter();
+    let outcome = match r {
+        0 => Outcome::Acquired,
+        ETIMEDOUT => Outcome::TimedOut,
+        _ => Outcome::Failed,
+    };
+    engage::wait_end(tr, t, ManuallyDrop::into_inner(w), outcome);
+    if r == 0 {
+        joined(tr, t, th);
     }
     r
 }

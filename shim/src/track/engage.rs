@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::{counter, ObjectKind};
 
-use super::objects::{ObjEntry, CONTENDED, EPISODE};
+use super::objects::{glibc_rwlock, ObjEntry, CONTENDED, EPISODE};
 use super::threads::{Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
@@ -192,7 +192,7 @@ fn release_with_episode(t: &ThreadRec, obj: &ObjEntry) {
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let chain = tr.chain(t);
-    highwater::on_release(tr, t, obj, now_ns(), chain);
+    highwater::on_release(tr, t.tid(), obj, now_ns(), chain);
 }
 
 /// `t` releases `obj` in a way that has no lock call: a semaphore post, a condition variable
@@ -246,6 +246,10 @@ impl Wait {
 /// handed it or has just passed through it.
 fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
     let owner = obj.holder(false);
+    if owner == 0 && obj.kind == ObjectKind::RwLock && glibc_rwlock::readers(obj.addr) > 0 {
+        // Held by readers: no waiter is being handed it.
+        return false;
+    }
     owner == 0
         || tr
             .thread(owner)

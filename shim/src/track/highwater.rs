@@ -88,7 +88,12 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     if !exceeded && !serialised {
         return;
     }
-    let holder = obj.last_owner.load(Ordering::Relaxed);
+    let holder = match obj.kind {
+        // Held for writing: the writer. Held for reading there is no single holder: the last
+        // reader to leave ends the episode (see the rwlock unlock).
+        ObjectKind::RwLock => obj.holder(false),
+        _ => obj.last_owner.load(Ordering::Relaxed),
+    };
     let mut ep = Episode {
         record_id: tr.next_record.fetch_add(1, Ordering::Relaxed),
         level: n,
@@ -131,10 +136,12 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     obj.set_flag(EPISODE);
     drop(c);
     // The holder's release ends the episode: make sure that release looks at this object.
-    let holder = if obj.kind == ObjectKind::Mutex {
-        glibc_mutex::owner(obj.addr)
-    } else {
-        holder
+    let holder = match obj.kind {
+        ObjectKind::Mutex => glibc_mutex::owner(obj.addr),
+        // A joined thread ends the episode by exiting, a barrier's last arrival by arriving
+        // (`engage::released`): no release of theirs needs to look for it.
+        ObjectKind::Thread | ObjectKind::Barrier => 0,
+        _ => holder,
     };
     if let Some(h) = tr.thread(holder) {
         h.attention
@@ -142,16 +149,15 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     }
 }
 
-/// The holder disengages `obj` while an episode is open: stop the elapsed-time counter and
+/// The holder (tid) disengages `obj` while an episode is open: stop the elapsed-time counter and
 /// complete the record, with the chain of this release (who made the others wait).
-pub fn on_release(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, now: u64, holder_chain: u32) {
+pub fn on_release(tr: &Tracker, holder: u32, obj: &ObjEntry, now: u64, holder_chain: u32) {
     let mut c = obj.contention();
     let Some(ep) = c.episode.take() else { return };
     obj.clear_flag(EPISODE);
     obj.last_close_ns.store(now, Ordering::Relaxed);
     let coalesced = obj.coalesced.swap(0, Ordering::Relaxed);
     drop(c);
-    let holder = t.tid();
     let threads_tried = ep.tried.len() as u32 + u32::from(!ep.tried.contains(&holder));
     tr.log.write(
         &ContentionClose {

@@ -34,6 +34,8 @@ pub struct Tracker {
     pub pid: u32,
     pub objects: SkipMap<usize, ObjRef>,
     pub threads: SkipMap<u32, ThreadRef>,
+    /// Live threads by `pthread_t` (tid; 0 while a created thread has not run yet), for joins.
+    pub by_pthread: SkipMap<usize, u32>,
     /// Direct-mapped index of `threads` by tid, for the contended path (a skiplist lookup costs
     /// up to a few hundred ns); a miss falls back to the skiplist.
     by_tid: Box<[AtomicPtr<ThreadRec>; TID_INDEX]>,
@@ -123,6 +125,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         pid,
         objects: SkipMap::new(),
         threads: SkipMap::new(),
+        by_pthread: SkipMap::new(),
         by_tid: Box::new(std::array::from_fn(
             |_| AtomicPtr::new(std::ptr::null_mut()),
         )),
@@ -224,6 +227,19 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     // Touching the hook registers its destructor: it runs when this thread ends.
     EXIT_HOOK.with(|_| ());
     tr.threads.insert(tid, ThreadRef(rec));
+    let pthread = rec.pthread.load(Ordering::Relaxed);
+    tr.by_pthread.insert(pthread, tid);
+    // A join that began before this thread ran made its thread object without knowing the tid:
+    // it is this thread's (the joiner looks at `by_pthread` again after making it).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if let Some(e) = tr.objects.get(&pthread) {
+        let obj = e.value().0;
+        if obj.kind == ObjectKind::Thread {
+            let _ = obj
+                .last_owner
+                .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
     tr.by_tid[tid as usize % TID_INDEX]
         .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
     tr.live.fetch_add(1, Ordering::Relaxed);
@@ -301,8 +317,23 @@ pub fn thread_exited() {
                 .into(),
             );
         }
+        // A thread being joined: its exit ends the join's episode, as the one the joiner waited for.
+        let pthread = rec.pthread.load(Ordering::Relaxed);
+        if let Some(e) = tr.objects.get(&pthread) {
+            let obj = e.value().0;
+            if obj.kind == ObjectKind::Thread && obj.last_owner.load(Ordering::Relaxed) == tid {
+                engage::released(rec, obj);
+            }
+        }
         tr.log.write(&ThreadExit { tid, ns: now }.into());
         tr.threads.remove(&tid);
+        if tr
+            .by_pthread
+            .get(&pthread)
+            .is_some_and(|e| *e.value() == tid)
+        {
+            tr.by_pthread.remove(&pthread);
+        }
         let _ = tr.by_tid[tid as usize % TID_INDEX].compare_exchange(
             p as *mut ThreadRec,
             std::ptr::null_mut(),

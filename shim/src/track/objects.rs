@@ -372,8 +372,30 @@ pub fn read_checked(addr: usize) -> u32 {
     }
 }
 
-/// glibc's `pthread_rwlock_t` on x86-64: `__cur_writer` (tid of the writer holding it) at byte 24.
+/// glibc's `pthread_rwlock_t` on x86-64: `__readers` at byte 0 (bit 0: write phase, readers
+/// counted from bit 3), `__cur_writer` (tid of the writer holding it) at byte 24, `__flags`
+/// (reader/writer preference, the `PTHREAD_RWLOCK_PREFER_*` kind) at byte 48.
 pub mod glibc_rwlock {
+    const WRITE_PHASE: u32 = 1;
+    const READER_SHIFT: u32 = 3;
+
+    /// Readers holding the lock now (0 in a write phase, where registered readers still wait).
+    pub fn readers(addr: usize) -> u32 {
+        // SAFETY: the caller's rwlock, mapped while it unlocks it; other threads write the
+        // field, hence the volatile load.
+        let r = unsafe { std::ptr::read_volatile(addr as *const u32) };
+        if r & WRITE_PHASE != 0 {
+            0
+        } else {
+            r >> READER_SHIFT
+        }
+    }
+
+    pub fn preference(addr: usize) -> u32 {
+        // SAFETY: as for `readers`; written only by init.
+        unsafe { std::ptr::read_volatile((addr + 48) as *const u32) }
+    }
+
     pub fn writer(addr: usize, checked: bool) -> u32 {
         let v = if checked {
             super::read_checked(addr + 24) as i32
@@ -383,5 +405,14 @@ pub mod glibc_rwlock {
             unsafe { std::ptr::read_volatile((addr + 24) as *const i32) }
         };
         v.max(0) as u32
+    }
+}
+
+/// glibc's `struct pthread_barrier` (2.25+): `in`, `current_round`, `count` (threads per round)
+/// at byte 8, `shared`, `out`.
+pub mod glibc_barrier {
+    pub fn count(addr: usize) -> u32 {
+        // SAFETY: the caller's barrier, mapped while it waits on it; written only by init.
+        unsafe { std::ptr::read_volatile((addr + 8) as *const u32) }
     }
 }

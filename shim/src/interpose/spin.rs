@@ -1,0 +1,117 @@
+//! `pthread_spin_*`. Every call returns exactly what glibc returns.
+//!
+//! Spinning is waiting: a lock first tries the real trylock; when the lock is busy the thread's
+//! spin in the real `pthread_spin_lock` is a tracked wait. glibc's spinlock is a bare word with
+//! no owner, so a spinlock has no holder in the wait-for graph (its waits take part in the
+//! highwater mark and contention records; the acquiring thread is its holder for episodes).
+
+use libc::{c_int, pthread_spinlock_t, EBUSY};
+use waitshim_format::ObjectKind;
+
+use crate::real::real_fns;
+use crate::track::engage::{self, Outcome, Side};
+use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::tracker;
+
+mod real {
+    use libc::{c_int, pthread_spinlock_t};
+    super::real_fns! {
+        pthread_spin_init: fn(l: *mut pthread_spinlock_t, pshared: c_int) -> c_int;
+        pthread_spin_destroy: fn(l: *mut pthread_spinlock_t) -> c_int;
+        pthread_spin_lock: fn(l: *mut pthread_spinlock_t) -> c_int;
+        pthread_spin_trylock: fn(l: *mut pthread_spinlock_t) -> c_int;
+        pthread_spin_unlock: fn(l: *mut pthread_spinlock_t) -> c_int;
+    }
+}
+
+const KIND: ObjectKind = ObjectKind::Spin;
+
+fn subtype(_: usize) -> u32 {
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_spin_init(l: *mut pthread_spinlock_t, pshared: c_int) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::pthread_spin_init(l, pshared) };
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_initialised(t, l as usize, KIND, 0);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_spin_destroy(l: *mut pthread_spinlock_t) -> c_int {
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real::pthread_spin_destroy(l) };
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_destroyed(t, l as usize);
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int {
+    let Some(t) = current() else {
+        // SAFETY: forwarding.
+        return unsafe { real::pthread_spin_lock(l) };
+    };
+    let hit = t.cached(l as usize);
+    // SAFETY: forwarding.
+    let r = unsafe { real::pthread_spin_trylock(l) };
+    if r == 0 {
+        engage::engaged_with(t, hit, l as usize, KIND, subtype);
+        return 0;
+    }
+    // SAFETY: the caller's spinlock.
+    unsafe { spin(t, l) }
+}
+
+/// The lock is held: spin in glibc, tracked.
+#[cold]
+#[inline(never)]
+unsafe fn spin(t: &ThreadRec, l: *mut pthread_spinlock_t) -> c_int {
+    let addr = l as usize;
+    let Some(tr) = tracker() else {
+        // SAFETY: forwarding.
+        return unsafe { real::pthread_spin_lock(l) };
+    };
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, KIND, 0);
+    engage::attempting(t, obj);
+    let w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+    // SAFETY: forwarding; glibc's spin lock returns 0 once it has the lock.
+    let r = unsafe { real::pthread_spin_lock(l) };
+    engage::wait_end(tr, t, w, Outcome::Acquired);
+    engage::engaged(t, addr, KIND, subtype);
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_int {
+    // SAFETY: forwarding.
+    let r = unsafe { real::pthread_spin_trylock(l) };
+    if let Some(t) = current() {
+        match r {
+            0 => engage::engaged_try(t, l as usize, KIND, subtype),
+            EBUSY => engage::busy(t, l as usize, KIND, subtype),
+            _ => engage::failed(t, l as usize, KIND, subtype),
+        }
+    }
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn pthread_spin_unlock(l: *mut pthread_spinlock_t) -> c_int {
+    if let Some(t) = current() {
+        engage::disengaging(t, l as usize);
+    }
+    // SAFETY: forwarding.
+    unsafe { real::pthread_spin_unlock(l) }
+}
