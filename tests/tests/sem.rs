@@ -285,12 +285,16 @@ fn cxx_counting_semaphore_runs_unchanged_and_is_not_seen_since_libstdcxx_uses_no
         let o = log.object(&r["object_id"]);
         assert_ne!(o["kind"], "semaphore", "{r}");
     }
-    assert_eq!(
-        log.0["highwater"]["object_id"],
-        Value::Null,
-        "nothing waited where the shim can see it: {}",
-        log.0["highwater"]
-    );
+    // The only waits the shim can see are main's joins of its threads.
+    let hwm_object = &log.0["highwater"]["object_id"];
+    if !hwm_object.is_null() {
+        assert_eq!(
+            log.object(hwm_object)["kind"],
+            "thread",
+            "only joins may reach the highwater mark: {}",
+            log.0["highwater"]
+        );
+    }
 
     // The same program built to use sem_t shows the pool: 4 threads waiting on it.
     let dir = tempfile::tempdir().expect("temp dir");

@@ -138,10 +138,9 @@ fn valid(ts: *const timespec) -> bool {
 
 /// Ends an episode whose waiters all left without a post of this process releasing them.
 fn episode_unreleased(tr: &Tracker, obj: &ObjEntry) {
-    static NOBODY: OnceLock<ThreadRec> = OnceLock::new();
     if obj.flags() & EPISODE != 0 && obj.waiters.load(Ordering::Acquire) == 0 {
         // Holder tid 0 and no chain: nobody this process saw.
-        highwater::on_release(tr, NOBODY.get_or_init(ThreadRec::new), obj, now_ns(), 0);
+        highwater::on_release(tr, 0, obj, now_ns(), 0);
     }
 }
 

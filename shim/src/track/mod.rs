@@ -439,8 +439,7 @@ impl Tracker {
         if site.ret == 0 {
             return self.chain(t);
         }
-        let i = ((site.ret ^ site.sp.rotate_left(20)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58)
-            as usize;
+        let i = (site.ret ^ site.sp.rotate_left(20)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
         // SAFETY: called by the owning thread from inside the shim, so not re-entered.
         let cached = unsafe { t.local() }.site_cache[i];
         if cached.0 == site.ret && cached.1 == site.sp && cached.2 != 0 {
