@@ -224,3 +224,47 @@ fn joining_a_thread_that_waits_for_a_mutex_the_joiner_holds_is_a_deadlock_cycle(
         log.chain_text(&by_joinee["wait_chain"])
     );
 }
+
+#[test]
+fn lock_order_inversion_that_did_not_hang_is_reported_as_a_potential_deadlock_with_both_sites() {
+    let run = Launch::fixture("lock_inversion").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "lock_inversion: total=200\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    assert!(log.deadlocks().is_empty(), "no real deadlock happened");
+    let potential = log.0["potential_deadlocks"]
+        .as_array()
+        .expect("potential_deadlocks array");
+    assert_eq!(potential.len(), 1, "potential deadlocks: {potential:?}");
+    let p = &potential[0];
+    assert_eq!(p["deadlocked"], false);
+    assert_eq!(p["cycle"].as_array().map(Vec::len), Some(2), "{p}");
+    let edges = p["edges"].as_array().expect("edges");
+    assert_eq!(edges.len(), 2, "{p}");
+    let forward = line_of("lock_inversion.c", "forward-inner");
+    let backward = line_of("lock_inversion.c", "backward-inner");
+    assert!(
+        edges
+            .iter()
+            .any(|e| log.chain_has(&e["chain"], "lock_inversion.c", forward)),
+        "one edge acquired at lock_inversion.c:{forward}: {p}"
+    );
+    assert!(
+        edges
+            .iter()
+            .any(|e| log.chain_has(&e["chain"], "lock_inversion.c", backward)),
+        "one edge acquired at lock_inversion.c:{backward}: {p}"
+    );
+    assert!(
+        a.text
+            .contains("POTENTIAL DEADLOCK 1: lock-order inversion"),
+        "{}",
+        a.text
+    );
+    assert!(
+        a.text.contains(&format!("lock_inversion.c:{forward}")),
+        "{}",
+        a.text
+    );
+}
