@@ -779,3 +779,24 @@ pub fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
     }
     out
 }
+
+/// Runs fixture `name` with `args` natively and under the shim: both must exit 0 with the same
+/// stdout. Returns the run under the shim.
+pub fn run_both(name: &str, args: &[&str]) -> Run {
+    let mut native = Launch::fixture(name).native();
+    let mut shim = Launch::fixture(name);
+    for a in args {
+        native = native.arg(a);
+        shim = shim.arg(a);
+    }
+    let native = native.run();
+    native.assert_success();
+    let run = shim.run();
+    run.assert_success();
+    assert_eq!(
+        run.stdout_text(),
+        native.stdout_text(),
+        "{name}: stdout under the shim differs from the native run"
+    );
+    run
+}

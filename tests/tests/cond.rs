@@ -8,44 +8,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use waitshim_format::{counter, FrameReader, Item, Record};
-use waitshim_tests::{frame_text, line_of, Launch, LogReport, Run};
-
-/// Runs fixture `name` natively and under the shim: both exit 0 with the same stdout.
-fn run_both(name: &str) -> Run {
-    let native = Launch::fixture(name).native().run();
-    native.assert_success();
-    let run = Launch::fixture(name).run();
-    run.assert_success();
-    assert_eq!(
-        run.stdout_text(),
-        native.stdout_text(),
-        "{name}: stdout under the shim differs from the native run"
-    );
-    run
-}
-
-/// The latest kind-specific counters (signals, broadcasts, reasons waits ended, re-acquire
-/// waits) of every object of a log, by object id, read from the log itself.
-fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
-    let file = fs::File::open(log).expect("open log");
-    let mut reader = FrameReader::new(std::io::BufReader::new(file)).expect("a waitshim log");
-    let mut latest: HashMap<u64, (u64, HashMap<u16, u64>)> = HashMap::new();
-    while let Some(item) = reader.next_item().expect("read log") {
-        if let Item::Record {
-            record: Record::KindCounters(k),
-            ..
-        } = item
-        {
-            let values = k.values.iter().map(|v| (v.key, v.value)).collect();
-            let e = latest.entry(k.object_id).or_insert((0, HashMap::new()));
-            if k.ns >= e.0 {
-                *e = (k.ns, values);
-            }
-        }
-    }
-    latest.into_iter().map(|(id, (_, v))| (id, v)).collect()
-}
+use waitshim_format::counter;
+use waitshim_tests::{frame_text, kind_counters, line_of, run_both, Launch, LogReport, Run};
 
 /// One kind counter of `object` (0 when never counted).
 fn kind(counters: &HashMap<u64, HashMap<u16, u64>>, object: &Value, key: u16) -> u64 {
@@ -90,7 +54,7 @@ fn wait_sites_text(log: &LogReport, object: &Value) -> String {
 
 #[test]
 fn producer_consumer_queue_shows_both_condvars_waited_on_and_signalled() {
-    let run = run_both("cond_queue");
+    let run = run_both("cond_queue", &[]);
     assert_eq!(
         run.stdout_text(),
         "cond_queue: 40000 items, sum 800020000, expected 800020000\n"
@@ -143,7 +107,7 @@ fn producer_consumer_queue_shows_both_condvars_waited_on_and_signalled() {
 
 #[test]
 fn broadcast_to_8_waiters_shows_8_waiting_at_once_and_the_herd_reacquiring_the_mutex() {
-    let run = run_both("cond_herd");
+    let run = run_both("cond_herd", &[]);
     let a = run.analyze();
     let log = a.log(0);
     let kc = kind_counters(run.single_log());
@@ -190,7 +154,7 @@ fn broadcast_to_8_waiters_shows_8_waiting_at_once_and_the_herd_reacquiring_the_m
 
 #[test]
 fn timed_waits_nobody_signals_end_timed_out_with_etimedout() {
-    let run = run_both("cond_timeout");
+    let run = run_both("cond_timeout", &[]);
     assert_eq!(
         run.stdout_text(),
         "timedwait: ETIMEDOUT, mutex held after it: yes\n\
@@ -221,7 +185,7 @@ fn timed_waits_nobody_signals_end_timed_out_with_etimedout() {
 
 #[test]
 fn a_signal_with_the_predicate_false_ends_a_wait_signalled_and_an_unseen_wakeup_is_spurious() {
-    let run = run_both("cond_spurious");
+    let run = run_both("cond_spurious", &[]);
     assert_eq!(
         run.stdout_text(),
         "cond_spurious: the loop waited again after a signal with the predicate false\n"
@@ -252,7 +216,7 @@ fn a_signal_with_the_predicate_false_ends_a_wait_signalled_and_an_unseen_wakeup_
 
 #[test]
 fn cxx_condition_variable_queue_runs_unchanged_and_its_condvars_are_listed() {
-    let run = run_both("cond_cxx");
+    let run = run_both("cond_cxx", &[]);
     assert_eq!(
         run.stdout_text(),
         "cond_cxx: 40000 items, sum 800020000, expected 800020000\n"
@@ -320,7 +284,7 @@ fn program_linked_against_glibc_2_2_5_condvars_runs_unchanged_under_the_shim() {
             "cond_oldver references the new {sym}"
         );
     }
-    let run = run_both("cond_oldver");
+    let run = run_both("cond_oldver", &[]);
     assert_eq!(
         run.stdout_text(),
         "cond_oldver: 20000 items, sum 200010000, expected 200010000\n"
@@ -337,7 +301,7 @@ fn program_linked_against_glibc_2_2_5_condvars_runs_unchanged_under_the_shim() {
 
 #[test]
 fn cond_semantics_program_checks_every_return_code_identically_under_the_shim() {
-    let run = run_both("cond_semantics");
+    let run = run_both("cond_semantics", &[]);
     let out = run.stdout_text();
     let checks = out.lines().filter(|l| l.starts_with("check ")).count();
     assert!(checks >= 25, "only {checks} check lines:\n{out}");
@@ -359,7 +323,7 @@ fn cond_semantics_program_checks_every_return_code_identically_under_the_shim() 
 
 #[test]
 fn a_thread_cancelled_in_a_cond_wait_unwinds_through_the_shim_and_its_wait_ends_interrupted() {
-    let run = run_both("cond_cancel");
+    let run = run_both("cond_cancel", &[]);
     assert_eq!(
         run.stdout_text(),
         "cond_cancel: cancelled yes, mutex free after: yes\n"

@@ -3,27 +3,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use waitshim_tests::{frame_in_file, frame_is, frame_text, line_of, Launch, LogReport, Run};
-
-/// Runs `name ARGS` natively and under the shim: both exit 0 with the same stdout.
-fn run_both(name: &str, args: &[&str]) -> Run {
-    let mut native = Launch::fixture(name).native();
-    let mut shim = Launch::fixture(name);
-    for a in args {
-        native = native.arg(a);
-        shim = shim.arg(a);
-    }
-    let native = native.run();
-    native.assert_success();
-    let run = shim.run();
-    run.assert_success();
-    assert_eq!(
-        run.stdout_text(),
-        native.stdout_text(),
-        "{name}: stdout under the shim differs from the native run"
-    );
-    run
-}
+use waitshim_tests::{frame_in_file, frame_is, frame_text, line_of, run_both, Launch, LogReport};
 
 /// The ids of the objects that have at least one contention record (joins apart: main's
 /// waits for its threads are not what these scenarios are about).

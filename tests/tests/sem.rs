@@ -3,35 +3,12 @@
 //! (libstdc++ does not use `sem_t`), and every `sem_*` return value and errno is unchanged.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use waitshim_format::{counter, FrameReader, Item, Record};
-use waitshim_tests::{analyze, line_of, Launch, LogReport};
-
-/// The latest kind-specific counters and wait-ending reasons of each object, by object id, read
-/// from the log itself (the report does not show them on every branch yet).
-fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
-    let file = File::open(log).expect("open log");
-    let mut reader = FrameReader::new(BufReader::new(file)).expect("a waitshim log");
-    let mut latest = HashMap::new();
-    while let Some(item) = reader.next_item().expect("read log") {
-        if let Item::Record {
-            record: Record::KindCounters(k),
-            ..
-        } = item
-        {
-            latest.insert(
-                k.object_id,
-                k.values.iter().map(|v| (v.key, v.value)).collect(),
-            );
-        }
-    }
-    latest
-}
+use waitshim_format::counter;
+use waitshim_tests::{analyze, kind_counters, line_of, Launch, LogReport};
 
 fn kind_counter(all: &HashMap<u64, HashMap<u16, u64>>, object: &Value, key: u16) -> u64 {
     let id = object["object_id"].as_u64().expect("object_id");

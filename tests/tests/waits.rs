@@ -5,21 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 use waitshim_format::counter;
-use waitshim_tests::{frame_text, kind_counters, line_of, Launch, LogReport, Run};
-
-/// Runs fixture `name` natively and under the shim: both exit 0 with the same stdout.
-fn run_both(name: &str) -> Run {
-    let native = Launch::fixture(name).native().run();
-    native.assert_success();
-    let run = Launch::fixture(name).run();
-    run.assert_success();
-    assert_eq!(
-        run.stdout_text(),
-        native.stdout_text(),
-        "{name}: stdout under the shim differs from the native run"
-    );
-    run
-}
+use waitshim_tests::{frame_text, kind_counters, line_of, run_both, LogReport, Run};
 
 /// The kind-specific counters of `object` (key → value; absent keys are 0).
 fn kind_of(run: &Run, object: &Value) -> HashMap<u16, u64> {
@@ -42,7 +28,7 @@ fn record_on<'a>(log: &LogReport<'a>, object: &Value) -> &'a Value {
 
 #[test]
 fn readers_starving_a_writer_show_as_one_long_write_wait_with_reads_counted_apart() {
-    let run = run_both("rwlock_starve");
+    let run = run_both("rwlock_starve", &[]);
     assert_eq!(
         run.stdout_text(),
         "rwlock_starve: the writer got the lock after 4 of 4 readers left\n"
@@ -98,7 +84,7 @@ fn readers_starving_a_writer_show_as_one_long_write_wait_with_reads_counted_apar
 
 #[test]
 fn barrier_with_one_slow_thread_names_the_slow_thread_as_the_one_the_others_waited_for() {
-    let run = run_both("barrier_slow");
+    let run = run_both("barrier_slow", &[]);
     assert_eq!(run.stdout_text(), "barrier_slow: 1 serial thread\n");
     let a = run.analyze();
     let log = a.log(0);
@@ -141,7 +127,7 @@ fn barrier_with_one_slow_thread_names_the_slow_thread_as_the_one_the_others_wait
 
 #[test]
 fn joining_a_slow_thread_is_a_wait_on_that_thread_held_by_it() {
-    let run = run_both("join_slow");
+    let run = run_both("join_slow", &[]);
     assert_eq!(run.stdout_text(), "join_slow: sleeper returned 42\n");
     let a = run.analyze();
     let log = a.log(0);
@@ -169,7 +155,7 @@ fn joining_a_slow_thread_is_a_wait_on_that_thread_held_by_it() {
 
 #[test]
 fn spinning_on_a_held_spinlock_counts_as_waiting() {
-    let run = run_both("spin_contention");
+    let run = run_both("spin_contention", &[]);
     assert_eq!(run.stdout_text(), "spin_contention: counter=3\n");
     let a = run.analyze();
     let log = a.log(0);
@@ -199,7 +185,7 @@ fn spinning_on_a_held_spinlock_counts_as_waiting() {
 
 #[test]
 fn cxx_shared_mutex_is_an_rwlock_with_read_and_write_acquisitions() {
-    let run = run_both("cxx_shared_mutex");
+    let run = run_both("cxx_shared_mutex", &[]);
     assert_eq!(
         run.stdout_text(),
         "cxx_shared_mutex: a=40000 b=40000 torn=0\n"
@@ -226,7 +212,7 @@ fn cxx_shared_mutex_is_an_rwlock_with_read_and_write_acquisitions() {
 
 #[test]
 fn rwlock_spinlock_barrier_and_join_return_codes_are_unchanged_under_the_shim() {
-    let run = run_both("wait_semantics");
+    let run = run_both("wait_semantics", &[]);
     let out = run.stdout_text();
     let checks = out.lines().filter(|l| l.starts_with("check ")).count();
     assert!(checks >= 70, "only {checks} check lines:\n{out}");
