@@ -800,3 +800,19 @@ pub fn run_both(name: &str, args: &[&str]) -> Run {
     );
     run
 }
+
+/// Runs a return-code semantics fixture (one `check` line per case) natively and under the shim:
+/// both exit 0 with byte-identical stdout of at least `min_checks` checks ending
+/// `<name>: all checks passed`, and the shim adds nothing on stderr. Returns the run under the shim.
+pub fn run_semantics(name: &str, min_checks: usize) -> Run {
+    let run = run_both(name, &[]);
+    let out = run.stdout_text();
+    let checks = out.lines().filter(|l| l.starts_with("check ")).count();
+    assert!(checks >= min_checks, "only {checks} check lines:\n{out}");
+    assert!(
+        out.ends_with(&format!("{name}: all checks passed\n")),
+        "{out}"
+    );
+    assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
+    run
+}

@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 use waitshim_format::counter;
-use waitshim_tests::{frame_text, kind_counters, line_of, run_both, Launch, LogReport, Run};
+use waitshim_tests::{
+    frame_text, kind_counters, line_of, run_both, run_semantics, Launch, LogReport, Run,
+};
 
 /// One kind counter of `object` (0 when never counted).
 fn kind(counters: &HashMap<u64, HashMap<u16, u64>>, object: &Value, key: u16) -> u64 {
@@ -301,10 +303,8 @@ fn program_linked_against_glibc_2_2_5_condvars_runs_unchanged_under_the_shim() {
 
 #[test]
 fn cond_semantics_program_checks_every_return_code_identically_under_the_shim() {
-    let run = run_both("cond_semantics", &[]);
+    let run = run_semantics("cond_semantics", 25);
     let out = run.stdout_text();
-    let checks = out.lines().filter(|l| l.starts_with("check ")).count();
-    assert!(checks >= 25, "only {checks} check lines:\n{out}");
     for expected in [
         "check timedwait.nsec-negative: EINVAL, mutex held, errno kept",
         "check clockwait.bad-clock: EINVAL, mutex held, errno kept",
@@ -317,8 +317,6 @@ fn cond_semantics_program_checks_every_return_code_identically_under_the_shim() 
             "no {expected:?}:\n{out}"
         );
     }
-    assert!(out.ends_with("cond_semantics: all checks passed\n"));
-    assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::Value;
 use waitshim_format::counter;
-use waitshim_tests::{analyze, kind_counters, line_of, Launch, LogReport};
+use waitshim_tests::{analyze, kind_counters, line_of, run_semantics, Launch, LogReport};
 
 fn kind_counter(all: &HashMap<u64, HashMap<u16, u64>>, object: &Value, key: u16) -> u64 {
     let id = object["object_id"].as_u64().expect("object_id");
@@ -291,23 +291,7 @@ fn cxx_counting_semaphore_runs_unchanged_and_is_not_seen_since_libstdcxx_uses_no
 
 #[test]
 fn semaphore_semantics_program_sees_every_return_value_and_errno_unchanged() {
-    let native = Launch::fixture("sem_semantics").native().run();
-    native.assert_success();
-    let run = Launch::fixture("sem_semantics").run();
-    run.assert_success();
-    let native_out = native.stdout_text();
-    let checks = native_out
-        .lines()
-        .filter(|l| l.starts_with("check "))
-        .count();
-    assert!(checks >= 50, "only {checks} check lines:\n{native_out}");
-    assert_eq!(
-        run.stdout_text(),
-        native_out,
-        "stdout under the shim differs from the native run"
-    );
-    assert!(native_out.ends_with("sem_semantics: all checks passed\n"));
-    assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
+    let run = run_semantics("sem_semantics", 50);
     let a = run.analyze();
     assert!(a.status.success(), "analyzer: {}", a.stderr);
     let log = a.log(0);

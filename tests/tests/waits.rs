@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 use waitshim_format::counter;
-use waitshim_tests::{frame_text, kind_counters, line_of, run_both, LogReport, Run};
+use waitshim_tests::{frame_text, kind_counters, line_of, run_both, run_semantics, LogReport, Run};
 
 /// The kind-specific counters of `object` (key → value; absent keys are 0).
 fn kind_of(run: &Run, object: &Value) -> HashMap<u16, u64> {
@@ -212,15 +212,7 @@ fn cxx_shared_mutex_is_an_rwlock_with_read_and_write_acquisitions() {
 
 #[test]
 fn rwlock_spinlock_barrier_and_join_return_codes_are_unchanged_under_the_shim() {
-    let run = run_both("wait_semantics", &[]);
-    let out = run.stdout_text();
-    let checks = out.lines().filter(|l| l.starts_with("check ")).count();
-    assert!(checks >= 70, "only {checks} check lines:\n{out}");
-    assert!(
-        out.ends_with("wait_semantics: all checks passed\n"),
-        "{out}"
-    );
-    assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
+    let run = run_semantics("wait_semantics", 70);
     let a = run.analyze();
     assert!(a.status.success(), "analyzer: {}", a.stderr);
 }

@@ -37,13 +37,8 @@ pub unsafe extern "C" fn pthread_barrier_init(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_barrier_init(b, a, count) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            // The subtype of a barrier is its count: threads per round.
-            tr.object_initialised(t, b as usize, KIND, count);
-        }
-    }
+    // The subtype of a barrier is its count: threads per round.
+    engage::initialised(r, b as usize, KIND, count);
     r
 }
 
@@ -51,12 +46,7 @@ pub unsafe extern "C" fn pthread_barrier_init(
 pub unsafe extern "C" fn pthread_barrier_destroy(b: *mut pthread_barrier_t) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_barrier_destroy(b) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_destroyed(t, b as usize);
-        }
-    }
+    engage::destroyed(r, b as usize);
     r
 }
 

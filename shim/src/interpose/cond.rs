@@ -93,12 +93,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::init(c, a) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_initialised(t, c as usize, KIND, SUBTYPE);
-        }
-    }
+    engage::initialised(r, c as usize, KIND, SUBTYPE);
     r
 }
 
@@ -106,12 +101,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
 pub unsafe extern "C-unwind" fn pthread_cond_destroy(c: *mut pthread_cond_t) -> c_int {
     // SAFETY: forwarding.
     let r = unsafe { real::destroy(c) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_destroyed(t, c as usize);
-        }
-    }
+    engage::destroyed(r, c as usize);
     r
 }
 

@@ -50,12 +50,7 @@ pub unsafe extern "C" fn pthread_mutex_init(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_mutex_init(m, a) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_initialised(t, m as usize, KIND, subtype(m as usize));
-        }
-    }
+    engage::initialised(r, m as usize, KIND, subtype(m as usize));
     r
 }
 
@@ -63,12 +58,7 @@ pub unsafe extern "C" fn pthread_mutex_init(
 pub unsafe extern "C" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_mutex_destroy(m) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_destroyed(t, m as usize);
-        }
-    }
+    engage::destroyed(r, m as usize);
     r
 }
 

@@ -61,12 +61,7 @@ pub unsafe extern "C" fn pthread_rwlock_init(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_rwlock_init(l, a) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_initialised(t, l as usize, KIND, subtype(l as usize));
-        }
-    }
+    engage::initialised(r, l as usize, KIND, subtype(l as usize));
     r
 }
 
@@ -74,12 +69,7 @@ pub unsafe extern "C" fn pthread_rwlock_init(
 pub unsafe extern "C" fn pthread_rwlock_destroy(l: *mut pthread_rwlock_t) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_rwlock_destroy(l) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_destroyed(t, l as usize);
-        }
-    }
+    engage::destroyed(r, l as usize);
     r
 }
 

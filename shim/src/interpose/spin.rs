@@ -34,12 +34,7 @@ fn subtype(_: usize) -> u32 {
 pub unsafe extern "C" fn pthread_spin_init(l: *mut pthread_spinlock_t, pshared: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_spin_init(l, pshared) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_initialised(t, l as usize, KIND, 0);
-        }
-    }
+    engage::initialised(r, l as usize, KIND, 0);
     r
 }
 
@@ -47,12 +42,7 @@ pub unsafe extern "C" fn pthread_spin_init(l: *mut pthread_spinlock_t, pshared: 
 pub unsafe extern "C" fn pthread_spin_destroy(l: *mut pthread_spinlock_t) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_spin_destroy(l) };
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_destroyed(t, l as usize);
-        }
-    }
+    engage::destroyed(r, l as usize);
     r
 }
 

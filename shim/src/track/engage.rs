@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use waitshim_format::{counter, ObjectKind};
 
 use super::objects::{glibc_rwlock, ObjEntry, CONTENDED, EPISODE};
-use super::threads::{Held, Inside, Slot, ThreadRec};
+use super::threads::{current, Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 
@@ -381,6 +381,26 @@ pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
         _ => {}
     }
     tr.maybe_flush(now);
+}
+
+/// An init function returned `r` for the object at `addr`: on success, a new generation of it.
+pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32) {
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_initialised(t, addr, kind, subtype);
+        }
+    }
+}
+
+/// A destroy function returned `r` for the object at `addr`: on success, that generation ends.
+pub fn destroyed(r: libc::c_int, addr: usize) {
+    if r == 0 {
+        if let (Some(t), Some(tr)) = (current(), tracker()) {
+            let _in = Inside::enter();
+            tr.object_destroyed(t, addr);
+        }
+    }
 }
 
 /// An attempt to acquire without waiting found the object busy.
