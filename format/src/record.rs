@@ -130,6 +130,32 @@ pub mod note_level {
     pub const WARNING: u8 = 2;
 }
 
+/// Where a data request (a [`Snapshot`]) came from.
+pub mod snapshot_source {
+    /// The request signal (`WAITSHIM_SIGNAL`, sent by `waitshim-analyze request PID` or `kill`).
+    pub const SIGNAL: u8 = 1;
+    /// The program called `waitshim_snapshot()`.
+    pub const API: u8 = 2;
+    /// The shim's periodic flush (no request).
+    pub const PERIODIC: u8 = 3;
+}
+
+/// Bits of [`PolicyVersion::actions`] and of the `actions` a rule lists.
+pub mod action {
+    /// Count how often the rule's criteria held (always-on counters are kept anyway).
+    pub const COUNT: u32 = 1;
+    /// A [`super::WaitEvent`] record per selected wait.
+    pub const RECORD: u32 = 2;
+    /// The waiting thread's call chain.
+    pub const WAITER_CHAIN: u32 = 4;
+    /// The chains of every thread waiting on the object at that moment ([`super::WaiterChains`]).
+    pub const ALL_WAITERS: u32 = 8;
+    /// Where the holder acquired the object ([`super::HolderStack`] with `live` = 0).
+    pub const HOLDER_CHAIN: u32 = 16;
+    /// What the holder is doing now, asked of it through a signal ([`super::HolderStack`], `live` = 1).
+    pub const HOLDER_LIVE_STACK: u32 = 32;
+}
+
 wire_struct! {
     /// First record of every log.
     pub struct RunStart {
@@ -394,6 +420,97 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// A policy came into force at `ns` (the first at start-up; later ones after a reload).
+    /// `version` counts from 1 in each process; rule indexes in other records refer to the
+    /// rules of the version in force when they were written.
+    pub struct PolicyVersion {
+        pub version: u32,
+        pub ns: u64,
+        /// The file it was read from; empty for the built-in default.
+        pub source: String,
+        /// The policy as the shim understood it (normalised JSON).
+        pub text: String,
+        /// One short description per rule, in order.
+        pub rules: Vec<String>,
+    }
+}
+
+wire_struct! {
+    /// How often one rule of a policy version acted, cumulative; a later record for the same
+    /// (version, rule) supersedes an earlier one.
+    pub struct RuleStats {
+        pub version: u32,
+        pub rule: u32,
+        pub ns: u64,
+        /// Requests (waits) on objects and threads the rule selects.
+        pub requests: u64,
+        /// Requests on which the rule's criteria held and its actions ran.
+        pub acted: u64,
+        /// Requests skipped because `max_waiters` was reached (until the count fell below it).
+        pub suppressed: u64,
+    }
+}
+
+wire_struct! {
+    /// One wait a policy rule selected with the `record` action.
+    pub struct WaitEvent {
+        pub object_id: u64,
+        pub tid: u32,
+        /// When the wait began.
+        pub ns: u64,
+        /// How long it lasted (0 if the record was written while it still went on).
+        pub wait_ns: u64,
+        /// Threads waiting on the object when the rule acted, this one included.
+        pub waiters: u32,
+        /// How the wait ended: a [`counter`] `ENDED_*` key, 0 if it had not ended yet.
+        pub reason: u16,
+        pub version: u32,
+        pub rule: u32,
+        /// The waiter's chain if the rule collects it, else 0.
+        pub chain_id: u32,
+    }
+}
+
+wire_struct! {
+    /// The threads waiting on an object when a rule with `all_waiters` acted.
+    pub struct WaiterChains {
+        pub object_id: u64,
+        pub ns: u64,
+        pub version: u32,
+        pub rule: u32,
+        pub waiters: Vec<WaiterRef>,
+    }
+}
+
+wire_struct! {
+    /// The holder of an object that made `waiter_tid` wait: where it acquired the object
+    /// (`live` = 0) or what it was doing when asked (`live` = 1, a signal-driven unwind).
+    pub struct HolderStack {
+        pub object_id: u64,
+        pub ns: u64,
+        pub holder_tid: u32,
+        pub waiter_tid: u32,
+        pub version: u32,
+        pub rule: u32,
+        pub live: u8,
+        pub chain_id: u32,
+    }
+}
+
+wire_struct! {
+    /// A data request was served: every counter and pending record up to `ns` is in the log
+    /// before this record.
+    pub struct Snapshot {
+        pub seq: u64,
+        pub ns: u64,
+        /// [`snapshot_source`].
+        pub source: u8,
+        /// The process that sent the request signal, when known (0 otherwise).
+        pub requester_pid: u32,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -453,4 +570,10 @@ records! {
     Note = 17,
     KindCounters = 18,
     LockOrder = 19,
+    PolicyVersion = 20,
+    RuleStats = 21,
+    WaitEvent = 22,
+    WaiterChains = 23,
+    HolderStack = 24,
+    Snapshot = 25,
 }
