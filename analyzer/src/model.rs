@@ -521,6 +521,13 @@ impl Model {
                 self.seen(l.ns);
                 self.lock_order_edge(l);
             }
+            // Policy and data-request records: modelled with the policy report.
+            Record::PolicyVersion(_)
+            | Record::RuleStats(_)
+            | Record::WaitEvent(_)
+            | Record::WaiterChains(_)
+            | Record::HolderStack(_)
+            | Record::Snapshot(_) => {}
             Record::Unknown { .. } => {}
         }
     }
