@@ -4,6 +4,7 @@
 
 pub mod lockorder;
 pub mod model;
+pub mod policycheck;
 pub mod read;
 pub mod report;
 pub mod symbolize;

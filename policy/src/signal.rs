@@ -72,7 +72,9 @@ pub fn parse(spec: &str, rtmin: i32, rtmax: i32) -> Result<SignalSpec, String> {
         ));
     }
     if (32..rtmin).contains(&number) {
-        return Err(format!("`{spec}` (signal {number}) is reserved by the C library"));
+        return Err(format!(
+            "`{spec}` (signal {number}) is reserved by the C library"
+        ));
     }
     Ok(SignalSpec::Number(number))
 }
