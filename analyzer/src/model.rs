@@ -1,13 +1,17 @@
 //! Stage 2: fold the record stream of one log into a model of the run. Memory grows with the
 //! number of objects, threads, chains and contention records, never with the number of events:
-//! cumulative records (counters, wait sites) replace their predecessors, and every collection is
-//! capped so that a damaged or hostile log cannot exhaust memory.
+//! cumulative records (counters, wait sites, rule statistics) replace their predecessors, the
+//! per-wait records of the policy (wait events, waiter chains, holder stacks, snapshots) are
+//! counted and summed but listed only up to a cap, and every collection is capped so that a
+//! damaged or hostile log cannot exhaust memory.
 
 use std::collections::{BTreeMap, HashMap};
 
 use waitshim_format::{
-    contention_reason, counter, ContentionClose, ContentionOpen, Counters, Deadlock, Highwater,
-    KindCounters, LockOrder, Module, ObjectCreate, ObjectKind, Record, RunEnd, RunStart, WaitSite,
+    contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
+    Deadlock, Highwater, HolderStack, KindCounters, LockOrder, Module, ObjectCreate, ObjectKind,
+    PolicyVersion, Record, RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitSite,
+    WaiterChains,
 };
 
 /// Most items of one kind kept per log; beyond this they are counted, not stored.
@@ -22,6 +26,27 @@ pub const MAX_KIND_VALUES: usize = 64;
 pub const MAX_LOCK_ORDER_EDGES: usize = 200_000;
 /// Distinct (thread, chain) witnesses kept per lock-order edge; more are only counted.
 pub const MAX_WITNESSES: usize = 8;
+
+/// Policy versions kept per log (a hot reload adds one; more than this is a runaway reloader).
+pub const MAX_POLICY_VERSIONS: usize = 1_000;
+/// Bytes of a policy version's normalised text kept; the rest is cut. With the caps below, a
+/// version takes at most 48 KiB, so all the versions kept at most about 48 MB.
+pub const MAX_POLICY_TEXT: usize = 16 * 1024;
+/// Rule summaries kept per policy version, and bytes kept of each.
+pub const MAX_POLICY_RULES: usize = 64;
+pub const MAX_RULE_SUMMARY: usize = 512;
+/// Distinct (version, rule) statistics kept.
+pub const MAX_RULE_STATS: usize = 100_000;
+/// Wait events listed one by one; all of them are counted and summed per (version, rule, object).
+pub const MAX_WAIT_EVENTS_LISTED: usize = 10_000;
+/// Distinct (version, rule, object) sums of wait events kept.
+pub const MAX_WAIT_EVENT_GROUPS: usize = 100_000;
+/// Distinct reason codes counted per (version, rule, object) (the shim has nine).
+pub const MAX_GROUP_REASONS: usize = 16;
+/// Waiter-chain records, holder stacks and snapshots listed one by one; all are counted.
+pub const MAX_POLICY_LISTED: usize = 1_000;
+/// Waiters kept per listed waiter-chain record.
+pub const MAX_LISTED_WAITERS: usize = 1_024;
 
 /// Reason codes (how waits ended): the [`counter`] key, the JSON name, the text name.
 pub const ENDED: [(u16, &str, &str); 9] = [
@@ -54,6 +79,55 @@ pub const KIND_COUNTERS: [(u16, &str); 11] = [
 /// Whether `key` is a reason code (how a wait ended) rather than a kind-specific counter.
 pub fn is_ended_key(key: u16) -> bool {
     ENDED.iter().any(|&(k, _, _)| k == key)
+}
+
+/// The JSON name of a reason code: `acquired`, ..., `key_N` for a code this analyzer does not
+/// know; `None` for 0 (the wait had not ended).
+pub fn reason_json(code: u16) -> Option<String> {
+    if code == 0 {
+        return None;
+    }
+    Some(
+        ENDED
+            .iter()
+            .find(|&&(k, _, _)| k == code)
+            .map_or_else(|| format!("key_{code}"), |&(_, json, _)| json.to_string()),
+    )
+}
+
+/// The text name of a reason code (`timed out`), `reason N` for a code this analyzer does not
+/// know, `not ended` for 0.
+pub fn reason_text(code: u16) -> String {
+    if code == 0 {
+        return "not ended".into();
+    }
+    ENDED.iter().find(|&&(k, _, _)| k == code).map_or_else(
+        || format!("reason {code}"),
+        |&(_, _, text)| text.to_string(),
+    )
+}
+
+/// The name of a [`snapshot_source`] code.
+pub fn snapshot_source_name(source: u8) -> &'static str {
+    match source {
+        snapshot_source::SIGNAL => "signal",
+        snapshot_source::API => "api",
+        snapshot_source::PERIODIC => "periodic",
+        _ => "unknown",
+    }
+}
+
+/// Cuts `s` to at most `max` bytes, on a character boundary. Whether it was cut.
+fn cut_string(s: &mut String, max: usize) -> bool {
+    if s.len() <= max {
+        return false;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    true
 }
 
 #[derive(Debug, Clone, Default)]
@@ -236,6 +310,66 @@ impl ContentionRecord {
     }
 }
 
+/// Wait events of one (policy version, rule, object), summed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaitEventGroup {
+    pub count: u64,
+    pub wait_total_ns: u64,
+    pub wait_max_ns: u64,
+    /// Events per reason code (0: not ended when written), by code, at most
+    /// [`MAX_GROUP_REASONS`] codes.
+    pub reasons: Vec<(u16, u64)>,
+}
+
+/// What the policy rules collected: policy versions and rule statistics, and the wait events,
+/// waiter chains, holder stacks and data requests of the log. Counted in full, listed up to caps.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyData {
+    /// Every policy version, in log order (the first [`MAX_POLICY_VERSIONS`]).
+    pub versions: Vec<PolicyVersion>,
+    /// The latest statistics of each (version, rule).
+    pub rule_stats: BTreeMap<(u32, u32), RuleStats>,
+    pub wait_events_total: u64,
+    /// The first [`MAX_WAIT_EVENTS_LISTED`] wait events, in log order.
+    pub wait_events: Vec<WaitEvent>,
+    /// Wait events summed per (version, rule, object).
+    pub wait_event_groups: BTreeMap<(u32, u32, u64), WaitEventGroup>,
+    pub waiter_chains_total: u64,
+    /// The first [`MAX_POLICY_LISTED`] waiter-chain records, in log order.
+    pub waiter_chains: Vec<WaiterChains>,
+    pub holder_stacks_total: u64,
+    /// The first [`MAX_POLICY_LISTED`] holder stacks, in log order.
+    pub holder_stacks: Vec<HolderStack>,
+    pub snapshots_total: u64,
+    /// The first [`MAX_POLICY_LISTED`] snapshots, in log order.
+    pub snapshots: Vec<Snapshot>,
+    /// The last snapshot in the log (listed or not).
+    pub last_snapshot: Option<Snapshot>,
+}
+
+impl PolicyData {
+    /// Whether a policy read from a file was ever in force (not only the built-in default).
+    pub fn has_user_policy(&self) -> bool {
+        self.versions.iter().any(|v| !v.source.is_empty())
+    }
+
+    /// The description of a version (the last one the log gives with that number).
+    pub fn version(&self, version: u32) -> Option<&PolicyVersion> {
+        self.versions.iter().rev().find(|v| v.version == version)
+    }
+
+    /// The summary line of a rule, when its version is in the log.
+    pub fn rule_summary(&self, version: u32, rule: u32) -> Option<&str> {
+        let v = self.version(version)?;
+        v.rules.get(usize::try_from(rule).ok()?).map(String::as_str)
+    }
+
+    /// Whether the log has anything a policy rule collected (events, chains, holder stacks).
+    pub fn has_collected(&self) -> bool {
+        self.wait_events_total + self.waiter_chains_total + self.holder_stacks_total > 0
+    }
+}
+
 /// Things the model could not keep (caps reached) or could not make sense of.
 #[derive(Debug, Clone, Default)]
 pub struct Overflow {
@@ -250,10 +384,50 @@ pub struct Overflow {
     pub lock_order_edges: u64,
     /// Objects whose kind-specific counters had more keys than kept.
     pub kind_values_cut: u64,
+    /// Policy versions beyond [`MAX_POLICY_VERSIONS`].
+    pub policy_versions: u64,
+    /// Policy versions whose text or rule summaries were cut.
+    pub policy_text_cut: u64,
+    /// Distinct (version, rule) statistics beyond [`MAX_RULE_STATS`].
+    pub rule_stats: u64,
+    /// Wait events counted but not listed (beyond [`MAX_WAIT_EVENTS_LISTED`]).
+    pub wait_events_unlisted: u64,
+    /// Wait events in no (version, rule, object) sum (beyond [`MAX_WAIT_EVENT_GROUPS`]).
+    pub wait_event_groups: u64,
+    /// Wait events whose reason code was not counted (beyond [`MAX_GROUP_REASONS`] codes).
+    pub wait_event_reasons: u64,
+    /// Waiter-chain records counted but not listed.
+    pub waiter_chains_unlisted: u64,
+    /// Waiters cut from listed waiter-chain records (beyond [`MAX_LISTED_WAITERS`] each).
+    pub chain_waiters_cut: u64,
+    /// Holder stacks counted but not listed.
+    pub holder_stacks_unlisted: u64,
+    /// Snapshots counted but not listed.
+    pub snapshots_unlisted: u64,
 }
 
 impl Overflow {
     pub fn any(&self) -> bool {
+        self.storage_any() || self.policy_any()
+    }
+
+    /// Whether what the policy rules collected exceeded what the analyzer lists or keeps.
+    pub fn policy_any(&self) -> bool {
+        self.policy_versions
+            + self.policy_text_cut
+            + self.rule_stats
+            + self.wait_events_unlisted
+            + self.wait_event_groups
+            + self.wait_event_reasons
+            + self.waiter_chains_unlisted
+            + self.chain_waiters_cut
+            + self.holder_stacks_unlisted
+            + self.snapshots_unlisted
+            > 0
+    }
+
+    /// Whether the core model (chains, threads, objects, records, ...) hit a cap.
+    pub fn storage_any(&self) -> bool {
         self.chains
             + self.threads
             + self.objects
@@ -283,6 +457,8 @@ pub struct Model {
     /// The lock-order graph: every distinct edge, by (from, to).
     pub lock_order: BTreeMap<(u64, u64), LockEdge>,
     pub notes: Vec<waitshim_format::Note>,
+    /// Policy versions, rule statistics and what the rules collected.
+    pub policy: PolicyData,
     /// Latest timestamp any record carried: where the log's knowledge of the run ends.
     pub last_ns: u64,
     pub overflow: Overflow,
@@ -521,14 +697,124 @@ impl Model {
                 self.seen(l.ns);
                 self.lock_order_edge(l);
             }
-            // Policy and data-request records: modelled with the policy report.
-            Record::PolicyVersion(_)
-            | Record::RuleStats(_)
-            | Record::WaitEvent(_)
-            | Record::WaiterChains(_)
-            | Record::HolderStack(_)
-            | Record::Snapshot(_) => {}
+            Record::PolicyVersion(v) => {
+                self.seen(v.ns);
+                self.policy_version(v);
+            }
+            Record::RuleStats(r) => {
+                self.seen(r.ns);
+                let key = (r.version, r.rule);
+                let stats = &mut self.policy.rule_stats;
+                if stats.contains_key(&key) || stats.len() < MAX_RULE_STATS {
+                    stats.insert(key, r);
+                } else {
+                    self.overflow.rule_stats += 1;
+                }
+            }
+            Record::WaitEvent(e) => {
+                self.seen(e.ns.saturating_add(e.wait_ns));
+                self.object(e.object_id);
+                self.thread(e.tid);
+                self.wait_event(e);
+            }
+            Record::WaiterChains(mut c) => {
+                self.seen(c.ns);
+                self.object(c.object_id);
+                self.policy.waiter_chains_total += 1;
+                if self.policy.waiter_chains.len() < MAX_POLICY_LISTED {
+                    if c.waiters.len() > MAX_LISTED_WAITERS {
+                        self.overflow.chain_waiters_cut +=
+                            (c.waiters.len() - MAX_LISTED_WAITERS) as u64;
+                        c.waiters.truncate(MAX_LISTED_WAITERS);
+                    }
+                    c.waiters.shrink_to_fit();
+                    for w in &c.waiters {
+                        self.thread(w.tid);
+                    }
+                    self.policy.waiter_chains.push(c);
+                } else {
+                    self.overflow.waiter_chains_unlisted += 1;
+                }
+            }
+            Record::HolderStack(h) => {
+                self.seen(h.ns);
+                self.object(h.object_id);
+                self.thread(h.holder_tid);
+                self.thread(h.waiter_tid);
+                self.policy.holder_stacks_total += 1;
+                Self::push_listed(
+                    &mut self.policy.holder_stacks,
+                    h,
+                    &mut self.overflow.holder_stacks_unlisted,
+                );
+            }
+            Record::Snapshot(s) => {
+                self.seen(s.ns);
+                self.policy.snapshots_total += 1;
+                self.policy.last_snapshot = Some(s.clone());
+                Self::push_listed(
+                    &mut self.policy.snapshots,
+                    s,
+                    &mut self.overflow.snapshots_unlisted,
+                );
+            }
             Record::Unknown { .. } => {}
+        }
+    }
+
+    fn push_listed<T>(list: &mut Vec<T>, item: T, overflow: &mut u64) {
+        if list.len() < MAX_POLICY_LISTED {
+            list.push(item);
+        } else {
+            *overflow += 1;
+        }
+    }
+
+    fn policy_version(&mut self, mut v: PolicyVersion) {
+        if self.policy.versions.len() >= MAX_POLICY_VERSIONS {
+            self.overflow.policy_versions += 1;
+            return;
+        }
+        let mut cut = cut_string(&mut v.text, MAX_POLICY_TEXT);
+        if v.rules.len() > MAX_POLICY_RULES {
+            v.rules.truncate(MAX_POLICY_RULES);
+            cut = true;
+        }
+        for r in &mut v.rules {
+            cut |= cut_string(r, MAX_RULE_SUMMARY);
+            r.shrink_to_fit();
+        }
+        v.text.shrink_to_fit();
+        v.rules.shrink_to_fit();
+        if cut {
+            self.overflow.policy_text_cut += 1;
+        }
+        self.policy.versions.push(v);
+    }
+
+    fn wait_event(&mut self, e: WaitEvent) {
+        let p = &mut self.policy;
+        p.wait_events_total += 1;
+        let key = (e.version, e.rule, e.object_id);
+        if p.wait_event_groups.contains_key(&key)
+            || p.wait_event_groups.len() < MAX_WAIT_EVENT_GROUPS
+        {
+            let g = p.wait_event_groups.entry(key).or_default();
+            g.count = g.count.saturating_add(1);
+            g.wait_total_ns = g.wait_total_ns.saturating_add(e.wait_ns);
+            g.wait_max_ns = g.wait_max_ns.max(e.wait_ns);
+            match g.reasons.binary_search_by_key(&e.reason, |&(k, _)| k) {
+                Ok(i) => g.reasons[i].1 = g.reasons[i].1.saturating_add(1),
+                Err(i) if g.reasons.len() < MAX_GROUP_REASONS => g.reasons.insert(i, (e.reason, 1)),
+                Err(_) => self.overflow.wait_event_reasons += 1,
+            }
+        } else {
+            self.overflow.wait_event_groups += 1;
+        }
+        if p.wait_events.len() < MAX_WAIT_EVENTS_LISTED {
+            p.wait_events.push(e);
+        } else {
+            self.overflow.wait_events_unlisted += 1;
         }
     }
 

@@ -269,7 +269,121 @@ fn record() -> impl Strategy<Value = Record> {
                 .into()
             }
         ),
+        (
+            small(),
+            ns(),
+            text(),
+            text(),
+            prop::collection::vec(text(), 0..4)
+        )
+            .prop_map(|(version, ns, source, text, rules)| PolicyVersion {
+                version,
+                ns,
+                source,
+                text,
+                rules,
+            }
+            .into()),
+        (small(), small(), ns(), any::<[u64; 3]>()).prop_map(|(version, rule, ns, v)| {
+            RuleStats {
+                version,
+                rule,
+                ns,
+                requests: v[0],
+                acted: v[1],
+                suppressed: v[2],
+            }
+            .into()
+        }),
+        (
+            id(),
+            small(),
+            ns(),
+            any::<u64>(),
+            small(),
+            reason(),
+            small(),
+            small(),
+            small()
+        )
+            .prop_map(
+                |(object_id, tid, ns, wait_ns, waiters, reason, version, rule, chain_id)| {
+                    WaitEvent {
+                        object_id,
+                        tid,
+                        ns,
+                        wait_ns,
+                        waiters,
+                        reason,
+                        version,
+                        rule,
+                        chain_id,
+                    }
+                    .into()
+                }
+            ),
+        (
+            id(),
+            ns(),
+            small(),
+            small(),
+            prop::collection::vec((small(), small(), any::<u64>()), 0..5)
+        )
+            .prop_map(|(object_id, ns, version, rule, ws)| WaiterChains {
+                object_id,
+                ns,
+                version,
+                rule,
+                waiters: ws
+                    .into_iter()
+                    .map(|(tid, chain_id, wait_ns)| WaiterRef {
+                        tid,
+                        chain_id,
+                        wait_ns
+                    })
+                    .collect(),
+            }
+            .into()),
+        (
+            id(),
+            ns(),
+            small(),
+            small(),
+            small(),
+            small(),
+            any::<u8>(),
+            small()
+        )
+            .prop_map(
+                |(object_id, ns, holder_tid, waiter_tid, version, rule, live, chain_id)| {
+                    HolderStack {
+                        object_id,
+                        ns,
+                        holder_tid,
+                        waiter_tid,
+                        version,
+                        rule,
+                        live: live % 3,
+                        chain_id,
+                    }
+                    .into()
+                }
+            ),
+        (any::<u64>(), ns(), any::<u8>(), small()).prop_map(|(seq, ns, source, requester_pid)| {
+            Snapshot {
+                seq,
+                ns,
+                source: source % 5,
+                requester_pid,
+            }
+            .into()
+        }),
     ]
+}
+
+/// How a wait ended: mostly the codes the shim writes, sometimes 0 or any.
+fn reason() -> impl Strategy<Value = u16> {
+    prop_oneof![4 => 0u16..12, 1 => any::<u16>()]
 }
 
 /// Every elementary cycle of a small graph, by brute force: each as its vertices from the
@@ -377,6 +491,58 @@ proptest! {
             apply(&mut bytes, d);
         }
         analyze_everything(&bytes, &Options { sort, top, all_objects, symbols });
+    }
+
+    #[test]
+    fn policy_records_are_counted_in_full_and_summed_per_rule_and_object(
+        records in prop::collection::vec(record(), 0..60),
+    ) {
+        let mut bytes = file_header().to_vec();
+        for r in &records {
+            append_frame(r, &mut bytes);
+        }
+        let a = analyze_bytes(&bytes, Path::new("policy.log")).expect("a log");
+        let j = json_report(&a, &Options { symbols: false, ..Options::default() });
+        let n = |ty: fn(&Record) -> bool| records.iter().filter(|r| ty(r)).count() as u64;
+        let events = n(|r| matches!(r, Record::WaitEvent(_)));
+        prop_assert_eq!(j["wait_events"]["total"].as_u64(), Some(events));
+        let listed = j["wait_events"]["listed"].as_array().map_or(0, Vec::len) as u64;
+        prop_assert_eq!(listed, events);
+        let summed: u64 = j["wait_events"]["by_rule"]
+            .as_array()
+            .map_or(0, |g| g.iter().filter_map(|g| g["count"].as_u64()).sum());
+        prop_assert_eq!(summed, events);
+        prop_assert_eq!(
+            j["waiter_chains"]["total"].as_u64(),
+            Some(n(|r| matches!(r, Record::WaiterChains(_))))
+        );
+        prop_assert_eq!(
+            j["holder_stacks"]["total"].as_u64(),
+            Some(n(|r| matches!(r, Record::HolderStack(_))))
+        );
+        prop_assert_eq!(
+            j["snapshots"]["total"].as_u64(),
+            Some(n(|r| matches!(r, Record::Snapshot(_))))
+        );
+        prop_assert_eq!(
+            j["policy"]["versions"].as_array().map(Vec::len),
+            Some(n(|r| matches!(r, Record::PolicyVersion(_))) as usize)
+        );
+        let keys: BTreeSet<(u32, u32)> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::RuleStats(s) => Some((s.version, s.rule)),
+                _ => None,
+            })
+            .collect();
+        prop_assert_eq!(j["policy"]["rules"].as_array().map(Vec::len), Some(keys.len()));
+        // Every chain a listed record names is in `chains` when the log has it.
+        for e in j["wait_events"]["listed"].as_array().into_iter().flatten() {
+            if let Some(id) = e["chain"].as_u64() {
+                let known = a.model.chains.contains_key(&(id as u32));
+                prop_assert_eq!(j["chains"][id.to_string()].is_array(), known);
+            }
+        }
     }
 
     #[test]

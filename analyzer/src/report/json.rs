@@ -8,7 +8,9 @@ use waitshim_format::{end_reason, origin, ObjectKind};
 
 use super::Ctx;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
-use crate::model::{is_ended_key, Object, KIND_COUNTERS};
+use crate::model::{
+    is_ended_key, reason_json, snapshot_source_name, Object, WaitEventGroup, KIND_COUNTERS,
+};
 use crate::symbolize::Frame;
 
 pub const SCHEMA: &str = "waitshim-report/1";
@@ -74,6 +76,171 @@ fn counters(o: &Object) -> Value {
     } else {
         Value::Object(map)
     }
+}
+
+/// A chain id, `null` for 0 (no chain); a chain it names is added to `chains_used`.
+fn chain_ref(id: u32, chains_used: &mut BTreeSet<u32>) -> Value {
+    if id == 0 {
+        Value::Null
+    } else {
+        chains_used.insert(id);
+        json!(id)
+    }
+}
+
+/// How a (version, rule, object)'s wait events ended: reason name → count (`key_N` for codes
+/// this analyzer does not know); events written before their wait ended are in `not_ended`.
+fn group_ended(g: &WaitEventGroup) -> (Map<String, Value>, u64) {
+    let mut ended = Map::new();
+    let mut not_ended = 0;
+    for &(code, n) in &g.reasons {
+        match reason_json(code) {
+            Some(name) => {
+                ended.insert(name, json!(n));
+            }
+            None => not_ended += n,
+        }
+    }
+    (ended, not_ended)
+}
+
+/// `policy`, `wait_events`, `waiter_chains`, `holder_stacks` and `snapshots`: the policy in
+/// force and what its rules collected, with the chains they name added to `chains_used`.
+fn policy(ctx: &mut Ctx<'_>, chains_used: &mut BTreeSet<u32>) -> Vec<(&'static str, Value)> {
+    let m = ctx.model;
+    let p = &m.policy;
+    let rel = |ns: u64| m.rel(ns);
+
+    let versions: Vec<Value> = p
+        .versions
+        .iter()
+        .map(|v| {
+            json!({
+                "version": v.version,
+                "at_ns": rel(v.ns),
+                "source": v.source,
+                "builtin": v.source.is_empty(),
+                "text": v.text,
+                "rules": v.rules,
+            })
+        })
+        .collect();
+    let rules: Vec<Value> = p
+        .rule_stats
+        .values()
+        .map(|r| {
+            json!({
+                "version": r.version,
+                "rule": r.rule,
+                "summary": p.rule_summary(r.version, r.rule),
+                "requests": r.requests,
+                "acted": r.acted,
+                "suppressed": r.suppressed,
+            })
+        })
+        .collect();
+
+    let events: Vec<Value> = p
+        .wait_events
+        .iter()
+        .map(|e| {
+            json!({
+                "object_id": e.object_id,
+                "tid": e.tid,
+                "at_ns": rel(e.ns),
+                "wait_ns": e.wait_ns,
+                "waiters": e.waiters,
+                "reason": reason_json(e.reason),
+                "version": e.version,
+                "rule": e.rule,
+                "chain": chain_ref(e.chain_id, chains_used),
+            })
+        })
+        .collect();
+    let by_rule: Vec<Value> = p
+        .wait_event_groups
+        .iter()
+        .map(|(&(version, rule, object_id), g)| {
+            let (ended, not_ended) = group_ended(g);
+            json!({
+                "version": version,
+                "rule": rule,
+                "object_id": object_id,
+                "count": g.count,
+                "wait_total_ns": g.wait_total_ns,
+                "wait_max_ns": g.wait_max_ns,
+                "ended": ended,
+                "not_ended": not_ended,
+            })
+        })
+        .collect();
+
+    let waiter_chains: Vec<Value> = p
+        .waiter_chains
+        .iter()
+        .map(|c| {
+            json!({
+                "object_id": c.object_id,
+                "at_ns": rel(c.ns),
+                "version": c.version,
+                "rule": c.rule,
+                "waiters": c.waiters.iter().map(|w| json!({
+                    "tid": w.tid,
+                    "chain": chain_ref(w.chain_id, chains_used),
+                    "wait_ns": w.wait_ns,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+
+    let mut holder_stacks = Vec::new();
+    for h in &p.holder_stacks {
+        let function = ctx.user_function(h.chain_id);
+        holder_stacks.push(json!({
+            "object_id": h.object_id,
+            "at_ns": rel(h.ns),
+            "holder_tid": h.holder_tid,
+            "waiter_tid": h.waiter_tid,
+            "version": h.version,
+            "rule": h.rule,
+            "live": h.live != 0,
+            "chain": chain_ref(h.chain_id, chains_used),
+            "function": function,
+        }));
+    }
+
+    let snapshots: Vec<Value> = p
+        .snapshots
+        .iter()
+        .map(|s| {
+            json!({
+                "seq": s.seq,
+                "at_ns": rel(s.ns),
+                "source": snapshot_source_name(s.source),
+                "requester_pid": (s.requester_pid != 0).then_some(s.requester_pid),
+            })
+        })
+        .collect();
+
+    vec![
+        ("policy", json!({"versions": versions, "rules": rules})),
+        (
+            "wait_events",
+            json!({"total": p.wait_events_total, "listed": events, "by_rule": by_rule}),
+        ),
+        (
+            "waiter_chains",
+            json!({"total": p.waiter_chains_total, "listed": waiter_chains}),
+        ),
+        (
+            "holder_stacks",
+            json!({"total": p.holder_stacks_total, "listed": holder_stacks}),
+        ),
+        (
+            "snapshots",
+            json!({"total": p.snapshots_total, "listed": snapshots}),
+        ),
+    ]
 }
 
 /// The report of one log.
@@ -295,6 +462,8 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         }));
     }
 
+    let policy = policy(ctx, &mut chains_used);
+
     let mut chains = Map::new();
     chains_used.remove(&0);
     for id in chains_used {
@@ -358,6 +527,9 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
     }
     log.insert("objects".into(), Value::Array(objects));
     log.insert("threads".into(), Value::Array(threads));
+    for (key, value) in policy {
+        log.insert(key.into(), value);
+    }
     log.insert("chains".into(), Value::Object(chains));
     log.insert("modules".into(), Value::Array(modules));
     log.insert("symbols".into(), Value::Array(symbols));

@@ -10,7 +10,7 @@ use std::str::FromStr;
 use waitshim_format::note_level;
 
 use crate::lockorder::{self, Inversions};
-use crate::model::{ContentionRecord, Model};
+use crate::model::{ContentionRecord, Model, Overflow};
 use crate::read::{Ending, ReadSummary};
 use crate::symbolize::{Frame, ModuleStatus, Symbolizer};
 
@@ -111,6 +111,49 @@ impl Warning {
     }
 }
 
+/// The policy part of the `limits` warning: only the counts that are not zero.
+fn policy_limits(o: &Overflow) -> String {
+    let listed: Vec<String> = [
+        (o.wait_events_unlisted, "wait events"),
+        (o.waiter_chains_unlisted, "waiter-chain records"),
+        (o.holder_stacks_unlisted, "holder stacks"),
+        (o.snapshots_unlisted, "snapshots"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    let mut parts = Vec::new();
+    if !listed.is_empty() {
+        parts.push(format!(
+            "policy data counted in the totals but not listed: {}",
+            listed.join(", ")
+        ));
+    }
+    for (n, what) in [
+        (o.policy_versions, "policy versions not stored"),
+        (
+            o.policy_text_cut,
+            "policy versions with their text or rules cut",
+        ),
+        (o.rule_stats, "rule statistics not stored"),
+        (
+            o.wait_event_groups,
+            "wait events in no per-rule and per-object sum",
+        ),
+        (
+            o.wait_event_reasons,
+            "wait events whose reason was not counted",
+        ),
+        (o.chain_waiters_cut, "waiters cut from waiter-chain records"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    parts.join("; ")
+}
+
 /// Records sharing the same outermost / innermost frames of their waiter chains.
 #[derive(Debug, Clone)]
 pub struct Group {
@@ -167,6 +210,23 @@ impl<'a> Ctx<'a> {
             .as_ref()?
             .chain_id;
         self.sym.site(self.model, chain)
+    }
+
+    /// The first frame of the program's own code ([`Frame::is_user`]) in a chain; `None` when
+    /// the chain is unknown or has none.
+    pub fn first_user_frame(&mut self, chain_id: u32) -> Option<Frame> {
+        if chain_id == 0 {
+            return None;
+        }
+        self.sym
+            .chain(self.model, chain_id)
+            .into_iter()
+            .find(Frame::is_user)
+    }
+
+    /// The function name of a chain's first user frame, when known.
+    pub fn user_function(&mut self, chain_id: u32) -> Option<String> {
+        self.first_user_frame(chain_id)?.function
     }
 
     /// `mutex#3 "name" @0x55..  created at convoy.c:12 (main)`: how every section names an object.
@@ -300,13 +360,12 @@ impl<'a> Ctx<'a> {
         }
         if m.overflow.any() {
             let o = &m.overflow;
-            w.push(Warning::new(
-                "limits",
-                format!(
-                    "the log holds more than this analyzer keeps; not stored: {} chains, {} \
-                     threads, {} objects, {} wait sites, {} contention records, {} modules, {} \
-                     history entries, {} lock-order edges; {} chains cut to their innermost \
-                     frames; {} objects with kind counters cut",
+            let mut parts = Vec::new();
+            if o.storage_any() {
+                parts.push(format!(
+                    "not stored: {} chains, {} threads, {} objects, {} wait sites, {} contention \
+                     records, {} modules, {} history entries, {} lock-order edges; {} chains cut \
+                     to their innermost frames; {} objects with kind counters cut",
                     o.chains,
                     o.threads,
                     o.objects,
@@ -317,6 +376,16 @@ impl<'a> Ctx<'a> {
                     o.lock_order_edges,
                     o.chain_frames_cut,
                     o.kind_values_cut
+                ));
+            }
+            if o.policy_any() {
+                parts.push(policy_limits(o));
+            }
+            w.push(Warning::new(
+                "limits",
+                format!(
+                    "the log holds more than this analyzer keeps; {}",
+                    parts.join("; ")
                 ),
             ));
         }

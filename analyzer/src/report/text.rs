@@ -1,5 +1,6 @@
-//! The text report, worst first: summary (with warnings on top), deadlocks, lock contention
-//! records, per-object table, where threads wait, threads.
+//! The text report, worst first: summary (with warnings on top), the policy in force, deadlocks,
+//! lock contention records, what the policy rules collected (selected waits, holder stacks,
+//! waiter chains), per-object table, where threads wait, threads.
 
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -8,7 +9,8 @@ use waitshim_format::{counter, end_reason, Counters, ObjectKind};
 
 use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
-use crate::model::{ContentionRecord, Object};
+use crate::model::{reason_text, ContentionRecord, Object};
+use crate::symbolize::Frame;
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
 const MAX_FRAMES_SHOWN: usize = 16;
@@ -16,6 +18,18 @@ const MAX_FRAMES_SHOWN: usize = 16;
 const MAX_WAITER_CHAINS: usize = 8;
 /// Wait sites shown per object.
 const MAX_WAIT_SITES: usize = 10;
+/// Policy versions shown (the latest), and rules shown per version.
+const MAX_VERSIONS_SHOWN: usize = 20;
+const MAX_RULES_SHOWN: usize = 50;
+/// Objects shown in the section of what the policy collected (the JSON report has them all).
+const MAX_COLLECTED_OBJECTS: usize = 20;
+/// Distinct (holder, stack) shown per object.
+const MAX_HOLDER_STACKS: usize = 8;
+/// Waiter-chain records shown per object, and waiting threads shown per record.
+const MAX_WAITER_SETS: usize = 3;
+const MAX_WAITERS_SHOWN: usize = 16;
+/// How the first frame of the program's own code is marked in a holder's stack.
+const USER_MARK: &str = "   <- first frame of the program";
 
 /// Renders the report of one log.
 pub fn render(ctx: &mut Ctx<'_>) -> String {
@@ -33,10 +47,13 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         deadlocks(ctx, &mut body);
         potential_deadlocks(ctx, &mut body);
         records(ctx, &mut body);
+        collected(ctx, &mut body);
         objects(ctx, &mut body);
         wait_sites(ctx, &mut body);
     }
     threads(ctx, &mut body);
+    let mut policy = String::new();
+    policy_section(ctx, &mut policy);
 
     let mut out = String::new();
     let _ = writeln!(out, "waitshim report: {}", ctx.summary.path.display());
@@ -44,6 +61,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         let _ = writeln!(out, "WARNING: {}", w.message);
     }
     summary(ctx, &mut out);
+    out.push_str(&policy);
     out.push_str(&body);
     out
 }
@@ -145,6 +163,22 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         );
     }
     let _ = writeln!(out, "{line}");
+    let p = &m.policy;
+    if !p.versions.is_empty() && !p.has_user_policy() {
+        let _ = writeln!(
+            out,
+            "policy: built-in (waiter chains on every contended wait)"
+        );
+    }
+    if let Some(last) = &p.last_snapshot {
+        let n = p.snapshots_total;
+        let _ = writeln!(
+            out,
+            "data requests: {n} {} (last at {})",
+            if n == 1 { "snapshot" } else { "snapshots" },
+            fmt_ns(m.rel(last.ns))
+        );
+    }
 }
 
 fn stopped_text(why: Stopped) -> String {
@@ -159,6 +193,12 @@ fn stopped_text(why: Stopped) -> String {
 }
 
 fn chain(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, out: &mut String) {
+    chain_with(ctx, chain_id, indent, false, out);
+}
+
+/// A chain, one frame a line; with `mark_user`, the first frame of the program's own code is
+/// marked (where the program's author made the call).
+fn chain_with(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, mark_user: bool, out: &mut String) {
     if chain_id == 0 {
         let _ = writeln!(out, "{indent}(no call chain recorded)");
         return;
@@ -180,8 +220,14 @@ fn chain(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, out: &mut String) {
         .filter(|(_, f)| !f.inlined)
         .nth(MAX_FRAMES_SHOWN - 1)
         .map_or(frames.len(), |(i, _)| i + 1);
+    let user = if mark_user {
+        frames.iter().position(Frame::is_user)
+    } else {
+        None
+    };
     for (i, f) in frames.iter().take(shown).enumerate() {
-        let _ = writeln!(out, "{indent}#{i} {}", f.describe());
+        let mark = if user == Some(i) { USER_MARK } else { "" };
+        let _ = writeln!(out, "{indent}#{i} {}{mark}", f.describe());
     }
     if frames.len() > shown {
         let _ = writeln!(
@@ -835,5 +881,318 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
             "  {:>8}  {:<16} {:>10} {:>10}  {:<32} {created}",
             t.tid, name, started, lifetime, routine
         );
+    }
+}
+
+/// The policies in force, when a policy file was used: each version, from when, its rules and
+/// how often each acted.
+fn policy_section(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let p = &m.policy;
+    if !p.has_user_policy() {
+        return;
+    }
+    let n = p.versions.len();
+    let _ = writeln!(
+        out,
+        "\nPOLICY ({n} {}; rule counts are cumulative, as last written to the log)",
+        if n == 1 { "version" } else { "versions" }
+    );
+    let described: HashSet<(u32, u32)> = p
+        .versions
+        .iter()
+        .filter(|v| !v.source.is_empty())
+        .flat_map(|v| (0..v.rules.len()).map(move |i| (v.version, i)))
+        .filter_map(|(version, i)| Some((version, u32::try_from(i).ok()?)))
+        .collect();
+    let skipped = n.saturating_sub(MAX_VERSIONS_SHOWN);
+    if skipped > 0 {
+        let _ = writeln!(
+            out,
+            "  ... {skipped} earlier versions not shown (all are in the JSON report)"
+        );
+    }
+    for v in p.versions.iter().skip(skipped) {
+        let at = fmt_ns(m.rel(v.ns));
+        if v.source.is_empty() {
+            let _ = writeln!(
+                out,
+                "  version {} from {at}: built-in (waiter chains on every contended wait)",
+                v.version
+            );
+            continue;
+        }
+        let rules = v.rules.len();
+        let _ = writeln!(
+            out,
+            "  version {} from {at}: {}, {rules} {}",
+            v.version,
+            v.source,
+            if rules == 1 { "rule" } else { "rules" }
+        );
+        for (i, summary) in v.rules.iter().enumerate().take(MAX_RULES_SHOWN) {
+            let rule = u32::try_from(i).unwrap_or(u32::MAX);
+            let _ = writeln!(out, "    rule {}: {summary}", i + 1);
+            match p.rule_stats.get(&(v.version, rule)) {
+                Some(r) => {
+                    let _ = writeln!(
+                        out,
+                        "      requests {}, acted {}, max_waiters suppressed {}",
+                        r.requests, r.acted, r.suppressed
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "      no requests recorded");
+                }
+            }
+        }
+        if rules > MAX_RULES_SHOWN {
+            let _ = writeln!(
+                out,
+                "    ... {} more rules (all are in the JSON report)",
+                rules - MAX_RULES_SHOWN
+            );
+        }
+    }
+    let orphans: Vec<_> = p
+        .rule_stats
+        .values()
+        .filter(|r| !described.contains(&(r.version, r.rule)))
+        .collect();
+    if !orphans.is_empty() {
+        let _ = writeln!(out, "  statistics of rules the log does not describe:");
+        for r in orphans {
+            let _ = writeln!(
+                out,
+                "    version {} rule {}: requests {}, acted {}, max_waiters suppressed {}",
+                r.version,
+                u64::from(r.rule) + 1,
+                r.requests,
+                r.acted,
+                r.suppressed
+            );
+        }
+    }
+}
+
+/// What the policy collected about one object.
+#[derive(Default)]
+struct Collected {
+    wait_total_ns: u64,
+    events: u64,
+    /// (version, rule) and the sums of its events.
+    groups: Vec<((u32, u32), crate::model::WaitEventGroup)>,
+    /// Distinct (holder, live, chain) with the waiters it blocked and when first seen.
+    holders: Vec<HolderGroup>,
+    holder_stacks: u64,
+    /// Indexes into the listed waiter-chain records.
+    waiter_sets: Vec<usize>,
+}
+
+struct HolderGroup {
+    holder_tid: u32,
+    live: bool,
+    chain_id: u32,
+    first_ns: u64,
+    rules: Vec<(u32, u32)>,
+    waiters: Vec<u32>,
+}
+
+/// `1 wait event`, `3 wait events`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// `version 2 rule 1`: rules are numbered from 1 in the text report, as `policy check` does.
+fn rule_name(version: u32, rule: u32) -> String {
+    format!("version {version} rule {}", u64::from(rule) + 1)
+}
+
+/// The waits the policy rules selected, by object: how many, how long and how they ended per
+/// rule; the holders that made them wait, with their stacks; the threads waiting together.
+fn collected(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let p = &m.policy;
+    if !p.has_collected() {
+        return;
+    }
+    let mut by_object: std::collections::BTreeMap<u64, Collected> = Default::default();
+    for (&(version, rule, object), g) in &p.wait_event_groups {
+        let c = by_object.entry(object).or_default();
+        c.wait_total_ns = c.wait_total_ns.saturating_add(g.wait_total_ns);
+        c.events = c.events.saturating_add(g.count);
+        c.groups.push(((version, rule), g.clone()));
+    }
+    for h in &p.holder_stacks {
+        let c = by_object.entry(h.object_id).or_default();
+        c.holder_stacks += 1;
+        let live = h.live != 0;
+        let i = match c.holders.iter().position(|g| {
+            g.holder_tid == h.holder_tid && g.live == live && g.chain_id == h.chain_id
+        }) {
+            Some(i) => i,
+            None => {
+                c.holders.push(HolderGroup {
+                    holder_tid: h.holder_tid,
+                    live,
+                    chain_id: h.chain_id,
+                    first_ns: h.ns,
+                    rules: Vec::new(),
+                    waiters: Vec::new(),
+                });
+                c.holders.len() - 1
+            }
+        };
+        if let Some(g) = c.holders.get_mut(i) {
+            if !g.waiters.contains(&h.waiter_tid) {
+                g.waiters.push(h.waiter_tid);
+            }
+            if !g.rules.contains(&(h.version, h.rule)) {
+                g.rules.push((h.version, h.rule));
+            }
+        }
+    }
+    for (i, w) in p.waiter_chains.iter().enumerate() {
+        by_object
+            .entry(w.object_id)
+            .or_default()
+            .waiter_sets
+            .push(i);
+    }
+    let mut objects: Vec<(u64, Collected)> = by_object.into_iter().collect();
+    objects.sort_by(|(a_id, a), (b_id, b)| {
+        b.wait_total_ns
+            .cmp(&a.wait_total_ns)
+            .then(b.events.cmp(&a.events))
+            .then(b.holder_stacks.cmp(&a.holder_stacks))
+            .then(a_id.cmp(b_id))
+    });
+
+    let mut head = format!(
+        "\nSELECTED WAITS (collected by policy rules, by object: {}, {}, {}",
+        count(p.wait_events_total, "wait event", "wait events"),
+        count(p.holder_stacks_total, "holder stack", "holder stacks"),
+        count(
+            p.waiter_chains_total,
+            "waiter-chain record",
+            "waiter-chain records"
+        )
+    );
+    let listed = (p.holder_stacks.len() as u64) < p.holder_stacks_total
+        || (p.waiter_chains.len() as u64) < p.waiter_chains_total;
+    if listed {
+        let _ = write!(
+            head,
+            "; the first {} holder stacks and {} waiter-chain records are shown",
+            p.holder_stacks.len(),
+            p.waiter_chains.len()
+        );
+    }
+    head.push(')');
+    let _ = writeln!(out, "{head}");
+    let total = objects.len();
+    for (object_id, c) in objects.iter().take(MAX_COLLECTED_OBJECTS) {
+        collected_object(ctx, *object_id, c, out);
+    }
+    if total > MAX_COLLECTED_OBJECTS {
+        let _ = writeln!(
+            out,
+            "\n  ... {} more objects with collected data (all are in the JSON report)",
+            total - MAX_COLLECTED_OBJECTS
+        );
+    }
+}
+
+fn collected_object(ctx: &mut Ctx<'_>, object_id: u64, c: &Collected, out: &mut String) {
+    let m = ctx.model;
+    let label = ctx.object_label(object_id);
+    let _ = writeln!(out, "\n  {label}");
+    if !c.groups.is_empty() {
+        let _ = writeln!(out, "    selected waits:");
+        for ((version, rule), g) in &c.groups {
+            let mut line = format!(
+                "      {}: {} {}, total {}, max {}",
+                rule_name(*version, *rule),
+                g.count,
+                if g.count == 1 { "wait" } else { "waits" },
+                fmt_ns(g.wait_total_ns),
+                fmt_ns(g.wait_max_ns)
+            );
+            if !g.reasons.is_empty() {
+                let list: Vec<String> = g
+                    .reasons
+                    .iter()
+                    .map(|&(code, n)| format!("{} {n}", reason_text(code)))
+                    .collect();
+                let _ = write!(line, "; ended: {}", list.join(", "));
+            }
+            let _ = writeln!(out, "{line}");
+        }
+    }
+    if !c.holders.is_empty() {
+        let _ = writeln!(out, "    holder stacks ({}):", c.holder_stacks);
+        for g in c.holders.iter().take(MAX_HOLDER_STACKS) {
+            let waiters: Vec<String> = g.waiters.iter().map(|&t| ctx.thread_label(t)).collect();
+            let holder = ctx.thread_label(g.holder_tid);
+            let rules: Vec<String> = g.rules.iter().map(|&(v, r)| rule_name(v, r)).collect();
+            let what = if g.live {
+                "its live stack (what it was doing when asked)"
+            } else {
+                "where it acquired the object"
+            };
+            let _ = writeln!(
+                out,
+                "      {} waited behind holder {holder} (first at {}, {}); {what}:",
+                waiters.join(", "),
+                fmt_ns(m.rel(g.first_ns)),
+                rules.join(", ")
+            );
+            chain_with(ctx, g.chain_id, "        ", true, out);
+        }
+        if c.holders.len() > MAX_HOLDER_STACKS {
+            let _ = writeln!(
+                out,
+                "      ... {} more distinct holder stacks",
+                c.holders.len() - MAX_HOLDER_STACKS
+            );
+        }
+    }
+    if !c.waiter_sets.is_empty() {
+        let _ = writeln!(out, "    waiter chains ({}):", c.waiter_sets.len());
+        for &i in c.waiter_sets.iter().take(MAX_WAITER_SETS) {
+            let Some(w) = m.policy.waiter_chains.get(i) else {
+                continue;
+            };
+            let n = w.waiters.len();
+            let _ = writeln!(
+                out,
+                "      at {} ({}): {n} {} waiting",
+                fmt_ns(m.rel(w.ns)),
+                rule_name(w.version, w.rule),
+                if n == 1 { "thread" } else { "threads" }
+            );
+            for r in w.waiters.iter().take(MAX_WAITERS_SHOWN) {
+                let who = ctx.thread_label(r.tid);
+                let site = if r.chain_id == 0 {
+                    "(no call chain recorded)".to_string()
+                } else {
+                    ctx.sym.site(m, r.chain_id).map_or_else(
+                        || format!("(chain {} is not in the log)", r.chain_id),
+                        |f| format!("at {}", f.site()),
+                    )
+                };
+                let _ = writeln!(out, "        {who} waiting {} {site}", fmt_ns(r.wait_ns));
+            }
+            if n > MAX_WAITERS_SHOWN {
+                let _ = writeln!(out, "        ... {} more threads", n - MAX_WAITERS_SHOWN);
+            }
+        }
+        if c.waiter_sets.len() > MAX_WAITER_SETS {
+            let _ = writeln!(
+                out,
+                "      ... {} more waiter-chain records on this object",
+                c.waiter_sets.len() - MAX_WAITER_SETS
+            );
+        }
     }
 }
