@@ -4,7 +4,7 @@
  * A program built against this header runs unchanged without waitshim: the functions are
  * declared weak, so without libwaitshim.so preloaded their addresses are null and the inline
  * helpers below do nothing. Under `LD_PRELOAD=libwaitshim.so` they name objects and threads in
- * the report.
+ * the report, ask for a data snapshot while the program runs, and reload the policy.
  *
  *     #include "waitshim.h"
  *     pthread_mutex_init(&queue_lock, NULL);
@@ -30,6 +30,15 @@ void waitshim_name_object(const void *object, const char *name) __attribute__((w
 /* Names the calling thread in reports, without changing its kernel name (`comm`). */
 void waitshim_name_thread(const char *name) __attribute__((weak));
 
+/* A data request: every counter and pending record reaches the log before it returns, followed
+ * by a snapshot record. Returns the snapshot's number (1, 2, ...), 0 without the shim. */
+int waitshim_snapshot(void) __attribute__((weak));
+
+/* Reads the policy file (WAITSHIM_POLICY) again now. Returns the policy version in force after
+ * the call, -1 if the file is invalid (the old policy stays; stderr says why) or there is no
+ * policy file, 0 without the shim. */
+int waitshim_policy_reload(void) __attribute__((weak));
+
 static inline int WAITSHIM_PRESENT(void)
 {
     return waitshim_present ? waitshim_present() : 0;
@@ -45,6 +54,16 @@ static inline void WAITSHIM_NAME_THREAD(const char *name)
 {
     if (waitshim_name_thread)
         waitshim_name_thread(name);
+}
+
+static inline int WAITSHIM_SNAPSHOT(void)
+{
+    return waitshim_snapshot ? waitshim_snapshot() : 0;
+}
+
+static inline int WAITSHIM_POLICY_RELOAD(void)
+{
+    return waitshim_policy_reload ? waitshim_policy_reload() : 0;
 }
 
 #ifdef __cplusplus

@@ -11,7 +11,7 @@
 # compilers. Outputs newer than both their source and this script are kept.
 set -euo pipefail
 
-CFLAGS_FIXTURE=(-O1 -g -pthread)
+CFLAGS_FIXTURE=(-O1 -g -pthread -I"$(cd "$(dirname "${BASH_SOURCE[0]}")/../include" && pwd)")
 CXXFLAGS_FIXTURE=(-O1 -g -pthread -std=c++20)
 CC="${CC:-cc}"
 CXX="${CXX:-c++}"

@@ -44,6 +44,7 @@ pub extern "C" fn waitshim_name_thread(name: *const c_char) {
     };
     let _in = Inside::enter();
     t.named.store(true, std::sync::atomic::Ordering::Relaxed);
+    t.policy.set_name(&name);
     tr.log.write(
         &ThreadName {
             tid: t.tid(),
@@ -52,4 +53,32 @@ pub extern "C" fn waitshim_name_thread(name: *const c_char) {
         }
         .into(),
     );
+}
+
+/// A data request from the program itself: every counter and pending record reaches the log
+/// before this returns. Returns the snapshot's number (1, 2, ...), or 0 without tracking.
+#[no_mangle]
+pub extern "C" fn waitshim_snapshot() -> c_int {
+    let Some(tr) = tracker() else { return 0 };
+    if current().is_none() {
+        return 0;
+    }
+    let seq = crate::service::snapshot(tr, waitshim_format::snapshot_source::API, 0);
+    c_int::try_from(seq).unwrap_or(c_int::MAX)
+}
+
+/// Reads the policy file (`WAITSHIM_POLICY`) again now. Returns the policy version in force
+/// after the call if the file was valid, -1 if it was not (the old policy stays, and stderr
+/// says why) or there is no policy file, 0 without tracking.
+#[no_mangle]
+pub extern "C" fn waitshim_policy_reload() -> c_int {
+    let Some(tr) = tracker() else { return 0 };
+    if current().is_none() {
+        return 0;
+    }
+    let _in = Inside::enter();
+    match crate::policy::reload(tr) {
+        Ok(v) => c_int::try_from(v).unwrap_or(c_int::MAX),
+        Err(_) => -1,
+    }
 }

@@ -7,8 +7,8 @@
 //! unwinding. Without libunwind, glibc's `backtrace` is the (slower) fallback.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use waitshim_format::Chain;
 
@@ -17,6 +17,9 @@ pub const MAX_DEPTH: usize = 64;
 type BacktraceFn = unsafe extern "C" fn(*mut *mut libc::c_void, libc::c_int) -> libc::c_int;
 
 static UNWINDER: AtomicUsize = AtomicUsize::new(0);
+/// The unwinder is libunwind's, which may be called from a signal handler (glibc's `backtrace`
+/// may not: its first call loads libgcc).
+static SIGNAL_SAFE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static OWN_LO: AtomicUsize = AtomicUsize::new(0);
 static OWN_HI: AtomicUsize = AtomicUsize::new(0);
 
@@ -36,6 +39,7 @@ pub fn init() -> Option<&'static str> {
             let f = libc::dlsym(h, c"unw_backtrace".as_ptr());
             if !f.is_null() {
                 UNWINDER.store(f as usize, Ordering::Relaxed);
+                SIGNAL_SAFE.store(true, Ordering::Relaxed);
                 return None;
             }
         }
@@ -43,6 +47,11 @@ pub fn init() -> Option<&'static str> {
         UNWINDER.store(f as usize, Ordering::Relaxed);
     }
     Some("libunwind.so.8 not found (install libunwind8): call chains use glibc backtrace(), which is slower")
+}
+
+/// Whether [`capture`] may be called from a signal handler.
+pub fn signal_safe() -> bool {
+    SIGNAL_SAFE.load(Ordering::Relaxed)
 }
 
 /// Frames of the current thread, innermost first, without the shim's own frames.
@@ -88,18 +97,29 @@ pub fn hash(frames: &[u64]) -> u64 {
     h | 1
 }
 
-/// The process-wide table of interned chains.
+/// The process-wide table of interned chains, by frames and by id.
 pub struct Chains {
-    table: Mutex<HashMap<Box<[u64]>, u32>>,
-    next: AtomicU32,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    ids: HashMap<Arc<[u64]>, u32>,
+    /// Frames of chain `id` at index `id - 1`.
+    by_id: Vec<Arc<[u64]>>,
 }
 
 impl Chains {
     pub fn new() -> Self {
         Chains {
-            table: Mutex::new(HashMap::new()),
-            next: AtomicU32::new(1),
+            table: Mutex::new(Table::default()),
         }
+    }
+
+    /// The frames of an interned chain (policy selectors look at where objects were created).
+    pub fn frames(&self, id: u32) -> Option<Arc<[u64]>> {
+        let t = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        t.by_id.get((id as usize).checked_sub(1)?).cloned()
     }
 
     /// Id of this chain, writing it to the log the first time it is seen.
@@ -108,11 +128,13 @@ impl Chains {
             return 0;
         }
         let mut t = self.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&id) = t.get(frames) {
+        if let Some(&id) = t.ids.get(frames) {
             return id;
         }
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        t.insert(frames.into(), id);
+        let shared: Arc<[u64]> = frames.into();
+        t.by_id.push(shared.clone());
+        let id = t.by_id.len() as u32;
+        t.ids.insert(shared, id);
         drop(t);
         log.write(
             &Chain {

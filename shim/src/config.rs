@@ -4,6 +4,8 @@
 //! - `WAITSHIM_QUIET=1`: no stderr line at exit.
 //! - `WAITSHIM_DEPTH`: frames per call chain (1..=64, default 24).
 //! - `WAITSHIM_DISABLE=1`: load but trace nothing.
+//! - `WAITSHIM_POLICY`: a policy file (JSON) deciding when the expensive data is collected.
+//! - `WAITSHIM_SIGNAL`: the data request signal (default `SIGRTMAX-3`; `none` disables).
 
 #[derive(Clone)]
 pub struct Config {
@@ -11,6 +13,8 @@ pub struct Config {
     pub quiet: bool,
     pub depth: usize,
     pub disabled: bool,
+    pub policy: Option<String>,
+    pub signal: Option<String>,
 }
 
 fn env(name: &[u8]) -> Option<Vec<u8>> {
@@ -23,6 +27,13 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
             Some(std::ffi::CStr::from_ptr(p).to_bytes().to_vec())
         }
     }
+}
+
+/// A variable that is set and not empty.
+fn text(name: &[u8]) -> Option<String> {
+    env(name)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(&v).into_owned())
 }
 
 fn flag(name: &[u8]) -> bool {
@@ -58,6 +69,8 @@ impl Config {
             quiet: flag(b"WAITSHIM_QUIET\0"),
             depth,
             disabled: flag(b"WAITSHIM_DISABLE\0"),
+            policy: text(b"WAITSHIM_POLICY\0"),
+            signal: text(b"WAITSHIM_SIGNAL\0"),
         }
     }
 }

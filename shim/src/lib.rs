@@ -12,9 +12,14 @@ mod clock;
 mod config;
 mod diag;
 mod interpose;
+mod livestack;
 mod log;
 mod modules;
+mod policy;
 mod real;
+mod service;
+mod signals;
+mod symbols;
 mod track;
 
 #[ctor::ctor]

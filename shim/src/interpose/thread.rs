@@ -78,6 +78,7 @@ pub unsafe extern "C" fn pthread_create(
         // away must still find it (its tid follows when it registers).
         // SAFETY: glibc stored the new thread's id through the caller's pointer.
         tr.by_pthread.get_or_insert(unsafe { *th } as usize, 0);
+        crate::service::ensure_started();
     }
     r
 }
@@ -287,6 +288,7 @@ pub unsafe extern "C" fn pthread_setname_np(th: pthread_t, name: *const c_char) 
                 let name = unsafe { std::ffi::CStr::from_ptr(name) }
                     .to_string_lossy()
                     .into_owned();
+                target.policy.set_name(&name);
                 tr.log.write(
                     &ThreadName {
                         tid,

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::{counter, ObjectKind};
 
-use super::objects::{glibc_rwlock, ObjEntry, CONTENDED, EPISODE};
+use super::objects::{glibc_rwlock, ObjEntry, CONTENDED, EPISODE, HOLDER_CHAINS};
 use super::threads::{current, Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
@@ -88,13 +88,19 @@ fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
     // SAFETY: owning thread; recording an edge uses only `local`, never `held_locks`.
     unsafe { t.held_locks() }.push(t, addr, obj, edges);
     let flags = obj.flags();
-    if flags & (CONTENDED | EPISODE) != 0 {
+    if flags & (CONTENDED | EPISODE | HOLDER_CHAINS) != 0 {
         took_contended(t, obj, flags, n);
     }
 }
 
 #[inline(never)]
 fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
+    if flags & HOLDER_CHAINS != 0 {
+        if let Some(tr) = tracker() {
+            let _in = Inside::enter();
+            crate::policy::holder_took(tr, t, obj);
+        }
+    }
     if flags & EPISODE != 0 {
         t.attention
             .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
@@ -220,6 +226,8 @@ pub struct Wait {
     pub side: Side,
     /// A wait-for cycle seen at the last check, to be confirmed by the next one.
     suspect: Option<Vec<deadlock::Hop>>,
+    /// The policy rule that applies to this wait, if any.
+    act: Option<crate::policy::Act>,
 }
 
 /// How long a wait sleeps between wait-for checks; shorter when a cycle is suspected.
@@ -288,7 +296,15 @@ pub fn wait_begin_at(
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
     }
     tr.blocked.fetch_add(1, Ordering::Relaxed);
-    let chain = tr.chain_at(t, site);
+    let pick = crate::policy::on_wait(tr, t, obj, n, site);
+    // A contention record names its waiters' chains even where the policy collects none.
+    let chain = if pick.chain == 0
+        && (n >= tr.highwater.load(Ordering::Relaxed) || obj.flags() & EPISODE != 0)
+    {
+        tr.chain_at(t, site)
+    } else {
+        pick.chain
+    };
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
     t.wait_seq.fetch_add(1, Ordering::AcqRel);
@@ -302,6 +318,7 @@ pub fn wait_begin_at(
         chain,
         side,
         suspect,
+        act: pick.act,
     }
 }
 
@@ -314,6 +331,9 @@ pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
         }
     }
     w.suspect = now;
+    if let Some(act) = &mut w.act {
+        crate::policy::on_wait_check(tr, t, w.obj, act, w.start);
+    }
 }
 
 /// How a wait ended (the reason code kept per object).
@@ -353,7 +373,7 @@ impl Outcome {
 }
 
 /// `t` stops waiting (called inside the shim).
-pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
+pub fn wait_end(tr: &Tracker, t: &ThreadRec, mut w: Wait, outcome: Outcome) {
     // The count first: a thread finding the object busy now must not count this one.
     w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
@@ -361,6 +381,12 @@ pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
     let now = now_ns();
     let obj = w.obj;
     let waited = now.saturating_sub(w.start);
+    if let Some(act) = &mut w.act {
+        let chain = crate::policy::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
+        if chain != 0 {
+            w.chain = chain;
+        }
+    }
     match w.side {
         Side::Exclusive => obj.waited(w.chain, waited),
         Side::Shared => {

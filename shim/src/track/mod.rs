@@ -182,6 +182,8 @@ pub fn init() {
             }
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             register_thread(tr, None);
+            crate::policy::init(tr, tr.config.policy.as_deref());
+            crate::service::init(tr, tr.config.signal.as_deref());
             // SAFETY: registering a plain function as the fork child handler.
             unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
             STATE.store(READY, Ordering::Release);
@@ -220,6 +222,9 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     let tid = threads::gettid();
     rec.tid.store(tid, Ordering::Relaxed);
     rec.named.store(false, Ordering::Relaxed);
+    rec.policy
+        .routine
+        .store(birth.as_ref().map_or(0, |b| b.routine), Ordering::Relaxed);
     // SAFETY: plain library call.
     rec.pthread
         .store(unsafe { libc::pthread_self() } as usize, Ordering::Relaxed);
@@ -370,6 +375,8 @@ extern "C" fn fork_child() {
                     .store(std::ptr::null_mut(), Ordering::Relaxed);
                 attach_thread(tr, rec, None);
             }
+            crate::service::after_fork_child();
+            crate::policy::after_fork_child(tr);
             STATE.store(READY, Ordering::Release);
         }
         Err(msg) => {
@@ -387,7 +394,9 @@ pub fn finish(reason: u8) {
         return;
     }
     let _in = Inside::enter();
-    tr.flush(true);
+    crate::service::stop();
+    tr.flush_all();
+    crate::policy::write_stats(tr, true);
     let now = now_ns();
     tr.log.write(
         &RunEnd {
@@ -478,6 +487,7 @@ impl Tracker {
     /// Writes the creation record of an object that just entered the registry.
     fn announce(&self, t: &ThreadRec, obj: &ObjEntry, subtype: u32, how: u8) {
         let chain_id = self.chain(t);
+        obj.create_chain.store(chain_id, Ordering::Relaxed);
         self.log.write(
             &ObjectCreate {
                 object_id: obj.id,
@@ -498,6 +508,7 @@ impl Tracker {
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(&obj.addr);
             if let Some(name) = name {
+                crate::policy::object_named(obj, &name);
                 self.log.write(
                     &ObjectName {
                         object_id: obj.id,
@@ -576,13 +587,16 @@ impl Tracker {
 
     pub fn name_object(&self, addr: usize, name: String) {
         match self.objects.get(&addr) {
-            Some(e) => self.log.write(
-                &ObjectName {
-                    object_id: e.value().0.id,
-                    name,
-                }
-                .into(),
-            ),
+            Some(e) => {
+                crate::policy::object_named(e.value().0, &name);
+                self.log.write(
+                    &ObjectName {
+                        object_id: e.value().0.id,
+                        name,
+                    }
+                    .into(),
+                )
+            }
             None => {
                 self.pending_names
                     .lock()
@@ -595,6 +609,7 @@ impl Tracker {
 
     fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64) {
         let v = obj.version.load(Ordering::Relaxed);
+        obj.flushed_extra.store(extra, Ordering::Relaxed);
         self.log.write(&obj.counters(now, extra).into());
         if let Some(k) = obj.kind_counters(now) {
             self.log.write(&k.into());
@@ -611,6 +626,24 @@ impl Tracker {
         if self.flushing.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.flush_locked(all_threads);
+    }
+
+    /// A complete flush, counts cached by every thread included, that waits (briefly) for a flush
+    /// in progress on another thread rather than skipping: for exit and data requests.
+    pub fn flush_all(&self) {
+        let start = now_ns();
+        while self.flushing.swap(true, Ordering::AcqRel) {
+            if now_ns().saturating_sub(start) > 500_000_000 {
+                return;
+            }
+            // SAFETY: plain system call.
+            unsafe { libc::sched_yield() };
+        }
+        self.flush_locked(true);
+    }
+
+    fn flush_locked(&self, all_threads: bool) {
         let p = threads::own_record();
         if !p.is_null() {
             // SAFETY: our own record; folding touches only atomics.
@@ -625,7 +658,7 @@ impl Tracker {
         for e in self.objects.iter() {
             let obj = e.value().0;
             let extra: u64 = threads.iter().map(|t| t.pending_for(obj)).sum();
-            if extra > 0
+            if extra != obj.flushed_extra.load(Ordering::Relaxed)
                 || obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed)
             {
                 self.write_counters(obj, now, extra);

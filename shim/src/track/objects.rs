@@ -54,6 +54,8 @@ pub const DEAD: u8 = 1;
 pub const CONTENDED: u8 = 2;
 /// A high-contention episode is open: the holder's release ends it.
 pub const EPISODE: u8 = 4;
+/// A policy rule with `holder_chain` selects it: acquisitions note where they happened.
+pub const HOLDER_CHAINS: u8 = 8;
 
 #[repr(C, align(64))]
 pub struct ObjEntry {
@@ -75,6 +77,8 @@ pub struct ObjEntry {
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
     pub version: AtomicU64,
     pub flushed: AtomicU64,
+    /// Acquisitions still cached by threads when the counters were last written.
+    pub flushed_extra: AtomicU64,
     pub contention: Mutex<Contention>,
     /// When the last episode ended, and how many later ones were folded into the next record
     /// (see `highwater`): atomics, so that a wait that opens no episode takes no lock.
@@ -84,6 +88,10 @@ pub struct ObjEntry {
     pub sites: OnceLock<Box<[Site; MAX_SITES]>>,
     /// Kind-specific counters and wait-ending reasons, by `waitshim_format::counter` key; allocated on first use.
     pub extra: OnceLock<Box<[AtomicU64; EXTRA_KEYS]>>,
+    /// The chain of the call that created it (or first used it), for policy selectors.
+    pub create_chain: AtomicU32,
+    /// Policy state, made at the first contended wait a user's policy looks at.
+    pub policy: crate::policy::Lazy<crate::policy::ObjPolicy>,
 }
 
 /// Counter keys are below this.
@@ -114,11 +122,14 @@ impl ObjEntry {
             stats: Stats::default(),
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
+            flushed_extra: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
             last_close_ns: AtomicU64::new(0),
             coalesced: AtomicU32::new(0),
             sites: OnceLock::new(),
             extra: OnceLock::new(),
+            create_chain: AtomicU32::new(0),
+            policy: OnceLock::new(),
         }
     }
 

@@ -54,6 +54,10 @@ pub struct ThreadRec {
     /// Owner-only: the exclusive locks held, for lock-order edges. Apart from `local` because
     /// recording an edge captures a chain, which uses `local`.
     pub held_locks: UnsafeCell<lockorder::Held>,
+    /// Which policy rules select this thread, and what they look at (name, start routine).
+    pub policy: crate::policy::ThreadPolicy,
+    /// Mailbox for live stack requests (`holder_live_stack`).
+    pub stack: crate::livestack::StackBox,
 }
 
 pub struct Local {
@@ -99,6 +103,8 @@ impl ThreadRec {
             attention: AtomicPtr::new(std::ptr::null_mut()),
             local: UnsafeCell::new(Local::default()),
             held_locks: UnsafeCell::new(lockorder::Held::default()),
+            policy: Default::default(),
+            stack: Default::default(),
         }
     }
 
@@ -290,6 +296,12 @@ fn set_mode(mode: usize) {
 pub fn set_record(rec: *const ThreadRec) {
     raw::set(raw::REC, rec as usize);
     set_mode(raw::get(raw::MODE));
+}
+
+/// Whether the calling thread is inside the shim now (a signal handler asks: the code it
+/// interrupted may hold the shim's or libunwind's locks).
+pub fn inside_now() -> bool {
+    raw::get(raw::MODE) == MODE_INSIDE
 }
 
 pub fn mark_exited() {

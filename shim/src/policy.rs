@@ -1,0 +1,641 @@
+//! The collection policy in force (`WAITSHIM_POLICY`, hot-reloaded) and its evaluation at each
+//! contended wait.
+//!
+//! Versions are published through one atomic pointer and never freed: each keeps the statistics
+//! of its rules until exit, and a reload is rare, so a version costs a few hundred bytes for the
+//! life of the process. (The spec names `arc-swap`; a leaked version needs no reference counting,
+//! and the contended path then reads the policy with one plain load.)
+//!
+//! Which rules select an object is decided once per object and policy version and cached on the
+//! object's tracking entry (a version number and a bit per rule); the same for the waiting
+//! thread. Objects no rule selects pay the cached check and nothing else.
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use waitshim_format::{
+    action, HolderStack, PolicyVersion, RuleStats, WaitEvent, WaiterChains, WaiterRef,
+};
+use waitshim_policy::{Policy, Rule, Verdict};
+
+use crate::clock::now_ns;
+use crate::track::objects::{ObjEntry, HOLDER_CHAINS};
+use crate::track::threads::ThreadRec;
+use crate::track::{CallSite, Tracker};
+
+/// One version of the policy.
+pub struct Active {
+    pub version: u32,
+    pub policy: Policy,
+    /// A user's policy (false: the built-in default, which collects every waiter chain and is
+    /// not evaluated per wait).
+    pub user: bool,
+    pub counters: Box<[RuleCounters]>,
+}
+
+#[derive(Default)]
+pub struct RuleCounters {
+    pub requests: AtomicU64,
+    pub acted: AtomicU64,
+    pub suppressed: AtomicU64,
+    /// `requests + acted + suppressed` when last written, to skip unchanged rules.
+    written: AtomicU64,
+}
+
+static ACTIVE: AtomicPtr<Active> = AtomicPtr::new(std::ptr::null_mut());
+static VERSIONS: Mutex<Vec<&'static Active>> = Mutex::new(Vec::new());
+/// The policy file, and what it looked like when last read.
+static SOURCE: Mutex<Option<(String, Stamp)>> = Mutex::new(None);
+
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+struct Stamp {
+    mtime_ns: i128,
+    size: u64,
+    ino: u64,
+}
+
+fn stamp(path: &str) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some(Stamp {
+        mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        size: m.size(),
+        ino: m.ino(),
+    })
+}
+
+/// The version in force.
+#[inline]
+pub fn active() -> Option<&'static Active> {
+    let p = ACTIVE.load(Ordering::Acquire);
+    // SAFETY: versions are leaked and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Per-object policy state: which rules select it (cached per version) and the criteria state.
+#[derive(Default)]
+pub struct ObjPolicy {
+    version: AtomicU32,
+    mask: AtomicU64,
+    /// Requests the rules saw on it, for `every_nth`.
+    requests: AtomicU64,
+    /// The largest waiter count acted on, for `granularity`.
+    last_acted: AtomicU32,
+    /// Where the current holder acquired the object (rules with `holder_chain`).
+    pub holder_tid: AtomicU32,
+    pub holder_chain: AtomicU32,
+    /// The name given through the C API.
+    name: Mutex<Option<String>>,
+}
+
+/// Per-thread policy state.
+#[derive(Default)]
+pub struct ThreadPolicy {
+    version: AtomicU32,
+    mask: AtomicU64,
+    /// Bumped when the thread is (re)named; the cached mask is for `seen_names`.
+    names: AtomicU32,
+    seen_names: AtomicU32,
+    name: Mutex<Option<String>>,
+    /// The start routine (0 for the main thread and threads the shim did not see created).
+    pub routine: AtomicU64,
+}
+
+impl ThreadPolicy {
+    pub fn set_name(&self, name: &str) {
+        *self.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.into());
+        self.names.fetch_add(1, Ordering::Release);
+    }
+}
+
+fn obj_policy(obj: &ObjEntry) -> &ObjPolicy {
+    obj.policy.get_or_init(Box::default)
+}
+
+/// An object was named through the C API.
+pub fn object_named(obj: &ObjEntry, name: &str) {
+    *obj_policy(obj)
+        .name
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(name.into());
+    // Re-evaluate the object's selectors.
+    obj_policy(obj).version.store(0, Ordering::Release);
+}
+
+/// Reads `WAITSHIM_POLICY` (None: the built-in default) and puts it in force. An invalid file
+/// leaves the default in force, says why on stderr and in the log, and is read again when it
+/// changes.
+pub fn init(tr: &Tracker, path: Option<&str>) {
+    let Some(path) = path else {
+        activate(tr, waitshim_policy::builtin(), "", false);
+        return;
+    };
+    *SOURCE.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some((path.to_string(), stamp(path).unwrap_or_default()));
+    match read(path) {
+        Ok(p) => {
+            activate(tr, p, path, true);
+        }
+        Err(e) => {
+            crate::service::say(
+                tr,
+                &format!("WAITSHIM_POLICY={path}: {e}; collecting with the built-in policy"),
+            );
+            activate(tr, waitshim_policy::builtin(), "", false);
+        }
+    }
+}
+
+fn read(path: &str) -> Result<Policy, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    waitshim_policy::parse(&text).map_err(|e| e.to_string())
+}
+
+fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
+    let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
+    let version = versions.len() as u32 + 1;
+    let counters = policy
+        .rules
+        .iter()
+        .map(|_| RuleCounters::default())
+        .collect();
+    let a: &'static Active = Box::leak(Box::new(Active {
+        version,
+        policy,
+        user,
+        counters,
+    }));
+    versions.push(a);
+    drop(versions);
+    tr.log.write(
+        &PolicyVersion {
+            version,
+            ns: now_ns(),
+            source: source.into(),
+            text: waitshim_policy::to_json(&a.policy),
+            rules: a.policy.rules.iter().map(Rule::summary).collect(),
+        }
+        .into(),
+    );
+    if a.policy.wants_live_stack() {
+        crate::livestack::setup(tr, a.policy.stack_signal_spec());
+    }
+    ACTIVE.store(a as *const Active as *mut Active, Ordering::Release);
+    version
+}
+
+/// Reads the policy file again (the C API's `waitshim_policy_reload`, or a change noticed by
+/// the shim's thread). Returns the new version; an invalid file keeps the old one.
+pub fn reload(tr: &Tracker) -> Result<u32, String> {
+    let path = match &*SOURCE.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some((p, _)) => p.clone(),
+        None => return Err("no policy file (WAITSHIM_POLICY is not set)".into()),
+    };
+    let now = stamp(&path).unwrap_or_default();
+    if let Some((_, s)) = &mut *SOURCE.lock().unwrap_or_else(|e| e.into_inner()) {
+        *s = now;
+    }
+    match read(&path) {
+        Ok(p) => Ok(activate(tr, p, &path, true)),
+        Err(e) => {
+            let keep = active().map_or(0, |a| a.version);
+            let msg = format!("policy reload from {path}: {e}; keeping policy version {keep}");
+            crate::service::say(tr, &msg);
+            Err(msg)
+        }
+    }
+}
+
+/// Reloads when the policy file changed since it was last read.
+pub fn reload_if_changed(tr: &Tracker) {
+    let changed = match &*SOURCE.lock().unwrap_or_else(|e| e.into_inner()) {
+        Some((p, s)) => stamp(p).is_some_and(|now| now != *s),
+        None => false,
+    };
+    if changed {
+        let _ = reload(tr);
+    }
+}
+
+/// Writes the statistics of every rule that changed since they were last written (`all`:
+/// every rule that ever saw a request).
+pub fn write_stats(tr: &Tracker, all: bool) {
+    let versions: Vec<&'static Active> = VERSIONS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let ns = now_ns();
+    for a in versions.into_iter().filter(|a| a.user) {
+        for (i, c) in a.counters.iter().enumerate() {
+            let (q, d, s) = (
+                c.requests.load(Ordering::Relaxed),
+                c.acted.load(Ordering::Relaxed),
+                c.suppressed.load(Ordering::Relaxed),
+            );
+            let sum = q + d + s;
+            if sum == 0 || (!all && c.written.swap(sum, Ordering::Relaxed) == sum) {
+                continue;
+            }
+            c.written.store(sum, Ordering::Relaxed);
+            tr.log.write(
+                &RuleStats {
+                    version: a.version,
+                    rule: i as u32,
+                    ns,
+                    requests: q,
+                    acted: d,
+                    suppressed: s,
+                }
+                .into(),
+            );
+        }
+    }
+}
+
+/// The function names of an object's creation chain (only when a selector looks at them).
+fn creation_symbols(tr: &Tracker, obj: &ObjEntry) -> Vec<Box<str>> {
+    let chain = obj.create_chain.load(Ordering::Relaxed);
+    tr.chains.frames(chain).map_or_else(Vec::new, |frames| {
+        frames
+            .iter()
+            .filter_map(|&f| crate::symbols::function_at(f.saturating_sub(1)))
+            .collect()
+    })
+}
+
+fn object_matches(tr: &Tracker, r: &Rule, obj: &ObjEntry, st: &ObjPolicy) -> bool {
+    let sel = &r.select;
+    let name = if sel.object_name.is_some() {
+        st.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    } else {
+        None
+    };
+    let symbols = if sel.creation_site.is_some() {
+        creation_symbols(tr, obj)
+    } else {
+        Vec::new()
+    };
+    sel.matches_object(
+        obj.kind,
+        obj.addr as u64,
+        name.as_deref(),
+        symbols.iter().map(|s| &**s),
+    )
+}
+
+/// The thread's group: the symbol of its start routine, `main` for the main thread.
+fn thread_group(t: &ThreadRec) -> Option<Box<str>> {
+    match t.policy.routine.load(Ordering::Relaxed) {
+        0 if t.tid() == std::process::id() => Some("main".into()),
+        0 => None,
+        routine => crate::symbols::function_at(routine),
+    }
+}
+
+fn object_mask(tr: &Tracker, a: &Active, obj: &ObjEntry) -> u64 {
+    let st = obj_policy(obj);
+    if st.version.load(Ordering::Acquire) == a.version {
+        return st.mask.load(Ordering::Relaxed);
+    }
+    let mut mask = 0u64;
+    let mut holder_chains = false;
+    for (i, r) in a.policy.rules.iter().enumerate().take(64) {
+        if object_matches(tr, r, obj, st) {
+            mask |= 1 << i;
+            holder_chains |= r.actions & action::HOLDER_CHAIN != 0;
+        }
+    }
+    if holder_chains {
+        obj.set_flag(HOLDER_CHAINS);
+    } else if obj.flags() & HOLDER_CHAINS != 0 {
+        obj.clear_flag(HOLDER_CHAINS);
+    }
+    st.mask.store(mask, Ordering::Relaxed);
+    st.version.store(a.version, Ordering::Release);
+    mask
+}
+
+fn thread_name(t: &ThreadRec) -> Option<String> {
+    if let Some(n) = t
+        .policy
+        .name
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+    {
+        return Some(n);
+    }
+    let mut buf = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes and a NUL into the buffer (the caller's own
+    // name: this runs on the waiting thread).
+    let ok = unsafe {
+        libc::prctl(
+            libc::PR_GET_NAME,
+            buf.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    (ok == 0).then(|| {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(16);
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    })
+}
+
+fn thread_mask(a: &Active, t: &ThreadRec) -> u64 {
+    let p = &t.policy;
+    let names = p.names.load(Ordering::Acquire);
+    if p.version.load(Ordering::Acquire) == a.version
+        && p.seen_names.load(Ordering::Relaxed) == names
+    {
+        return p.mask.load(Ordering::Relaxed);
+    }
+    let rules = &a.policy.rules;
+    let name = if rules.iter().any(|r| r.select.thread_name.is_some()) {
+        thread_name(t)
+    } else {
+        None
+    };
+    let group = if rules.iter().any(|r| r.select.thread_group.is_some()) {
+        thread_group(t)
+    } else {
+        None
+    };
+    let mut mask = 0u64;
+    for (i, r) in rules.iter().enumerate().take(64) {
+        if r.select.matches_thread(name.as_deref(), group.as_deref()) {
+            mask |= 1 << i;
+        }
+    }
+    p.mask.store(mask, Ordering::Relaxed);
+    p.seen_names.store(names, Ordering::Relaxed);
+    p.version.store(a.version, Ordering::Release);
+    mask
+}
+
+/// What the policy decided for one wait.
+#[derive(Clone, Copy)]
+pub struct Act {
+    active: &'static Active,
+    rule: u32,
+    actions: u32,
+    /// Waiters on the object when the rule was asked (this one included).
+    waiters: u32,
+    chain: u32,
+    site: CallSite,
+    /// The criteria held (false while a `min_wait` is still to be reached).
+    acted: bool,
+    min_wait: u64,
+}
+
+/// The policy's answer at the start of a contended wait: the waiter chain to record (0: none)
+/// and the rule that applies, if any.
+pub struct Pick {
+    pub chain: u32,
+    pub act: Option<Act>,
+}
+
+/// A thread starts waiting on `obj`, which has `n` waiters now (this one included).
+pub fn on_wait(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &'static ObjEntry,
+    n: u32,
+    site: CallSite,
+) -> Pick {
+    let none = Pick {
+        chain: 0,
+        act: None,
+    };
+    let Some(a) = active().filter(|a| a.user) else {
+        return Pick {
+            chain: tr.chain_at(t, site),
+            act: None,
+        };
+    };
+    let m = object_mask(tr, a, obj);
+    if m == 0 {
+        return none;
+    }
+    let m = m & thread_mask(a, t);
+    if m == 0 {
+        return none;
+    }
+    let i = m.trailing_zeros() as usize;
+    let r = &a.policy.rules[i];
+    let c = &a.counters[i];
+    c.requests.fetch_add(1, Ordering::Relaxed);
+    let st = obj_policy(obj);
+    let w = &r.when;
+    let request = st.requests.fetch_add(1, Ordering::Relaxed) + 1;
+    match w.on_request(n, request, st.last_acted.load(Ordering::Relaxed)) {
+        Verdict::Suppressed => {
+            c.suppressed.fetch_add(1, Ordering::Relaxed);
+            return none;
+        }
+        Verdict::Skip => return none,
+        Verdict::Act => {}
+    }
+    let before = st.last_acted.fetch_max(n, Ordering::AcqRel);
+    if let Some(g) = w.granularity {
+        // Two waiters that passed the check together: only the first acts.
+        if before.saturating_add(g) > n {
+            return none;
+        }
+    }
+    let mut act = Act {
+        active: a,
+        rule: i as u32,
+        actions: r.actions,
+        waiters: n,
+        chain: 0,
+        site,
+        acted: false,
+        min_wait: w.min_wait_ns.unwrap_or(0),
+    };
+    if w.min_stack_depth.is_some() {
+        act.chain = tr.chain_at(t, site);
+        let depth = tr.chains.frames(act.chain).map_or(0, |f| f.len());
+        if !w.stack_qualifies(depth as u32) {
+            return none;
+        }
+    }
+    if act.min_wait == 0 {
+        fire(tr, t, obj, &mut act, now_ns());
+    }
+    Pick {
+        chain: if act.actions & action::WAITER_CHAIN != 0 {
+            act.chain
+        } else {
+            0
+        },
+        act: Some(act),
+    }
+}
+
+/// The criteria held: count it and collect what the rule asks for while the thread waits.
+fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now: u64) {
+    act.acted = true;
+    act.active.counters[act.rule as usize]
+        .acted
+        .fetch_add(1, Ordering::Relaxed);
+    if act.chain == 0 && act.actions & (action::WAITER_CHAIN | action::ALL_WAITERS) != 0 {
+        act.chain = tr.chain_at(t, act.site);
+    }
+    let (version, rule) = (act.active.version, act.rule);
+    if act.actions & action::ALL_WAITERS != 0 {
+        let me = t.tid();
+        let mut waiters = vec![WaiterRef {
+            tid: me,
+            chain_id: act.chain,
+            wait_ns: 0,
+        }];
+        for e in tr.threads.iter() {
+            let other = e.value().0;
+            if other.tid() != me && std::ptr::eq(other.waiting_on.load(Ordering::Acquire), obj) {
+                waiters.push(WaiterRef {
+                    tid: other.tid(),
+                    chain_id: other.wait_chain.load(Ordering::Relaxed),
+                    wait_ns: now.saturating_sub(other.wait_start.load(Ordering::Relaxed)),
+                });
+            }
+        }
+        tr.log.write(
+            &WaiterChains {
+                object_id: obj.id,
+                ns: now,
+                version,
+                rule,
+                waiters,
+            }
+            .into(),
+        );
+    }
+    if act.actions & (action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK) == 0 {
+        return;
+    }
+    let holder = obj.holder(false);
+    if holder == 0 || holder == t.tid() {
+        return;
+    }
+    let write = |live: u8, chain_id: u32| {
+        tr.log.write(
+            &HolderStack {
+                object_id: obj.id,
+                ns: now,
+                holder_tid: holder,
+                waiter_tid: t.tid(),
+                version,
+                rule,
+                live,
+                chain_id,
+            }
+            .into(),
+        )
+    };
+    if act.actions & action::HOLDER_CHAIN != 0 {
+        let st = obj_policy(obj);
+        if st.holder_tid.load(Ordering::Acquire) == holder {
+            write(0, st.holder_chain.load(Ordering::Relaxed));
+        }
+    }
+    if act.actions & action::HOLDER_LIVE_STACK != 0 {
+        if let Some(chain) = crate::livestack::ask(tr, holder) {
+            write(1, chain);
+        }
+    }
+}
+
+/// A wait slice expired (the thread waits on): a `min_wait` may have been reached.
+pub fn on_wait_check(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &'static ObjEntry,
+    act: &mut Act,
+    start: u64,
+) {
+    let now = now_ns();
+    if !act.acted && now.saturating_sub(start) >= act.min_wait {
+        fire(tr, t, obj, act, now);
+    }
+}
+
+/// The wait ended after `waited` ns with the reason `reason` (a `counter::ENDED_*` key).
+/// Returns the waiter chain to count the wait under.
+pub fn on_wait_end(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &'static ObjEntry,
+    act: &mut Act,
+    start: u64,
+    waited: u64,
+    reason: u16,
+) -> u32 {
+    if !act.acted {
+        if !act.active.policy.rules[act.rule as usize]
+            .when
+            .wait_qualifies(waited)
+        {
+            return 0;
+        }
+        // Reached its minimum as it ended: the holder has let go, only the waiter's side is left.
+        act.actions &= !(action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK);
+        fire(tr, t, obj, act, start + waited);
+    }
+    if act.actions & action::RECORD != 0 {
+        tr.log.write(
+            &WaitEvent {
+                object_id: obj.id,
+                tid: t.tid(),
+                ns: start,
+                wait_ns: waited,
+                waiters: act.waiters,
+                reason,
+                version: act.active.version,
+                rule: act.rule,
+                chain_id: if act.actions & action::WAITER_CHAIN != 0 {
+                    act.chain
+                } else {
+                    0
+                },
+            }
+            .into(),
+        );
+    }
+    if act.actions & action::WAITER_CHAIN != 0 {
+        act.chain
+    } else {
+        0
+    }
+}
+
+/// `t` acquired `obj`, which a rule with `holder_chain` selects: remember where.
+#[cold]
+pub fn holder_took(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry) {
+    let chain = tr.chain(t);
+    let st = obj_policy(obj);
+    st.holder_chain.store(chain, Ordering::Relaxed);
+    st.holder_tid.store(t.tid(), Ordering::Release);
+}
+
+/// In a forked child nothing of the parent's versions is in its log yet: write the one in force.
+pub fn after_fork_child(tr: &Tracker) {
+    if let Some(a) = active() {
+        let policy = a.policy.clone();
+        let source = SOURCE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(p, _)| p.clone())
+            .filter(|_| a.user)
+            .unwrap_or_default();
+        // A lock held by a thread that did not come along stays held: then the child keeps the
+        // versions it inherited, and its log does not name the policy.
+        if let Ok(mut v) = VERSIONS.try_lock() {
+            v.clear();
+            drop(v);
+            activate(tr, policy, &source, a.user);
+        }
+    }
+}
+
+/// The tracking entries' lazily made policy state.
+pub type Lazy<T> = OnceLock<Box<T>>;

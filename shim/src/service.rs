@@ -1,0 +1,288 @@
+//! The shim's own thread and data requests.
+//!
+//! The thread starts with the program's first `pthread_create` (before that the program is
+//! single-threaded, and glibc locks without atomic instructions while it is: a thread of ours
+//! would cost every lock of a single-threaded program). It never runs program code, blocks every
+//! signal but the request signal, and does the periodic work: flushing counters (so that a killed
+//! run keeps them even when no lock was ever contended), policy statistics and hot reload of the
+//! policy file, and data requests.
+//!
+//! A data request (the signal `WAITSHIM_SIGNAL`, default `SIGRTMAX-3`) only sets a flag and
+//! writes a byte to a pipe in the handler; everything else happens on this thread. The handler is
+//! installed only when the program has none for that signal. `waitshim-analyze request PID`
+//! sends the signal to this thread alone (by its name, `waitshim`), so no program thread is
+//! interrupted.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use waitshim_format::{note_level, snapshot_source, Note, Snapshot};
+
+use crate::clock::now_ns;
+use crate::track::threads::{gettid, Inside};
+use crate::track::{tracker, Tracker};
+
+const NOT_STARTED: u8 = 0;
+const STARTING: u8 = 1;
+const RUNNING: u8 = 2;
+/// Could not start (resources): the program runs on without periodic work.
+const FAILED: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
+static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
+static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+/// Requests received by the handler, and served.
+static REQUESTS: AtomicU64 = AtomicU64::new(0);
+static SERVED: AtomicU64 = AtomicU64::new(0);
+static REQUESTER: AtomicU32 = AtomicU32::new(0);
+/// The request signal, 0 when requests are off.
+static REQUEST_SIGNAL: AtomicI32 = AtomicI32::new(0);
+static SERVICE_TID: AtomicU32 = AtomicU32::new(0);
+static SNAPSHOTS: AtomicU64 = AtomicU64::new(0);
+/// Set at exit: the thread must stop touching the log; `BUSY` says it is between two checks.
+static STOP: AtomicBool = AtomicBool::new(false);
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Counters reach the log at least this often while the program runs.
+const FLUSH_EVERY_NS: u64 = 1_000_000_000;
+/// The policy file is checked for changes this often.
+const RELOAD_CHECK_NS: u64 = 500_000_000;
+const POLL_MS: i32 = 250;
+
+/// Sets up data requests (from the tracker's start): the wake-up pipe and the signal handler.
+/// `spec` is `WAITSHIM_SIGNAL` (None: the default).
+pub fn init(tr: &Tracker, spec: Option<&str>) {
+    make_pipe();
+    let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+    let spec_text = spec.unwrap_or(waitshim_policy::signal::DEFAULT_REQUEST);
+    let sig = match waitshim_policy::signal::parse(spec_text, rtmin, rtmax) {
+        Ok(waitshim_policy::signal::SignalSpec::None) => return,
+        Ok(waitshim_policy::signal::SignalSpec::Number(n)) => n,
+        Err(e) => {
+            say(
+                tr,
+                &format!("WAITSHIM_SIGNAL: {e}; data requests by signal are off"),
+            );
+            return;
+        }
+    };
+    let name = waitshim_policy::signal::name(sig, rtmin, rtmax);
+    match crate::signals::install(sig, on_request) {
+        Ok(()) => REQUEST_SIGNAL.store(sig, Ordering::Relaxed),
+        Err(why) => say(
+            tr,
+            &format!("data request signal {name}: {why}; data requests by signal are off"),
+        ),
+    }
+}
+
+/// One line on stderr and the same as a warning in the log.
+pub fn say(tr: &Tracker, msg: &str) {
+    crate::diag::line(msg);
+    tr.log.write(
+        &Note {
+            ns: now_ns(),
+            level: note_level::WARNING,
+            text: msg.into(),
+        }
+        .into(),
+    );
+}
+
+fn make_pipe() {
+    let mut fds = [-1; 2];
+    // SAFETY: pipe2 fills the two fds; close-on-exec so an exec'd image does not inherit them.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0 {
+        WAKE_RD.store(fds[0], Ordering::Relaxed);
+        WAKE_WR.store(fds[1], Ordering::Relaxed);
+    }
+}
+
+fn wake() {
+    let fd = WAKE_WR.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: write(2) is async-signal-safe; a full pipe already wakes the thread.
+        unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
+    }
+}
+
+/// The request signal's handler: async-signal-safe (atomics and write(2) only).
+extern "C" fn on_request(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: errno is thread-local; saved and restored so the interrupted code sees its own.
+    let errno = unsafe { *libc::__errno_location() };
+    if !info.is_null() {
+        // SAFETY: the kernel passes a valid siginfo with SA_SIGINFO.
+        let pid = unsafe { (*info).si_pid() };
+        REQUESTER.store(pid.max(0) as u32, Ordering::Relaxed);
+    }
+    REQUESTS.fetch_add(1, Ordering::AcqRel);
+    wake();
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Starts the thread if it is not running (called after the program created a thread).
+#[inline]
+pub fn ensure_started() {
+    if STATE.load(Ordering::Acquire) == NOT_STARTED {
+        start();
+    }
+}
+
+#[cold]
+fn start() {
+    if STATE
+        .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    // The new thread inherits the creator's signal mask: block everything around the creation so
+    // that no program signal is ever delivered to it, then restore the caller's mask.
+    // SAFETY: sigset operations on locals; pthread calls with valid arguments.
+    let ok = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setdetachstate(&mut attr, libc::PTHREAD_CREATE_DETACHED);
+        libc::pthread_attr_setstacksize(&mut attr, 256 * 1024);
+        let mut th: libc::pthread_t = 0;
+        let r = crate::real::pthread_create(&mut th, &attr, run, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r == 0
+    };
+    STATE.store(if ok { RUNNING } else { FAILED }, Ordering::Release);
+}
+
+extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
+    // Everything this thread calls goes straight to the real functions.
+    std::mem::forget(Inside::enter());
+    // SAFETY: prctl with a NUL-terminated name; names this thread only (the program's threads
+    // are found by their own names; `request` finds this one by it).
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"waitshim".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    SERVICE_TID.store(gettid(), Ordering::Release);
+    let sig = REQUEST_SIGNAL.load(Ordering::Relaxed);
+    if sig > 0 {
+        // SAFETY: sigset operations on a local; unblocks only the request signal on this thread.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
+    }
+    let mut last_flush = now_ns();
+    let mut last_reload = last_flush;
+    loop {
+        let fd = WAKE_RD.load(Ordering::Relaxed);
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd (a negative fd is ignored by poll).
+        unsafe { libc::poll(&mut p, 1, POLL_MS) };
+        drain(fd);
+        BUSY.store(true, Ordering::SeqCst);
+        if STOP.load(Ordering::SeqCst) {
+            BUSY.store(false, Ordering::SeqCst);
+            return std::ptr::null_mut();
+        }
+        if let Some(tr) = tracker() {
+            let now = now_ns();
+            let pending = REQUESTS.load(Ordering::Acquire);
+            if pending != SERVED.load(Ordering::Relaxed) {
+                SERVED.store(pending, Ordering::Relaxed);
+                snapshot(
+                    tr,
+                    snapshot_source::SIGNAL,
+                    REQUESTER.load(Ordering::Relaxed),
+                );
+                last_flush = now;
+            }
+            if now.saturating_sub(last_reload) >= RELOAD_CHECK_NS {
+                last_reload = now;
+                crate::policy::reload_if_changed(tr);
+            }
+            if now.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
+                last_flush = now;
+                tr.flush_all();
+                crate::policy::write_stats(tr, false);
+            }
+        }
+        BUSY.store(false, Ordering::SeqCst);
+    }
+}
+
+fn drain(fd: i32) {
+    if fd < 0 {
+        return;
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: reading into a local buffer from our non-blocking pipe.
+    while unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } > 0 {}
+}
+
+/// Serves a data request on the calling thread: every counter and pending record reaches the
+/// log, then a [`Snapshot`] record says so. Returns the snapshot's number.
+pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
+    let _in = Inside::enter();
+    tr.flush_all();
+    crate::policy::write_stats(tr, true);
+    let seq = SNAPSHOTS.fetch_add(1, Ordering::AcqRel) + 1;
+    tr.log.write(
+        &Snapshot {
+            seq,
+            ns: now_ns(),
+            source,
+            requester_pid: requester,
+        }
+        .into(),
+    );
+    seq
+}
+
+/// The process ends: the thread must not touch the log from now on. Waits (briefly) for work in
+/// progress.
+pub fn stop() {
+    STOP.store(true, Ordering::SeqCst);
+    if SERVICE_TID.load(Ordering::Acquire) == gettid() {
+        return;
+    }
+    let start = now_ns();
+    while BUSY.load(Ordering::SeqCst) && now_ns().saturating_sub(start) < 500_000_000 {
+        // SAFETY: plain system call.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+/// In a forked child: the parent's thread did not come along, nor should its pipe be shared.
+pub fn after_fork_child() {
+    for fd in [&WAKE_RD, &WAKE_WR] {
+        let old = fd.swap(-1, Ordering::Relaxed);
+        if old >= 0 {
+            // SAFETY: closing the child's copy of our own pipe fd.
+            unsafe { libc::close(old) };
+        }
+    }
+    make_pipe();
+    REQUESTS.store(0, Ordering::Relaxed);
+    SERVED.store(0, Ordering::Relaxed);
+    SNAPSHOTS.store(0, Ordering::Relaxed);
+    SERVICE_TID.store(0, Ordering::Relaxed);
+    BUSY.store(false, Ordering::Relaxed);
+    STOP.store(false, Ordering::Relaxed);
+    STATE.store(NOT_STARTED, Ordering::Release);
+}

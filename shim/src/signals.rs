@@ -1,0 +1,39 @@
+//! The shim's signal handlers (data requests, live holder stacks): installed only on signals the
+//! program leaves alone, with `SA_RESTART` so that the system calls that can be restarted are.
+
+pub type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+
+/// Installs `handler` for `sig`, unless the program has a handler of its own there.
+pub fn install(sig: libc::c_int, handler: Handler) -> Result<(), String> {
+    // SAFETY: sigaction with a zeroed struct queries the current disposition only.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+            return Err("cannot query its disposition".into());
+        }
+        if old.sa_sigaction == handler as usize {
+            return Ok(());
+        }
+        if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN {
+            return Err("the program has a handler of its own for it".into());
+        }
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigfillset(&mut act.sa_mask);
+        if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
+            return Err("sigaction failed".into());
+        }
+    }
+    Ok(())
+}
+
+/// Whether `handler` is still the one installed for `sig` (the program may have replaced it).
+pub fn still_ours(sig: libc::c_int, handler: Handler) -> bool {
+    // SAFETY: querying only.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == handler as usize
+    }
+}
