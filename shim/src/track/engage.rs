@@ -296,15 +296,10 @@ pub fn wait_begin_at(
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
     }
     tr.blocked.fetch_add(1, Ordering::Relaxed);
+    // The waiter's chain, if the policy collects it for this wait (the built-in one always
+    // does); contention records name the chains that were collected.
     let pick = crate::policy::on_wait(tr, t, obj, n, site);
-    // A contention record names its waiters' chains even where the policy collects none.
-    let chain = if pick.chain == 0
-        && (n >= tr.highwater.load(Ordering::Relaxed) || obj.flags() & EPISODE != 0)
-    {
-        tr.chain_at(t, site)
-    } else {
-        pick.chain
-    };
+    let chain = pick.chain;
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
     t.wait_seq.fetch_add(1, Ordering::AcqRel);

@@ -1,0 +1,494 @@
+//! Collection policies (`WAITSHIM_POLICY`): one scenario per criterion and selector, each proving
+//! its effect on what the report shows; hot reload; data requests while the program runs; an
+//! invalid policy.
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use waitshim_tests::{line_of, Launch, LogReport, Run, POLL_DEADLINE};
+
+/// Writes `json` as a policy file in a fresh directory (kept alive by the returned guard).
+fn policy_file(json: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("policy.json");
+    fs::write(&path, json).expect("write policy");
+    (dir, path)
+}
+
+/// Runs fixture `name` with `args` under the shim with the policy `json`; checks it succeeded.
+fn run_with_policy(name: &str, args: &[&str], json: &str) -> Run {
+    let (_dir, path) = policy_file(json);
+    let mut l = Launch::fixture(name).env("WAITSHIM_POLICY", &path);
+    for a in args {
+        l = l.arg(a);
+    }
+    let run = l.run();
+    run.assert_success();
+    assert_eq!(
+        run.stderr_text(),
+        "",
+        "a valid policy prints nothing on stderr"
+    );
+    run
+}
+
+fn events<'a>(log: &LogReport<'a>) -> Vec<&'a Value> {
+    log.0["wait_events"]["listed"]
+        .as_array()
+        .expect("wait_events.listed")
+        .iter()
+        .collect()
+}
+
+/// The statistics of rule `rule` (0-based) of policy version `version`.
+fn rule_stats<'a>(log: &LogReport<'a>, version: u64, rule: u64) -> &'a Value {
+    log.0["policy"]["rules"]
+        .as_array()
+        .expect("policy.rules")
+        .iter()
+        .find(|r| r["version"] == version && r["rule"] == rule)
+        .unwrap_or_else(|| {
+            panic!(
+                "no statistics for rule {rule} of version {version}: {}",
+                log.0["policy"]
+            )
+        })
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// The waits of a convoy of 8 that found at least 3 waiters (this one included) are the only
+/// ones with chains and events: 5 of the 7 (waiter counts 3..7).
+#[test]
+fn min_waiters_3_collects_chains_only_from_waits_that_found_3_waiters() {
+    let run = run_with_policy(
+        "waves",
+        &["8"],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"min_waiters":3},"actions":["record","waiter_chain"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let lock = line_of("waves.c", "lock-site");
+    let ev = events(&log);
+    let mut counts: Vec<u64> = ev.iter().map(|e| u(&e["waiters"])).collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [3, 4, 5, 6, 7], "events: {ev:?}");
+    for e in &ev {
+        assert!(
+            log.chain_has(&e["chain"], "waves.c", lock),
+            "event {e} chain at lock-site"
+        );
+        assert_eq!(e["reason"], "acquired");
+    }
+    let stats = rule_stats(&log, 1, 0);
+    assert_eq!(
+        (u(&stats["requests"]), u(&stats["acted"])),
+        (7, 5),
+        "{stats}"
+    );
+    // Waits the rule did not act on carry no chain: the object's wait sites split 5 / 2.
+    let obj = log.object_created_at("waves.c", line_of("waves.c", "creation-site"));
+    let sites = obj["wait_sites"].as_array().expect("wait_sites");
+    let with_chain: u64 = sites
+        .iter()
+        .filter(|s| s["chain_id"] != 0)
+        .map(|s| u(&s["count"]))
+        .sum();
+    let without: u64 = sites
+        .iter()
+        .filter(|s| s["chain_id"] == 0)
+        .map(|s| u(&s["count"]))
+        .sum();
+    assert_eq!((with_chain, without), (5, 2), "wait sites: {sites:?}");
+}
+
+/// 40 threads pile up (1..39 waiters): with granularity 10 the rule acts at 10, 20 and 30.
+#[test]
+fn granularity_10_acts_at_10_20_and_30_waiters() {
+    let run = run_with_policy(
+        "waves",
+        &["40"],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"granularity":10},"actions":["record"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let mut counts: Vec<u64> = events(&log).iter().map(|e| u(&e["waiters"])).collect();
+    counts.sort_unstable();
+    assert_eq!(counts, [10, 20, 30]);
+    let stats = rule_stats(&log, 1, 0);
+    assert_eq!(
+        (u(&stats["requests"]), u(&stats["acted"])),
+        (39, 3),
+        "{stats}"
+    );
+}
+
+/// max_waiters 4: in a wave of 8 the waits that found 1..3 waiters act and 4..7 are
+/// suppressed; the next wave (1..2 waiters) acts again.
+#[test]
+fn max_waiters_suppresses_at_4_and_resumes_below() {
+    let run = run_with_policy(
+        "waves",
+        &["8", "3"],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"max_waiters":4},"actions":["record"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let ev = events(&log);
+    let counts: Vec<u64> = ev.iter().map(|e| u(&e["waiters"])).collect();
+    assert_eq!(counts.len(), 5, "events: {counts:?}");
+    // In time order: the first wave's 1, 2, 3, then the second wave's 1, 2.
+    let mut by_time: Vec<(u64, u64)> = ev
+        .iter()
+        .map(|e| (u(&e["at_ns"]), u(&e["waiters"])))
+        .collect();
+    by_time.sort_unstable();
+    let ordered: Vec<u64> = by_time.iter().map(|p| p.1).collect();
+    assert_eq!(ordered, [1, 2, 3, 1, 2]);
+    let stats = rule_stats(&log, 1, 0);
+    assert_eq!(
+        (
+            u(&stats["requests"]),
+            u(&stats["acted"]),
+            u(&stats["suppressed"])
+        ),
+        (9, 5, 4),
+        "{stats}"
+    );
+    let text = waitshim_tests::analyze(&run.logs, &["--no-symbols"]).text;
+    assert!(text.contains("max_waiters suppressed 4"), "{text}");
+}
+
+/// every_nth 10 on a hot lock: one event per ten requests the rule saw.
+#[test]
+fn every_nth_10_records_one_request_in_ten() {
+    let run = run_with_policy(
+        "hot_lock",
+        &[],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"every_nth":10},"actions":["record"]}]}"#,
+    );
+    assert_eq!(run.stdout_text(), "hot_lock: 8000 increments\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let stats = rule_stats(&log, 1, 0);
+    let requests = u(&stats["requests"]);
+    assert!(requests >= 100, "the hot lock must be contended: {stats}");
+    assert_eq!(u(&stats["acted"]), requests / 10, "{stats}");
+    assert_eq!(u(&log.0["wait_events"]["total"]), requests / 10);
+    let obj = log.object_created_at("hot_lock.c", line_of("hot_lock.c", "creation-site"));
+    assert_eq!(
+        log.counter(obj, "contended"),
+        requests,
+        "every contended wait is a request"
+    );
+}
+
+fn tids_named<'a>(log: &LogReport<'a>, prefix: &str) -> Vec<&'a Value> {
+    log.threads()
+        .into_iter()
+        .filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+        .map(|t| &t["tid"])
+        .collect()
+}
+
+#[test]
+fn thread_name_glob_selects_only_the_db_worker_threads() {
+    let run = run_with_policy(
+        "selectors",
+        &[],
+        r#"{"rules":[{"match":{"thread_name":"db-*"},"actions":["record"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let db = tids_named(&log, "db-worker-");
+    assert_eq!(db.len(), 2);
+    let ev = events(&log);
+    assert!(!ev.is_empty(), "the db workers waited");
+    for e in &ev {
+        assert!(
+            db.contains(&&e["tid"]),
+            "event from a thread not named db-*: {e}"
+        );
+    }
+}
+
+#[test]
+fn thread_group_glob_selects_threads_by_start_routine() {
+    let run = run_with_policy(
+        "selectors",
+        &[],
+        r#"{"rules":[{"match":{"thread_group":"web_*"},"actions":["record"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let web = tids_named(&log, "web-");
+    let ev = events(&log);
+    assert!(!ev.is_empty(), "the web workers waited");
+    for e in &ev {
+        assert!(
+            web.contains(&&e["tid"]),
+            "event from a thread not started in web_*: {e}"
+        );
+    }
+}
+
+#[test]
+fn creation_site_glob_selects_only_the_lock_made_in_db_open() {
+    let run = run_with_policy(
+        "selectors",
+        &[],
+        r#"{"rules":[{"match":{"creation_site":"db_*"},"actions":["record"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let db = log.object_created_at("selectors.c", line_of("selectors.c", "db-create"));
+    let cache = log.object_created_at("selectors.c", line_of("selectors.c", "cache-create"));
+    assert!(
+        log.counter(cache, "contended") > 0,
+        "the cache lock was contended too"
+    );
+    let ev = events(&log);
+    assert!(!ev.is_empty());
+    for e in &ev {
+        assert_eq!(
+            e["object_id"], db["object_id"],
+            "event on another object: {e}"
+        );
+    }
+}
+
+/// 20 waits of ~2 ms and 3 of ~150 ms: min_wait 50ms records exactly the 3 long ones.
+#[test]
+fn min_wait_records_only_the_long_waits() {
+    let run = run_with_policy(
+        "wait_lengths",
+        &[],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"min_wait":"50ms"},"actions":["record","waiter_chain"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let obj = log.object_created_at("wait_lengths.c", line_of("wait_lengths.c", "creation-site"));
+    assert!(
+        log.counter(obj, "contended") >= 20,
+        "short waits happened too"
+    );
+    let ev = events(&log);
+    assert_eq!(ev.len(), 3, "events: {ev:?}");
+    let site = line_of("wait_lengths.c", "wait-site");
+    for e in &ev {
+        assert!(u(&e["wait_ns"]) >= 50_000_000, "{e}");
+        assert!(log.chain_has(&e["chain"], "wait_lengths.c", site));
+    }
+}
+
+/// The holder sleeps in slow_update() while it holds the lock: its live stack, asked for by
+/// signal while the waiter waits, names that function.
+#[test]
+fn holder_live_stack_names_the_function_the_holder_sleeps_in() {
+    let run = run_with_policy(
+        "holder_sleeps",
+        &[],
+        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["holder_live_stack"]}]}"#,
+    );
+    assert_eq!(run.stdout_text(), "holder_sleeps: done\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let stacks = log.0["holder_stacks"]["listed"]
+        .as_array()
+        .expect("holder_stacks");
+    assert_eq!(stacks.len(), 1, "{stacks:?}");
+    let s = &stacks[0];
+    assert_eq!(s["live"], true);
+    assert_eq!(s["function"], "slow_update", "{s}");
+    assert_eq!(log.thread_name(&s["holder_tid"]), Some("holder"));
+    assert_eq!(log.thread_name(&s["waiter_tid"]), Some("waiter"));
+    assert!(log.chain_has(
+        &s["chain"],
+        "holder_sleeps.c",
+        line_of("holder_sleeps.c", "sleep")
+    ));
+    let text = waitshim_tests::analyze(&run.logs, &[]).text;
+    assert!(text.contains("slow_update"), "{text}");
+}
+
+/// The policy file changes between two waves: the first wave is only counted, the second is
+/// recorded under the new version, and the log says when each version came into force.
+#[test]
+fn hot_reload_mid_run_changes_what_is_collected() {
+    let (dir, path) = policy_file(r#"{"rules":[{"match":{"kind":"mutex"},"actions":["count"]}]}"#);
+    let gate = dir.path().join("gate");
+    let running = Launch::fixture("waves")
+        .arg("6")
+        .arg("6")
+        .env("WAITSHIM_POLICY", &path)
+        .env("WAVES_GATE", &gate)
+        .spawn();
+    running.wait_for_stdout("wave 1 done");
+    // A new file (rename), as editors and deployment tools write one.
+    let next = dir.path().join("next.json");
+    fs::write(
+        &next,
+        r#"{"rules":[{"name":"now","match":{"kind":"mutex"},"actions":["record","waiter_chain"]}]}"#,
+    )
+    .unwrap();
+    fs::rename(&next, &path).unwrap();
+    running.poll_log("policy version 2", |log| {
+        log.0["policy"]["versions"]
+            .as_array()
+            .is_some_and(|v| v.len() == 2)
+    });
+    fs::write(gate.with_extension("1"), "").unwrap();
+    let run = running.wait();
+    run.assert_success();
+    let a = run.analyze();
+    let log = a.log(0);
+    let versions = log.0["policy"]["versions"].as_array().unwrap();
+    assert_eq!(
+        versions[1]["rules"][0].as_str().map(|s| s.contains("now")),
+        Some(true)
+    );
+    let switched = u(&versions[1]["at_ns"]);
+    let ev = events(&log);
+    assert_eq!(ev.len(), 5, "the second wave's 5 waits: {ev:?}");
+    for e in &ev {
+        assert_eq!(e["version"], 2);
+        assert!(u(&e["at_ns"]) > switched);
+    }
+    let first = rule_stats(&log, 1, 0);
+    assert_eq!(
+        (u(&first["requests"]), u(&first["acted"])),
+        (5, 5),
+        "{first}"
+    );
+}
+
+/// The program asks for a snapshot through the C API, then the test asks by signal: both are
+/// served while it runs, and the live log then holds counts that were only in per-thread caches.
+#[test]
+fn data_requests_by_api_and_by_signal_while_the_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let go = dir.path().join("go");
+    let running = Launch::fixture("live_requests").arg(&go).spawn();
+    running.wait_for_stdout("requested");
+    let creation = line_of("live_requests.c", "creation-site");
+    running.poll_log(
+        "the API snapshot with the mutex's 1000 acquisitions",
+        |log| {
+            let snaps = &log.0["snapshots"]["listed"];
+            let api = snaps
+                .as_array()
+                .is_some_and(|s| s.iter().any(|x| x["source"] == "api"));
+            api && log
+                .objects_created_at("live_requests.c", creation)
+                .first()
+                .is_some_and(|o| log.counter(o, "acquisitions") == 1000)
+        },
+    );
+    // The shim's own thread takes the request signal.
+    let pid = running.pid();
+    let tid = shim_thread(pid).expect("the shim's thread (named waitshim) runs");
+    // SIGRTMAX-3, the default request signal (SIGRTMAX is 64 on Linux with glibc).
+    let status = std::process::Command::new("kill")
+        .args(["-61", &tid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let a = running.poll_log("a snapshot served for the signal", |log| {
+        log.0["snapshots"]["listed"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|x| x["source"] == "signal"))
+    });
+    assert!(
+        a.log(0).run()["end"].is_null(),
+        "served while running: {}",
+        a.log(0).run()
+    );
+    fs::write(&go, "").unwrap();
+    let run = running.wait();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "requested\ndone\n");
+    let native = Launch::fixture("live_requests").native().run();
+    native.assert_success();
+    assert_eq!(
+        native.stdout_text(),
+        "requested\ndone\n",
+        "runs without the shim too"
+    );
+}
+
+/// The tid of the shim's service thread in process `pid`.
+fn shim_thread(pid: u32) -> Option<u32> {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while Instant::now() < deadline {
+        for e in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+            let comm = fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+            if comm.trim_end() == "waitshim" {
+                return e.file_name().to_str()?.parse().ok();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// An invalid policy: the program's output and exit status are unchanged, stderr has one line
+/// naming the field and the problem, and the run is still traced with the built-in policy.
+#[test]
+fn invalid_policy_gives_one_stderr_line_and_the_program_runs_on() {
+    let (_dir, path) = policy_file(
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"min_waiter":3},"actions":["record"]}]}"#,
+    );
+    let native = Launch::fixture("convoy").native().run();
+    let run = Launch::fixture("convoy")
+        .env("WAITSHIM_POLICY", &path)
+        .run();
+    assert_eq!(run.status.code(), native.status.code());
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    let err = run.stderr_text();
+    assert_eq!(err.lines().count(), 1, "stderr: {err:?}");
+    assert!(
+        err.contains("min_waiter") && err.contains("min_waiters"),
+        "{err}"
+    );
+    assert!(err.contains(&*path.to_string_lossy()), "{err}");
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.0["policy"]["versions"][0]["builtin"], true);
+    assert!(
+        log.warning_text().contains("min_waiter"),
+        "{}",
+        log.warning_text()
+    );
+    assert_eq!(log.hwm(), 7, "still traced");
+}
+
+/// `policy check` explains a valid policy and rejects an invalid one with the same message the
+/// shim gives.
+#[test]
+fn policy_check_explains_a_policy_offline() {
+    let (_d, good) = policy_file(
+        r#"{"rules":[{"name":"db","match":{"creation_site":"db_*"},"when":{"min_waiters":3},"actions":["record","waiter_chain"]}]}"#,
+    );
+    let out = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["policy", "check"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("valid policy, 1 rule"), "{text}");
+    assert!(text.contains("db_*"), "{text}");
+    let (_d2, bad) = policy_file(r#"{"rules":[{"actions":["recrod"]}]}"#);
+    let out = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["policy", "check"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("recrod"), "{err}");
+}
