@@ -7,6 +7,10 @@
 #   sem          fixtures/bench_sem.c          4 threads x 1 M rounds on a 2-slot pool semaphore
 #   pigz         pigz -p 2 on 100 MiB of generated semi-compressible text;
 #                the shim run's output must be byte-identical to the native one
+#   policy       the contended loop under two policies (issue 4): waiter_chain on every
+#                contended wait, and waiter_chain only at min_waiters 4 (never, with 4
+#                threads: counters only); each against native
+#   policy-one   the uncontended loop with a policy that selects one other object
 #
 # Timing with hyperfine (--export-json kept under target/bench/), or with
 # /usr/bin/time when hyperfine is absent. Shim runs use WAITSHIM_QUIET=1 and a
@@ -15,7 +19,7 @@
 # Environment:
 #   BENCH_RUNS=10       timed runs per command
 #   BENCH_WARMUP=2      warmup runs per command
-#   BENCH_SCENARIOS="uncontended contended condvar sem pigz"   which scenarios to run
+#   BENCH_SCENARIOS="uncontended contended condvar sem pigz policy policy-one"   which to run
 #   BENCH_NO_BUILD=1    do not run cargo build first
 #   BENCH_STRICT=1      exit 1 when a ratio exceeds its budget
 #   BENCH_SHIM=PATH     preload this library instead of target/release/libwaitshim.so
@@ -30,7 +34,7 @@ cd "$WAITSHIM_ROOT"
 
 runs="${BENCH_RUNS:-10}"
 warmup="${BENCH_WARMUP:-2}"
-scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz}"
+scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one}"
 uncontended_pairs=20000000
 shim="${BENCH_SHIM:-$WAITSHIM_ROOT/target/release/libwaitshim.so}"
 results_dir="$WAITSHIM_ROOT/target/bench"
@@ -268,8 +272,33 @@ for scenario in $scenarios; do
             failed=1
         fi
         ;;
+    policy)
+        printf '%s\n' '{"rules":[{"actions":["waiter_chain"]}]}' >"$work/all.json"
+        printf '%s\n' '{"rules":[{"when":{"min_waiters":4},"actions":["waiter_chain"]}]}' >"$work/min4.json"
+        for p in all min4; do
+            if measure "policy-$p" "./bench_contended" \
+                "$shim_env WAITSHIM_POLICY=$(printf %q "$work/$p.json") ./bench_contended"; then
+                check_logged "policy-$p"
+                report "policy-$p" 1.3
+            else
+                printf 'FAIL: policy-%s benchmark did not run\n' "$p" >&2
+                failed=1
+            fi
+        done
+        ;;
+    policy-one)
+        printf '%s\n' '{"rules":[{"match":{"object_addr":"0x10"},"actions":["record","waiter_chain"]}]}' >"$work/one.json"
+        if measure policy-one "./bench_uncontended $uncontended_pairs" \
+            "$shim_env WAITSHIM_POLICY=$(printf %q "$work/one.json") ./bench_uncontended $uncontended_pairs"; then
+            check_logged policy-one
+            report policy-one 1.4
+        else
+            printf 'FAIL: policy-one benchmark did not run\n' >&2
+            failed=1
+        fi
+        ;;
     *)
-        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz)"
+        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz policy policy-one)"
         ;;
     esac
 done
