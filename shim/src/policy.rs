@@ -425,6 +425,16 @@ pub fn on_wait(
     c.requests.fetch_add(1, Ordering::Relaxed);
     let st = obj_policy(obj);
     let w = &r.when;
+    // With all_waiters, any waiter may be listed when the rule acts for another: every wait on
+    // the objects the rule selects keeps its chain.
+    let none = if r.actions & action::ALL_WAITERS != 0 {
+        Pick {
+            chain: tr.chain_at(t, site),
+            act: None,
+        }
+    } else {
+        none
+    };
     let request = st.requests.fetch_add(1, Ordering::Relaxed) + 1;
     match w.on_request(n, request, st.last_acted.load(Ordering::Relaxed)) {
         Verdict::Suppressed => {
@@ -446,7 +456,7 @@ pub fn on_wait(
         rule: i as u32,
         actions: r.actions,
         waiters: n,
-        chain: 0,
+        chain: none.chain,
         site,
         acted: false,
         min_wait: w.min_wait_ns.unwrap_or(0),
@@ -462,7 +472,7 @@ pub fn on_wait(
         fire(tr, t, obj, &mut act, now_ns());
     }
     Pick {
-        chain: if act.actions & action::WAITER_CHAIN != 0 {
+        chain: if act.actions & (action::WAITER_CHAIN | action::ALL_WAITERS) != 0 {
             act.chain
         } else {
             0

@@ -492,3 +492,70 @@ fn policy_check_explains_a_policy_offline() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("recrod"), "{err}");
 }
+
+/// A reload of an invalid file keeps the policy in force and says why, once, on stderr.
+#[test]
+fn reload_of_an_invalid_policy_keeps_the_old_one() {
+    let (dir, path) = policy_file(r#"{"rules":[{"match":{"kind":"mutex"},"actions":["record"]}]}"#);
+    let gate = dir.path().join("gate");
+    let running = Launch::fixture("waves")
+        .arg("4")
+        .arg("4")
+        .env("WAITSHIM_POLICY", &path)
+        .env("WAVES_GATE", &gate)
+        .spawn();
+    running.wait_for_stdout("wave 1 done");
+    let next = dir.path().join("next.json");
+    fs::write(
+        &next,
+        r#"{"rules":[{"actions":["record"],"when":{"every_nth":0}}]}"#,
+    )
+    .unwrap();
+    fs::rename(&next, &path).unwrap();
+    running.poll_log("the warning about the rejected reload", |log| {
+        log.warning_text().contains("keeping policy version 1")
+    });
+    fs::write(gate.with_extension("1"), "").unwrap();
+    let run = running.wait();
+    run.assert_success();
+    let err = run.stderr_text();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("every_nth") && err.contains("keeping policy version 1"),
+        "{err}"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.0["policy"]["versions"].as_array().unwrap().len(), 1);
+    // Both waves were recorded under version 1: 3 waits each.
+    let ev = events(&log);
+    assert_eq!(ev.len(), 6, "{ev:?}");
+    assert!(ev.iter().all(|e| e["version"] == 1));
+}
+
+/// all_waiters at 7 waiters: one record naming the 7 threads waiting at that moment, each with
+/// its chain at the lock site.
+#[test]
+fn all_waiters_lists_every_thread_waiting_at_that_moment() {
+    let run = run_with_policy(
+        "waves",
+        &["8"],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"min_waiters":7},"actions":["all_waiters"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let listed = log.0["waiter_chains"]["listed"]
+        .as_array()
+        .expect("waiter_chains");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let waiters = listed[0]["waiters"].as_array().unwrap();
+    assert_eq!(waiters.len(), 7, "{waiters:?}");
+    let lock = line_of("waves.c", "lock-site");
+    let mut tids: Vec<u64> = waiters.iter().map(|w| u(&w["tid"])).collect();
+    tids.sort_unstable();
+    tids.dedup();
+    assert_eq!(tids.len(), 7);
+    for w in waiters {
+        assert!(log.chain_has(&w["chain"], "waves.c", lock), "waiter {w}");
+    }
+}
