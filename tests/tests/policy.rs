@@ -385,7 +385,7 @@ fn data_requests_by_api_and_by_signal_while_the_program_runs() {
             api && log
                 .objects_created_at("live_requests.c", creation)
                 .first()
-                .is_some_and(|o| log.counter(o, "acquisitions") == 1000)
+                .is_some_and(|o| o["counters"]["acquisitions"] == 1000)
         },
     );
     // The shim's own thread takes the request signal.
@@ -558,4 +558,28 @@ fn all_waiters_lists_every_thread_waiting_at_that_moment() {
     for w in waiters {
         assert!(log.chain_has(&w["chain"], "waves.c", lock), "waiter {w}");
     }
+}
+
+/// Counts that only ever lived in a thread's cache (no lock was contended, no request was made)
+/// reach the log through the shim's periodic flush: a SIGKILLed run keeps them.
+#[test]
+fn periodic_flush_keeps_uncontended_counts_of_a_killed_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let running = Launch::fixture("live_requests")
+        .arg(dir.path().join("never"))
+        .arg("quiet")
+        .spawn();
+    running.wait_for_stdout("requested");
+    let creation = line_of("live_requests.c", "creation-site");
+    running.poll_log("the 1000 acquisitions flushed", |log| {
+        log.objects_created_at("live_requests.c", creation)
+            .first()
+            .is_some_and(|o| o["counters"]["acquisitions"] == 1000)
+    });
+    let run = running.kill();
+    let a = run.analyze();
+    let log = a.log(0);
+    let o = log.object_created_at("live_requests.c", creation);
+    assert_eq!(log.counter(o, "acquisitions"), 1000);
+    assert_eq!(u(&log.0["snapshots"]["total"]), 0, "no request was made");
 }
