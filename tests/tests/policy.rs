@@ -315,35 +315,50 @@ fn holder_live_stack_names_the_function_the_holder_sleeps_in() {
     assert!(text.contains("slow_update"), "{text}");
 }
 
-/// The policy file changes between two waves: the first wave is only counted, the second is
-/// recorded under the new version, and the log says when each version came into force.
-#[test]
-fn hot_reload_mid_run_changes_what_is_collected() {
-    let (dir, path) = policy_file(r#"{"rules":[{"match":{"kind":"mutex"},"actions":["count"]}]}"#);
+/// Two waves of `n` threads under the policy `first`: the policy file is replaced by `second`
+/// (a new file renamed over it, as editors and deployment tools write one) after the first wave;
+/// the second wave starts once `ready` holds for the live log.
+fn waves_with_reload(
+    n: &str,
+    first: &str,
+    second: &str,
+    what: &str,
+    ready: impl Fn(&LogReport) -> bool,
+) -> Run {
+    let (dir, path) = policy_file(first);
     let gate = dir.path().join("gate");
     let running = Launch::fixture("waves")
-        .arg("6")
-        .arg("6")
+        .arg(n)
+        .arg(n)
         .env("WAITSHIM_POLICY", &path)
         .env("WAVES_GATE", &gate)
         .spawn();
     running.wait_for_stdout("wave 1 done");
-    // A new file (rename), as editors and deployment tools write one.
     let next = dir.path().join("next.json");
-    fs::write(
-        &next,
-        r#"{"rules":[{"name":"now","match":{"kind":"mutex"},"actions":["record","waiter_chain"]}]}"#,
-    )
-    .unwrap();
+    fs::write(&next, second).unwrap();
     fs::rename(&next, &path).unwrap();
-    running.poll_log("policy version 2", |log| {
-        log.0["policy"]["versions"]
-            .as_array()
-            .is_some_and(|v| v.len() == 2)
-    });
+    running.poll_log(what, ready);
     fs::write(gate.with_extension("1"), "").unwrap();
     let run = running.wait();
     run.assert_success();
+    run
+}
+
+/// The policy file changes between two waves: the first wave is only counted, the second is
+/// recorded under the new version, and the log says when each version came into force.
+#[test]
+fn hot_reload_mid_run_changes_what_is_collected() {
+    let run = waves_with_reload(
+        "6",
+        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["count"]}]}"#,
+        r#"{"rules":[{"name":"now","match":{"kind":"mutex"},"actions":["record","waiter_chain"]}]}"#,
+        "policy version 2",
+        |log| {
+            log.0["policy"]["versions"]
+                .as_array()
+                .is_some_and(|v| v.len() == 2)
+        },
+    );
     let a = run.analyze();
     let log = a.log(0);
     let versions = log.0["policy"]["versions"].as_array().unwrap();
@@ -496,28 +511,13 @@ fn policy_check_explains_a_policy_offline() {
 /// A reload of an invalid file keeps the policy in force and says why, once, on stderr.
 #[test]
 fn reload_of_an_invalid_policy_keeps_the_old_one() {
-    let (dir, path) = policy_file(r#"{"rules":[{"match":{"kind":"mutex"},"actions":["record"]}]}"#);
-    let gate = dir.path().join("gate");
-    let running = Launch::fixture("waves")
-        .arg("4")
-        .arg("4")
-        .env("WAITSHIM_POLICY", &path)
-        .env("WAVES_GATE", &gate)
-        .spawn();
-    running.wait_for_stdout("wave 1 done");
-    let next = dir.path().join("next.json");
-    fs::write(
-        &next,
+    let run = waves_with_reload(
+        "4",
+        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["record"]}]}"#,
         r#"{"rules":[{"actions":["record"],"when":{"every_nth":0}}]}"#,
-    )
-    .unwrap();
-    fs::rename(&next, &path).unwrap();
-    running.poll_log("the warning about the rejected reload", |log| {
-        log.warning_text().contains("keeping policy version 1")
-    });
-    fs::write(gate.with_extension("1"), "").unwrap();
-    let run = running.wait();
-    run.assert_success();
+        "the warning about the rejected reload",
+        |log| log.warning_text().contains("keeping policy version 1"),
+    );
     let err = run.stderr_text();
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
