@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::Elf;
 use serde_json::{json, Value};
 use waitshim_analyze::model::{
@@ -74,15 +73,7 @@ fn compile(dir: &Path) -> Program {
     };
     Program {
         build_id: build_id(&elf, &bytes).expect("build-id"),
-        segments: elf
-            .program_headers
-            .iter()
-            .filter(|p| p.p_type == PT_LOAD)
-            .map(|p| Segment {
-                vaddr: p.p_vaddr,
-                memsz: p.p_memsz,
-            })
-            .collect(),
+        segments: load_segments(&elf),
         hold: sym("hold_and_sleep"),
         wait: sym("wait_for_queue"),
         main: sym("main"),

@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::Elf;
 use serde_json::{json, Value};
 use waitshim_analyze::symbolize::{build_id, site_frame, Frame};
@@ -68,15 +67,7 @@ fn inspect(bin: &Path, mangled: &str) -> Binary {
         .expect("function symbol");
     Binary {
         build_id: build_id(&elf, &bytes).expect("build-id"),
-        segments: elf
-            .program_headers
-            .iter()
-            .filter(|p| p.p_type == PT_LOAD)
-            .map(|p| Segment {
-                vaddr: p.p_vaddr,
-                memsz: p.p_memsz,
-            })
-            .collect(),
+        segments: load_segments(&elf),
         function,
     }
 }

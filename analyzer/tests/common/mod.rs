@@ -305,3 +305,15 @@ pub fn convoy_log() -> LogBuilder {
     });
     b
 }
+
+/// The loadable segments of an ELF file, as the shim's module record lists them.
+pub fn load_segments(elf: &goblin::elf::Elf) -> Vec<Segment> {
+    elf.program_headers
+        .iter()
+        .filter(|p| p.p_type == goblin::elf::program_header::PT_LOAD)
+        .map(|p| Segment {
+            vaddr: p.p_vaddr,
+            memsz: p.p_memsz,
+        })
+        .collect()
+}
