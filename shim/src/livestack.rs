@@ -17,6 +17,22 @@ use crate::track::Tracker;
 /// The signal in use, 0 when live stacks are unavailable.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
+/// Whether live stacks are in use (the sleep wrappers then resume sleeps the signal cut short).
+#[inline]
+pub fn in_use() -> bool {
+    SIGNAL.load(Ordering::Relaxed) != 0
+}
+
+/// How many times the calling thread's handler ran (0 for threads the shim does not know).
+pub fn signals_taken() -> u32 {
+    let p = own_record();
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: thread records are leaked and never freed.
+    unsafe { &(*p).stack }.taken.load(Ordering::Acquire)
+}
+
 const IDLE: u32 = 0;
 const ASKED: u32 = 1;
 const UNWINDING: u32 = 2;
@@ -28,6 +44,8 @@ const ANSWER_NS: u64 = 50_000_000;
 /// A thread's mailbox for stack requests.
 pub struct StackBox {
     state: AtomicU32,
+    /// Times this thread's handler ran.
+    taken: AtomicU32,
     len: AtomicU32,
     frames: [AtomicU64; MAX_DEPTH],
 }
@@ -36,6 +54,7 @@ impl Default for StackBox {
     fn default() -> Self {
         StackBox {
             state: AtomicU32::new(IDLE),
+            taken: AtomicU32::new(0),
             len: AtomicU32::new(0),
             frames: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -83,6 +102,7 @@ extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *m
     }
     // SAFETY: thread records are leaked and never freed; this is the thread's own.
     let b = unsafe { &(*p).stack };
+    b.taken.fetch_add(1, Ordering::AcqRel);
     if b.state
         .compare_exchange(ASKED, UNWINDING, Ordering::AcqRel, Ordering::Relaxed)
         .is_err()

@@ -583,3 +583,23 @@ fn periodic_flush_keeps_uncontended_counts_of_a_killed_run() {
     assert_eq!(log.counter(o, "acquisitions"), 1000);
     assert_eq!(u(&log.0["snapshots"]["total"]), 0, "no request was made");
 }
+
+/// Asking holders for their live stacks interrupts their `usleep`; the shim resumes the sleep,
+/// so the program's timing is its own: a wave of 8 still takes 200 ms + 7 × 20 ms.
+#[test]
+fn live_stacks_do_not_cut_the_holders_sleeps_short() {
+    let run = run_with_policy(
+        "waves",
+        &["8"],
+        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["holder_live_stack"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let stacks = u(&log.0["holder_stacks"]["total"]);
+    assert!(stacks >= 3, "holders were asked: {stacks}");
+    let duration = u(&log.run()["duration_ns"]);
+    assert!(
+        duration >= 330_000_000,
+        "the sleeps were cut short: {duration} ns"
+    );
+}
