@@ -4,9 +4,9 @@
 //! record and says it is done; the waiter interns the frames as a chain.
 //!
 //! The signal is taken only if the program has no handler of its own for it. A holder blocked in
-//! a system call that the kernel does not restart after a handler (`nanosleep`, `poll`,
-//! `epoll_wait`, `select`) sees it return early with EINTR, as with any signal the program did not
-//! send: that is why this action is opt-in.
+//! a system call that the kernel does not restart after a handler sees it end early with EINTR:
+//! the sleeps are resumed by `interpose::sleep`; `poll`, `epoll_wait` and `select` return EINTR,
+//! as with any signal the program did not send. That is why this action is opt-in.
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
