@@ -1,13 +1,16 @@
 //! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
 //! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`]
-//! ([`lockorder`] finds the potential deadlocks the reports show).
+//! ([`lockorder`] finds the potential deadlocks the reports show). [`top`] follows a log live,
+//! [`request`] asks a running program for a snapshot of its data.
 
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;
 pub mod read;
 pub mod report;
+pub mod request;
 pub mod symbolize;
+pub mod top;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -1,12 +1,30 @@
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand};
+use waitshim_analyze::request::RequestOptions;
+use waitshim_analyze::top::{Source, TopOptions};
 use waitshim_analyze::{Options, SortKey};
 
 /// Report why the threads of a program waited, from the logs libwaitshim.so wrote.
 #[derive(Parser)]
-#[command(name = "waitshim-analyze", version)]
+#[command(
+    name = "waitshim-analyze",
+    version,
+    override_usage = "waitshim-analyze [OPTIONS] FILE...\n       \
+                      waitshim-analyze top [--pid PID | FILE] [--once] [--interval MS]\n       \
+                      waitshim-analyze request PID [--timeout SECS] [--quiet]",
+    // `waitshim-analyze top.log` and `./top` are files; only a first argument that is exactly a
+    // command's name is a command.
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    disable_help_subcommand = true,
+    after_help = "A log file named like a command (top, request) is read as a log when written \
+                  as a path: ./top."
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Order of the lock contention records: hwm, elapsed, wait, count, or commonality groups by
     /// the outermost / innermost N frames of the waiter chains (outer:N, inner:N).
     #[arg(long, default_value = "hwm", value_parser = |s: &str| s.parse::<SortKey>())]
@@ -24,24 +42,112 @@ struct Cli {
     #[arg(long)]
     no_symbols: bool,
     /// Log files (waitshim.<pid>.log); each is reported in its own section.
-    #[arg(required = true)]
+    #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Follow a log while its program runs: a table, redrawn every interval, of the objects
+    /// threads waited on most in that interval, with the highwater mark and any deadlock.
+    /// Keys: q or Ctrl-C quits. Works on a log whose program has exited too.
+    Top(TopArgs),
+    /// Ask a program running under the shim for a snapshot of its data (the shim writes its
+    /// counters and pending records to the log), then print the report of the log as it stands.
+    Request(RequestArgs),
+}
+
+#[derive(Args)]
+struct TopArgs {
+    /// The log to follow (waitshim.<pid>.log).
+    #[arg(
+        required_unless_present = "pid",
+        conflicts_with = "pid",
+        value_name = "FILE"
+    )]
+    file: Option<PathBuf>,
+    /// Follow the log of this running process (found through /proc/PID/maps).
+    #[arg(long, value_name = "PID", value_parser = clap::value_parser!(i32).range(1..))]
+    pid: Option<i32>,
+    /// Print the table once, as plain text, and exit (no terminal control). For a running
+    /// program it looks twice, one interval apart, to show what changed in that interval.
+    #[arg(long)]
+    once: bool,
+    /// Milliseconds between refreshes.
+    #[arg(long, value_name = "MS", default_value_t = 1000,
+          value_parser = clap::value_parser!(u64).range(50..=3_600_000))]
+    interval: u64,
+    /// Do not open the program's binaries: show creation sites as module+offset.
+    #[arg(long)]
+    no_symbols: bool,
+}
+
+#[derive(Args)]
+struct RequestArgs {
+    /// The process to ask (it must run with LD_PRELOAD=libwaitshim.so).
+    #[arg(value_parser = clap::value_parser!(i32).range(1..))]
+    pid: i32,
+    /// Seconds to wait for the snapshot before giving up (exit status 1).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0,
+          value_parser = parse_seconds)]
+    timeout: f64,
+    /// Print only the line naming the snapshot, not the report.
+    #[arg(long)]
+    quiet: bool,
+    /// Do not open the program's binaries: show chains as module+offset.
+    #[arg(long)]
+    no_symbols: bool,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds between 0 and 86400"
+        )),
+    }
 }
 
 fn main() {
     let cli = Cli::parse();
-    let opts = Options {
-        sort: cli.sort,
-        top: cli.top,
-        all_objects: cli.all_objects,
-        symbols: !cli.no_symbols,
+    let out = &mut std::io::stdout().lock();
+    let err = &mut std::io::stderr().lock();
+    let code = match cli.command {
+        Some(Command::Top(t)) => {
+            let source = match (t.pid, t.file) {
+                (Some(pid), _) => Source::Pid(pid),
+                (None, Some(file)) => Source::File(file),
+                (None, None) => unreachable!("clap requires FILE or --pid"),
+            };
+            let opts = TopOptions {
+                source,
+                interval: Duration::from_millis(t.interval),
+                once: t.once,
+                symbols: !t.no_symbols,
+            };
+            waitshim_analyze::top::run(&opts, out, err)
+        }
+        Some(Command::Request(r)) => {
+            let opts = RequestOptions {
+                pid: r.pid,
+                timeout: Duration::from_secs_f64(r.timeout),
+                quiet: r.quiet,
+                report: Options {
+                    symbols: !r.no_symbols,
+                    ..Options::default()
+                },
+            };
+            waitshim_analyze::request::run(&opts, out, err)
+        }
+        None => {
+            let opts = Options {
+                sort: cli.sort,
+                top: cli.top,
+                all_objects: cli.all_objects,
+                symbols: !cli.no_symbols,
+            };
+            waitshim_analyze::run(&cli.files, &opts, cli.json, out, err)
+        }
     };
-    let code = waitshim_analyze::run(
-        &cli.files,
-        &opts,
-        cli.json,
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
-    );
     std::process::exit(code);
 }
