@@ -13,13 +13,14 @@ use waitshim_analyze::{Options, SortKey};
     version,
     override_usage = "waitshim-analyze [OPTIONS] FILE...\n       \
                       waitshim-analyze top [--pid PID | FILE] [--once] [--interval MS]\n       \
-                      waitshim-analyze request PID [--timeout SECS] [--quiet]",
+                      waitshim-analyze request PID [--timeout SECS] [--quiet]\n       \
+                      waitshim-analyze policy check FILE",
     // `waitshim-analyze top.log` and `./top` are files; only a first argument that is exactly a
     // command's name is a command.
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request) is read as a log when written \
+    after_help = "A log file named like a command (top, request, policy) is read as a log when written \
                   as a path: ./top."
 )]
 struct Cli {
@@ -55,6 +56,15 @@ enum Command {
     /// Ask a program running under the shim for a snapshot of its data (the shim writes its
     /// counters and pending records to the log), then print the report of the log as it stands.
     Request(RequestArgs),
+    /// Collection policies (WAITSHIM_POLICY).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+#[derive(Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy file offline and explain in words what it will collect.
+    Check { file: PathBuf },
 }
 
 #[derive(Args)]
@@ -138,6 +148,9 @@ fn main() {
                 },
             };
             waitshim_analyze::request::run(&opts, out, err)
+        }
+        Some(Command::Policy(PolicyCommand::Check { file })) => {
+            waitshim_analyze::policycheck::run(&file, out, err)
         }
         None => {
             let opts = Options {

@@ -116,8 +116,24 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
         )));
     }
 
-    // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
-    if unsafe { libc::kill(pid, sig) } != 0 {
+    // The shim serves requests on its own thread (named `waitshim`): the signal goes to that
+    // thread, so that no thread of the program is interrupted. Without it (the program has not
+    // created a thread yet), to the process.
+    let service = procfs::thread_named(pid, "waitshim");
+    let sent = match service {
+        // SAFETY: tgkill(2) with ids and a signal number; no memory is involved.
+        Some(tid) => unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::c_long::from(pid),
+                libc::c_long::from(tid),
+                libc::c_long::from(sig),
+            )
+        },
+        // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
+        None => libc::c_long::from(unsafe { libc::kill(pid, sig) }),
+    };
+    if sent != 0 {
         let e = std::io::Error::last_os_error();
         return Err(RequestError(format!(
             "cannot send {sig_name} to process {pid}: {e}"
@@ -150,8 +166,16 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
             )));
         }
         if Instant::now() >= deadline {
+            let hint = if service.is_none() {
+                "; its shim serves requests from its own thread, which starts with the \
+                 program's first pthread_create (a single-threaded program's log is complete \
+                 at exit)"
+            } else {
+                ""
+            };
             return Err(RequestError(format!(
-                "process {pid} wrote no snapshot to {} within {:.1} s of the request ({sig_name})",
+                "process {pid} wrote no snapshot to {} within {:.1} s of the request \
+                 ({sig_name}){hint}",
                 log.display(),
                 opts.timeout.as_secs_f64()
             )));

@@ -569,7 +569,6 @@ fn request_gives_up_after_the_timeout() {
 }
 
 #[test]
-#[ignore = "needs shim data requests"]
 fn request_to_a_contended_program_under_the_shim_reports_its_mutex() {
     let program = Launch::fixture("sigkill").arg("60").spawn();
     program.wait_for_stdout("ready");

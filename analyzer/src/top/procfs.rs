@@ -210,6 +210,18 @@ fn find_var(environ: &[u8], name: &str) -> Option<String> {
     })
 }
 
+/// The thread of process `pid` named `name` (the shim names its own thread `waitshim`).
+pub fn thread_named(pid: i32, name: &str) -> Option<i32> {
+    std::fs::read_dir(proc_path(pid, "task"))
+        .ok()?
+        .flatten()
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim_end_matches('\n') == name)
+        })
+        .and_then(|e| e.file_name().to_str()?.parse().ok())
+}
+
 /// Whether process `pid` has a handler for `signal` (`SigCgt` of `/proc/PID/status`); None when
 /// that cannot be read.
 pub fn catches_signal(pid: i32, signal: i32) -> Option<bool> {
