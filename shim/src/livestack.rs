@@ -61,6 +61,15 @@ impl Default for StackBox {
     }
 }
 
+impl StackBox {
+    /// For a new thread reusing the record of one that ended.
+    pub fn reset(&self) {
+        self.state.store(IDLE, Ordering::Release);
+        self.taken.store(0, Ordering::Relaxed);
+        self.len.store(0, Ordering::Relaxed);
+    }
+}
+
 /// A policy asks for live stacks: take the signal (once).
 pub fn setup(tr: &Tracker, spec: &str) {
     if SIGNAL.load(Ordering::Relaxed) != 0 {

@@ -102,6 +102,14 @@ pub struct ThreadPolicy {
 }
 
 impl ThreadPolicy {
+    /// For a new thread reusing the record of one that ended.
+    pub fn reset(&self) {
+        *self.name.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.names.fetch_add(1, Ordering::Release);
+        self.version.store(0, Ordering::Release);
+        self.routine.store(0, Ordering::Relaxed);
+    }
+
     pub fn set_name(&self, name: &str) {
         *self.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.into());
         self.names.fetch_add(1, Ordering::Release);
@@ -322,22 +330,8 @@ fn thread_name(t: &ThreadRec) -> Option<String> {
     {
         return Some(n);
     }
-    let mut buf = [0u8; 17];
-    // SAFETY: PR_GET_NAME writes at most 16 bytes and a NUL into the buffer (the caller's own
-    // name: this runs on the waiting thread).
-    let ok = unsafe {
-        libc::prctl(
-            libc::PR_GET_NAME,
-            buf.as_mut_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    (ok == 0).then(|| {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(16);
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    })
+    // This runs on the waiting thread: its own kernel name.
+    crate::track::threads::own_kernel_name()
 }
 
 fn thread_mask(a: &Active, t: &ThreadRec) -> u64 {

@@ -75,9 +75,18 @@ pub unsafe extern "C" fn pthread_create(
         drop(unsafe { Box::from_raw(start) });
     } else {
         // The thread is alive from now on, though it may not have registered yet: a join right
-        // away must still find it (its tid follows when it registers).
+        // away must still find it, and name it by the tid the kernel gave it.
         // SAFETY: glibc stored the new thread's id through the caller's pointer.
-        tr.by_pthread.get_or_insert(unsafe { *th } as usize, 0);
+        let th = unsafe { *th };
+        match crate::track::threads::tid_of(th) {
+            // Replaces what a thread that had this descriptor before may have left.
+            tid if tid != 0 => {
+                tr.by_pthread.insert(th as usize, tid);
+            }
+            _ => {
+                tr.by_pthread.get_or_insert(th as usize, 0);
+            }
+        }
         crate::service::ensure_started();
     }
     r
@@ -187,8 +196,18 @@ fn await_tid(obj: &ObjEntry) {
 /// `t` joined `th`: one acquisition of its thread object, which ends with the thread.
 fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     let addr = th as usize;
+    let joined_tid = tr
+        .objects
+        .get(&addr)
+        .map(|e| e.value().0)
+        .filter(|o| o.kind == ObjectKind::Thread)
+        .map_or(0, |o| o.last_owner.load(Ordering::Relaxed));
     // Normally gone with the thread's exit; not if it exited before its creator saw it created.
-    if tr.by_pthread.get(&addr).is_some_and(|e| *e.value() == 0) {
+    if tr
+        .by_pthread
+        .get(&addr)
+        .is_some_and(|e| *e.value() == 0 || *e.value() == joined_tid)
+    {
         tr.by_pthread.remove(&addr);
     }
     let Some(e) = tr.objects.get(&addr) else {

@@ -164,6 +164,7 @@ pub fn init() {
         return;
     }
     crate::real::init_single_threaded();
+    threads::check_tid_offset();
     let unwinder_note = chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;
@@ -211,9 +212,38 @@ pub struct Birth {
     pub created_ns: u64,
 }
 
-/// Registers the calling thread and points its thread-local at the new record.
+/// Records of threads that ended, with when: reused for new threads once nothing can still be
+/// looking at them (a wait-for walk, a flush, a live-stack question that started before the
+/// exit), so that a program that runs millions of short threads keeps as many records as it had
+/// threads at once, not as it ever had.
+static RETIRED: Mutex<std::collections::VecDeque<(u64, ThreadRef)>> =
+    Mutex::new(std::collections::VecDeque::new());
+const QUARANTINE_NS: u64 = 1_000_000_000;
+
+fn retired_record(now: u64) -> Option<&'static ThreadRec> {
+    // try_lock: in a forked child the lock may be held by a thread that did not come along.
+    let mut r = RETIRED.try_lock().ok()?;
+    if r.front()?.0.saturating_add(QUARANTINE_NS) > now {
+        return None;
+    }
+    let rec = r.pop_front()?.1 .0;
+    drop(r);
+    // SAFETY: its thread ended a second ago and no thread owns it.
+    unsafe { rec.reset() };
+    Some(rec)
+}
+
+fn retire_record(rec: &'static ThreadRec, now: u64) {
+    if let Ok(mut r) = RETIRED.try_lock() {
+        r.push_back((now, ThreadRef(rec)));
+    }
+}
+
+/// Registers the calling thread and points its thread-local at its record (a new one, or one a
+/// thread that ended left).
 pub fn register_thread(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec {
-    let rec: &'static ThreadRec = Box::leak(Box::new(ThreadRec::new()));
+    let rec: &'static ThreadRec =
+        retired_record(now_ns()).unwrap_or_else(|| Box::leak(Box::new(ThreadRec::new())));
     attach_thread(tr, rec, birth);
     rec
 }
@@ -309,10 +339,7 @@ pub fn thread_exited() {
         let now = now_ns();
         // Names set with prctl(PR_SET_NAME) bypass pthread_setname_np: read the final one.
         let named = rec.named.load(Ordering::Relaxed);
-        if let Some(comm) = (!named)
-            .then(|| std::fs::read_to_string(format!("/proc/self/task/{tid}/comm")).ok())
-            .flatten()
-        {
+        if let Some(comm) = (!named).then(threads::own_kernel_name).flatten() {
             tr.log.write(
                 &ThreadName {
                     tid,
@@ -347,6 +374,7 @@ pub fn thread_exited() {
         );
         tr.live.fetch_sub(1, Ordering::Relaxed);
         tr.maybe_flush(now);
+        retire_record(rec, now);
     }
     drop(_in);
     threads::mark_exited();

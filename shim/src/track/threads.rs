@@ -190,6 +190,27 @@ impl ThreadRec {
         s
     }
 
+    /// Makes the record of a thread that ended fit for a new thread.
+    ///
+    /// # Safety
+    /// The thread that owned the record has ended, and no thread owns it yet.
+    pub unsafe fn reset(&self) {
+        self.clear_cache();
+        self.waiting_on
+            .store(std::ptr::null_mut(), Ordering::Relaxed);
+        self.wait_chain.store(0, Ordering::Relaxed);
+        self.wait_start.store(0, Ordering::Relaxed);
+        self.attention
+            .store(std::ptr::null_mut(), Ordering::Relaxed);
+        // SAFETY: nobody owns the record (the caller's contract).
+        unsafe {
+            *self.local() = Local::default();
+            *self.held_locks() = lockorder::Held::default();
+        }
+        self.policy.reset();
+        self.stack.reset();
+    }
+
     /// Forgets every cached object (after fork: they belong to the parent's tracker).
     pub fn clear_cache(&self) {
         for s in &self.slots {
@@ -358,6 +379,53 @@ pub fn current() -> Option<&'static ThreadRec> {
     } else {
         None
     }
+}
+
+/// The calling thread's kernel name (`comm`: set by `pthread_setname_np` or `prctl`).
+pub fn own_kernel_name() -> Option<String> {
+    let mut buf = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes and a NUL into the buffer.
+    let ok = unsafe {
+        libc::prctl(
+            libc::PR_GET_NAME,
+            buf.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    (ok == 0).then(|| {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(16);
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    })
+}
+
+/// Where glibc's `struct pthread` keeps the thread's kernel tid (x86-64, glibc 2.x: 0x2d0),
+/// checked on the main thread at start; 0 when the check failed. The kernel writes it
+/// (`CLONE_PARENT_SETTID`) before `pthread_create` returns, so a join can name the thread it
+/// waits for even before the thread has run.
+static TID_OFFSET: AtomicUsize = AtomicUsize::new(0);
+const GLIBC_TID_OFFSET: usize = 0x2d0;
+
+pub fn check_tid_offset() {
+    // SAFETY: pthread_self is the calling thread's own descriptor, larger than the offset read.
+    let me = unsafe { libc::pthread_self() } as usize;
+    let v = unsafe { std::ptr::read_volatile((me + GLIBC_TID_OFFSET) as *const i32) };
+    if v > 0 && v as u32 == gettid() {
+        TID_OFFSET.store(GLIBC_TID_OFFSET, Ordering::Relaxed);
+    }
+}
+
+/// The kernel tid of the thread `th` that `pthread_create` just returned, 0 if unknown.
+pub fn tid_of(th: libc::pthread_t) -> u32 {
+    let off = TID_OFFSET.load(Ordering::Relaxed);
+    if off == 0 || th == 0 {
+        return 0;
+    }
+    // SAFETY: a descriptor pthread_create just filled in (the thread cannot have been joined
+    // yet); the field is written by the kernel, hence the volatile load.
+    let v = unsafe { std::ptr::read_volatile((th as usize + off) as *const i32) };
+    v.max(0) as u32
 }
 
 pub fn gettid() -> u32 {
