@@ -349,12 +349,17 @@ pub fn thread_exited() {
                 .into(),
             );
         }
-        // A thread being joined: its exit ends the join's episode, as the one the joiner waited for.
+        // A thread being joined: its exit ends the join's episode, as the one the joiner waited
+        // for. Where it "released" is always the thread's exit, so no chain is unwound for it
+        // (libunwind would set up, and tear down, a per-thread cache of 256 KiB to say so).
         let pthread = rec.pthread.load(Ordering::Relaxed);
         if let Some(e) = tr.objects.get(&pthread) {
             let obj = e.value().0;
-            if obj.kind == ObjectKind::Thread && obj.last_owner.load(Ordering::Relaxed) == tid {
-                engage::released(rec, obj);
+            if obj.kind == ObjectKind::Thread
+                && obj.last_owner.load(Ordering::Relaxed) == tid
+                && obj.flags() & objects::EPISODE != 0
+            {
+                highwater::on_release(tr, tid, obj, now, 0);
             }
         }
         tr.log.write(&ThreadExit { tid, ns: now }.into());
