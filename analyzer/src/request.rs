@@ -117,21 +117,23 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
     }
 
     // The shim serves requests on its own thread (named `waitshim`): the signal goes to that
-    // thread, so that no thread of the program is interrupted. Without it (the program has not
-    // created a thread yet), to the process.
-    let service = procfs::thread_named(pid, "waitshim");
-    let sent = match service {
-        // SAFETY: tgkill(2) with ids and a signal number; no memory is involved.
-        Some(tid) => unsafe {
-            libc::syscall(
-                libc::SYS_tgkill,
-                libc::c_long::from(pid),
-                libc::c_long::from(tid),
-                libc::c_long::from(sig),
-            )
-        },
-        // SAFETY: kill(2) with a pid and a signal number; no memory is involved.
-        None => libc::c_long::from(unsafe { libc::kill(pid, sig) }),
+    // thread alone, so that no thread of the program is interrupted. A process without it (no
+    // thread created yet) has nobody to serve the request: it is not sent.
+    let Some(service) = procfs::thread_named(pid, "waitshim") else {
+        return Err(RequestError(format!(
+            "process {pid} has no waitshim thread yet: the shim serves requests from its own \
+             thread, which starts with the program's first pthread_create (the log of a \
+             single-threaded program is complete at exit); not sent"
+        )));
+    };
+    // SAFETY: tgkill(2) with ids and a signal number; no memory is involved.
+    let sent = unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::c_long::from(pid),
+            libc::c_long::from(service),
+            libc::c_long::from(sig),
+        )
     };
     if sent != 0 {
         let e = std::io::Error::last_os_error();
@@ -166,16 +168,9 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
             )));
         }
         if Instant::now() >= deadline {
-            let hint = if service.is_none() {
-                "; its shim serves requests from its own thread, which starts with the \
-                 program's first pthread_create (a single-threaded program's log is complete \
-                 at exit)"
-            } else {
-                ""
-            };
             return Err(RequestError(format!(
                 "process {pid} wrote no snapshot to {} within {:.1} s of the request \
-                 ({sig_name}){hint}",
+                 ({sig_name})",
                 log.display(),
                 opts.timeout.as_secs_f64()
             )));

@@ -8,7 +8,9 @@
 //! instead of raising SIGBUS later on a page of a sparse file).
 
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 use waitshim_format::{frame, Record};
 
@@ -18,7 +20,12 @@ const RESERVES: [usize; 4] = [64 << 30, 4 << 30, 1 << 30, 128 << 20];
 const FIRST_SIZE: usize = 1 << 20;
 
 pub struct Log {
-    fd: libc::c_int,
+    /// The file's descriptor, moved high; the program may still close it (daemons close every
+    /// descriptor they did not open) and reuse its number, so it is checked against `id` before
+    /// every use, and the file reopened by its path when it no longer matches.
+    fd: AtomicI32,
+    /// (st_dev, st_ino) of the log file.
+    id: (u64, u64),
     base: *mut u8,
     reserve: usize,
     cursor: AtomicUsize,
@@ -130,8 +137,10 @@ impl Log {
             unsafe { libc::close(fd) };
             return Err(OpenFailure(format!("cannot map log {path}: {err}")));
         }
+        let fd = move_high(fd);
         let log = Log {
-            fd,
+            fd: AtomicI32::new(fd),
+            id: file_id(fd).unwrap_or((0, 0)),
             base: base as *mut u8,
             reserve,
             cursor: AtomicUsize::new(waitshim_format::FILE_HEADER_LEN),
@@ -193,17 +202,48 @@ impl Log {
     }
 
     fn grow_file(&self, from: usize, to: usize) -> bool {
-        // SAFETY: system calls on our own fd.
+        let Some(fd) = self.own_fd() else {
+            return false;
+        };
+        // SAFETY: system calls on the log's fd (checked to be the log's).
         unsafe {
-            let r = libc::fallocate(self.fd, 0, from as libc::off_t, (to - from) as libc::off_t);
+            let r = libc::fallocate(fd, 0, from as libc::off_t, (to - from) as libc::off_t);
             if r == 0 {
                 return true;
             }
             let e = *libc::__errno_location();
             // File systems without fallocate: a sparse extension is the best there is.
             (e == libc::EOPNOTSUPP || e == libc::ENOSYS)
-                && libc::ftruncate(self.fd, to as libc::off_t) == 0
+                && libc::ftruncate(fd, to as libc::off_t) == 0
         }
+    }
+
+    /// The log's descriptor, if it still refers to the log file: reopened by path (never
+    /// following a symlink) when the program closed it; None when that fails too.
+    fn own_fd(&self) -> Option<libc::c_int> {
+        let fd = self.fd.load(Ordering::Acquire);
+        if fd >= 0 && file_id(fd) == Some(self.id) {
+            return Some(fd);
+        }
+        let c = CString::new(self.path.clone()).ok()?;
+        // SAFETY: valid C string; O_NOFOLLOW refuses a symlink put in the log's place.
+        let new = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if new < 0 {
+            return None;
+        }
+        let new = move_high(new);
+        if file_id(new) != Some(self.id) {
+            // SAFETY: closing the descriptor just opened.
+            unsafe { libc::close(new) };
+            return None;
+        }
+        self.fd.store(new, Ordering::Release);
+        Some(new)
     }
 
     /// Appends one record. Lock-free; a full log drops the record and counts it.
@@ -262,7 +302,9 @@ impl Log {
         // SAFETY: system calls on our own mapping and fd. Nothing writes past `end` any more.
         unsafe {
             libc::msync(self.base as *mut libc::c_void, end, libc::MS_ASYNC);
-            libc::ftruncate(self.fd, end as libc::off_t);
+            if let Some(fd) = self.own_fd() {
+                libc::ftruncate(fd, end as libc::off_t);
+            }
         }
     }
 
@@ -270,10 +312,38 @@ impl Log {
     pub fn abandon(&self) {
         self.closed.store(true, Ordering::Release);
         // SAFETY: the child unmaps its copy of the parent's mapping and closes its copy of the
-        // fd; the parent's file is untouched.
+        // fd (if it is still the log's: the number may be the program's by now); the parent's
+        // file is untouched.
         unsafe {
             libc::munmap(self.base as *mut libc::c_void, self.reserve);
-            libc::close(self.fd);
+            let fd = self.fd.load(Ordering::Acquire);
+            if fd >= 0 && file_id(fd) == Some(self.id) {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+/// (st_dev, st_ino) of an open descriptor.
+fn file_id(fd: libc::c_int) -> Option<(u64, u64)> {
+    // SAFETY: fstat into a local struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
+/// Moves a descriptor above the numbers programs use first (at 512 or more when the limit
+/// allows), so that a program counting on low numbers does not find one taken.
+fn move_high(fd: libc::c_int) -> libc::c_int {
+    // SAFETY: fcntl duplicates our own descriptor; the old one is closed only on success.
+    unsafe {
+        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 512);
+        if high >= 0 {
+            libc::close(fd);
+            high
+        } else {
+            fd
         }
     }
 }

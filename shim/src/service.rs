@@ -7,8 +7,10 @@
 //! run keeps them even when no lock was ever contended), policy statistics and hot reload of the
 //! policy file, and data requests.
 //!
-//! A data request (the signal `WAITSHIM_SIGNAL`, default `SIGRTMAX-3`) only sets a flag and
-//! writes a byte to a pipe in the handler; everything else happens on this thread. The handler is
+//! A data request (the signal `WAITSHIM_SIGNAL`, default `SIGRTMAX-3`) only counts the request
+//! and wakes this thread with a futex in the handler (no file descriptor: a program that closes
+//! every descriptor it did not open would close, or reuse, ours); everything else happens on this
+//! thread. The handler is
 //! installed only when the program has none for that signal. `waitshim-analyze request PID`
 //! sends the signal to this thread alone (by its name, `waitshim`), so no program thread is
 //! interrupted.
@@ -28,8 +30,8 @@ const RUNNING: u8 = 2;
 const FAILED: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
-static WAKE_RD: AtomicI32 = AtomicI32::new(-1);
-static WAKE_WR: AtomicI32 = AtomicI32::new(-1);
+/// The futex word the thread sleeps on; bumped to wake it.
+static WAKE: AtomicU32 = AtomicU32::new(0);
 /// Requests received by the handler, and served.
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
 static SERVED: AtomicU64 = AtomicU64::new(0);
@@ -46,12 +48,11 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 const FLUSH_EVERY_NS: u64 = 1_000_000_000;
 /// The policy file is checked for changes this often.
 const RELOAD_CHECK_NS: u64 = 500_000_000;
-const POLL_MS: i32 = 250;
+const SLEEP_NS: u64 = 250_000_000;
 
 /// Sets up data requests (from the tracker's start): the wake-up pipe and the signal handler.
 /// `spec` is `WAITSHIM_SIGNAL` (None: the default).
 pub fn init(tr: &Tracker, spec: Option<&str>) {
-    make_pipe();
     let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
     let spec_text = spec.unwrap_or(waitshim_policy::signal::DEFAULT_REQUEST);
     let sig = match waitshim_policy::signal::parse(spec_text, rtmin, rtmax) {
@@ -88,22 +89,35 @@ pub fn say(tr: &Tracker, msg: &str) {
     );
 }
 
-fn make_pipe() {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 fills the two fds; close-on-exec so an exec'd image does not inherit them.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0 {
-        WAKE_RD.store(fds[0], Ordering::Relaxed);
-        WAKE_WR.store(fds[1], Ordering::Relaxed);
-    }
+fn wake() {
+    WAKE.fetch_add(1, Ordering::Release);
+    // SAFETY: FUTEX_WAKE on our own word; the futex system call is async-signal-safe.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
 }
 
-fn wake() {
-    let fd = WAKE_WR.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; a full pipe already wakes the thread.
-        unsafe { libc::write(fd, &b as *const u8 as *const libc::c_void, 1) };
-    }
+/// Sleeps until woken or `SLEEP_NS` passed, unless a wake-up came since `seen`.
+fn sleep_from(seen: u32) {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: SLEEP_NS as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on our own word with a relative timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            &ts as *const libc::timespec,
+        )
+    };
 }
 
 /// The request signal's handler: async-signal-safe (atomics and write(2) only).
@@ -185,16 +199,10 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     }
     let mut last_flush = now_ns();
     let mut last_reload = last_flush;
+    let mut seen = WAKE.load(Ordering::Acquire);
     loop {
-        let fd = WAKE_RD.load(Ordering::Relaxed);
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd (a negative fd is ignored by poll).
-        unsafe { libc::poll(&mut p, 1, POLL_MS) };
-        drain(fd);
+        sleep_from(seen);
+        seen = WAKE.load(Ordering::Acquire);
         BUSY.store(true, Ordering::SeqCst);
         if STOP.load(Ordering::SeqCst) {
             BUSY.store(false, Ordering::SeqCst);
@@ -224,15 +232,6 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         }
         BUSY.store(false, Ordering::SeqCst);
     }
-}
-
-fn drain(fd: i32) {
-    if fd < 0 {
-        return;
-    }
-    let mut buf = [0u8; 64];
-    // SAFETY: reading into a local buffer from our non-blocking pipe.
-    while unsafe { libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) } > 0 {}
 }
 
 /// Serves a data request on the calling thread: every counter and pending record reaches the
@@ -268,16 +267,8 @@ pub fn stop() {
     }
 }
 
-/// In a forked child: the parent's thread did not come along, nor should its pipe be shared.
+/// In a forked child: the parent's thread did not come along.
 pub fn after_fork_child() {
-    for fd in [&WAKE_RD, &WAKE_WR] {
-        let old = fd.swap(-1, Ordering::Relaxed);
-        if old >= 0 {
-            // SAFETY: closing the child's copy of our own pipe fd.
-            unsafe { libc::close(old) };
-        }
-    }
-    make_pipe();
     REQUESTS.store(0, Ordering::Relaxed);
     SERVED.store(0, Ordering::Relaxed);
     SNAPSHOTS.store(0, Ordering::Relaxed);

@@ -345,11 +345,13 @@ int main(void)
 /// sender. `FAKE_SHIM_SILENT=1`: handles the signal but never answers.
 const FAKE_SHIM: &str = r#"
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -423,6 +425,16 @@ static void on_request(int sig, siginfo_t *info, void *ctx)
     append(25, body, sizeof body);
 }
 
+/* The shim's own thread, named as the shim names it: requests are sent to it. */
+static void *fake_shim_thread(void *arg)
+{
+    (void)arg;
+    prctl(PR_SET_NAME, "waitshim", 0, 0, 0);
+    for (;;)
+        pause();
+    return NULL;
+}
+
 __attribute__((constructor)) static void fake_shim_start(void)
 {
     const char *path = getenv("WAITSHIM_LOG");
@@ -466,6 +478,8 @@ __attribute__((constructor)) static void fake_shim_start(void)
         sig = SIGUSR2;
     if (!(spec && strcmp(spec, "none") == 0))
         sigaction(sig, &sa, NULL);
+    pthread_t t;
+    pthread_create(&t, NULL, fake_shim_thread, NULL);
 }
 "#;
 
