@@ -485,7 +485,9 @@ wire_struct! {
 
 wire_struct! {
     /// The holder of an object that made `waiter_tid` wait: where it acquired the object
-    /// (`live` = 0) or what it was doing when asked (`live` = 1, a signal-driven unwind).
+    /// (`live` = 0) or what it was doing when asked: `live` = 1, unwound by the holder itself on
+    /// a signal; `live` = 2, scanned from its stack pointer while it was blocked in a system call
+    /// (the first frame is its program counter, the others return addresses found on its stack).
     pub struct HolderStack {
         pub object_id: u64,
         pub ns: u64,

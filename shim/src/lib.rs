@@ -16,6 +16,7 @@ mod livestack;
 mod log;
 mod modules;
 mod policy;
+mod procmaps;
 mod real;
 mod service;
 mod signals;

@@ -1,51 +1,49 @@
-//! Live holder stacks: what the thread holding an object is doing right now. The waiter asks the
-//! holder through a signal (`stack_signal` in the policy, default `SIGRTMAX-4`); the holder's
-//! handler unwinds its own stack with libunwind (async-signal-safe) into a buffer of its thread
-//! record and says it is done; the waiter interns the frames as a chain.
+//! Live holder stacks: what the thread holding an object is doing right now.
 //!
-//! The signal is taken only if the program has no handler of its own for it. A holder blocked in
-//! a system call that the kernel does not restart after a handler sees it end early with EINTR:
-//! the sleeps are resumed by `interpose::sleep`; `poll`, `epoll_wait` and `select` return EINTR,
-//! as with any signal the program did not send. That is why this action is opt-in.
+//! - A holder **blocked in a system call** (sleeping, reading, polling, waiting on a futex) is
+//!   not disturbed: `/proc/self/task/TID/syscall` gives its stack pointer and program counter, and
+//!   its stack is scanned for return addresses (words that point just after a call instruction
+//!   in code). A signal would make many of those calls return early with EINTR.
+//! - A **running** holder is asked through a signal (`stack_signal` in the policy, default
+//!   `SIGRTMAX-4`): its handler unwinds its own stack with libunwind into a mailbox of its thread
+//!   record, and the waiter interns the frames as a chain.
+//!
+//! The signal is taken only if the program has no handler of its own for it (nor ignores it). A
+//! thread is asked only once it has unwound outside a handler (libunwind allocates its per-thread
+//! cache at the first unwind, and malloc must not run in a handler). A holder that does not
+//! answer (it blocks the signal) is not asked again until it has answered.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::chain::{self, MAX_DEPTH};
-use crate::track::threads::{inside_now, own_record, Inside};
+use crate::procmaps;
+use crate::track::threads::{inside_now, own_record, Inside, ThreadRec};
 use crate::track::Tracker;
 
-/// The signal in use, 0 when live stacks are unavailable.
+/// The signal in use, 0 when live stacks by signal are unavailable.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
-/// Whether live stacks are in use (the sleep wrappers then resume sleeps the signal cut short).
-#[inline]
-pub fn in_use() -> bool {
-    SIGNAL.load(Ordering::Relaxed) != 0
-}
-
-/// How many times the calling thread's handler ran (0 for threads the shim does not know).
-pub fn signals_taken() -> u32 {
-    let p = own_record();
-    if p.is_null() {
-        return 0;
-    }
-    // SAFETY: thread records are leaked and never freed.
-    unsafe { &(*p).stack }.taken.load(Ordering::Acquire)
-}
+/// How the holder's stack was taken (the `live` field of `HolderStack` records).
+pub const BY_SIGNAL: u8 = 1;
+pub const SCANNED: u8 = 2;
 
 const IDLE: u32 = 0;
 const ASKED: u32 = 1;
 const UNWINDING: u32 = 2;
 const DONE: u32 = 3;
+/// The asker gave up: no new question until the handler has run (then IDLE again).
+const ABANDONED: u32 = 4;
 
 /// How long a waiter waits for the holder's answer.
 const ANSWER_NS: u64 = 50_000_000;
+/// Bytes of a blocked holder's stack scanned for return addresses.
+const SCAN_BYTES: usize = 64 * 1024;
 
 /// A thread's mailbox for stack requests.
 pub struct StackBox {
     state: AtomicU32,
-    /// Times this thread's handler ran.
-    taken: AtomicU32,
+    /// The thread has unwound once outside a handler: it may be asked.
+    ready: AtomicBool,
     len: AtomicU32,
     frames: [AtomicU64; MAX_DEPTH],
 }
@@ -54,7 +52,7 @@ impl Default for StackBox {
     fn default() -> Self {
         StackBox {
             state: AtomicU32::new(IDLE),
-            taken: AtomicU32::new(0),
+            ready: AtomicBool::new(false),
             len: AtomicU32::new(0),
             frames: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -62,11 +60,31 @@ impl Default for StackBox {
 }
 
 impl StackBox {
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
     /// For a new thread reusing the record of one that ended.
     pub fn reset(&self) {
         self.state.store(IDLE, Ordering::Release);
-        self.taken.store(0, Ordering::Relaxed);
+        self.ready.store(false, Ordering::Release);
         self.len.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Whether live stacks by signal are in use.
+#[inline]
+pub fn in_use() -> bool {
+    SIGNAL.load(Ordering::Relaxed) != 0
+}
+
+/// Prepares the calling thread to be asked (called inside the shim, outside any handler): one
+/// unwind, so that libunwind's per-thread state exists before a handler needs it.
+pub fn prepare(t: &ThreadRec) {
+    if in_use() && !t.stack.ready.load(Ordering::Relaxed) {
+        let mut frames = [0u64; MAX_DEPTH];
+        chain::capture(4, &mut frames);
+        t.stack.ready.store(true, Ordering::Release);
     }
 }
 
@@ -78,7 +96,7 @@ pub fn setup(tr: &Tracker, spec: &str) {
     if !chain::signal_safe() {
         crate::service::say(
             tr,
-            "holder_live_stack needs libunwind (libunwind8) for a signal-safe unwind; live stacks are off",
+            "holder_live_stack needs libunwind (libunwind8) to unwind a running holder; only holders blocked in a system call get a stack",
         );
         return;
     }
@@ -87,7 +105,10 @@ pub fn setup(tr: &Tracker, spec: &str) {
         Ok(waitshim_policy::signal::SignalSpec::Number(n)) => n,
         Ok(waitshim_policy::signal::SignalSpec::None) => return,
         Err(e) => {
-            crate::service::say(tr, &format!("stack_signal: {e}; live stacks are off"));
+            crate::service::say(
+                tr,
+                &format!("stack_signal: {e}; running holders get no live stack"),
+            );
             return;
         }
     };
@@ -96,14 +117,15 @@ pub fn setup(tr: &Tracker, spec: &str) {
         Err(why) => crate::service::say(
             tr,
             &format!(
-                "stack_signal {}: {why}; live stacks are off",
+                "stack_signal {}: {why}; running holders get no live stack",
                 waitshim_policy::signal::name(sig, rtmin, rtmax)
             ),
         ),
     }
 }
 
-/// The holder's side: unwind into the mailbox. Only atomics and libunwind's `unw_backtrace`.
+/// The holder's side: unwind into the mailbox. Only atomics and libunwind's `unw_backtrace`
+/// (whose per-thread state `prepare` made).
 extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     let p = own_record();
     if p.is_null() {
@@ -111,56 +133,158 @@ extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *m
     }
     // SAFETY: thread records are leaked and never freed; this is the thread's own.
     let b = unsafe { &(*p).stack };
-    b.taken.fetch_add(1, Ordering::AcqRel);
     if b.state
-        .compare_exchange(ASKED, UNWINDING, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
+        .compare_exchange(ABANDONED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+        || b.state
+            .compare_exchange(ASKED, UNWINDING, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
     {
         return;
     }
     // Interrupted inside the shim, the thread may be in libunwind already, holding its lock:
-    // unwinding again would deadlock. Answer with no stack.
-    if inside_now() {
-        b.len.store(0, Ordering::Relaxed);
-        b.state.store(DONE, Ordering::Release);
-        return;
-    }
-    // SAFETY: errno is thread-local; kept for the interrupted code.
-    let errno = unsafe { *libc::__errno_location() };
-    // libunwind locks with pthread_mutex_lock: those calls must go straight to glibc. Entering
-    // and leaving only writes this thread's TLS words.
-    let inside = Inside::enter();
+    // unwinding again would deadlock. Not prepared: libunwind would allocate. No stack then.
+    let mut n = 0;
     let mut frames = [0u64; MAX_DEPTH];
-    let n = chain::capture(MAX_DEPTH, &mut frames);
-    drop(inside);
+    if !inside_now() && b.ready.load(Ordering::Acquire) {
+        // SAFETY: errno is thread-local; kept for the interrupted code.
+        let errno = unsafe { *libc::__errno_location() };
+        // libunwind locks with pthread_mutex_lock: those calls must go straight to glibc.
+        // Entering and leaving only writes this thread's TLS words.
+        let inside = Inside::enter();
+        n = chain::capture(MAX_DEPTH, &mut frames);
+        drop(inside);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = errno };
+    }
     for (slot, &f) in b.frames.iter().zip(&frames[..n]) {
         slot.store(f, Ordering::Relaxed);
     }
     b.len.store(n as u32, Ordering::Relaxed);
     b.state.store(DONE, Ordering::Release);
-    // SAFETY: as above.
-    unsafe { *libc::__errno_location() = errno };
 }
 
-/// The waiter's side: the chain of what thread `holder` is doing now, if it answers in time.
-pub fn ask(tr: &Tracker, holder: u32) -> Option<u32> {
-    let sig = SIGNAL.load(Ordering::Relaxed);
-    if sig == 0 || !crate::signals::still_ours(sig, on_signal) {
-        return None;
+/// Where thread `tid` is: blocked in a system call (stack pointer, program counter), running,
+/// or unknown.
+enum Whereabouts {
+    Blocked { sp: u64, pc: u64 },
+    Running,
+    Unknown,
+}
+
+fn whereabouts(tid: u32) -> Whereabouts {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall")) else {
+        return Whereabouts::Unknown;
+    };
+    let f: Vec<&str> = text.split_ascii_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    match f.as_slice() {
+        ["running"] => Whereabouts::Running,
+        // "nr arg1 .. arg6 sp pc": blocked in system call nr.
+        [nr, .., sp, pc] if f.len() == 9 && !nr.starts_with('-') => match (hex(sp), hex(pc)) {
+            (Some(sp), Some(pc)) => Whereabouts::Blocked { sp, pc },
+            _ => Whereabouts::Unknown,
+        },
+        _ => Whereabouts::Unknown,
     }
+}
+
+/// Reads `buf.len()` bytes of this process's memory at `addr` through the kernel (an unmapped
+/// address fails cleanly); the count read.
+fn read_mem(addr: u64, buf: &mut [u8]) -> usize {
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: reads into our own buffer; the kernel checks the source range.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    n.max(0) as usize
+}
+
+/// Whether `ret` is a return address: code, right after a call instruction (a direct call whose
+/// target is code, or an indirect `call` through a register or memory).
+fn after_call(maps: &[procmaps::Mapping], ret: u64) -> bool {
+    if ret < 7 || !procmaps::is_code(maps, ret) {
+        return false;
+    }
+    let mut b = [0u8; 7];
+    if read_mem(ret - 7, &mut b) != 7 {
+        return false;
+    }
+    if b[2] == 0xe8 {
+        let rel = i32::from_le_bytes([b[3], b[4], b[5], b[6]]);
+        return procmaps::is_code(maps, ret.wrapping_add(rel as i64 as u64));
+    }
+    // ff /2 with a ModRM byte: 2 (register), 3 (disp8 or SIB), 6 or 7 (disp32) bytes long.
+    let indirect = |at: usize| b[at] == 0xff && (b[at + 1] >> 3) & 7 == 2;
+    indirect(5) || indirect(4) || indirect(1) || indirect(0)
+}
+
+/// The stack of a thread blocked in a system call, scanned: its program counter, then every
+/// return address found on its stack above `sp`, innermost first, the shim's own left out.
+fn scan(sp: u64, pc: u64, depth: usize) -> Vec<u64> {
+    let maps = procmaps::read();
+    let (lo, hi) = crate::modules::own_range();
+    let own = |a: u64| (lo as u64..hi as u64).contains(&a);
+    let mut frames = vec![pc];
+    let mut buf = vec![0u8; 4096];
+    let mut at = sp & !7;
+    // Within the stack's own mapping: beyond it lies other memory (another thread's stack).
+    let end = maps
+        .iter()
+        .find(|m| (m.start..m.end).contains(&sp))
+        .map_or(sp, |m| m.end)
+        .min(sp.saturating_add(SCAN_BYTES as u64));
+    while frames.len() < depth && at < end {
+        let want = buf.len().min((end - at) as usize);
+        let n = read_mem(at, &mut buf[..want]);
+        if n < 8 {
+            break;
+        }
+        for w in buf[..n - n % 8].chunks_exact(8) {
+            let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+            if v > 4096 && !own(v) && after_call(&maps, v) {
+                frames.push(v);
+                if frames.len() == depth {
+                    break;
+                }
+            }
+        }
+        at += n as u64;
+    }
+    frames
+}
+
+/// The waiter's side: the chain of what thread `holder` is doing now, and how it was taken.
+pub fn ask(tr: &Tracker, holder: u32) -> Option<(u32, u8)> {
     let rec = tr.thread(holder)?;
-    let b = &rec.stack;
-    // One question at a time per holder. An answer nobody collected (the asker gave up) is
-    // discarded.
-    if b.state
-        .compare_exchange(IDLE, ASKED, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
-        && b.state
-            .compare_exchange(DONE, ASKED, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-    {
+    match whereabouts(holder) {
+        Whereabouts::Blocked { sp, pc } => {
+            let frames = scan(sp, pc, tr.config.depth);
+            Some((tr.chains.intern(&frames, &tr.log), SCANNED))
+        }
+        Whereabouts::Running => by_signal(tr, rec, holder).map(|c| (c, BY_SIGNAL)),
+        Whereabouts::Unknown => None,
+    }
+}
+
+fn by_signal(tr: &Tracker, rec: &ThreadRec, holder: u32) -> Option<u32> {
+    let sig = SIGNAL.load(Ordering::Relaxed);
+    if sig == 0 || !rec.stack.ready.load(Ordering::Acquire) {
         return None;
     }
+    if !crate::signals::still_ours(sig, on_signal) {
+        return None;
+    }
+    let b = &rec.stack;
+    // One question at a time per holder; the asker that set ASKED is the one that collects.
+    b.state
+        .compare_exchange(IDLE, ASKED, Ordering::AcqRel, Ordering::Relaxed)
+        .ok()?;
     // SAFETY: tgkill to a thread of this process.
     let sent = unsafe {
         libc::syscall(
@@ -170,15 +294,28 @@ pub fn ask(tr: &Tracker, holder: u32) -> Option<u32> {
             sig as libc::c_long,
         )
     } == 0;
+    if !sent {
+        b.state.store(IDLE, Ordering::Release);
+        return None;
+    }
     let start = crate::clock::now_ns();
-    while sent && b.state.load(Ordering::Acquire) != DONE {
-        if crate::clock::now_ns().saturating_sub(start) > ANSWER_NS {
-            // No answer (the holder blocks signals, has exited, or is stuck): withdraw the
-            // question, or leave an unwinding handler to finish on its own.
-            let _ = b
-                .state
-                .compare_exchange(ASKED, IDLE, Ordering::AcqRel, Ordering::Relaxed);
-            return None;
+    loop {
+        let waited = crate::clock::now_ns().saturating_sub(start);
+        match b.state.load(Ordering::Acquire) {
+            DONE => break,
+            // A handler that never finishes unwinding: give up; this holder is not asked again.
+            UNWINDING if waited > 20 * ANSWER_NS => return None,
+            // No answer (the holder blocks the signal, or has exited): leave it alone until its
+            // handler runs.
+            ASKED
+                if waited > ANSWER_NS
+                    && b.state
+                        .compare_exchange(ASKED, ABANDONED, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok() =>
+            {
+                return None;
+            }
+            _ => {}
         }
         let pause = libc::timespec {
             tv_sec: 0,
@@ -187,15 +324,11 @@ pub fn ask(tr: &Tracker, holder: u32) -> Option<u32> {
         // SAFETY: plain system call with a valid timespec.
         unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
     }
-    if !sent {
-        b.state.store(IDLE, Ordering::Release);
-        return None;
-    }
     let n = (b.len.load(Ordering::Relaxed) as usize).min(MAX_DEPTH);
     let frames: Vec<u64> = b.frames[..n]
         .iter()
         .map(|f| f.load(Ordering::Relaxed))
         .collect();
     b.state.store(IDLE, Ordering::Release);
-    Some(tr.chains.intern(&frames, &tr.log))
+    (n > 0).then(|| tr.chains.intern(&frames, &tr.log))
 }

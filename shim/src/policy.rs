@@ -261,9 +261,10 @@ pub fn write_stats(tr: &Tracker, all: bool) {
 fn creation_symbols(tr: &Tracker, obj: &ObjEntry) -> Vec<Box<str>> {
     let chain = obj.create_chain.load(Ordering::Relaxed);
     tr.chains.frames(chain).map_or_else(Vec::new, |frames| {
+        let maps = crate::procmaps::read();
         frames
             .iter()
-            .filter_map(|&f| crate::symbols::function_at(f.saturating_sub(1)))
+            .filter_map(|&f| crate::symbols::function_at(&maps, f.saturating_sub(1)))
             .collect()
     })
 }
@@ -293,7 +294,7 @@ fn thread_group(t: &ThreadRec) -> Option<Box<str>> {
     match t.policy.routine.load(Ordering::Relaxed) {
         0 if t.tid() == std::process::id() => Some("main".into()),
         0 => None,
-        routine => crate::symbols::function_at(routine),
+        routine => crate::symbols::function_at(&crate::procmaps::read(), routine),
     }
 }
 
@@ -542,8 +543,8 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now:
         }
     }
     if act.actions & action::HOLDER_LIVE_STACK != 0 {
-        if let Some(chain) = crate::livestack::ask(tr, holder) {
-            write(1, chain);
+        if let Some((chain, how)) = crate::livestack::ask(tr, holder) {
+            write(how, chain);
         }
     }
 }

@@ -1,12 +1,15 @@
 //! Function names of code addresses, inside the process, for policy selectors (an object's
 //! creation site, a thread's start routine). Off the hot path: a module's symbol table is read
-//! from its file the first time a selector needs it, then kept.
+//! from its file (mapped, not copied) the first time a selector needs it, then kept.
 //!
-//! `dladdr` alone only knows exported symbols; programs rarely export their functions, so the
-//! module's `.symtab` (and `.dynsym`) is read with goblin.
+//! `dladdr` only knows exported symbols (programs rarely export their functions) and takes the
+//! loader's lock; modules are found through `/proc/self/maps` and their `.symtab`/`.dynsym` read
+//! with goblin.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::procmaps;
 
 /// Functions of one module: (start, end, name) sorted by start, as offsets from its load bias.
 struct Table {
@@ -20,15 +23,64 @@ fn tables() -> &'static Mutex<HashMap<String, Arc<Table>>> {
     T.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// The file's bytes, mapped read-only (a large unstripped binary is not copied into the
+/// program's heap).
+struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    fn open(path: &str) -> Option<Mapped> {
+        let c = std::ffi::CString::new(path).ok()?;
+        // SAFETY: open/fstat/mmap/close on a descriptor we own; the mapping outlives the fd.
+        unsafe {
+            let fd = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return None;
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            let ok = libc::fstat(fd, &mut st) == 0 && st.st_size > 0;
+            let len = st.st_size as usize;
+            let ptr = if ok {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE,
+                    fd,
+                    0,
+                )
+            } else {
+                libc::MAP_FAILED
+            };
+            libc::close(fd);
+            (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: a read-only mapping of `len` bytes, alive until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
 fn load(path: &str) -> Table {
     let mut t = Table {
         funcs: Vec::new(),
         absolute: false,
     };
-    let Ok(bytes) = std::fs::read(path) else {
+    let Some(file) = Mapped::open(path) else {
         return t;
     };
-    let Ok(elf) = goblin::elf::Elf::parse(&bytes) else {
+    let Ok(elf) = goblin::elf::Elf::parse(file.bytes()) else {
         return t;
     };
     t.absolute = elf.header.e_type == goblin::elf::header::ET_EXEC;
@@ -51,46 +103,16 @@ fn load(path: &str) -> Table {
 }
 
 /// The function containing code address `addr` (pass a return address minus one), if its module
-/// has a symbol for it.
-pub fn function_at(addr: u64) -> Option<Box<str>> {
-    // SAFETY: dladdr fills the struct for any address; the strings it points at live as long as
-    // the module stays loaded.
-    let (fname, base, dyn_name) = unsafe {
-        let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(addr as *const libc::c_void, &mut info) == 0 {
-            return None;
-        }
-        let fname = if info.dli_fname.is_null() {
-            String::new()
-        } else {
-            std::ffi::CStr::from_ptr(info.dli_fname)
-                .to_string_lossy()
-                .into_owned()
-        };
-        let dyn_name = (!info.dli_sname.is_null()).then(|| {
-            (
-                std::ffi::CStr::from_ptr(info.dli_sname)
-                    .to_string_lossy()
-                    .into_owned(),
-                info.dli_saddr as u64,
-            )
-        });
-        (fname, info.dli_fbase as u64, dyn_name)
-    };
-    // The main program is reported under its argv[0] (or an empty name): read it where the
-    // kernel says it is.
-    let path = if !fname.starts_with('/') {
-        "/proc/self/exe".to_string()
-    } else {
-        fname
-    };
+/// has a symbol for it. `maps` is a recent [`procmaps::read`].
+pub fn function_at(maps: &[procmaps::Mapping], addr: u64) -> Option<Box<str>> {
+    let (path, base) = procmaps::module_of(maps, addr)?;
     let table = {
         let mut all = tables().lock().unwrap_or_else(|e| e.into_inner());
-        match all.get(&path) {
+        match all.get(path) {
             Some(t) => t.clone(),
             None => {
-                let t = Arc::new(load(&path));
-                all.insert(path, t.clone());
+                let t = Arc::new(load(path));
+                all.insert(path.to_string(), t.clone());
                 t
             }
         }
@@ -101,11 +123,6 @@ pub fn function_at(addr: u64) -> Option<Box<str>> {
         addr.wrapping_sub(base)
     };
     let i = table.funcs.partition_point(|f| f.0 <= key);
-    if i > 0 {
-        let (start, end, name) = &table.funcs[i - 1];
-        if key >= *start && key < *end {
-            return Some(name.clone());
-        }
-    }
-    dyn_name.map(|(n, _)| n.into_boxed_str())
+    let (start, end, name) = table.funcs.get(i.checked_sub(1)?)?;
+    (key >= *start && key < *end).then(|| name.clone())
 }

@@ -303,6 +303,10 @@ fn holder_live_stack_names_the_function_the_holder_sleeps_in() {
     assert_eq!(stacks.len(), 1, "{stacks:?}");
     let s = &stacks[0];
     assert_eq!(s["live"], true);
+    assert_eq!(
+        s["how"], "scanned",
+        "a sleeping holder is not signalled: {s}"
+    );
     assert_eq!(s["function"], "slow_update", "{s}");
     assert_eq!(log.thread_name(&s["holder_tid"]), Some("holder"));
     assert_eq!(log.thread_name(&s["waiter_tid"]), Some("waiter"));
@@ -603,4 +607,25 @@ fn live_stacks_do_not_cut_the_holders_sleeps_short() {
         duration >= 330_000_000,
         "the sleeps were cut short: {duration} ns"
     );
+}
+
+/// A holder that computes (no system call) is asked by signal and unwinds itself: its stack
+/// names the function it is busy in.
+#[test]
+fn holder_live_stack_of_a_running_holder_comes_from_its_own_unwind() {
+    let run = run_with_policy(
+        "holder_sleeps",
+        &["spin"],
+        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["holder_live_stack"]}]}"#,
+    );
+    assert_eq!(run.stdout_text(), "holder_sleeps: done\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let stacks = log.0["holder_stacks"]["listed"]
+        .as_array()
+        .expect("holder_stacks");
+    assert_eq!(stacks.len(), 1, "{stacks:?}");
+    let s = &stacks[0];
+    assert_eq!(s["how"], "signal", "{s}");
+    assert_eq!(s["function"], "spin_update", "{s}");
 }

@@ -204,6 +204,11 @@ fn policy(ctx: &mut Ctx<'_>, chains_used: &mut BTreeSet<u32>) -> Vec<(&'static s
             "version": h.version,
             "rule": h.rule,
             "live": h.live != 0,
+            "how": match h.live {
+                0 => "acquired",
+                1 => "signal",
+                _ => "scanned",
+            },
             "chain": chain_ref(h.chain_id, chains_used),
             "function": function,
         }));

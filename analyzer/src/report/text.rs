@@ -991,7 +991,8 @@ struct Collected {
 
 struct HolderGroup {
     holder_tid: u32,
-    live: bool,
+    /// `HolderStack::live`: 0 acquisition chain, 1 unwound by signal, 2 scanned.
+    live: u8,
     chain_id: u32,
     first_ns: u64,
     rules: Vec<(u32, u32)>,
@@ -1026,7 +1027,7 @@ fn collected(ctx: &mut Ctx<'_>, out: &mut String) {
     for h in &p.holder_stacks {
         let c = by_object.entry(h.object_id).or_default();
         c.holder_stacks += 1;
-        let live = h.live != 0;
+        let live = h.live;
         let i = match c.holders.iter().position(|g| {
             g.holder_tid == h.holder_tid && g.live == live && g.chain_id == h.chain_id
         }) {
@@ -1135,10 +1136,10 @@ fn collected_object(ctx: &mut Ctx<'_>, object_id: u64, c: &Collected, out: &mut 
             let waiters: Vec<String> = g.waiters.iter().map(|&t| ctx.thread_label(t)).collect();
             let holder = ctx.thread_label(g.holder_tid);
             let rules: Vec<String> = g.rules.iter().map(|&(v, r)| rule_name(v, r)).collect();
-            let what = if g.live {
-                "its live stack (what it was doing when asked)"
-            } else {
-                "where it acquired the object"
+            let what = match g.live {
+                0 => "where it acquired the object",
+                1 => "its live stack (what it was doing when asked)",
+                _ => "its stack while blocked in a system call (scanned for return addresses)",
             };
             let _ = writeln!(
                 out,

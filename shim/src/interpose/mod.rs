@@ -7,6 +7,5 @@ pub mod mutex;
 pub mod process;
 pub mod rwlock;
 pub mod sem;
-pub mod sleep;
 pub mod spin;
 pub mod thread;

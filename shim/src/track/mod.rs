@@ -277,6 +277,7 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     }
     tr.by_tid[tid as usize % TID_INDEX]
         .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
+    crate::livestack::prepare(rec);
     tr.live.fetch_add(1, Ordering::Relaxed);
     let b = birth.unwrap_or(Birth {
         parent: 0,

@@ -1,0 +1,57 @@
+//! This process's memory map (`/proc/self/maps`), read when a slow path needs it: which
+//! addresses are code, and which file a code address comes from. Unlike `dladdr`, reading it
+//! takes no lock of the dynamic loader (a thread in `dlopen` runs constructors under that lock,
+//! and they may lock what a waiting thread holds).
+
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub exec: bool,
+    pub offset: u64,
+    pub path: String,
+}
+
+/// The current mappings (empty if /proc is not readable).
+pub fn read() -> Vec<Mapping> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    text.lines().filter_map(parse).collect()
+}
+
+fn parse(line: &str) -> Option<Mapping> {
+    let mut f = line.split_ascii_whitespace();
+    let (lo, hi) = f.next()?.split_once('-')?;
+    let perms = f.next()?;
+    let offset = u64::from_str_radix(f.next()?, 16).ok()?;
+    let _dev = f.next()?;
+    let _inode = f.next()?;
+    let path = f.collect::<Vec<_>>().join(" ");
+    Some(Mapping {
+        start: u64::from_str_radix(lo, 16).ok()?,
+        end: u64::from_str_radix(hi, 16).ok()?,
+        exec: perms.as_bytes().get(2) == Some(&b'x'),
+        offset,
+        path,
+    })
+}
+
+/// The file mapped at code address `addr` and its load base (the start of its mapping at file
+/// offset 0).
+pub fn module_of(maps: &[Mapping], addr: u64) -> Option<(&str, u64)> {
+    let m = maps
+        .iter()
+        .find(|m| m.exec && (m.start..m.end).contains(&addr) && m.path.starts_with('/'))?;
+    let base = maps
+        .iter()
+        .filter(|x| x.path == m.path && x.offset == 0)
+        .map(|x| x.start)
+        .min()?;
+    Some((&m.path, base))
+}
+
+/// Whether `addr` lies in executable memory.
+pub fn is_code(maps: &[Mapping], addr: u64) -> bool {
+    maps.iter()
+        .any(|m| m.exec && (m.start..m.end).contains(&addr))
+}
