@@ -279,10 +279,12 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
     assert_eq!(
         stacks["listed"][0],
         json!({"object_id": 1, "at_ns": 300 * MS, "holder_tid": 101, "waiter_tid": 102,
-               "version": 2, "rule": 0, "live": true, "chain": LIVE, "function": "hold_and_sleep"})
+               "version": 2, "rule": 0, "live": true, "how": "signal", "chain": LIVE,
+               "function": "hold_and_sleep"})
     );
     assert_eq!(stacks["listed"][1]["waiter_tid"], 103);
     assert_eq!(stacks["listed"][2]["live"], false);
+    assert_eq!(stacks["listed"][2]["how"], "acquired");
     assert_eq!(stacks["listed"][2]["chain"], ACQUIRED);
     assert_eq!(stacks["listed"][2]["function"], "hold_and_sleep");
 

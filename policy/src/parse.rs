@@ -5,7 +5,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::signal::{self, SignalSpec};
+use crate::signal;
 use crate::{
     kind_from_name, Criteria, Glob, ObjectKind, Policy, Rule, Selectors, ACTIONS, MAX_RULES, RTMAX,
     RTMIN,
@@ -150,18 +150,7 @@ fn policy(value: &Value) -> Result<Policy, PolicyError> {
     let stack_signal = match top.get("stack_signal") {
         None => None,
         Some(Value::String(s)) => {
-            let spec = signal::parse(s, RTMIN, RTMAX).map_err(|e| err("stack_signal", e))?;
-            if spec == SignalSpec::None {
-                if let Some(i) = rules.iter().position(Rule::wants_live_stack) {
-                    return Err(err(
-                        "stack_signal",
-                        format!(
-                            "{} turns live holder stacks off, but rules[{i}] asks for holder_live_stack",
-                            quote(s)
-                        ),
-                    ));
-                }
-            }
+            signal::parse(s, RTMIN, RTMAX).map_err(|e| err("stack_signal", e))?;
             Some(s.clone())
         }
         Some(v) => {
@@ -972,8 +961,9 @@ mod tests {
     fn signal_errors() {
         assert_eq!(
             error(r#"{"rules": [], "stack_signal": "9"}"#),
-            "stack_signal: `9` (signal 9) stops, kills or reports faults; choose a user or real-time signal"
+            "stack_signal: `9` (signal 9) means something to the program or its environment; choose SIGUSR1, SIGUSR2 or a real-time signal (SIGRTMIN+N, SIGRTMAX-N)"
         );
+        assert!(error(r#"{"rules": [], "stack_signal": "SIGTERM"}"#).contains("SIGUSR1, SIGUSR2"));
         assert_eq!(
             error(r#"{"rules": [], "stack_signal": "SIGBOGUS"}"#),
             "stack_signal: `SIGBOGUS` is not a signal (use a number, a name such as SIGUSR2, SIGRTMIN+N, SIGRTMAX-N, or none)"
@@ -982,10 +972,11 @@ mod tests {
             error(r#"{"rules": [], "stack_signal": 12}"#),
             "stack_signal: expected a signal such as \"SIGRTMAX-4\", found 12"
         );
-        assert_eq!(
-            error(r#"{"rules": [{"actions": "count"}, {"actions": ["holder_live_stack"]}], "stack_signal": "none"}"#),
-            "stack_signal: \"none\" turns live holder stacks off, but rules[1] asks for holder_live_stack"
-        );
+        // Without a signal, holders blocked in a system call still have their stacks scanned.
+        assert!(parse(
+            r#"{"rules": [{"actions": ["holder_live_stack"]}], "stack_signal": "none"}"#
+        )
+        .is_ok());
         let p = parse(r#"{"rules": [{"actions": "count"}], "stack_signal": "none"}"#).unwrap();
         assert_eq!(p.stack_signal.as_deref(), Some("none"));
         let p = parse(r#"{"rules": [], "stack_signal": "SIGUSR2"}"#).unwrap();

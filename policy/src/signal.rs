@@ -38,8 +38,10 @@ const NAMED: &[(&str, i32)] = &[
     ("PWR", 30),
 ];
 
-/// Signals a profiler must never take over: they stop, kill or report faults.
-const FORBIDDEN: &[i32] = &[4, 5, 6, 7, 8, 9, 11, 19, 31];
+/// The classic signals a profiler may take: the two left to applications. Every other one
+/// means something to the program or its environment (SIGTERM must still end it, SIGCHLD
+/// announce children, SIGWINCH resize it...); the real-time signals are free.
+const USER: &[i32] = &[10, 12];
 
 /// Parses a signal specification. `rtmin`/`rtmax` are the process's `SIGRTMIN`/`SIGRTMAX`
 /// (glibc reserves the first real-time signals for itself, so they are not constants).
@@ -66,9 +68,10 @@ pub fn parse(spec: &str, rtmin: i32, rtmax: i32) -> Result<SignalSpec, String> {
     if number <= 0 || number > rtmax {
         return Err(format!("`{spec}` is signal {number}, outside 1..={rtmax}"));
     }
-    if FORBIDDEN.contains(&number) {
+    if number < 32 && !USER.contains(&number) {
         return Err(format!(
-            "`{spec}` (signal {number}) stops, kills or reports faults; choose a user or real-time signal"
+            "`{spec}` (signal {number}) means something to the program or its environment; \
+             choose SIGUSR1, SIGUSR2 or a real-time signal (SIGRTMIN+N, SIGRTMAX-N)"
         ));
     }
     if (32..rtmin).contains(&number) {

@@ -301,9 +301,13 @@ pub fn explain(policy: &Policy) -> String {
         } else {
             "the default; change it with stack_signal"
         };
-        lines.push(format!(
-            "Live holder stacks are asked for with {spec}{number}, {origin}; if the program has its own handler for that signal the shim leaves it alone and collects no live stacks."
-        ));
+        lines.push(if spec.trim().eq_ignore_ascii_case("none") {
+            "Live holder stacks: a holder blocked in a system call has its stack scanned; a running holder is not asked (stack_signal is none).".to_string()
+        } else {
+            format!(
+                "Live holder stacks are asked for with {spec}{number}, {origin}; a holder blocked in a system call is not signalled (its stack is scanned instead); if the program has its own handler for that signal (or ignores it) the shim leaves it alone and running holders get no stack."
+            )
+        });
     }
     lines.join("\n") + "\n"
 }
@@ -582,7 +586,7 @@ mod tests {
             "  collects: a count of the waits it acted on; an event record per wait it acts on (when, how long, how many waited, how it ended); the waiting thread's call chain; the call chains of every thread waiting on the object at that moment; where the holder took the object (its call chain then); what the holder is doing right now (its live stack, asked for with SIGRTMAX-4).",
             "",
             "Objects and threads no rule selects keep only the always-on counters, as do waits on which the deciding rule does not act.",
-            "Live holder stacks are asked for with SIGRTMAX-4 (signal 60 with glibc's usual SIGRTMIN/SIGRTMAX), set by stack_signal; if the program has its own handler for that signal the shim leaves it alone and collects no live stacks.",
+            "Live holder stacks are asked for with SIGRTMAX-4 (signal 60 with glibc's usual SIGRTMIN/SIGRTMAX), set by stack_signal; a holder blocked in a system call is not signalled (its stack is scanned instead); if the program has its own handler for that signal (or ignores it) the shim leaves it alone and running holders get no stack.",
         ]
         .join("\n")
             + "\n";

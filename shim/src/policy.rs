@@ -174,10 +174,20 @@ fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
         counters,
     }));
     versions.push(a);
+    write_version(tr, a, source);
+    if a.policy.wants_live_stack() {
+        crate::livestack::setup(tr, a.policy.stack_signal_spec());
+    }
+    // Under the lock: two reloads at once publish in the order they are numbered.
+    ACTIVE.store(a as *const Active as *mut Active, Ordering::Release);
     drop(versions);
+    version
+}
+
+fn write_version(tr: &Tracker, a: &Active, source: &str) {
     tr.log.write(
         &PolicyVersion {
-            version,
+            version: a.version,
             ns: now_ns(),
             source: source.into(),
             text: waitshim_policy::to_json(&a.policy),
@@ -185,23 +195,17 @@ fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
         }
         .into(),
     );
-    if a.policy.wants_live_stack() {
-        crate::livestack::setup(tr, a.policy.stack_signal_spec());
-    }
-    ACTIVE.store(a as *const Active as *mut Active, Ordering::Release);
-    version
 }
 
 /// Reads the policy file again (the C API's `waitshim_policy_reload`, or a change noticed by
 /// the shim's thread). Returns the new version; an invalid file keeps the old one.
 pub fn reload(tr: &Tracker) -> Result<u32, String> {
-    let path = match &*SOURCE.lock().unwrap_or_else(|e| e.into_inner()) {
-        Some((p, _)) => p.clone(),
-        None => return Err("no policy file (WAITSHIM_POLICY is not set)".into()),
-    };
+    let path = source_path()?;
     let now = stamp(&path).unwrap_or_default();
-    if let Some((_, s)) = &mut *SOURCE.lock().unwrap_or_else(|e| e.into_inner()) {
-        *s = now;
+    if let Ok(mut src) = SOURCE.try_lock() {
+        if let Some((_, s)) = &mut *src {
+            *s = now;
+        }
     }
     match read(&path) {
         Ok(p) => Ok(activate(tr, p, &path, true)),
@@ -214,13 +218,29 @@ pub fn reload(tr: &Tracker) -> Result<u32, String> {
     }
 }
 
+/// The policy file's path. The lock is only tried: in a forked child it may be held for ever
+/// by a thread that did not come along (it is held only while a path is copied).
+fn source_path() -> Result<String, String> {
+    let src = SOURCE
+        .try_lock()
+        .map_err(|_| "the policy is being reloaded".to_string())?;
+    match &*src {
+        Some((p, _)) => Ok(p.clone()),
+        None => Err("no policy file (WAITSHIM_POLICY is not set)".into()),
+    }
+}
+
 /// Reloads when the policy file changed since it was last read.
 pub fn reload_if_changed(tr: &Tracker) {
-    let changed = match &*SOURCE.lock().unwrap_or_else(|e| e.into_inner()) {
-        Some((p, s)) => stamp(p).is_some_and(|now| now != *s),
-        None => false,
+    let (Ok(path), Ok(seen)) = (
+        source_path(),
+        SOURCE
+            .try_lock()
+            .map(|s| s.as_ref().map(|(_, st)| *st).unwrap_or_default()),
+    ) else {
+        return;
     };
-    if changed {
+    if stamp(&path).is_some_and(|now| now != seen) {
         let _ = reload(tr);
     }
 }
@@ -228,7 +248,11 @@ pub fn reload_if_changed(tr: &Tracker) {
 /// Writes the statistics of every rule that changed since they were last written (`all`:
 /// every rule that ever saw a request).
 pub fn write_stats(tr: &Tracker, all: bool) {
-    let versions: Vec<&'static Active> = VERSIONS.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // try_lock: this also runs at `_exit`, which a signal handler may call while the
+    // interrupted code holds the lock; statistics are then left as last written.
+    let Ok(versions) = VERSIONS.try_lock().map(|v| v.clone()) else {
+        return;
+    };
     let ns = now_ns();
     for a in versions.into_iter().filter(|a| a.user) {
         for (i, c) in a.counters.iter().enumerate() {
@@ -302,6 +326,11 @@ fn object_mask(tr: &Tracker, a: &Active, obj: &ObjEntry) -> u64 {
     let st = obj_policy(obj);
     if st.version.load(Ordering::Acquire) == a.version {
         return st.mask.load(Ordering::Relaxed);
+    }
+    if st.version.load(Ordering::Acquire) != 0 {
+        // A new policy version: its criteria count from zero.
+        st.requests.store(0, Ordering::Relaxed);
+        st.last_acted.store(0, Ordering::Relaxed);
     }
     let mut mask = 0u64;
     let mut holder_chains = false;
@@ -439,13 +468,6 @@ pub fn on_wait(
         Verdict::Skip => return none,
         Verdict::Act => {}
     }
-    let before = st.last_acted.fetch_max(n, Ordering::AcqRel);
-    if let Some(g) = w.granularity {
-        // Two waiters that passed the check together: only the first acts.
-        if before.saturating_add(g) > n {
-            return none;
-        }
-    }
     let mut act = Act {
         active: a,
         rule: i as u32,
@@ -460,6 +482,14 @@ pub fn on_wait(
         act.chain = tr.chain_at(t, site);
         let depth = tr.chains.frames(act.chain).map_or(0, |f| f.len());
         if !w.stack_qualifies(depth as u32) {
+            return none;
+        }
+    }
+    // Raised only by a wait that acts (a min_wait still to come counts as acting now).
+    let before = st.last_acted.fetch_max(n, Ordering::AcqRel);
+    if let Some(g) = w.granularity {
+        // Two waiters that passed the check together: only the first acts.
+        if before.saturating_add(g) > n {
             return none;
         }
     }
@@ -622,23 +652,25 @@ pub fn holder_took(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry) {
 }
 
 /// In a forked child nothing of the parent's versions is in its log yet: write the one in force.
+/// The version in force keeps its number (cached rule masks refer to it); its rule counts start
+/// again from zero for the child's own log. A lock held at the fork by a thread that did not
+/// come along stays held in the child: only `try_lock` here.
 pub fn after_fork_child(tr: &Tracker) {
+    if let Ok(v) = VERSIONS.try_lock() {
+        for c in v.iter().flat_map(|a| a.counters.iter()) {
+            for x in [&c.requests, &c.acted, &c.suppressed, &c.written] {
+                x.store(0, Ordering::Relaxed);
+            }
+        }
+    }
     if let Some(a) = active() {
-        let policy = a.policy.clone();
         let source = SOURCE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|(p, _)| p.clone())
+            .try_lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|(p, _)| p.clone()))
             .filter(|_| a.user)
             .unwrap_or_default();
-        // A lock held by a thread that did not come along stays held: then the child keeps the
-        // versions it inherited, and its log does not name the policy.
-        if let Ok(mut v) = VERSIONS.try_lock() {
-            v.clear();
-            drop(v);
-            activate(tr, policy, &source, a.user);
-        }
+        write_version(tr, a, &source);
     }
 }
 

@@ -14,7 +14,11 @@ pub fn install(sig: libc::c_int, handler: Handler) -> Result<(), String> {
         if old.sa_sigaction == handler as usize {
             return Ok(());
         }
-        if old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN {
+        if old.sa_sigaction == libc::SIG_IGN {
+            // Taking it would also undo the ignoring for programs it execs.
+            return Err("the program ignores it".into());
+        }
+        if old.sa_sigaction != libc::SIG_DFL {
             return Err("the program has a handler of its own for it".into());
         }
         let mut act: libc::sigaction = std::mem::zeroed();

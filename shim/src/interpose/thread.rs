@@ -78,7 +78,18 @@ pub unsafe extern "C" fn pthread_create(
         // away must still find it, and name it by the tid the kernel gave it.
         // SAFETY: glibc stored the new thread's id through the caller's pointer.
         let th = unsafe { *th };
-        match crate::track::threads::tid_of(th) {
+        // A detached thread may already have ended and its descriptor been unmapped: not read.
+        let mut detached = 0;
+        // SAFETY: reading the caller's attributes, which pthread_create just accepted.
+        let known = !attr.is_null()
+            && unsafe { attr_getdetachstate(attr, &mut detached) } == 0
+            && detached == libc::PTHREAD_CREATE_DETACHED;
+        let tid = if known {
+            0
+        } else {
+            crate::track::threads::tid_of(th)
+        };
+        match tid {
             // Replaces what a thread that had this descriptor before may have left.
             tid if tid != 0 => {
                 tr.by_pthread.insert(th as usize, tid);
@@ -90,6 +101,11 @@ pub unsafe extern "C" fn pthread_create(
         crate::service::ensure_started();
     }
     r
+}
+
+extern "C" {
+    #[link_name = "pthread_attr_getdetachstate"]
+    fn attr_getdetachstate(attr: *const pthread_attr_t, state: *mut c_int) -> c_int;
 }
 
 mod real_join {
