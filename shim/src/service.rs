@@ -226,7 +226,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             }
             if now.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
                 last_flush = now;
-                tr.flush_all();
+                tr.flush_periodic();
                 crate::policy::write_stats(tr, false);
             }
         }

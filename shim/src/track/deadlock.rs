@@ -84,6 +84,6 @@ pub fn report(tr: &Tracker, me: &ThreadRec, cycle: &[Hop], now: u64) {
         }
         .into(),
     );
-    tr.flush(false);
+    tr.flush();
     tr.log.sync();
 }

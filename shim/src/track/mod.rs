@@ -608,7 +608,7 @@ impl Tracker {
         obj.set_flag(objects::DEAD);
         self.objects.remove(&obj.addr);
         let now = now_ns();
-        self.write_counters(obj, now, 0);
+        self.write_counters(obj, now, 0, true);
         self.log.write(
             &ObjectDestroy {
                 object_id: obj.id,
@@ -641,31 +641,46 @@ impl Tracker {
         }
     }
 
-    fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64) {
+    /// Writes an object's counters; with `details`, also its kind counters and wait sites (they
+    /// change only with contended activity).
+    fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64, details: bool) {
         let v = obj.version.load(Ordering::Relaxed);
-        obj.flushed_extra.store(extra, Ordering::Relaxed);
-        self.log.write(&obj.counters(now, extra).into());
-        if let Some(k) = obj.kind_counters(now) {
-            self.log.write(&k.into());
-        }
-        for site in obj.wait_sites() {
-            self.log.write(&site.into());
+        let counters = obj.counters(now, extra);
+        obj.flushed_acquisitions
+            .store(counters.acquisitions, Ordering::Relaxed);
+        self.log.write(&counters.into());
+        if details {
+            if let Some(k) = obj.kind_counters(now) {
+                self.log.write(&k.into());
+            }
+            for site in obj.wait_sites() {
+                self.log.write(&site.into());
+            }
         }
         obj.flushed.store(v, Ordering::Relaxed);
     }
 
-    /// Writes the counters of every object that changed since the last flush. With
-    /// `all_threads`, counts still cached by other threads are included (at exit).
-    pub fn flush(&self, all_threads: bool) {
+    /// Writes the counters of the objects that changed since the last flush, unless a flush is
+    /// in progress on another thread.
+    pub fn flush(&self) {
         if self.flushing.swap(true, Ordering::AcqRel) {
             return;
         }
-        self.flush_locked(all_threads);
+        self.flush_locked(false);
     }
 
-    /// A complete flush, counts cached by every thread included, that waits (briefly) for a flush
-    /// in progress on another thread rather than skipping: for exit and data requests.
+    /// A complete flush, waiting (briefly) for a flush in progress on another thread rather than
+    /// skipping: for exit and data requests.
     pub fn flush_all(&self) {
+        self.flush_waiting(true);
+    }
+
+    /// The shim thread's periodic flush: as [`Tracker::flush`], waiting for a flush in progress.
+    pub fn flush_periodic(&self) {
+        self.flush_waiting(false);
+    }
+
+    fn flush_waiting(&self, complete: bool) {
         let start = now_ns();
         while self.flushing.swap(true, Ordering::AcqRel) {
             if now_ns().saturating_sub(start) > 500_000_000 {
@@ -674,28 +689,55 @@ impl Tracker {
             // SAFETY: plain system call.
             unsafe { libc::sched_yield() };
         }
-        self.flush_locked(true);
+        self.flush_locked(complete);
     }
 
-    fn flush_locked(&self, all_threads: bool) {
+    /// Acquisitions still counted in threads' caches, by object.
+    fn pending_counts(&self) -> HashMap<usize, u64> {
+        let mut pending: HashMap<usize, u64> = HashMap::new();
+        for e in self.threads.iter() {
+            for s in &e.value().0.slots {
+                let n = s.pending.load(Ordering::Relaxed);
+                let p = s.obj.load(Ordering::Relaxed);
+                if n > 0 && !p.is_null() {
+                    *pending.entry(p as usize).or_default() += n;
+                }
+            }
+        }
+        pending
+    }
+
+    /// Objects whose counters changed through contended activity are written in full. Objects
+    /// whose only change is uncontended acquisitions (counted, or still in threads' caches) are
+    /// written
+    /// (their counters only) at most once per `gap`, which doubles from 1 s to 5 min per object:
+    /// a killed run keeps them, and the log does not grow with uncontended traffic. `complete`
+    /// writes every change (exit, data requests).
+    fn flush_locked(&self, complete: bool) {
         let p = threads::own_record();
         if !p.is_null() {
             // SAFETY: our own record; folding touches only atomics.
             unsafe { &*p }.fold_all();
         }
         let now = now_ns();
-        let threads: Vec<&ThreadRec> = if all_threads {
-            self.threads.iter().map(|e| e.value().0).collect()
-        } else {
-            Vec::new()
-        };
+        let pending = self.pending_counts();
         for e in self.objects.iter() {
             let obj = e.value().0;
-            let extra: u64 = threads.iter().map(|t| t.pending_for(obj)).sum();
-            if extra != obj.flushed_extra.load(Ordering::Relaxed)
-                || obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed)
+            let extra = pending
+                .get(&(obj as *const ObjEntry as usize))
+                .copied()
+                .unwrap_or(0);
+            if obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed) {
+                self.write_counters(obj, now, extra, true);
+            } else if obj.stats.acquisitions.load(Ordering::Relaxed) + extra
+                != obj.flushed_acquisitions.load(Ordering::Relaxed)
+                && (complete || now >= obj.quiet_until.load(Ordering::Relaxed))
             {
-                self.write_counters(obj, now, extra);
+                self.write_counters(obj, now, extra, false);
+                let gap = (obj.quiet_gap.load(Ordering::Relaxed) * 2)
+                    .clamp(1_000_000_000, 300_000_000_000);
+                obj.quiet_gap.store(gap, Ordering::Relaxed);
+                obj.quiet_until.store(now + gap, Ordering::Relaxed);
             }
         }
         self.last_flush.store(now, Ordering::Relaxed);
@@ -706,7 +748,7 @@ impl Tracker {
     /// run still has them.
     pub fn maybe_flush(&self, now: u64) {
         if now.saturating_sub(self.last_flush.load(Ordering::Relaxed)) >= FLUSH_EVERY_NS {
-            self.flush(false);
+            self.flush();
         }
     }
 }

@@ -77,8 +77,12 @@ pub struct ObjEntry {
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
     pub version: AtomicU64,
     pub flushed: AtomicU64,
-    /// Acquisitions still cached by threads when the counters were last written.
-    pub flushed_extra: AtomicU64,
+    /// Acquisitions (counted and still cached by threads) when the counters were last written.
+    pub flushed_acquisitions: AtomicU64,
+    /// Uncontended acquisitions alone are written again only after `quiet_until` (ns); the
+    /// gap doubles each time (see `Tracker::flush_locked`).
+    pub quiet_until: AtomicU64,
+    pub quiet_gap: AtomicU64,
     pub contention: Mutex<Contention>,
     /// When the last episode ended, and how many later ones were folded into the next record
     /// (see `highwater`): atomics, so that a wait that opens no episode takes no lock.
@@ -122,7 +126,9 @@ impl ObjEntry {
             stats: Stats::default(),
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
-            flushed_extra: AtomicU64::new(0),
+            flushed_acquisitions: AtomicU64::new(0),
+            quiet_until: AtomicU64::new(0),
+            quiet_gap: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
             last_close_ns: AtomicU64::new(0),
             coalesced: AtomicU32::new(0),

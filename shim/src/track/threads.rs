@@ -169,8 +169,8 @@ impl ThreadRec {
         if n > 0 && !p.is_null() {
             // SAFETY: leaked entry, see `cached`.
             let obj = unsafe { &*p };
+            // No `touch`: acquisitions alone are written with the flush's backoff.
             obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
-            obj.touch();
         }
     }
 
@@ -217,16 +217,6 @@ impl ThreadRec {
             s.addr.store(0, Ordering::Relaxed);
             s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
             s.pending.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Count of `obj`'s acquisitions sitting in this thread's cache.
-    pub fn pending_for(&self, obj: &ObjEntry) -> u64 {
-        let s = self.slot(obj.addr);
-        if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
-            s.pending.load(Ordering::Relaxed)
-        } else {
-            0
         }
     }
 }
