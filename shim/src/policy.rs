@@ -410,6 +410,13 @@ pub struct Act {
     min_wait: u64,
 }
 
+impl Act {
+    /// When a `min_wait` still to be reached will be (monotonic ns), for a wait begun at `start`.
+    pub fn due(&self, start: u64) -> Option<u64> {
+        (!self.acted && self.min_wait > 0).then(|| start.saturating_add(self.min_wait))
+    }
+}
+
 /// The policy's answer at the start of a contended wait: the waiter chain to record (0: none)
 /// and the rule that applies, if any.
 pub struct Pick {

@@ -629,3 +629,25 @@ fn holder_live_stack_of_a_running_holder_comes_from_its_own_unwind() {
     assert_eq!(s["how"], "signal", "{s}");
     assert_eq!(s["function"], "spin_update", "{s}");
 }
+
+/// min_wait with a holder action: the wait is checked when it reaches min_wait (not at the next
+/// 100 ms slice, nor at its end, when the holder has let go), so each of the 3 long waits gets
+/// the holder's stack, taken while it still held the mutex.
+#[test]
+fn min_wait_collects_the_holder_while_it_still_holds() {
+    let run = run_with_policy(
+        "wait_lengths",
+        &[],
+        r#"{"rules":[{"match":{"kind":"mutex"},"when":{"min_wait":"50ms"},"actions":["holder_live_stack"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let stacks = log.0["holder_stacks"]["listed"]
+        .as_array()
+        .expect("holder_stacks");
+    assert_eq!(stacks.len(), 3, "{stacks:?}");
+    for s in stacks {
+        assert_eq!(s["function"], "main", "the holder sleeps in main: {s}");
+        assert!(u(&s["at_ns"]) > 0);
+    }
+}

@@ -244,10 +244,16 @@ impl Wait {
     }
 
     pub fn slice_ns(&self) -> u64 {
-        if self.suspect.is_some() {
+        let slice = if self.suspect.is_some() {
             SUSPECT_SLICE_NS
         } else {
             SLICE_NS
+        };
+        // A policy's min_wait still to come: wake when it is reached, so that what the rule
+        // collects about the holder is collected while the holder still holds the object.
+        match self.act.as_ref().and_then(|a| a.due(self.start)) {
+            Some(due) => slice.min(due.saturating_sub(now_ns()).max(1_000_000)),
+            None => slice,
         }
     }
 }
