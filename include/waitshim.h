@@ -31,7 +31,8 @@ void waitshim_name_object(const void *object, const char *name) __attribute__((w
 void waitshim_name_thread(const char *name) __attribute__((weak));
 
 /* A data request: every counter and pending record reaches the log before it returns, followed
- * by a snapshot record. Returns the snapshot's number (1, 2, ...), 0 without the shim. */
+ * by a snapshot record. Returns the snapshot's number (1, 2, ...), 0 without the shim. Not
+ * async-signal-safe: do not call it from a signal handler (send the request signal instead). */
 int waitshim_snapshot(void) __attribute__((weak));
 
 /* Reads the policy file (WAITSHIM_POLICY) again now. Returns the policy version in force after
