@@ -2,7 +2,7 @@
 //! first use with `dlsym(RTLD_NEXT)`. Lazy because other libraries' constructors may lock before
 //! ours has run.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{
     c_char, c_int, c_void, clockid_t, pthread_attr_t, pthread_mutex_t, pthread_mutexattr_t,
@@ -44,6 +44,13 @@ impl RealFn {
             return a;
         }
         self.resolve()
+    }
+
+    /// Address of the next definition if it is resolved already, else 0: for fast paths that
+    /// must stay free of calls (see [`resolve_fast_paths`]).
+    #[inline(always)]
+    pub fn resolved(&self) -> usize {
+        self.addr.load(Ordering::Relaxed)
     }
 
     #[cold]
@@ -125,21 +132,34 @@ pub unsafe fn call_noreturn<T>(f: &RealFn, arg: T) -> ! {
     unsafe { g(arg) }
 }
 
+/// Resolves the real functions whose fast paths read [`RealFn::resolved`] without checking it:
+/// called before any thread is registered, so every tracked call finds them resolved.
+pub fn resolve_fast_paths() {
+    slot::pthread_mutex_lock.get();
+    slot::pthread_mutex_unlock.get();
+}
+
+/// Read in place of `__libc_single_threaded` until it is found, or when it is not: always 0
+/// (multi-threaded).
+static NOT_KNOWN_SINGLE: u8 = 0;
+
 /// glibc's `__libc_single_threaded` (2.32+): true until the process creates its first thread.
-static SINGLE_THREADED: AtomicUsize = AtomicUsize::new(0);
+static SINGLE_THREADED: AtomicPtr<u8> = AtomicPtr::new(&NOT_KNOWN_SINGLE as *const u8 as *mut u8);
 
 /// Finds `__libc_single_threaded`; without it the process is treated as multi-threaded.
 pub fn init_single_threaded() {
     // SAFETY: dlsym of a data symbol of the C library.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
-    SINGLE_THREADED.store(p as usize, Ordering::Release);
+    if !p.is_null() {
+        SINGLE_THREADED.store(p as *mut u8, Ordering::Release);
+    }
 }
 
 /// True while the process has only one thread (as glibc itself sees it).
 #[inline(always)]
 pub fn single_threaded() -> bool {
-    let p = SINGLE_THREADED.load(Ordering::Relaxed) as *const u8;
+    let p = SINGLE_THREADED.load(Ordering::Relaxed);
     // SAFETY: a pointer to the C library's `char __libc_single_threaded`, which lives as long as
-    // the process; read with a volatile load since pthread_create writes it.
-    !p.is_null() && unsafe { std::ptr::read_volatile(p) } != 0
+    // the process, or to our own zero; read with a volatile load since pthread_create writes it.
+    (unsafe { std::ptr::read_volatile(p) }) != 0
 }

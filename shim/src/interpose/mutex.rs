@@ -15,7 +15,7 @@ use crate::clock;
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::objects::glibc_mutex;
-use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::threads::{current, current_fast, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
 const KIND: ObjectKind = ObjectKind::Mutex;
@@ -62,16 +62,50 @@ pub unsafe extern "C" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int
     r
 }
 
-/// Entry trampoline: hands `lock_from` the caller's return address and stack pointer (the call
-/// site, for the chain cache) in the second and third argument registers, then jumps to it.
+/// Entry trampoline: hands `lock_from` the stack pointer at entry, where the caller's return
+/// address is (the call site, for the chain cache), in the second argument register, then jumps
+/// to it. Only the contended path reads the return address: loading it here, right after the
+/// call stored it, costs more than the rest of the trampoline.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
-    std::arch::naked_asm!("mov rsi, qword ptr [rsp]", "lea rdx, [rsp + 8]", "jmp {}", sym lock_from)
+    std::arch::naked_asm!("mov rsi, rsp", "jmp {}", sym lock_from)
 }
 
-unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, ret: usize, sp: usize) -> c_int {
-    let site = CallSite { ret, sp };
+/// The real lock or unlock.
+type LockFn = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+
+/// The real `pthread_mutex_lock` or `pthread_mutex_unlock`, for a thread the shim tracks: the
+/// shim resolves both before it registers any thread (`real::resolve_fast_paths`).
+#[inline(always)]
+fn resolved(f: &real::RealFn) -> LockFn {
+    let a = f.resolved();
+    debug_assert!(a != 0);
+    // SAFETY: the address of glibc's function of that name, whose signature is `LockFn`.
+    unsafe { std::mem::transmute::<usize, LockFn>(a) }
+}
+
+unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, entry_sp: usize) -> c_int {
+    // The single-threaded fast path (see `lock_tracked`) in its common case, kept free of calls
+    // so that it needs no stack frame and leaves by a tail call.
+    let addr = m as usize;
+    if let Some(t) = current_fast() {
+        if glibc_mutex::kind(addr) & (NO_TRYLOCK_FIRST | mutex_kind::PSHARED) == 0
+            && real::single_threaded()
+            && glibc_mutex::lock_word(addr) == 0
+            && engage::engaged_quick(t, addr)
+        {
+            // SAFETY: forwarding.
+            return unsafe { resolved(&real::slot::pthread_mutex_lock)(m) };
+        }
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { lock_tracked(m, entry_sp) }
+}
+
+/// `extern "C"` like its caller, so that the call is a tail call.
+#[inline(never)]
+unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c_int {
     let Some(t) = current() else {
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
@@ -102,19 +136,19 @@ unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, ret: usize, sp: usize) -
         engage::engaged_with(t, hit, m as usize, KIND, subtype);
         return 0;
     }
-    // SAFETY: `m` is the caller's mutex.
-    unsafe { lock_busy(t, m, r, site) }
+    // SAFETY: `m` is the caller's mutex; `pthread_mutex_lock` has not returned.
+    unsafe { lock_busy(t, m, r, entry_sp) }
 }
 
 /// Out of line, so the uncontended path saves no registers for it.
 #[cold]
 #[inline(never)]
-unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, site: CallSite) -> c_int {
+unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, entry_sp: usize) -> c_int {
     if r != EBUSY {
         return acquired_or_failed(t, m, r);
     }
-    // SAFETY: `m` is the caller's mutex.
-    unsafe { contended(t, m, None, site) }
+    // SAFETY: `m` is the caller's mutex; `entry_sp` that of `pthread_mutex_lock`, not returned.
+    unsafe { contended(t, m, None, CallSite::at_entry(entry_sp)) }
 }
 
 #[no_mangle]
@@ -326,6 +360,20 @@ unsafe fn contended(
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int {
+    match current_fast() {
+        Some(t) if engage::disengaging_quick(t, m as usize) => {
+            // SAFETY: forwarding.
+            unsafe { resolved(&real::slot::pthread_mutex_unlock)(m) }
+        }
+        // SAFETY: forwarding.
+        _ => unsafe { unlock_tracked(m) },
+    }
+}
+
+/// The unlock beyond [`engage::disengaging_quick`], out of line (and left by tail calls) so that
+/// the fast path needs no stack frame.
+#[inline(never)]
+unsafe extern "C" fn unlock_tracked(m: *mut pthread_mutex_t) -> c_int {
     if let Some(t) = current() {
         engage::disengaging(t, m as usize);
     }

@@ -41,7 +41,11 @@ pub fn engaged_with(
     subtype: fn(usize) -> u32,
 ) {
     match hit {
-        Some((s, obj)) => took(t, s, obj, addr, true),
+        Some((s, obj)) => {
+            if !took_quick(t, s, obj, addr) {
+                took(t, s, obj, addr, true);
+            }
+        }
         None => engaged_uncached(t, addr, kind, subtype, true),
     }
 }
@@ -93,6 +97,39 @@ fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
     }
 }
 
+/// The whole bookkeeping of an exclusive acquisition in the common case, inline and without a
+/// call: the object is cached and has no flag set (live, never contended, no episode, nothing
+/// asked of its acquisitions), the thread holds no other lock (no lock-order edge to look at),
+/// the owner does not change and the slot's count does not reach its fold. Returns false,
+/// having done nothing, in any other case; the caller then does [`engaged`].
+#[inline(always)]
+pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
+    let s = t.slot(addr);
+    if s.addr.load(Ordering::Relaxed) != addr {
+        return false;
+    }
+    // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
+    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+    took_quick(t, s, obj, addr)
+}
+
+/// [`took`] in the common case described at [`engaged_quick`]; false, having done nothing, in
+/// any other.
+#[inline(always)]
+fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize) -> bool {
+    // SAFETY: owning thread, not re-entered.
+    let held = unsafe { t.held_locks() };
+    if obj.flags() != 0 || held.len != 0 || obj.last_owner.load(Ordering::Relaxed) != t.tid() {
+        return false;
+    }
+    if !t.count_quick(s) {
+        return false;
+    }
+    held.locks[0] = (addr, obj);
+    held.len = 1;
+    true
+}
+
 #[inline(never)]
 fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
     if flags & EPISODE != 0 {
@@ -114,18 +151,41 @@ fn owner_changed(t: &ThreadRec, obj: &ObjEntry) {
 fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
     // SAFETY: owning thread; nothing between here and the push re-enters the shim.
     let held = unsafe { &mut t.local().held };
-    // Past the inline capacity a push would allocate, and malloc may lock: skip the timing.
-    if held.len() < held.inline_size() {
-        held.push(Held {
-            obj,
-            since: now_ns(),
-        });
-    }
+    held.push(Held {
+        obj,
+        since: now_ns(),
+    });
 }
 
 /// `t` is about to release the object at `addr`.
 #[inline(always)]
 pub fn disengaging(t: &ThreadRec, addr: usize) {
+    if !disengaging_quick(t, addr) {
+        disengaging_full(t, addr);
+    }
+}
+
+/// The release of the only lock held, when nothing else is to be done: no hold being timed, no
+/// episode to look at (the counterpart of [`engaged_quick`]). Returns false, having done
+/// nothing, in any other case.
+#[inline(always)]
+pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
+    // SAFETY: owning thread, not re-entered.
+    let held = unsafe { t.held_locks() };
+    if held.len != 1
+        || held.locks[0].0 != addr
+        || !t.attention.load(Ordering::Acquire).is_null()
+        // SAFETY: owning thread; reading the length re-enters nothing.
+        || !unsafe { t.local() }.held.is_empty()
+    {
+        return false;
+    }
+    held.len = 0;
+    true
+}
+
+#[inline(never)]
+fn disengaging_full(t: &ThreadRec, addr: usize) {
     // SAFETY: owning thread, not re-entered.
     unsafe { t.held_locks() }.pop(addr);
     // SAFETY: owning thread; reading the length re-enters nothing.
@@ -180,8 +240,7 @@ fn lookup(addr: usize) -> Option<&'static ObjEntry> {
 fn hold_ended(t: &ThreadRec, obj: &ObjEntry) {
     // SAFETY: owning thread, not re-entered (no call below enters the shim).
     let held = unsafe { &mut t.local().held };
-    if let Some(i) = held.iter().rposition(|h| std::ptr::eq(h.obj, obj)) {
-        let h = held.remove(i);
+    if let Some(h) = held.take(obj) {
         obj.held(now_ns().saturating_sub(h.since));
     }
 }

@@ -164,6 +164,7 @@ pub fn init() {
         return;
     }
     crate::real::init_single_threaded();
+    crate::real::resolve_fast_paths();
     let unwinder_note = chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;
@@ -199,6 +200,21 @@ pub fn init() {
 pub struct CallSite {
     pub ret: usize,
     pub sp: usize,
+}
+
+impl CallSite {
+    /// The call site of a function whose stack pointer at entry (before it pushed anything) was
+    /// `entry_sp`: the return address is there, and the caller's stack pointer just above it.
+    ///
+    /// # Safety
+    /// `entry_sp` is the entry stack pointer of a function that has not returned yet.
+    pub unsafe fn at_entry(entry_sp: usize) -> CallSite {
+        CallSite {
+            // SAFETY: per the contract, the return address is still there.
+            ret: unsafe { *(entry_sp as *const usize) },
+            sp: entry_sp + 8,
+        }
+    }
 }
 
 /// How a thread came to be, when the shim saw it created.

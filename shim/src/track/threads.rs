@@ -7,8 +7,6 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use smallvec::SmallVec;
-
 use super::lockorder;
 use super::objects::{ObjEntry, DEAD};
 
@@ -25,9 +23,62 @@ pub struct Slot {
 }
 
 /// A held object whose hold time is being measured.
+#[derive(Clone, Copy)]
 pub struct Held {
     pub obj: *const ObjEntry,
     pub since: u64,
+}
+
+/// Holds being timed, at most [`Timed::CAPACITY`] at once: one more is not timed, so that timing
+/// never allocates (malloc may lock). A fixed array, so that a release tells with one load
+/// whether any hold is being timed.
+pub struct Timed {
+    list: [Held; Timed::CAPACITY],
+    len: usize,
+}
+
+impl Timed {
+    pub const CAPACITY: usize = 8;
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Starts timing `h`, unless the list is full.
+    pub fn push(&mut self, h: Held) {
+        if self.len < Self::CAPACITY {
+            self.list[self.len] = h;
+            self.len += 1;
+        }
+    }
+
+    /// Stops timing the hold of `obj` (the latest one), returning it.
+    pub fn take(&mut self, obj: *const ObjEntry) -> Option<Held> {
+        let i = self.list[..self.len]
+            .iter()
+            .rposition(|h| std::ptr::eq(h.obj, obj))?;
+        let h = self.list[i];
+        self.list.copy_within(i + 1..self.len, i);
+        self.len -= 1;
+        Some(h)
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl Default for Timed {
+    fn default() -> Self {
+        Timed {
+            list: [Held {
+                obj: std::ptr::null(),
+                since: 0,
+            }; Timed::CAPACITY],
+            len: 0,
+        }
+    }
 }
 
 pub struct ThreadRec {
@@ -57,7 +108,7 @@ pub struct ThreadRec {
 }
 
 pub struct Local {
-    pub held: SmallVec<[Held; 8]>,
+    pub held: Timed,
     /// (chain hash, chain id): saves the global intern table for repeated chains.
     pub chain_cache: [(u64, u32); 32],
     /// (return address, caller's stack pointer, chain id): the chain last captured for a call
@@ -68,7 +119,7 @@ pub struct Local {
 impl Default for Local {
     fn default() -> Self {
         Local {
-            held: SmallVec::new(),
+            held: Timed::default(),
             chain_cache: [(0, 0); 32],
             site_cache: [(0, 0, 0); 64],
         }
@@ -154,6 +205,18 @@ impl ThreadRec {
             self.fold(s);
         }
         n
+    }
+
+    /// As [`ThreadRec::count`], when the count does not reach the fold: true, counted; false,
+    /// nothing done.
+    #[inline(always)]
+    pub fn count_quick(&self, s: &Slot) -> bool {
+        let n = s.pending.load(Ordering::Relaxed) + 1;
+        if n == FOLD_EVERY {
+            return false;
+        }
+        s.pending.store(n, Ordering::Relaxed);
+        true
     }
 
     /// Adds a slot's pending count to its object (owner thread only).
@@ -330,6 +393,15 @@ impl Drop for Inside {
             set_mode(self.prev);
         }
     }
+}
+
+/// The calling thread's record if it is registered and not inside the shim: one load, for the
+/// fast paths (`current` also registers a thread it has not seen).
+#[inline(always)]
+pub fn current_fast() -> Option<&'static ThreadRec> {
+    let p = raw::get(raw::FAST) as *const ThreadRec;
+    // SAFETY: records are leaked and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 /// The calling thread's record when the shim should track this call: tracking is on, the
