@@ -86,17 +86,24 @@ fn resolved(f: &real::RealFn) -> LockFn {
 }
 
 unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, entry_sp: usize) -> c_int {
-    // The single-threaded fast path (see `lock_tracked`) in its common case, kept free of calls
-    // so that it needs no stack frame and leaves by a tail call.
+    // The two common paths of `lock_tracked`, reached without its checks: the single-threaded
+    // one in its common case, kept free of calls so that it needs no stack frame and leaves by a
+    // tail call, and trylock first.
     let addr = m as usize;
     if let Some(t) = current_fast() {
-        if glibc_mutex::kind(addr) & (NO_TRYLOCK_FIRST | mutex_kind::PSHARED) == 0
-            && real::single_threaded()
-            && glibc_mutex::lock_word(addr) == 0
-            && engage::engaged_quick(t, addr)
-        {
-            // SAFETY: forwarding.
-            return unsafe { resolved(&real::slot::pthread_mutex_lock)(m) };
+        let kind = glibc_mutex::kind(addr);
+        if kind & NO_TRYLOCK_FIRST == 0 {
+            if !(real::single_threaded()
+                && kind & mutex_kind::PSHARED == 0
+                && glibc_mutex::lock_word(addr) == 0)
+            {
+                // SAFETY: forwarding the caller's arguments.
+                return unsafe { lock_trying(m, entry_sp, t) };
+            }
+            if engage::engaged_quick(t, addr) {
+                // SAFETY: forwarding.
+                return unsafe { resolved(&real::slot::pthread_mutex_lock)(m) };
+            }
         }
     }
     // SAFETY: forwarding the caller's arguments.
@@ -126,14 +133,19 @@ unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
     }
-    // Otherwise trylock tells whether the caller would wait. The object is looked up before the
-    // lock's atomic instruction, which serialises the loads after it: the lookup's dependent
-    // loads overlap with the call instead of following it.
-    let hit = t.cached(m as usize);
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { lock_trying(m, entry_sp, t) }
+}
+
+/// Lock by trylock first, which tells whether the caller would wait.
+#[inline(never)]
+unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &ThreadRec) -> c_int {
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
-        engage::engaged_with(t, hit, m as usize, KIND, subtype);
+        if !engage::engaged_quick_contended(t, m as usize) {
+            engage::engaged(t, m as usize, KIND, subtype);
+        }
         return 0;
     }
     // SAFETY: `m` is the caller's mutex; `pthread_mutex_lock` has not returned.

@@ -42,7 +42,7 @@ pub fn engaged_with(
 ) {
     match hit {
         Some((s, obj)) => {
-            if !took_quick(t, s, obj, addr) {
+            if !took_quick(t, s, obj, addr, true) {
                 took(t, s, obj, addr, true);
             }
         }
@@ -98,10 +98,11 @@ fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
 }
 
 /// The whole bookkeeping of an exclusive acquisition in the common case, inline and without a
-/// call: the object is cached and has no flag set (live, never contended, no episode, nothing
-/// asked of its acquisitions), the thread holds no other lock (no lock-order edge to look at),
-/// the owner does not change and the slot's count does not reach its fold. Returns false,
-/// having done nothing, in any other case; the caller then does [`engaged`].
+/// call: the object is cached and live, has no flag set but [`CONTENDED`] (no episode, nothing
+/// asked of its acquisitions), this acquisition's hold is not one to time, the thread holds no
+/// other lock (no lock-order edge to look at), the owner does not change and the slot's count
+/// does not reach its fold. Returns false, having done nothing, in any other case; the caller
+/// then does [`engaged`].
 #[inline(always)]
 pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
     let s = t.slot(addr);
@@ -110,19 +111,36 @@ pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
     }
     // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
     let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
-    took_quick(t, s, obj, addr)
+    took_quick(t, s, obj, addr, false)
+}
+
+/// As [`engaged_quick`], for an object that may have been contended.
+#[inline(always)]
+pub fn engaged_quick_contended(t: &ThreadRec, addr: usize) -> bool {
+    let s = t.slot(addr);
+    if s.addr.load(Ordering::Relaxed) != addr {
+        return false;
+    }
+    // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
+    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+    took_quick(t, s, obj, addr, true)
 }
 
 /// [`took`] in the common case described at [`engaged_quick`]; false, having done nothing, in
-/// any other.
+/// any other. Without `contended`, also false for a contended object (a single-threaded
+/// process has none, and spares the checks).
 #[inline(always)]
-fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize) -> bool {
+fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: bool) -> bool {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
-    if obj.flags() != 0 || held.len != 0 || obj.last_owner.load(Ordering::Relaxed) != t.tid() {
+    let flags = obj.flags();
+    let other = if contended { !CONTENDED } else { !0 };
+    if flags & other != 0 || held.len != 0 || obj.last_owner.load(Ordering::Relaxed) != t.tid() {
         return false;
     }
-    if !t.count_quick(s) {
+    // Holds of a contended object are timed one in HOLD_SAMPLE_EVERY (see `took`).
+    let n = s.pending.load(Ordering::Relaxed) + 1;
+    if !t.count_quick(s, n, flags == 0 || n % HOLD_SAMPLE_EVERY != 1) {
         return false;
     }
     held.locks[0] = (addr, obj);

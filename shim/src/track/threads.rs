@@ -207,12 +207,11 @@ impl ThreadRec {
         n
     }
 
-    /// As [`ThreadRec::count`], when the count does not reach the fold: true, counted; false,
-    /// nothing done.
+    /// As [`ThreadRec::count`], when `ok` and the count `n` (the slot's count plus one) does
+    /// not reach the fold: true, counted; false, nothing done.
     #[inline(always)]
-    pub fn count_quick(&self, s: &Slot) -> bool {
-        let n = s.pending.load(Ordering::Relaxed) + 1;
-        if n == FOLD_EVERY {
+    pub fn count_quick(&self, s: &Slot, n: u64, ok: bool) -> bool {
+        if n == FOLD_EVERY || !ok {
             return false;
         }
         s.pending.store(n, Ordering::Relaxed);
