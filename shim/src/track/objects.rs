@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use waitshim_format::{CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
+use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
 
 use super::highwater::Episode;
 
@@ -89,6 +89,12 @@ pub struct ObjEntry {
 /// Counter keys are below this.
 pub const EXTRA_KEYS: usize = 64;
 
+/// Which of a thread's kind-specific pending counts of an object (`Slot::aux`) counts what.
+pub const AUX_POSTS: usize = 0;
+pub const AUX_READS: usize = 0;
+pub const AUX_SIGNALS: usize = 0;
+pub const AUX_BROADCASTS: usize = 1;
+
 /// A value alone on its cache line, so waiter counting does not slow the fast-path fields.
 #[repr(align(64))]
 #[derive(Default)]
@@ -142,6 +148,18 @@ impl ObjEntry {
         if let Some(c) = self.extra_slot(key) {
             c.fetch_max(v, Ordering::Relaxed);
             self.touch();
+        }
+    }
+
+    /// The counter that each of a thread's kind-specific pending counts of this object
+    /// (`Slot::aux`, indices [`AUX_POSTS`] and so on) goes to.
+    pub fn aux_key(&self, i: usize) -> Option<u16> {
+        match (self.kind, i) {
+            (ObjectKind::Semaphore, AUX_POSTS) => Some(counter::POSTS),
+            (ObjectKind::RwLock, AUX_READS) => Some(counter::READ_ACQUISITIONS),
+            (ObjectKind::Cond, AUX_SIGNALS) => Some(counter::SIGNALS),
+            (ObjectKind::Cond, AUX_BROADCASTS) => Some(counter::BROADCASTS),
+            _ => None,
         }
     }
 

@@ -20,6 +20,12 @@ pub struct Slot {
     /// Acquisitions not yet added to the object's counter. Written only by the owning thread
     /// (plain load + store); read by the exit flush of another thread.
     pub pending: AtomicU64,
+    /// Kind-specific counts not yet added to the object (which counter each is:
+    /// [`ObjEntry::aux_key`]): a semaphore's posts, an rwlock's read acquisitions, a condition
+    /// variable's signals and broadcasts. Incremented atomically, unlike `pending`: a post may
+    /// come from a signal handler that interrupted the thread counting one, and the exit flush
+    /// moves another thread's counts to the object.
+    pub aux: [AtomicU64; 2],
 }
 
 /// A held object whose hold time is being measured.
@@ -141,6 +147,7 @@ impl ThreadRec {
                 addr: AtomicUsize::new(0),
                 obj: AtomicPtr::new(std::ptr::null_mut()),
                 pending: AtomicU64::new(0),
+                aux: [AtomicU64::new(0), AtomicU64::new(0)],
             }),
             waiting_on: AtomicPtr::new(std::ptr::null_mut()),
             wait_seq: AtomicU64::new(0),
@@ -218,7 +225,16 @@ impl ThreadRec {
         true
     }
 
-    /// Adds a slot's pending count to its object (owner thread only).
+    /// Counts one of the slot's kind-specific events (`Slot::aux[i]`). No allocation and no
+    /// lock, so that a signal handler may count a post.
+    #[inline(always)]
+    pub fn count_aux(&self, s: &Slot, i: usize) {
+        if s.aux[i].fetch_add(1, Ordering::Relaxed) + 1 >= FOLD_EVERY {
+            fold_aux(s);
+        }
+    }
+
+    /// Adds a slot's pending counts to its object (owner thread only).
     pub fn fold(&self, s: &Slot) {
         let n = s.pending.swap(0, Ordering::Relaxed);
         let p = s.obj.load(Ordering::Relaxed);
@@ -228,6 +244,7 @@ impl ThreadRec {
             obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
             obj.touch();
         }
+        fold_aux(s);
     }
 
     pub fn fold_all(&self) {
@@ -252,16 +269,41 @@ impl ThreadRec {
             s.addr.store(0, Ordering::Relaxed);
             s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
             s.pending.store(0, Ordering::Relaxed);
+            for a in &s.aux {
+                a.store(0, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Count of `obj`'s acquisitions sitting in this thread's cache.
+    /// Count of `obj`'s acquisitions sitting in this thread's cache. Its other pending counts
+    /// are moved to the object now (they are atomic; see `Slot::aux`), so that a flush that
+    /// looks at every thread writes them too.
     pub fn pending_for(&self, obj: &ObjEntry) -> u64 {
         let s = self.slot(obj.addr);
         if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
+            fold_aux(s);
             s.pending.load(Ordering::Relaxed)
         } else {
             0
+        }
+    }
+}
+
+/// Adds a slot's kind-specific counts to its object (any thread: they are swapped out
+/// atomically).
+fn fold_aux(s: &Slot) {
+    let p = s.obj.load(Ordering::Relaxed);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: leaked entry, see `ThreadRec::cached`.
+    let obj = unsafe { &*p };
+    for (i, a) in s.aux.iter().enumerate() {
+        if a.load(Ordering::Relaxed) != 0 {
+            let n = a.swap(0, Ordering::Relaxed);
+            if let Some(key) = obj.aux_key(i) {
+                obj.add(key, n);
+            }
         }
     }
 }
