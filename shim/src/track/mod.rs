@@ -25,7 +25,7 @@ use crate::clock::now_ns;
 use crate::config::Config;
 use crate::log::Log;
 use crate::modules::Modules;
-use objects::{ObjEntry, ObjRef};
+use objects::{ObjEntry, ObjRef, Padded};
 use threads::{Inside, ThreadRec, ThreadRef, EXIT_HOOK};
 
 pub struct Tracker {
@@ -43,9 +43,10 @@ pub struct Tracker {
     pub modules: Modules,
     /// The global highwater mark: most threads ever seen waiting at once on one engaged object.
     pub highwater: AtomicU32,
-    /// Threads alive, and threads blocked in a wait the shim sees (not ready to run).
+    /// Threads alive, and threads blocked in a wait the shim sees (not ready to run). `blocked`
+    /// changes at every wait: on a cache line of its own, away from the fields every wait reads.
     pub live: AtomicI32,
-    pub blocked: AtomicI32,
+    pub blocked: Padded<AtomicI32>,
     next_object: AtomicU64,
     pub next_record: AtomicU64,
     last_flush: AtomicU64,
@@ -133,7 +134,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         modules: Modules::new(),
         highwater: AtomicU32::new(0),
         live: AtomicI32::new(0),
-        blocked: AtomicI32::new(0),
+        blocked: Padded(AtomicI32::new(0)),
         next_object: AtomicU64::new(1),
         next_record: AtomicU64::new(1),
         last_flush: AtomicU64::new(now),
@@ -163,8 +164,8 @@ pub fn init() {
         STATE.store(OFF, Ordering::Release);
         return;
     }
-    crate::real::init_single_threaded();
     crate::real::resolve_fast_paths();
+    crate::real::init_single_threaded();
     let unwinder_note = chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;

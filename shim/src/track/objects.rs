@@ -13,19 +13,24 @@ use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind,
 use super::highwater::Episode;
 
 /// Always-on counters. Acquisitions are gathered per thread and added here in batches.
+///
+/// In this order: the ones every contended wait changes come last, so that they share one cache
+/// line with `ObjEntry::version` (which follows), and a wait moves that one line between
+/// threads instead of two.
 #[derive(Default)]
+#[repr(C)]
 pub struct Stats {
     pub acquisitions: AtomicU64,
-    pub contended: AtomicU64,
-    pub owner_changes: AtomicU64,
     pub busy: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
-    pub wait_total: AtomicU64,
-    pub wait_max: AtomicU64,
     pub hold_total: AtomicU64,
     pub hold_max: AtomicU64,
     pub hold_samples: AtomicU64,
+    pub owner_changes: AtomicU64,
+    pub contended: AtomicU64,
+    pub wait_total: AtomicU64,
+    pub wait_max: AtomicU64,
     pub max_waiters: AtomicU32,
 }
 
@@ -146,8 +151,9 @@ impl ObjEntry {
     /// Raises a `waitshim_format::counter` of this object to at least `v`.
     pub fn raise(&self, key: u16, v: u64) {
         if let Some(c) = self.extra_slot(key) {
-            c.fetch_max(v, Ordering::Relaxed);
-            self.touch();
+            if raise(c, v) {
+                self.touch();
+            }
         }
     }
 
@@ -223,7 +229,7 @@ impl ObjEntry {
         let s = &self.stats;
         s.contended.fetch_add(1, Ordering::Relaxed);
         s.wait_total.fetch_add(wait_ns, Ordering::Relaxed);
-        s.wait_max.fetch_max(wait_ns, Ordering::Relaxed);
+        raise(&s.wait_max, wait_ns);
         self.site(chain_id, wait_ns);
     }
 
@@ -261,14 +267,14 @@ impl ObjEntry {
             });
         site.count.fetch_add(1, Ordering::Relaxed);
         site.total.fetch_add(wait_ns, Ordering::Relaxed);
-        site.max.fetch_max(wait_ns, Ordering::Relaxed);
+        raise(&site.max, wait_ns);
         self.touch();
     }
 
     pub fn held(&self, hold_ns: u64) {
         let s = &self.stats;
         s.hold_total.fetch_add(hold_ns, Ordering::Relaxed);
-        s.hold_max.fetch_max(hold_ns, Ordering::Relaxed);
+        raise(&s.hold_max, hold_ns);
         s.hold_samples.fetch_add(1, Ordering::Relaxed);
         self.touch();
     }
@@ -313,6 +319,32 @@ impl ObjEntry {
                 wait_max_ns: s.max.load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// Raises a maximum to at least `v`; true if it changed. The read first spares the atomic
+/// read-modify-write (and the exclusive ownership of the cache line it takes) when it would not.
+pub fn raise<A: AtomicMax>(c: &A, v: A::Value) -> bool {
+    c.at_least(v)
+}
+
+/// The maxima kept by [`raise`].
+pub trait AtomicMax {
+    type Value;
+    fn at_least(&self, v: Self::Value) -> bool;
+}
+
+impl AtomicMax for AtomicU64 {
+    type Value = u64;
+    fn at_least(&self, v: u64) -> bool {
+        v > self.load(Ordering::Relaxed) && self.fetch_max(v, Ordering::Relaxed) < v
+    }
+}
+
+impl AtomicMax for AtomicU32 {
+    type Value = u32;
+    fn at_least(&self, v: u32) -> bool {
+        v > self.load(Ordering::Relaxed) && self.fetch_max(v, Ordering::Relaxed) < v
     }
 }
 
