@@ -14,6 +14,8 @@ pub const SLOTS: usize = 64;
 /// Acquisitions counted in a slot before they are added to the object.
 const FOLD_EVERY: u64 = 1 << 16;
 
+/// 32 bytes, aligned: a slot never straddles two cache lines.
+#[repr(C, align(32))]
 pub struct Slot {
     pub addr: AtomicUsize,
     pub obj: AtomicPtr<ObjEntry>,
@@ -25,7 +27,7 @@ pub struct Slot {
     /// variable's signals and broadcasts. Incremented atomically, unlike `pending`: a post may
     /// come from a signal handler that interrupted the thread counting one, and the exit flush
     /// moves another thread's counts to the object.
-    pub aux: [AtomicU64; 2],
+    pub aux: [AtomicU32; 2],
 }
 
 /// A held object whose hold time is being measured.
@@ -147,7 +149,7 @@ impl ThreadRec {
                 addr: AtomicUsize::new(0),
                 obj: AtomicPtr::new(std::ptr::null_mut()),
                 pending: AtomicU64::new(0),
-                aux: [AtomicU64::new(0), AtomicU64::new(0)],
+                aux: [AtomicU32::new(0), AtomicU32::new(0)],
             }),
             waiting_on: AtomicPtr::new(std::ptr::null_mut()),
             wait_seq: AtomicU64::new(0),
@@ -229,7 +231,7 @@ impl ThreadRec {
     /// lock, so that a signal handler may count a post.
     #[inline(always)]
     pub fn count_aux(&self, s: &Slot, i: usize) {
-        if s.aux[i].fetch_add(1, Ordering::Relaxed) + 1 >= FOLD_EVERY {
+        if u64::from(s.aux[i].fetch_add(1, Ordering::Relaxed)) + 1 >= FOLD_EVERY {
             fold_aux(s);
         }
     }
@@ -302,7 +304,7 @@ fn fold_aux(s: &Slot) {
         if a.load(Ordering::Relaxed) != 0 {
             let n = a.swap(0, Ordering::Relaxed);
             if let Some(key) = obj.aux_key(i) {
-                obj.add(key, n);
+                obj.add(key, u64::from(n));
             }
         }
     }
