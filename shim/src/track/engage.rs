@@ -72,6 +72,9 @@ fn engaged_uncached(
 pub fn attempting(t: &ThreadRec, obj: &ObjEntry) {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
+    if held.quick != 0 {
+        held.settle(t);
+    }
     if held.len > 0 {
         held.note_edges(t, obj);
     }
@@ -135,7 +138,10 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
     let held = unsafe { t.held_locks() };
     let flags = obj.flags();
     let other = if contended { !CONTENDED } else { !0 };
-    if flags & other != 0 || held.len != 0 || obj.last_owner.load(Ordering::Relaxed) != t.tid() {
+    if flags & other != 0
+        || held.len | held.quick != 0
+        || obj.last_owner.load(Ordering::Relaxed) != t.tid()
+    {
         return false;
     }
     // Holds of a contended object are timed one in HOLD_SAMPLE_EVERY (see `took`).
@@ -143,8 +149,7 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
     if !t.count_quick(s, n, flags == 0 || n % HOLD_SAMPLE_EVERY != 1) {
         return false;
     }
-    held.locks[0] = (addr, obj);
-    held.len = 1;
+    held.quick = addr;
     true
 }
 
@@ -190,15 +195,14 @@ pub fn disengaging(t: &ThreadRec, addr: usize) {
 pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
-    if held.len != 1
-        || held.locks[0].0 != addr
+    if held.quick != addr
         || !t.attention.load(Ordering::Acquire).is_null()
         // SAFETY: owning thread; reading the length re-enters nothing.
         || !unsafe { t.local() }.held.is_empty()
     {
         return false;
     }
-    held.len = 0;
+    held.quick = 0;
     true
 }
 
