@@ -9,6 +9,9 @@ use libc::{
     pthread_t, timespec,
 };
 
+/// The address of a function [`RealFn::available`] found missing.
+const MISSING: usize = 1;
+
 pub struct RealFn {
     addr: AtomicUsize,
     name: &'static [u8],
@@ -40,10 +43,27 @@ impl RealFn {
     #[inline(always)]
     pub fn get(&self) -> usize {
         let a = self.addr.load(Ordering::Relaxed);
-        if a != 0 {
+        if a > MISSING {
             return a;
         }
         self.resolve()
+    }
+
+    /// Whether the C library has this function (resolving it if so): for optional ones, which
+    /// [`RealFn::get`] would call missing. A missing one is remembered as [`MISSING`].
+    pub fn available(&self) -> bool {
+        match self.addr.load(Ordering::Relaxed) {
+            0 => {}
+            MISSING => return false,
+            _ => return true,
+        }
+        let p = self.lookup();
+        if p.is_null() {
+            self.addr.store(MISSING, Ordering::Relaxed);
+            return false;
+        }
+        self.addr.store(p as usize, Ordering::Relaxed);
+        true
     }
 
     /// Address of the next definition if it is resolved already, else 0: for fast paths that
@@ -53,11 +73,11 @@ impl RealFn {
         self.addr.load(Ordering::Relaxed)
     }
 
-    #[cold]
-    fn resolve(&self) -> usize {
+    /// The next definition's address, null if there is none.
+    fn lookup(&self) -> *mut c_void {
         // SAFETY: `name` and `version` are NUL-terminated literals; dlsym and dlvsym are safe to
         // call at any time.
-        let p = unsafe {
+        unsafe {
             match self.version {
                 Some(v) => libc::dlvsym(
                     libc::RTLD_NEXT,
@@ -66,7 +86,12 @@ impl RealFn {
                 ),
                 None => libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char),
             }
-        };
+        }
+    }
+
+    #[cold]
+    fn resolve(&self) -> usize {
+        let p = self.lookup();
         if p.is_null() {
             crate::diag::fatal_missing_symbol(self.name);
         }

@@ -372,7 +372,9 @@ pub fn wait_begin_at(
     let chain = tr.chain_at(t, site);
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
-    t.wait_seq.fetch_add(1, Ordering::AcqRel);
+    // Only this thread writes it: no read-modify-write needed.
+    t.wait_seq
+        .store(t.wait_seq.load(Ordering::Relaxed) + 1, Ordering::Release);
     t.waiting_on
         .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
     highwater::on_wait(tr, t, obj, n, start, chain);
