@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::{counter, ObjectKind};
 
-use super::objects::{self, glibc_rwlock, ObjEntry, CONTENDED, EPISODE};
+use super::objects::{glibc_rwlock, ObjEntry, CONTENDED, EPISODE};
 use super::threads::{current, Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
@@ -364,7 +364,7 @@ pub fn wait_begin_at(
             .saturating_sub(u32::from(still))
             .max(1);
     }
-    objects::raise(&obj.stats.max_waiters, n);
+    super::objects::raise(&obj.stats.max_waiters, n);
     if side == Side::Shared {
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
     }
