@@ -31,3 +31,11 @@ pub fn deadline_after(clock: libc::clockid_t, ns: u64) -> libc::timespec {
     ts.tv_nsec = (total % 1_000_000_000) as libc::c_long;
     ts
 }
+
+/// A time in nanoseconds (of some clock) as a timespec.
+pub fn timespec_of(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}

@@ -2,12 +2,15 @@
 //! first use with `dlsym(RTLD_NEXT)`. Lazy because other libraries' constructors may lock before
 //! ours has run.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use libc::{
     c_char, c_int, c_void, clockid_t, pthread_attr_t, pthread_mutex_t, pthread_mutexattr_t,
     pthread_t, timespec,
 };
+
+/// The address of a function [`RealFn::available`] found missing.
+const MISSING: usize = 1;
 
 pub struct RealFn {
     addr: AtomicUsize,
@@ -40,17 +43,41 @@ impl RealFn {
     #[inline(always)]
     pub fn get(&self) -> usize {
         let a = self.addr.load(Ordering::Relaxed);
-        if a != 0 {
+        if a > MISSING {
             return a;
         }
         self.resolve()
     }
 
-    #[cold]
-    fn resolve(&self) -> usize {
+    /// Whether the C library has this function (resolving it if so): for optional ones, which
+    /// [`RealFn::get`] would call missing. A missing one is remembered as [`MISSING`].
+    pub fn available(&self) -> bool {
+        match self.addr.load(Ordering::Relaxed) {
+            0 => {}
+            MISSING => return false,
+            _ => return true,
+        }
+        let p = self.lookup();
+        if p.is_null() {
+            self.addr.store(MISSING, Ordering::Relaxed);
+            return false;
+        }
+        self.addr.store(p as usize, Ordering::Relaxed);
+        true
+    }
+
+    /// Address of the next definition if it is resolved already, else 0: for fast paths that
+    /// must stay free of calls (see [`resolve_fast_paths`]).
+    #[inline(always)]
+    pub fn resolved(&self) -> usize {
+        self.addr.load(Ordering::Relaxed)
+    }
+
+    /// The next definition's address, null if there is none.
+    fn lookup(&self) -> *mut c_void {
         // SAFETY: `name` and `version` are NUL-terminated literals; dlsym and dlvsym are safe to
         // call at any time.
-        let p = unsafe {
+        unsafe {
             match self.version {
                 Some(v) => libc::dlvsym(
                     libc::RTLD_NEXT,
@@ -59,7 +86,12 @@ impl RealFn {
                 ),
                 None => libc::dlsym(libc::RTLD_NEXT, self.name.as_ptr() as *const c_char),
             }
-        };
+        }
+    }
+
+    #[cold]
+    fn resolve(&self) -> usize {
+        let p = self.lookup();
         if p.is_null() {
             crate::diag::fatal_missing_symbol(self.name);
         }
@@ -125,21 +157,34 @@ pub unsafe fn call_noreturn<T>(f: &RealFn, arg: T) -> ! {
     unsafe { g(arg) }
 }
 
+/// Resolves the real functions whose fast paths read [`RealFn::resolved`] without checking it:
+/// called before any thread is registered, so every tracked call finds them resolved.
+pub fn resolve_fast_paths() {
+    slot::pthread_mutex_lock.get();
+    slot::pthread_mutex_unlock.get();
+}
+
+/// Read in place of `__libc_single_threaded` until it is found, or when it is not: always 0
+/// (multi-threaded).
+static NOT_KNOWN_SINGLE: u8 = 0;
+
 /// glibc's `__libc_single_threaded` (2.32+): true until the process creates its first thread.
-static SINGLE_THREADED: AtomicUsize = AtomicUsize::new(0);
+static SINGLE_THREADED: AtomicPtr<u8> = AtomicPtr::new(&NOT_KNOWN_SINGLE as *const u8 as *mut u8);
 
 /// Finds `__libc_single_threaded`; without it the process is treated as multi-threaded.
 pub fn init_single_threaded() {
     // SAFETY: dlsym of a data symbol of the C library.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) };
-    SINGLE_THREADED.store(p as usize, Ordering::Release);
+    if !p.is_null() {
+        SINGLE_THREADED.store(p as *mut u8, Ordering::Release);
+    }
 }
 
 /// True while the process has only one thread (as glibc itself sees it).
 #[inline(always)]
 pub fn single_threaded() -> bool {
-    let p = SINGLE_THREADED.load(Ordering::Relaxed) as *const u8;
+    let p = SINGLE_THREADED.load(Ordering::Relaxed);
     // SAFETY: a pointer to the C library's `char __libc_single_threaded`, which lives as long as
-    // the process; read with a volatile load since pthread_create writes it.
-    !p.is_null() && unsafe { std::ptr::read_volatile(p) } != 0
+    // the process, or to our own zero; read with a volatile load since pthread_create writes it.
+    (unsafe { std::ptr::read_volatile(p) }) != 0
 }

@@ -28,8 +28,8 @@ use waitshim_format::{counter, ObjectKind};
 use super::mutex;
 use crate::clock::now_ns;
 use crate::track::engage::{self, Outcome, Side, Wait};
-use crate::track::objects::ObjEntry;
-use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::objects::{ObjEntry, AUX_BROADCASTS, AUX_SIGNALS};
+use crate::track::threads::{current, Inside, Slot, ThreadRec};
 use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Cond;
@@ -107,8 +107,8 @@ pub unsafe extern "C-unwind" fn pthread_cond_destroy(c: *mut pthread_cond_t) -> 
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
-    if let (Some(t), Some(tr)) = (current(), tracker()) {
-        waking(tr, t, c as usize, false);
+    if let Some(t) = current() {
+        waking(t, c as usize, false);
     }
     // SAFETY: forwarding.
     unsafe { real::signal(c) }
@@ -116,26 +116,27 @@ pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
-    if let (Some(t), Some(tr)) = (current(), tracker()) {
-        waking(tr, t, c as usize, true);
+    if let Some(t) = current() {
+        waking(t, c as usize, true);
     }
     // SAFETY: forwarding.
     unsafe { real::broadcast(c) }
 }
 
 /// Bookkeeping of a signal or broadcast, done before the real call so that a waiter it wakes
-/// finds the wake-up stamped when it returns.
-fn waking(tr: &Tracker, t: &ThreadRec, addr: usize, broadcast: bool) {
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, KIND, SUBTYPE);
-    obj.add(
-        if broadcast {
-            counter::BROADCASTS
-        } else {
-            counter::SIGNALS
-        },
-        1,
-    );
+/// finds the wake-up stamped when it returns. Counted in the thread's cache like acquisitions:
+/// with nobody waiting, it writes no shared memory.
+#[inline(always)]
+fn waking(t: &ThreadRec, addr: usize, broadcast: bool) {
+    let Some((s, obj)) = t.cached(addr).or_else(|| first_waking(t, addr)) else {
+        return;
+    };
+    let which = if broadcast {
+        AUX_BROADCASTS
+    } else {
+        AUX_SIGNALS
+    };
+    t.count_aux(s, which);
     // A signal nobody waits for wakes nobody: only stamp (a shared write) when there are waiters.
     if obj.waiters.load(Ordering::Acquire) > 0 {
         obj.last_wake
@@ -143,6 +144,16 @@ fn waking(tr: &Tracker, t: &ThreadRec, addr: usize, broadcast: bool) {
     }
     // The signaller is the one the waiters waited for: it ends their high-contention episode.
     engage::released(t, obj);
+}
+
+/// A condition variable not in the thread's cache: registered (if new) and cached.
+#[cold]
+#[inline(never)]
+fn first_waking(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> {
+    let tr = tracker()?;
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, KIND, SUBTYPE);
+    Some((t.slot(addr), obj))
 }
 
 /// Entry trampoline: hands `wait_from` the caller's return address and stack pointer (the call

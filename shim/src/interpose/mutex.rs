@@ -15,7 +15,7 @@ use crate::clock;
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::objects::glibc_mutex;
-use crate::track::threads::{current, Inside, ThreadRec};
+use crate::track::threads::{current, current_fast, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
 const KIND: ObjectKind = ObjectKind::Mutex;
@@ -62,16 +62,57 @@ pub unsafe extern "C" fn pthread_mutex_destroy(m: *mut pthread_mutex_t) -> c_int
     r
 }
 
-/// Entry trampoline: hands `lock_from` the caller's return address and stack pointer (the call
-/// site, for the chain cache) in the second and third argument registers, then jumps to it.
+/// Entry trampoline: hands `lock_from` the stack pointer at entry, where the caller's return
+/// address is (the call site, for the chain cache), in the second argument register, then jumps
+/// to it. Only the contended path reads the return address: loading it here, right after the
+/// call stored it, costs more than the rest of the trampoline.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
-    std::arch::naked_asm!("mov rsi, qword ptr [rsp]", "lea rdx, [rsp + 8]", "jmp {}", sym lock_from)
+    std::arch::naked_asm!("mov rsi, rsp", "jmp {}", sym lock_from)
 }
 
-unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, ret: usize, sp: usize) -> c_int {
-    let site = CallSite { ret, sp };
+/// The real lock or unlock.
+type LockFn = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
+
+/// The real `pthread_mutex_lock` or `pthread_mutex_unlock`, for a thread the shim tracks: the
+/// shim resolves both before it registers any thread (`real::resolve_fast_paths`).
+#[inline(always)]
+fn resolved(f: &real::RealFn) -> LockFn {
+    let a = f.resolved();
+    debug_assert!(a != 0);
+    // SAFETY: the address of glibc's function of that name, whose signature is `LockFn`.
+    unsafe { std::mem::transmute::<usize, LockFn>(a) }
+}
+
+unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, entry_sp: usize) -> c_int {
+    // The two common paths of `lock_tracked`, reached without its checks: the single-threaded
+    // one in its common case, kept free of calls so that it needs no stack frame and leaves by a
+    // tail call, and trylock first.
+    let addr = m as usize;
+    if let Some(t) = current_fast() {
+        let kind = glibc_mutex::kind(addr);
+        if kind & NO_TRYLOCK_FIRST == 0 {
+            if !(real::single_threaded()
+                && kind & mutex_kind::PSHARED == 0
+                && glibc_mutex::lock_word(addr) == 0)
+            {
+                // SAFETY: forwarding the caller's arguments.
+                return unsafe { lock_trying(m, entry_sp, t) };
+            }
+            if engage::engaged_quick(t, addr) {
+                // SAFETY: forwarding.
+                return unsafe { resolved(&real::slot::pthread_mutex_lock)(m) };
+            }
+        }
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { lock_tracked(m, entry_sp) }
+}
+
+/// `extern "C"` like its caller, so that the call is a tail call.
+#[inline(never)]
+unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c_int {
     let Some(t) = current() else {
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
@@ -92,29 +133,34 @@ unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, ret: usize, sp: usize) -
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
     }
-    // Otherwise trylock tells whether the caller would wait. The object is looked up before the
-    // lock's atomic instruction, which serialises the loads after it: the lookup's dependent
-    // loads overlap with the call instead of following it.
-    let hit = t.cached(m as usize);
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { lock_trying(m, entry_sp, t) }
+}
+
+/// Lock by trylock first, which tells whether the caller would wait.
+#[inline(never)]
+unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &ThreadRec) -> c_int {
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
-        engage::engaged_with(t, hit, m as usize, KIND, subtype);
+        if !engage::engaged_quick_contended(t, m as usize) {
+            engage::engaged(t, m as usize, KIND, subtype);
+        }
         return 0;
     }
-    // SAFETY: `m` is the caller's mutex.
-    unsafe { lock_busy(t, m, r, site) }
+    // SAFETY: `m` is the caller's mutex; `pthread_mutex_lock` has not returned.
+    unsafe { lock_busy(t, m, r, entry_sp) }
 }
 
 /// Out of line, so the uncontended path saves no registers for it.
 #[cold]
 #[inline(never)]
-unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, site: CallSite) -> c_int {
+unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, entry_sp: usize) -> c_int {
     if r != EBUSY {
         return acquired_or_failed(t, m, r);
     }
-    // SAFETY: `m` is the caller's mutex.
-    unsafe { contended(t, m, None, site) }
+    // SAFETY: `m` is the caller's mutex; `entry_sp` that of `pthread_mutex_lock`, not returned.
+    unsafe { contended(t, m, None, CallSite::at_entry(entry_sp)) }
 }
 
 #[no_mangle]
@@ -296,9 +342,19 @@ unsafe fn contended(
     // glibc's timed lock behaves better than its plain lock under heavy contention here (4
     // threads hammering one mutex: 450 k contended waits and 0.83 s with timed slices, against
     // 2.2 M waits and 1.5 s with the plain lock; native 0.6 s).
+    //
+    // Without a deadline of the caller's, the slices run on the monotonic clock when glibc has
+    // clocklock (2.30+), from the wait's own start time: no clock read for the first one.
+    let monotonic = deadline.is_none() && real::slot::pthread_mutex_clocklock.available();
+    let mut since = w.start;
     let r = loop {
-        let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
-        let slice = clock::deadline_after(clk, w.slice_ns());
+        let (clk, slice) = if monotonic {
+            let at = since + w.slice_ns();
+            (libc::CLOCK_MONOTONIC, clock::timespec_of(at))
+        } else {
+            let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
+            (clk, clock::deadline_after(clk, w.slice_ns()))
+        };
         let (until, is_callers) = match deadline {
             Some((_, d)) if (d.tv_sec, d.tv_nsec) <= (slice.tv_sec, slice.tv_nsec) => (d, true),
             _ => (slice, false),
@@ -306,6 +362,7 @@ unsafe fn contended(
         let r = real_wait(Some((clk, until)));
         if r == ETIMEDOUT && !is_callers {
             engage::wait_check(tr, t, &mut w);
+            since = clock::now_ns();
             continue;
         }
         break r;
@@ -326,6 +383,20 @@ unsafe fn contended(
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int {
+    match current_fast() {
+        Some(t) if engage::disengaging_quick(t, m as usize) => {
+            // SAFETY: forwarding.
+            unsafe { resolved(&real::slot::pthread_mutex_unlock)(m) }
+        }
+        // SAFETY: forwarding.
+        _ => unsafe { unlock_tracked(m) },
+    }
+}
+
+/// The unlock beyond [`engage::disengaging_quick`], out of line (and left by tail calls) so that
+/// the fast path needs no stack frame.
+#[inline(never)]
+unsafe extern "C" fn unlock_tracked(m: *mut pthread_mutex_t) -> c_int {
     if let Some(t) = current() {
         engage::disengaging(t, m as usize);
     }

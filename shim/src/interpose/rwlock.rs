@@ -10,12 +10,12 @@
 //! `__cur_writer`); readers are not known one by one, so a cycle through readers is not seen.
 
 use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec, EBUSY, ETIMEDOUT};
-use waitshim_format::{counter, ObjectKind};
+use waitshim_format::ObjectKind;
 
 use crate::clock;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::objects::{glibc_rwlock, EPISODE};
+use crate::track::objects::{glibc_rwlock, AUX_READS, EPISODE};
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::tracker;
 
@@ -73,12 +73,13 @@ pub unsafe extern "C" fn pthread_rwlock_destroy(l: *mut pthread_rwlock_t) -> c_i
     r
 }
 
-/// A read acquisition: counted on the object's shared side. Not a held lock (readers do not
-/// exclude each other, so they take no part in lock order or hold times).
+/// A read acquisition: counted on the object's shared side, in the thread's cache like write
+/// acquisitions. Not a held lock (readers do not exclude each other, so they take no part in
+/// lock order or hold times).
 #[inline(always)]
 fn read_engaged(t: &ThreadRec, addr: usize) {
     match t.cached(addr) {
-        Some((_, obj)) => obj.add(counter::READ_ACQUISITIONS, 1),
+        Some((s, _)) => t.count_aux(s, AUX_READS),
         None => read_engaged_uncached(t, addr),
     }
 }
@@ -87,9 +88,11 @@ fn read_engaged(t: &ThreadRec, addr: usize) {
 #[inline(never)]
 fn read_engaged_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
-    tr.object(t, addr, KIND, subtype(addr))
-        .add(counter::READ_ACQUISITIONS, 1);
+    {
+        let _in = Inside::enter();
+        tr.object(t, addr, KIND, subtype(addr));
+    }
+    t.count_aux(t.slot(addr), AUX_READS);
 }
 
 /// A try-acquisition's result, accounted for.
@@ -303,7 +306,7 @@ unsafe fn lock_busy(
     engage::wait_end(tr, t, w, outcome);
     if r == 0 {
         match side {
-            Side::Shared => obj.add(counter::READ_ACQUISITIONS, 1),
+            Side::Shared => read_engaged(t, addr),
             Side::Exclusive => engage::engaged(t, addr, KIND, subtype),
         }
     }

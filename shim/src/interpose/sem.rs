@@ -34,9 +34,9 @@ use crate::clock::now_ns;
 use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::highwater;
-use crate::track::objects::{ObjEntry, EPISODE};
-use crate::track::threads::{current, Inside, ThreadRec};
-use crate::track::{tracker, Tracker};
+use crate::track::objects::{ObjEntry, AUX_POSTS, EPISODE};
+use crate::track::threads::{current, Inside, Slot, ThreadRec};
+use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Semaphore;
 
@@ -119,16 +119,28 @@ fn prepare(obj: &ObjEntry) {
     obj.raise(counter::POSTS, 0);
 }
 
-/// Counts an acquisition that did not wait, in the thread's cache like a mutex's.
+/// Counts an acquisition that did not wait, in the thread's cache like a mutex's; errno kept.
+#[inline(always)]
 fn acquired(t: &ThreadRec, addr: usize) {
-    if let Some((s, _)) = t.cached(addr) {
-        t.count(s);
-        return;
+    match t.cached(addr) {
+        Some((s, _)) => {
+            t.count(s);
+        }
+        None => acquired_uncached(t, addr),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn acquired_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
-    object(tr, t, addr);
+    let e = errno();
+    {
+        let _in = Inside::enter();
+        object(tr, t, addr);
+    }
     t.count(t.slot(addr));
+    set_errno(e);
 }
 
 fn valid(ts: *const timespec) -> bool {
@@ -289,10 +301,17 @@ pub unsafe extern "C" fn sem_trywait(s: *mut sem_t) -> c_int {
     r
 }
 
+/// Entry trampoline, as `pthread_mutex_lock`'s: hands `wait_from` the stack pointer at entry,
+/// where the caller's return address is (the call site, for the chain cache).
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn sem_wait(s: *mut sem_t) -> c_int {
-    // SAFETY: forwarding / the caller's semaphore.
-    unsafe { wait(s, || glibc::sem_wait(s)) }
+    std::arch::naked_asm!("mov rsi, rsp", "jmp {}", sym wait_from)
+}
+
+unsafe extern "C" fn wait_from(s: *mut sem_t, entry_sp: usize) -> c_int {
+    // SAFETY: forwarding / the caller's semaphore; `sem_wait` has not returned.
+    unsafe { wait(s, entry_sp, || glibc::sem_wait(s)) }
 }
 
 #[no_mangle]
@@ -304,7 +323,7 @@ pub unsafe extern "C" fn sem_timedwait(s: *mut sem_t, ts: *const timespec) -> c_
         return unsafe { glibc::sem_timedwait(s, ts) };
     }
     // SAFETY: forwarding / the caller's semaphore and valid deadline.
-    unsafe { wait(s, || glibc::sem_timedwait(s, ts)) }
+    unsafe { wait(s, 0, || glibc::sem_timedwait(s, ts)) }
 }
 
 #[no_mangle]
@@ -319,29 +338,41 @@ pub unsafe extern "C" fn sem_clockwait(
         return unsafe { glibc::sem_clockwait(s, clk, ts) };
     }
     // SAFETY: as above.
-    unsafe { wait(s, || glibc::sem_clockwait(s, clk, ts)) }
+    unsafe { wait(s, 0, || glibc::sem_clockwait(s, clk, ts)) }
 }
 
-/// Shared by the three waits; `call` is the real wait the caller asked for.
-unsafe fn wait(s: *mut sem_t, call: impl Fn() -> c_int) -> c_int {
+/// Shared by the three waits; `call` is the real wait the caller asked for. `entry_sp` is the
+/// entry stack pointer of the interposed function (0: unknown), for the call site.
+#[inline(always)]
+unsafe fn wait(s: *mut sem_t, entry_sp: usize, call: impl Fn() -> c_int) -> c_int {
     let Some(t) = current() else {
         return call();
     };
-    let caller_errno = errno();
+    // SAFETY: `__errno_location` returns the calling thread's errno slot.
+    let errno_at = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let caller_errno = unsafe { *errno_at };
     // SAFETY: the caller's semaphore.
     if unsafe { glibc::sem_trywait(s) } == 0 {
+        // A successful trywait leaves errno alone, and so does counting it.
         acquired(t, s as usize);
-        set_errno(caller_errno);
         return 0;
     }
     // The trywait set errno (EAGAIN): the caller's must be what the real wait starts from.
-    let busy = errno() == EAGAIN;
-    set_errno(caller_errno);
+    // SAFETY: as above.
+    let busy = unsafe { *errno_at } == EAGAIN;
+    // SAFETY: as above.
+    unsafe { *errno_at = caller_errno };
     if !busy {
         return call();
     }
+    let site = match entry_sp {
+        0 => CallSite::default(),
+        // SAFETY: the entry stack pointer of a `sem_wait` that has not returned.
+        sp => unsafe { CallSite::at_entry(sp) },
+    };
     // SAFETY: the caller's semaphore.
-    unsafe { contended(t, s, caller_errno, call) }
+    unsafe { contended(t, s, caller_errno, site, call) }
 }
 
 /// The semaphore is at zero: wait for a post, tracked.
@@ -351,6 +382,7 @@ unsafe fn contended(
     t: &ThreadRec,
     s: *mut sem_t,
     caller_errno: c_int,
+    site: CallSite,
     call: impl Fn() -> c_int,
 ) -> c_int {
     let addr = s as usize;
@@ -363,7 +395,7 @@ unsafe fn contended(
     // cancellation cut short.
     let inside = ManuallyDrop::new(Inside::enter());
     let obj = object(tr, t, addr);
-    let w = ManuallyDrop::new(engage::wait_begin(tr, t, obj, Side::Exclusive));
+    let w = ManuallyDrop::new(engage::wait_begin_at(tr, t, obj, Side::Exclusive, site));
     set_errno(caller_errno);
     let r = call();
     let e = errno();
@@ -399,27 +431,35 @@ pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
         return unsafe { glibc::sem_post(s) };
     };
     let addr = s as usize;
-    let caller_errno = errno();
-    let obj = match t.cached(addr) {
-        Some((_, obj)) => Some(obj),
-        None => tracker().map(|tr| {
-            let _in = Inside::enter();
-            object(tr, t, addr)
-        }),
+    let Some((slot, obj)) = t.cached(addr).or_else(|| first_post(t, addr)) else {
+        // SAFETY: forwarding.
+        return unsafe { glibc::sem_post(s) };
     };
     // Before the post: a waiter it wakes must find the episode already ended by its poster.
-    if let Some(obj) = obj {
+    if obj.flags() & EPISODE != 0 {
+        let e = errno();
         engage::released(t, obj);
+        set_errno(e);
     }
-    set_errno(caller_errno);
     // SAFETY: forwarding.
     let r = unsafe { glibc::sem_post(s) };
     if r == 0 {
-        if let Some(obj) = obj {
-            let e = errno();
-            obj.add(counter::POSTS, 1);
-            set_errno(e);
-        }
+        // Counted in the thread's cache like acquisitions (no allocation, no lock, errno kept).
+        t.count_aux(slot, AUX_POSTS);
     }
     r
+}
+
+/// A semaphore not in the thread's cache: registered (if new) and cached; errno kept.
+#[cold]
+#[inline(never)]
+fn first_post(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> {
+    let tr = tracker()?;
+    let e = errno();
+    let obj = {
+        let _in = Inside::enter();
+        object(tr, t, addr)
+    };
+    set_errno(e);
+    Some((t.slot(addr), obj))
 }

@@ -6,6 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
+use smallvec::SmallVec;
 use waitshim_format::{Deadlock, DeadlockEdge};
 
 use super::threads::ThreadRec;
@@ -24,7 +25,11 @@ pub struct Hop {
 
 /// The wait-for cycle through `start`, if there is one now.
 pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
-    let mut hops: Vec<Hop> = Vec::new();
+    // Most walks stop after a hop or two, at a holder that runs: take them without noting hops.
+    if !leads_back(tr, start) {
+        return None;
+    }
+    let mut hops: SmallVec<[Hop; 8]> = SmallVec::new();
     let mut t: &ThreadRec = start;
     for i in 0..MAX_HOPS {
         let p = t.waiting_on.load(Ordering::Acquire);
@@ -46,7 +51,7 @@ pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
             holder: h,
         });
         if h == start.tid() {
-            return Some(hops);
+            return Some(hops.into_vec());
         }
         if hops.iter().any(|x| x.tid == h) {
             // A cycle that does not pass through `start`: its own members report it.
@@ -55,6 +60,31 @@ pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
         t = tr.thread(h)?;
     }
     None
+}
+
+/// Whether the wait-for walk from `start` comes back to it now (a cycle through other threads
+/// only is walked to the hop limit).
+fn leads_back(tr: &Tracker, start: &ThreadRec) -> bool {
+    let mut t: &ThreadRec = start;
+    for i in 0..MAX_HOPS {
+        let p = t.waiting_on.load(Ordering::Acquire);
+        if p.is_null() {
+            return false;
+        }
+        // SAFETY: tracking entries are leaked and never freed.
+        let h = unsafe { &*p }.holder(i != 0);
+        if h == 0 {
+            return false;
+        }
+        if h == start.tid() {
+            return true;
+        }
+        match tr.thread(h) {
+            Some(next) => t = next,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// Records `cycle` unless a thread of it already did.

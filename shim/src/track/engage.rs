@@ -41,7 +41,11 @@ pub fn engaged_with(
     subtype: fn(usize) -> u32,
 ) {
     match hit {
-        Some((s, obj)) => took(t, s, obj, addr, true),
+        Some((s, obj)) => {
+            if !took_quick(t, s, obj, addr, true) {
+                took(t, s, obj, addr, true);
+            }
+        }
         None => engaged_uncached(t, addr, kind, subtype, true),
     }
 }
@@ -68,6 +72,9 @@ fn engaged_uncached(
 pub fn attempting(t: &ThreadRec, obj: &ObjEntry) {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
+    if held.quick != 0 {
+        held.settle(t);
+    }
     if held.len > 0 {
         held.note_edges(t, obj);
     }
@@ -91,6 +98,59 @@ fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
     if flags & (CONTENDED | EPISODE | HOLDER_CHAINS) != 0 {
         took_contended(t, obj, flags, n);
     }
+}
+
+/// The whole bookkeeping of an exclusive acquisition in the common case, inline and without a
+/// call: the object is cached and live, has no flag set but [`CONTENDED`] (no episode, nothing
+/// asked of its acquisitions), this acquisition's hold is not one to time, the thread holds no
+/// other lock (no lock-order edge to look at), the owner does not change and the slot's count
+/// does not reach its fold. Returns false, having done nothing, in any other case; the caller
+/// then does [`engaged`].
+#[inline(always)]
+pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
+    let s = t.slot(addr);
+    if s.addr.load(Ordering::Relaxed) != addr {
+        return false;
+    }
+    // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
+    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+    took_quick(t, s, obj, addr, false)
+}
+
+/// As [`engaged_quick`], for an object that may have been contended.
+#[inline(always)]
+pub fn engaged_quick_contended(t: &ThreadRec, addr: usize) -> bool {
+    let s = t.slot(addr);
+    if s.addr.load(Ordering::Relaxed) != addr {
+        return false;
+    }
+    // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
+    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+    took_quick(t, s, obj, addr, true)
+}
+
+/// [`took`] in the common case described at [`engaged_quick`]; false, having done nothing, in
+/// any other. Without `contended`, also false for a contended object (a single-threaded
+/// process has none, and spares the checks).
+#[inline(always)]
+fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: bool) -> bool {
+    // SAFETY: owning thread, not re-entered.
+    let held = unsafe { t.held_locks() };
+    let flags = obj.flags();
+    let other = if contended { !CONTENDED } else { !0 };
+    if flags & other != 0
+        || held.len | held.quick != 0
+        || obj.last_owner.load(Ordering::Relaxed) != t.tid()
+    {
+        return false;
+    }
+    // Holds of a contended object are timed one in HOLD_SAMPLE_EVERY (see `took`).
+    let n = s.pending.load(Ordering::Relaxed) + 1;
+    if !t.count_quick(s, n, flags == 0 || n % HOLD_SAMPLE_EVERY != 1) {
+        return false;
+    }
+    held.quick = addr;
+    true
 }
 
 #[inline(never)]
@@ -124,18 +184,40 @@ fn owner_changed(t: &ThreadRec, obj: &ObjEntry) {
 fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
     // SAFETY: owning thread; nothing between here and the push re-enters the shim.
     let held = unsafe { &mut t.local().held };
-    // Past the inline capacity a push would allocate, and malloc may lock: skip the timing.
-    if held.len() < held.inline_size() {
-        held.push(Held {
-            obj,
-            since: now_ns(),
-        });
-    }
+    held.push(Held {
+        obj,
+        since: now_ns(),
+    });
 }
 
 /// `t` is about to release the object at `addr`.
 #[inline(always)]
 pub fn disengaging(t: &ThreadRec, addr: usize) {
+    if !disengaging_quick(t, addr) {
+        disengaging_full(t, addr);
+    }
+}
+
+/// The release of the only lock held, when nothing else is to be done: no hold being timed, no
+/// episode to look at (the counterpart of [`engaged_quick`]). Returns false, having done
+/// nothing, in any other case.
+#[inline(always)]
+pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
+    // SAFETY: owning thread, not re-entered.
+    let held = unsafe { t.held_locks() };
+    if held.quick != addr
+        || !t.attention.load(Ordering::Acquire).is_null()
+        // SAFETY: owning thread; reading the length re-enters nothing.
+        || !unsafe { t.local() }.held.is_empty()
+    {
+        return false;
+    }
+    held.quick = 0;
+    true
+}
+
+#[inline(never)]
+fn disengaging_full(t: &ThreadRec, addr: usize) {
     // SAFETY: owning thread, not re-entered.
     unsafe { t.held_locks() }.pop(addr);
     // SAFETY: owning thread; reading the length re-enters nothing.
@@ -190,8 +272,7 @@ fn lookup(addr: usize) -> Option<&'static ObjEntry> {
 fn hold_ended(t: &ThreadRec, obj: &ObjEntry) {
     // SAFETY: owning thread, not re-entered (no call below enters the shim).
     let held = unsafe { &mut t.local().held };
-    if let Some(i) = held.iter().rposition(|h| std::ptr::eq(h.obj, obj)) {
-        let h = held.remove(i);
+    if let Some(h) = held.take(obj) {
         obj.held(now_ns().saturating_sub(h.since));
     }
 }
@@ -301,7 +382,7 @@ pub fn wait_begin_at(
             .saturating_sub(u32::from(still))
             .max(1);
     }
-    obj.stats.max_waiters.fetch_max(n, Ordering::Relaxed);
+    super::objects::raise(&obj.stats.max_waiters, n);
     if side == Side::Shared {
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
     }
@@ -312,7 +393,9 @@ pub fn wait_begin_at(
     let chain = pick.chain;
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
-    t.wait_seq.fetch_add(1, Ordering::AcqRel);
+    // Only this thread writes it: no read-modify-write needed.
+    t.wait_seq
+        .store(t.wait_seq.load(Ordering::Relaxed) + 1, Ordering::Release);
     t.waiting_on
         .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
     highwater::on_wait(tr, t, obj, n, start, chain);

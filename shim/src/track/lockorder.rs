@@ -26,6 +26,10 @@ pub struct Held {
     pub len: usize,
     /// Locks taken beyond `MAX_HELD`, released without being looked for.
     pub overflow: usize,
+    /// The one lock held, when the quick path (`engage::engaged_quick`) took it: only its
+    /// address is noted, and it is not in `locks` (0: none). Taking or waiting for another lock
+    /// while it is held moves it there first ([`Held::settle`]).
+    pub quick: usize,
     edges: [(u64, u64); EDGE_CACHE],
 }
 
@@ -35,6 +39,7 @@ impl Default for Held {
             locks: [(0, std::ptr::null()); MAX_HELD],
             len: 0,
             overflow: 0,
+            quick: 0,
             edges: [(0, 0); EDGE_CACHE],
         }
     }
@@ -44,6 +49,9 @@ impl Held {
     /// `obj` is taken: note the edges from every lock held, then hold it.
     #[inline(always)]
     pub fn push(&mut self, t: &ThreadRec, addr: usize, obj: &ObjEntry, edges: bool) {
+        if self.quick != 0 {
+            self.settle(t);
+        }
         if edges && self.len > 0 {
             self.note_edges(t, obj);
         }
@@ -58,7 +66,9 @@ impl Held {
     /// The lock at `addr` is released.
     #[inline(always)]
     pub fn pop(&mut self, addr: usize) {
-        if self.len > 0 && self.locks[self.len - 1].0 == addr {
+        if self.quick == addr {
+            self.quick = 0;
+        } else if self.len > 0 && self.locks[self.len - 1].0 == addr {
             self.len -= 1;
         } else {
             self.remove(addr);
@@ -73,6 +83,23 @@ impl Held {
                 self.len -= 1;
             }
             None => self.overflow = self.overflow.saturating_sub(1),
+        }
+    }
+
+    /// Moves the lock the quick path took into `locks`, with its tracking entry.
+    #[cold]
+    #[inline(never)]
+    pub fn settle(&mut self, t: &ThreadRec) {
+        let addr = std::mem::take(&mut self.quick);
+        let obj = match t.cached(addr) {
+            Some((_, obj)) => Some(obj),
+            None => tracker().and_then(|tr| {
+                let _in = Inside::enter();
+                tr.objects.get(&addr).map(|e| e.value().0)
+            }),
+        };
+        if let Some(obj) = obj {
+            self.push(t, addr, obj, false);
         }
     }
 

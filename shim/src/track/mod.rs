@@ -25,7 +25,7 @@ use crate::clock::now_ns;
 use crate::config::Config;
 use crate::log::Log;
 use crate::modules::Modules;
-use objects::{ObjEntry, ObjRef};
+use objects::{ObjEntry, ObjRef, Padded};
 use threads::{Inside, ThreadRec, ThreadRef, EXIT_HOOK};
 
 pub struct Tracker {
@@ -43,9 +43,10 @@ pub struct Tracker {
     pub modules: Modules,
     /// The global highwater mark: most threads ever seen waiting at once on one engaged object.
     pub highwater: AtomicU32,
-    /// Threads alive, and threads blocked in a wait the shim sees (not ready to run).
+    /// Threads alive, and threads blocked in a wait the shim sees (not ready to run). `blocked`
+    /// changes at every wait: on a cache line of its own, away from the fields every wait reads.
     pub live: AtomicI32,
-    pub blocked: AtomicI32,
+    pub blocked: Padded<AtomicI32>,
     next_object: AtomicU64,
     pub next_record: AtomicU64,
     last_flush: AtomicU64,
@@ -133,7 +134,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         modules: Modules::new(),
         highwater: AtomicU32::new(0),
         live: AtomicI32::new(0),
-        blocked: AtomicI32::new(0),
+        blocked: Padded(AtomicI32::new(0)),
         next_object: AtomicU64::new(1),
         next_record: AtomicU64::new(1),
         last_flush: AtomicU64::new(now),
@@ -163,6 +164,7 @@ pub fn init() {
         STATE.store(OFF, Ordering::Release);
         return;
     }
+    crate::real::resolve_fast_paths();
     crate::real::init_single_threaded();
     threads::check_tid_offset();
     let unwinder_note = chain::init();
@@ -202,6 +204,21 @@ pub fn init() {
 pub struct CallSite {
     pub ret: usize,
     pub sp: usize,
+}
+
+impl CallSite {
+    /// The call site of a function whose stack pointer at entry (before it pushed anything) was
+    /// `entry_sp`: the return address is there, and the caller's stack pointer just above it.
+    ///
+    /// # Safety
+    /// `entry_sp` is the entry stack pointer of a function that has not returned yet.
+    pub unsafe fn at_entry(entry_sp: usize) -> CallSite {
+        CallSite {
+            // SAFETY: per the contract, the return address is still there.
+            ret: unsafe { *(entry_sp as *const usize) },
+            sp: entry_sp + 8,
+        }
+    }
 }
 
 /// How a thread came to be, when the shim saw it created.
@@ -697,6 +714,7 @@ impl Tracker {
         let mut pending: HashMap<usize, u64> = HashMap::new();
         for e in self.threads.iter() {
             for s in &e.value().0.slots {
+                threads::fold_aux(s);
                 let n = s.pending.load(Ordering::Relaxed);
                 let p = s.obj.load(Ordering::Relaxed);
                 if n > 0 && !p.is_null() {

@@ -8,24 +8,29 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use waitshim_format::{CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
+use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
 
 use super::highwater::Episode;
 
 /// Always-on counters. Acquisitions are gathered per thread and added here in batches.
+///
+/// In this order: the ones every contended wait changes come last, so that they share one cache
+/// line with `ObjEntry::version` (which follows), and a wait moves that one line between
+/// threads instead of two.
 #[derive(Default)]
+#[repr(C)]
 pub struct Stats {
     pub acquisitions: AtomicU64,
-    pub contended: AtomicU64,
-    pub owner_changes: AtomicU64,
     pub busy: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
-    pub wait_total: AtomicU64,
-    pub wait_max: AtomicU64,
     pub hold_total: AtomicU64,
     pub hold_max: AtomicU64,
     pub hold_samples: AtomicU64,
+    pub owner_changes: AtomicU64,
+    pub contended: AtomicU64,
+    pub wait_total: AtomicU64,
+    pub wait_max: AtomicU64,
     pub max_waiters: AtomicU32,
 }
 
@@ -101,6 +106,12 @@ pub struct ObjEntry {
 /// Counter keys are below this.
 pub const EXTRA_KEYS: usize = 64;
 
+/// Which of a thread's kind-specific pending counts of an object (`Slot::aux`) counts what.
+pub const AUX_POSTS: usize = 0;
+pub const AUX_READS: usize = 0;
+pub const AUX_SIGNALS: usize = 0;
+pub const AUX_BROADCASTS: usize = 1;
+
 /// A value alone on its cache line, so waiter counting does not slow the fast-path fields.
 #[repr(align(64))]
 #[derive(Default)]
@@ -157,8 +168,21 @@ impl ObjEntry {
     /// Raises a `waitshim_format::counter` of this object to at least `v`.
     pub fn raise(&self, key: u16, v: u64) {
         if let Some(c) = self.extra_slot(key) {
-            c.fetch_max(v, Ordering::Relaxed);
-            self.touch();
+            if raise(c, v) {
+                self.touch();
+            }
+        }
+    }
+
+    /// The counter that each of a thread's kind-specific pending counts of this object
+    /// (`Slot::aux`, indices [`AUX_POSTS`] and so on) goes to.
+    pub fn aux_key(&self, i: usize) -> Option<u16> {
+        match (self.kind, i) {
+            (ObjectKind::Semaphore, AUX_POSTS) => Some(counter::POSTS),
+            (ObjectKind::RwLock, AUX_READS) => Some(counter::READ_ACQUISITIONS),
+            (ObjectKind::Cond, AUX_SIGNALS) => Some(counter::SIGNALS),
+            (ObjectKind::Cond, AUX_BROADCASTS) => Some(counter::BROADCASTS),
+            _ => None,
         }
     }
 
@@ -222,7 +246,7 @@ impl ObjEntry {
         let s = &self.stats;
         s.contended.fetch_add(1, Ordering::Relaxed);
         s.wait_total.fetch_add(wait_ns, Ordering::Relaxed);
-        s.wait_max.fetch_max(wait_ns, Ordering::Relaxed);
+        raise(&s.wait_max, wait_ns);
         self.site(chain_id, wait_ns);
     }
 
@@ -260,14 +284,14 @@ impl ObjEntry {
             });
         site.count.fetch_add(1, Ordering::Relaxed);
         site.total.fetch_add(wait_ns, Ordering::Relaxed);
-        site.max.fetch_max(wait_ns, Ordering::Relaxed);
+        raise(&site.max, wait_ns);
         self.touch();
     }
 
     pub fn held(&self, hold_ns: u64) {
         let s = &self.stats;
         s.hold_total.fetch_add(hold_ns, Ordering::Relaxed);
-        s.hold_max.fetch_max(hold_ns, Ordering::Relaxed);
+        raise(&s.hold_max, hold_ns);
         s.hold_samples.fetch_add(1, Ordering::Relaxed);
         self.touch();
     }
@@ -312,6 +336,32 @@ impl ObjEntry {
                 wait_max_ns: s.max.load(Ordering::Relaxed),
             })
             .collect()
+    }
+}
+
+/// Raises a maximum to at least `v`; true if it changed. The read first spares the atomic
+/// read-modify-write (and the exclusive ownership of the cache line it takes) when it would not.
+pub fn raise<A: AtomicMax>(c: &A, v: A::Value) -> bool {
+    c.at_least(v)
+}
+
+/// The maxima kept by [`raise`].
+pub trait AtomicMax {
+    type Value;
+    fn at_least(&self, v: Self::Value) -> bool;
+}
+
+impl AtomicMax for AtomicU64 {
+    type Value = u64;
+    fn at_least(&self, v: u64) -> bool {
+        v > self.load(Ordering::Relaxed) && self.fetch_max(v, Ordering::Relaxed) < v
+    }
+}
+
+impl AtomicMax for AtomicU32 {
+    type Value = u32;
+    fn at_least(&self, v: u32) -> bool {
+        v > self.load(Ordering::Relaxed) && self.fetch_max(v, Ordering::Relaxed) < v
     }
 }
 

@@ -7,8 +7,6 @@
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use smallvec::SmallVec;
-
 use super::lockorder;
 use super::objects::{ObjEntry, DEAD};
 
@@ -16,18 +14,79 @@ pub const SLOTS: usize = 64;
 /// Acquisitions counted in a slot before they are added to the object.
 const FOLD_EVERY: u64 = 1 << 16;
 
+/// 32 bytes, aligned: a slot never straddles two cache lines.
+#[repr(C, align(32))]
 pub struct Slot {
     pub addr: AtomicUsize,
     pub obj: AtomicPtr<ObjEntry>,
     /// Acquisitions not yet added to the object's counter. Written only by the owning thread
     /// (plain load + store); read by the exit flush of another thread.
     pub pending: AtomicU64,
+    /// Kind-specific counts not yet added to the object (which counter each is:
+    /// [`ObjEntry::aux_key`]): a semaphore's posts, an rwlock's read acquisitions, a condition
+    /// variable's signals and broadcasts. Incremented atomically, unlike `pending`: a post may
+    /// come from a signal handler that interrupted the thread counting one, and the exit flush
+    /// moves another thread's counts to the object.
+    pub aux: [AtomicU32; 2],
 }
 
 /// A held object whose hold time is being measured.
+#[derive(Clone, Copy)]
 pub struct Held {
     pub obj: *const ObjEntry,
     pub since: u64,
+}
+
+/// Holds being timed, at most [`Timed::CAPACITY`] at once: one more is not timed, so that timing
+/// never allocates (malloc may lock). A fixed array, so that a release tells with one load
+/// whether any hold is being timed.
+pub struct Timed {
+    list: [Held; Timed::CAPACITY],
+    len: usize,
+}
+
+impl Timed {
+    pub const CAPACITY: usize = 8;
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Starts timing `h`, unless the list is full.
+    pub fn push(&mut self, h: Held) {
+        if self.len < Self::CAPACITY {
+            self.list[self.len] = h;
+            self.len += 1;
+        }
+    }
+
+    /// Stops timing the hold of `obj` (the latest one), returning it.
+    pub fn take(&mut self, obj: *const ObjEntry) -> Option<Held> {
+        let i = self.list[..self.len]
+            .iter()
+            .rposition(|h| std::ptr::eq(h.obj, obj))?;
+        let h = self.list[i];
+        self.list.copy_within(i + 1..self.len, i);
+        self.len -= 1;
+        Some(h)
+    }
+
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+impl Default for Timed {
+    fn default() -> Self {
+        Timed {
+            list: [Held {
+                obj: std::ptr::null(),
+                since: 0,
+            }; Timed::CAPACITY],
+            len: 0,
+        }
+    }
 }
 
 pub struct ThreadRec {
@@ -61,7 +120,7 @@ pub struct ThreadRec {
 }
 
 pub struct Local {
-    pub held: SmallVec<[Held; 8]>,
+    pub held: Timed,
     /// (chain hash, chain id): saves the global intern table for repeated chains.
     pub chain_cache: [(u64, u32); 32],
     /// (return address, caller's stack pointer, chain id): the chain last captured for a call
@@ -72,7 +131,7 @@ pub struct Local {
 impl Default for Local {
     fn default() -> Self {
         Local {
-            held: SmallVec::new(),
+            held: Timed::default(),
             chain_cache: [(0, 0); 32],
             site_cache: [(0, 0, 0); 64],
         }
@@ -94,6 +153,7 @@ impl ThreadRec {
                 addr: AtomicUsize::new(0),
                 obj: AtomicPtr::new(std::ptr::null_mut()),
                 pending: AtomicU64::new(0),
+                aux: [AtomicU32::new(0), AtomicU32::new(0)],
             }),
             waiting_on: AtomicPtr::new(std::ptr::null_mut()),
             wait_seq: AtomicU64::new(0),
@@ -162,7 +222,27 @@ impl ThreadRec {
         n
     }
 
-    /// Adds a slot's pending count to its object (owner thread only).
+    /// As [`ThreadRec::count`], when `ok` and the count `n` (the slot's count plus one) does
+    /// not reach the fold: true, counted; false, nothing done.
+    #[inline(always)]
+    pub fn count_quick(&self, s: &Slot, n: u64, ok: bool) -> bool {
+        if n == FOLD_EVERY || !ok {
+            return false;
+        }
+        s.pending.store(n, Ordering::Relaxed);
+        true
+    }
+
+    /// Counts one of the slot's kind-specific events (`Slot::aux[i]`). No allocation and no
+    /// lock, so that a signal handler may count a post.
+    #[inline(always)]
+    pub fn count_aux(&self, s: &Slot, i: usize) {
+        if u64::from(s.aux[i].fetch_add(1, Ordering::Relaxed)) + 1 >= FOLD_EVERY {
+            fold_aux(s);
+        }
+    }
+
+    /// Adds a slot's pending counts to its object (owner thread only).
     pub fn fold(&self, s: &Slot) {
         let n = s.pending.swap(0, Ordering::Relaxed);
         let p = s.obj.load(Ordering::Relaxed);
@@ -172,6 +252,7 @@ impl ThreadRec {
             // No `touch`: acquisitions alone are written with the flush's backoff.
             obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
         }
+        fold_aux(s);
     }
 
     pub fn fold_all(&self) {
@@ -217,6 +298,28 @@ impl ThreadRec {
             s.addr.store(0, Ordering::Relaxed);
             s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
             s.pending.store(0, Ordering::Relaxed);
+            for a in &s.aux {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Adds a slot's kind-specific counts to its object (any thread: they are swapped out
+/// atomically).
+pub fn fold_aux(s: &Slot) {
+    let p = s.obj.load(Ordering::Relaxed);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: leaked entry, see `ThreadRec::cached`.
+    let obj = unsafe { &*p };
+    for (i, a) in s.aux.iter().enumerate() {
+        if a.load(Ordering::Relaxed) != 0 {
+            let n = a.swap(0, Ordering::Relaxed);
+            if let Some(key) = obj.aux_key(i) {
+                obj.add(key, u64::from(n));
+            }
         }
     }
 }
@@ -353,6 +456,15 @@ impl Drop for Inside {
             set_mode(self.prev);
         }
     }
+}
+
+/// The calling thread's record if it is registered and not inside the shim: one load, for the
+/// fast paths (`current` also registers a thread it has not seen).
+#[inline(always)]
+pub fn current_fast() -> Option<&'static ThreadRec> {
+    let p = raw::get(raw::FAST) as *const ThreadRec;
+    // SAFETY: records are leaked and never freed.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 /// The calling thread's record when the shim should track this call: tracking is on, the
