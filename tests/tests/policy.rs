@@ -195,45 +195,37 @@ fn tids_named<'a>(log: &LogReport<'a>, prefix: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-#[test]
-fn thread_name_glob_selects_only_the_db_worker_threads() {
+/// Runs `selectors` with a rule that records the waits `selector` picks; every event must come
+/// from the two threads whose names start with `prefix`.
+fn events_only_from_threads(selector: &str, prefix: &str) {
     let run = run_with_policy(
         "selectors",
         &[],
-        r#"{"rules":[{"match":{"thread_name":"db-*"},"actions":["record"]}]}"#,
+        &format!(r#"{{"rules":[{{"match":{{{selector}}},"actions":["record"]}}]}}"#),
     );
     let a = run.analyze();
     let log = a.log(0);
-    let db = tids_named(&log, "db-worker-");
-    assert_eq!(db.len(), 2);
+    let chosen = tids_named(&log, prefix);
+    assert_eq!(chosen.len(), 2, "threads named {prefix}*");
     let ev = events(&log);
-    assert!(!ev.is_empty(), "the db workers waited");
+    assert!(!ev.is_empty(), "the {prefix}* threads waited");
     for e in &ev {
         assert!(
-            db.contains(&&e["tid"]),
-            "event from a thread not named db-*: {e}"
+            chosen.contains(&&e["tid"]),
+            "{selector}: event from a thread not named {prefix}*: {e}"
         );
     }
 }
 
 #[test]
+fn thread_name_glob_selects_only_the_db_worker_threads() {
+    events_only_from_threads(r#""thread_name":"db-*""#, "db-worker-");
+}
+
+/// The web threads are selected by their start routine (`web_worker`), not their names.
+#[test]
 fn thread_group_glob_selects_threads_by_start_routine() {
-    let run = run_with_policy(
-        "selectors",
-        &[],
-        r#"{"rules":[{"match":{"thread_group":"web_*"},"actions":["record"]}]}"#,
-    );
-    let a = run.analyze();
-    let log = a.log(0);
-    let web = tids_named(&log, "web-");
-    let ev = events(&log);
-    assert!(!ev.is_empty(), "the web workers waited");
-    for e in &ev {
-        assert!(
-            web.contains(&&e["tid"]),
-            "event from a thread not started in web_*: {e}"
-        );
-    }
+    events_only_from_threads(r#""thread_group":"web_*""#, "web-");
 }
 
 #[test]
