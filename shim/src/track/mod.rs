@@ -658,18 +658,20 @@ impl Tracker {
         }
     }
 
-    /// Writes an object's counters; with `details`, also its kind counters and wait sites (they
-    /// change only with contended activity).
+    /// Writes an object's counters and kind counters; with `details`, also its wait sites
+    /// (they change only with contended activity).
     fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64, details: bool) {
         let v = obj.version.load(Ordering::Relaxed);
         let counters = obj.counters(now, extra);
-        obj.flushed_acquisitions
-            .store(counters.acquisitions, Ordering::Relaxed);
+        obj.flushed_quiet.store(
+            counters.acquisitions + obj.quiet.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         self.log.write(&counters.into());
+        if let Some(k) = obj.kind_counters(now) {
+            self.log.write(&k.into());
+        }
         if details {
-            if let Some(k) = obj.kind_counters(now) {
-                self.log.write(&k.into());
-            }
             for site in obj.wait_sites() {
                 self.log.write(&site.into());
             }
@@ -747,8 +749,10 @@ impl Tracker {
                 .unwrap_or(0);
             if obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed) {
                 self.write_counters(obj, now, extra, true);
-            } else if obj.stats.acquisitions.load(Ordering::Relaxed) + extra
-                != obj.flushed_acquisitions.load(Ordering::Relaxed)
+            } else if obj.stats.acquisitions.load(Ordering::Relaxed)
+                + extra
+                + obj.quiet.load(Ordering::Relaxed)
+                != obj.flushed_quiet.load(Ordering::Relaxed)
                 && (complete || now >= obj.quiet_until.load(Ordering::Relaxed))
             {
                 self.write_counters(obj, now, extra, false);

@@ -82,8 +82,11 @@ pub struct ObjEntry {
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
     pub version: AtomicU64,
     pub flushed: AtomicU64,
-    /// Acquisitions (counted and still cached by threads) when the counters were last written.
-    pub flushed_acquisitions: AtomicU64,
+    /// Uncontended events added with `add_quiet`, all kinds together.
+    pub quiet: AtomicU64,
+    /// Acquisitions (counted and still cached by threads) plus `quiet` when the counters were
+    /// last written.
+    pub flushed_quiet: AtomicU64,
     /// Uncontended acquisitions alone are written again only after `quiet_until` (ns); the
     /// gap doubles each time (see `Tracker::flush_locked`).
     pub quiet_until: AtomicU64,
@@ -137,7 +140,8 @@ impl ObjEntry {
             stats: Stats::default(),
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
-            flushed_acquisitions: AtomicU64::new(0),
+            quiet: AtomicU64::new(0),
+            flushed_quiet: AtomicU64::new(0),
             quiet_until: AtomicU64::new(0),
             quiet_gap: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
@@ -162,6 +166,15 @@ impl ObjEntry {
         if let Some(c) = self.extra_slot(key) {
             c.fetch_add(v, Ordering::Relaxed);
             self.touch();
+        }
+    }
+
+    /// As [`ObjEntry::add`], for counts of uncontended events (posts, read acquisitions,
+    /// signals): written with the flush's backoff, like acquisitions, not at every flush.
+    pub fn add_quiet(&self, key: u16, v: u64) {
+        if let Some(c) = self.extra_slot(key) {
+            c.fetch_add(v, Ordering::Relaxed);
+            self.quiet.fetch_add(v, Ordering::Relaxed);
         }
     }
 

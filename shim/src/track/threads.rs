@@ -318,7 +318,7 @@ pub fn fold_aux(s: &Slot) {
         if a.load(Ordering::Relaxed) != 0 {
             let n = a.swap(0, Ordering::Relaxed);
             if let Some(key) = obj.aux_key(i) {
-                obj.add(key, u64::from(n));
+                obj.add_quiet(key, u64::from(n));
             }
         }
     }
