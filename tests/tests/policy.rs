@@ -57,6 +57,16 @@ fn rule_stats<'a>(log: &LogReport<'a>, version: u64, rule: u64) -> &'a Value {
         })
 }
 
+/// Rule 0 of policy version 1 saw `requests` requests and acted on `acted` of them.
+fn assert_requests_acted(log: &LogReport, requests: u64, acted: u64) {
+    let stats = rule_stats(log, 1, 0);
+    assert_eq!(
+        (u(&stats["requests"]), u(&stats["acted"])),
+        (requests, acted),
+        "{stats}"
+    );
+}
+
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -84,12 +94,7 @@ fn min_waiters_3_collects_chains_only_from_waits_that_found_3_waiters() {
         );
         assert_eq!(e["reason"], "acquired");
     }
-    let stats = rule_stats(&log, 1, 0);
-    assert_eq!(
-        (u(&stats["requests"]), u(&stats["acted"])),
-        (7, 5),
-        "{stats}"
-    );
+    assert_requests_acted(&log, 7, 5);
     // Waits the rule did not act on carry no chain: the object's wait sites split 5 / 2.
     let obj = log.object_created_at("waves.c", line_of("waves.c", "creation-site"));
     let sites = obj["wait_sites"].as_array().expect("wait_sites");
@@ -119,12 +124,7 @@ fn granularity_10_acts_at_10_20_and_30_waiters() {
     let mut counts: Vec<u64> = events(&log).iter().map(|e| u(&e["waiters"])).collect();
     counts.sort_unstable();
     assert_eq!(counts, [10, 20, 30]);
-    let stats = rule_stats(&log, 1, 0);
-    assert_eq!(
-        (u(&stats["requests"]), u(&stats["acted"])),
-        (39, 3),
-        "{stats}"
-    );
+    assert_requests_acted(&log, 39, 3);
 }
 
 /// max_waiters 4: in a wave of 8 the waits that found 1..3 waiters act and 4..7 are
@@ -369,12 +369,7 @@ fn hot_reload_mid_run_changes_what_is_collected() {
         assert_eq!(e["version"], 2);
         assert!(u(&e["at_ns"]) > switched);
     }
-    let first = rule_stats(&log, 1, 0);
-    assert_eq!(
-        (u(&first["requests"]), u(&first["acted"])),
-        (5, 5),
-        "{first}"
-    );
+    assert_requests_acted(&log, 5, 5);
 }
 
 /// The program asks for a snapshot through the C API, then the test asks by signal: both are
