@@ -524,22 +524,7 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now:
     }
     let (version, rule) = (act.active.version, act.rule);
     if act.actions & action::ALL_WAITERS != 0 {
-        let me = t.tid();
-        let mut waiters = vec![WaiterRef {
-            tid: me,
-            chain_id: act.chain,
-            wait_ns: 0,
-        }];
-        for e in tr.threads.iter() {
-            let other = e.value().0;
-            if other.tid() != me && std::ptr::eq(other.waiting_on.load(Ordering::Acquire), obj) {
-                waiters.push(WaiterRef {
-                    tid: other.tid(),
-                    chain_id: other.wait_chain.load(Ordering::Relaxed),
-                    wait_ns: now.saturating_sub(other.wait_start.load(Ordering::Relaxed)),
-                });
-            }
-        }
+        let waiters = waiting_threads(tr, t, obj, act);
         tr.log.write(
             &WaiterChains {
                 object_id: obj.id,
@@ -584,6 +569,43 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now:
             write(how, chain);
         }
     }
+}
+
+/// The threads waiting on `obj` now, this one first. A waiter counts itself before it
+/// publishes that it waits (`waiting_on`, after its chain): those that were counted are given a
+/// few milliseconds to show up.
+fn waiting_threads(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, act: &Act) -> Vec<WaiterRef> {
+    let me = t.tid();
+    let mut waiters = Vec::new();
+    for attempt in 0..20 {
+        let now = now_ns();
+        waiters.clear();
+        waiters.push(WaiterRef {
+            tid: me,
+            chain_id: act.chain,
+            wait_ns: 0,
+        });
+        for e in tr.threads.iter() {
+            let other = e.value().0;
+            if other.tid() != me && std::ptr::eq(other.waiting_on.load(Ordering::Acquire), obj) {
+                waiters.push(WaiterRef {
+                    tid: other.tid(),
+                    chain_id: other.wait_chain.load(Ordering::Relaxed),
+                    wait_ns: now.saturating_sub(other.wait_start.load(Ordering::Relaxed)),
+                });
+            }
+        }
+        if waiters.len() >= act.waiters as usize || attempt == 19 {
+            break;
+        }
+        let pause = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 250_000,
+        };
+        // SAFETY: plain system call with a valid timespec.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+    waiters
 }
 
 /// A wait slice expired (the thread waits on): a `min_wait` may have been reached.

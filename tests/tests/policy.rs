@@ -277,23 +277,31 @@ fn min_wait_records_only_the_long_waits() {
     }
 }
 
-/// The holder sleeps in slow_update() while it holds the lock: its live stack, asked for by
-/// signal while the waiter waits, names that function.
-#[test]
-fn holder_live_stack_names_the_function_the_holder_sleeps_in() {
+/// Runs `holder_sleeps` with `args` under a policy asking for the holder's live stack; checks
+/// its output and that exactly one stack was taken. Returns the run and that stack.
+fn one_holder_stack(args: &[&str]) -> (Run, Value) {
     let run = run_with_policy(
         "holder_sleeps",
-        &[],
+        args,
         r#"{"rules":[{"match":{"kind":"mutex"},"actions":["holder_live_stack"]}]}"#,
     );
     assert_eq!(run.stdout_text(), "holder_sleeps: done\n");
     let a = run.analyze();
-    let log = a.log(0);
-    let stacks = log.0["holder_stacks"]["listed"]
+    let stacks = a.log(0).0["holder_stacks"]["listed"]
         .as_array()
-        .expect("holder_stacks");
+        .expect("holder_stacks")
+        .clone();
     assert_eq!(stacks.len(), 1, "{stacks:?}");
-    let s = &stacks[0];
+    (run, stacks[0].clone())
+}
+
+/// The holder sleeps in slow_update() while it holds the lock: its stack, scanned while the
+/// waiter waits (a holder blocked in a system call is not signalled), names that function.
+#[test]
+fn holder_live_stack_names_the_function_the_holder_sleeps_in() {
+    let (run, s) = one_holder_stack(&[]);
+    let a = run.analyze();
+    let log = a.log(0);
     assert_eq!(s["live"], true);
     assert_eq!(
         s["how"], "scanned",
@@ -600,19 +608,7 @@ fn live_stacks_do_not_cut_the_holders_sleeps_short() {
 /// names the function it is busy in.
 #[test]
 fn holder_live_stack_of_a_running_holder_comes_from_its_own_unwind() {
-    let run = run_with_policy(
-        "holder_sleeps",
-        &["spin"],
-        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["holder_live_stack"]}]}"#,
-    );
-    assert_eq!(run.stdout_text(), "holder_sleeps: done\n");
-    let a = run.analyze();
-    let log = a.log(0);
-    let stacks = log.0["holder_stacks"]["listed"]
-        .as_array()
-        .expect("holder_stacks");
-    assert_eq!(stacks.len(), 1, "{stacks:?}");
-    let s = &stacks[0];
+    let (_run, s) = one_holder_stack(&["spin"]);
     assert_eq!(s["how"], "signal", "{s}");
     assert_eq!(s["function"], "spin_update", "{s}");
 }
