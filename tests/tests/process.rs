@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use waitshim_tests::{analyze, compile_c, compile_c_with, frame_text, line_of, Launch};
+use waitshim_tests::{analyze, compile_c, compile_c_with, frame_text, line_of, Launch, Run};
 
 fn file_name(p: &Path) -> String {
     p.file_name()
@@ -351,4 +351,44 @@ fn mutex_locked_by_another_librarys_constructor_before_the_shim_started_is_track
         5,
         "the 3 acquisitions made before the shim's constructor ran must be counted: {lock}"
     );
+}
+
+/// The waits at `fixtures/waits_in_flight.c`'s worker-lock site on its gate mutex, as the
+/// report of `run` shows them: (contended acquisitions, waits listed at that site).
+fn gate_waits(run: &Run) -> (u64, u64) {
+    let a = run.analyze();
+    let log = a.log(0);
+    let gate = log.object_created_at(
+        "waits_in_flight.c",
+        line_of("waits_in_flight.c", "creation-site"),
+    );
+    let lock = line_of("waits_in_flight.c", "worker-lock");
+    let at_site = gate["wait_sites"]
+        .as_array()
+        .expect("wait_sites")
+        .iter()
+        .filter(|w| log.chain_has(&w["chain_id"], "waits_in_flight.c", lock))
+        .map(|w| w["count"].as_u64().expect("count"))
+        .sum();
+    (log.counter(gate, "contended"), at_site)
+}
+
+/// Three workers each wait once for a mutex, then stay alive, parked, while main asks for a
+/// snapshot and is killed: the waits of threads that never ended are in the log.
+#[test]
+fn a_snapshot_holds_the_waits_of_threads_still_running() {
+    let running = Launch::fixture("waits_in_flight").arg("hang").spawn();
+    running.wait_for_stdout("snapshot");
+    let run = running.kill();
+    assert_eq!(gate_waits(&run), (3, 3));
+}
+
+/// The same mutex destroyed while the three workers that waited for it still run: its last
+/// counters hold their waits.
+#[test]
+fn a_mutex_destroyed_while_its_waiters_still_run_keeps_their_waits() {
+    let run = Launch::fixture("waits_in_flight").arg("destroy").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "destroyed\ndone\n");
+    assert_eq!(gate_waits(&run), (3, 3));
 }

@@ -23,7 +23,7 @@ use libc::{
     c_int, clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec, EOWNERDEAD,
     ETIMEDOUT,
 };
-use waitshim_format::{counter, ObjectKind};
+use waitshim_format::ObjectKind;
 
 use super::mutex;
 use crate::clock::now_ns;
@@ -258,13 +258,12 @@ impl Pending<'_> {
             (EOWNERDEAD, _) => Outcome::OwnerDied,
             _ => Outcome::Failed,
         };
-        if let (0 | EOWNERDEAD, Some(at)) = (r, woken_at) {
-            // From the wake-up to the return: the time spent re-acquiring the mutex.
-            let reacquire = now.saturating_sub(at);
-            cond.add(counter::REACQUIRE_WAIT_TOTAL_NS, reacquire);
-            cond.raise(counter::REACQUIRE_WAIT_MAX_NS, reacquire);
-        }
-        engage::wait_end(self.tr, self.t, w, outcome);
+        // From the wake-up to the return: the time spent re-acquiring the mutex.
+        let reacquire = match (r, woken_at) {
+            (0 | EOWNERDEAD, Some(at)) => Some(now.saturating_sub(at)),
+            _ => None,
+        };
+        engage::wait_end_reacquired(self.tr, self.t, w, outcome, reacquire);
         // The mutex is held again after a wake-up or a timeout (and, robust, an owner's death);
         // other errors returned before glibc released it.
         if matches!(r, 0 | ETIMEDOUT | EOWNERDEAD) {

@@ -181,7 +181,7 @@ fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static 
     let addr = th as usize;
     let mut tid = *tr.by_pthread.get(&addr)?.value();
     let mut obj = tr.object(t, addr, ObjectKind::Thread, tid);
-    let owner = obj.last_owner.load(Ordering::Acquire);
+    let owner = obj.owner.last.load(Ordering::Acquire);
     if owner != 0 && owner != tid {
         tr.object_destroyed(t, addr);
         obj = tr.object(t, addr, ObjectKind::Thread, tid);
@@ -192,7 +192,7 @@ fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static 
         tid = tr.by_pthread.get(&addr).map_or(0, |e| *e.value());
     }
     if tid != 0 {
-        obj.last_owner.store(tid, Ordering::Release);
+        obj.owner.last.store(tid, Ordering::Release);
     }
     Some(obj)
 }
@@ -202,7 +202,7 @@ fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static 
 /// that long anyway; a thread that never registers (tracking off) costs at most 50 ms once.
 fn await_tid(obj: &ObjEntry) {
     for _ in 0..500 {
-        if obj.last_owner.load(Ordering::Acquire) != 0 {
+        if obj.owner.last.load(Ordering::Acquire) != 0 {
             return;
         }
         std::thread::sleep(std::time::Duration::from_micros(100));
@@ -217,7 +217,7 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
         .get(&addr)
         .map(|e| e.value().0)
         .filter(|o| o.kind == ObjectKind::Thread)
-        .map_or(0, |o| o.last_owner.load(Ordering::Relaxed));
+        .map_or(0, |o| o.owner.last.load(Ordering::Relaxed));
     // Normally gone with the thread's exit; not if it exited before its creator saw it created.
     if tr
         .by_pthread
@@ -237,7 +237,7 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     obj.touch();
     // An episode the thread's exit did not end (it exited between the lookup and the wait).
     if obj.flags() & EPISODE != 0 {
-        let target = obj.last_owner.load(Ordering::Relaxed);
+        let target = obj.owner.last.load(Ordering::Relaxed);
         highwater::on_release(tr, target, obj, now_ns(), 0);
     }
     tr.object_destroyed(t, addr);

@@ -89,7 +89,7 @@ const HOLD_SAMPLE_EVERY: u64 = 64;
 #[inline(always)]
 fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
     let n = t.count(s);
-    if obj.last_owner.load(Ordering::Relaxed) != t.tid() {
+    if obj.owner.last.load(Ordering::Relaxed) != t.tid() {
         owner_changed(t, obj);
     }
     // SAFETY: owning thread; recording an edge uses only `local`, never `held_locks`.
@@ -140,7 +140,7 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
     let other = if contended { !CONTENDED } else { !0 };
     if flags & other != 0
         || held.len | held.quick != 0
-        || obj.last_owner.load(Ordering::Relaxed) != t.tid()
+        || obj.owner.last.load(Ordering::Relaxed) != t.tid()
     {
         return false;
     }
@@ -176,8 +176,8 @@ fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
 
 #[inline(never)]
 fn owner_changed(t: &ThreadRec, obj: &ObjEntry) {
-    obj.last_owner.store(t.tid(), Ordering::Relaxed);
-    obj.stats.owner_changes.fetch_add(1, Ordering::Relaxed);
+    obj.owner.last.store(t.tid(), Ordering::Relaxed);
+    obj.owner.changes.fetch_add(1, Ordering::Relaxed);
 }
 
 #[inline(never)]
@@ -461,7 +461,19 @@ impl Outcome {
 }
 
 /// `t` stops waiting (called inside the shim).
-pub fn wait_end(tr: &Tracker, t: &ThreadRec, mut w: Wait, outcome: Outcome) {
+pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
+    wait_end_reacquired(tr, t, w, outcome, None);
+}
+
+/// As [`wait_end`], for a condition variable wait woken `reacquire_ns` before it returned (the
+/// time it took to get the mutex back).
+pub fn wait_end_reacquired(
+    tr: &Tracker,
+    t: &ThreadRec,
+    mut w: Wait,
+    outcome: Outcome,
+    reacquire_ns: Option<u64>,
+) {
     // The count first: a thread finding the object busy now must not count this one.
     w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
@@ -475,22 +487,24 @@ pub fn wait_end(tr: &Tracker, t: &ThreadRec, mut w: Wait, outcome: Outcome) {
             w.chain = chain;
         }
     }
-    match w.side {
-        Side::Exclusive => obj.waited(w.chain, waited),
-        Side::Shared => {
-            obj.add(counter::READ_CONTENDED, 1);
-            obj.add(counter::READ_WAIT_TOTAL_NS, waited);
-            obj.raise(counter::READ_WAIT_MAX_NS, waited);
-            obj.site(w.chain, waited);
-        }
-    }
-    obj.add(outcome.key(), 1);
+    t.waits.note(
+        obj,
+        super::waits::Ended {
+            chain: w.chain,
+            shared: w.side == Side::Shared,
+            outcome: outcome.key(),
+            waited_ns: waited,
+            reacquire_ns,
+        },
+    );
     match outcome {
         Outcome::TimedOut => {
             obj.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            obj.touch();
         }
         Outcome::Failed | Outcome::Interrupted | Outcome::OwnerDied => {
             obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+            obj.touch();
         }
         _ => {}
     }

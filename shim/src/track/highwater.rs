@@ -92,7 +92,7 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
         // Held for writing: the writer. Held for reading there is no single holder: the last
         // reader to leave ends the episode (see the rwlock unlock).
         ObjectKind::RwLock => obj.holder(false),
-        _ => obj.last_owner.load(Ordering::Relaxed),
+        _ => obj.owner.last.load(Ordering::Relaxed),
     };
     let mut ep = Episode {
         record_id: tr.next_record.fetch_add(1, Ordering::Relaxed),

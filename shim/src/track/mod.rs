@@ -7,6 +7,7 @@ pub mod highwater;
 pub mod lockorder;
 pub mod objects;
 pub mod threads;
+pub mod waits;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{
@@ -288,7 +289,8 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
         let obj = e.value().0;
         if obj.kind == ObjectKind::Thread {
             let _ = obj
-                .last_owner
+                .owner
+                .last
                 .compare_exchange(0, tid, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
@@ -374,7 +376,7 @@ pub fn thread_exited() {
         if let Some(e) = tr.objects.get(&pthread) {
             let obj = e.value().0;
             if obj.kind == ObjectKind::Thread
-                && obj.last_owner.load(Ordering::Relaxed) == tid
+                && obj.owner.last.load(Ordering::Relaxed) == tid
                 && obj.flags() & objects::EPISODE != 0
             {
                 highwater::on_release(tr, tid, obj, now, 0);
@@ -625,7 +627,16 @@ impl Tracker {
         obj.set_flag(objects::DEAD);
         self.objects.remove(&obj.addr);
         let now = now_ns();
-        self.write_counters(obj, now, 0, true);
+        // Its waits still in threads' cells go into its last counters: those cells are added
+        // to a dead entry later, which is not written again.
+        let mut waits = HashMap::new();
+        if obj.flags() & objects::CONTENDED != 0 {
+            for e in self.threads.iter() {
+                e.value().0.waits.gather(&mut waits);
+            }
+        }
+        let key = obj as *const ObjEntry as usize;
+        self.write_counters(obj, now, 0, waits.get(&key), true);
         self.log.write(
             &ObjectDestroy {
                 object_id: obj.id,
@@ -659,20 +670,30 @@ impl Tracker {
     }
 
     /// Writes an object's counters and kind counters; with `details`, also its wait sites
-    /// (they change only with contended activity).
-    fn write_counters(&self, obj: &ObjEntry, now: u64, extra: u64, details: bool) {
+    /// (they change only with contended activity). `extra` acquisitions and `pending` waits
+    /// are still in threads' caches.
+    fn write_counters(
+        &self,
+        obj: &ObjEntry,
+        now: u64,
+        extra: u64,
+        pending: Option<&waits::Pending>,
+        details: bool,
+    ) {
         let v = obj.version.load(Ordering::Relaxed);
-        let counters = obj.counters(now, extra);
+        let counters = obj.counters(now, extra, pending);
         obj.flushed_quiet.store(
             counters.acquisitions + obj.quiet.load(Ordering::Relaxed),
             Ordering::Relaxed,
         );
+        obj.flushed_waits
+            .store(pending.map_or(0, |p| p.waits), Ordering::Relaxed);
         self.log.write(&counters.into());
-        if let Some(k) = obj.kind_counters(now) {
+        if let Some(k) = obj.kind_counters(now, pending) {
             self.log.write(&k.into());
         }
         if details {
-            for site in obj.wait_sites() {
+            for site in obj.wait_sites(pending) {
                 self.log.write(&site.into());
             }
         }
@@ -711,11 +732,13 @@ impl Tracker {
         self.flush_locked(complete);
     }
 
-    /// Acquisitions still counted in threads' caches, by object.
-    fn pending_counts(&self) -> HashMap<usize, u64> {
+    /// Acquisitions and waits still counted in threads' caches, by object.
+    fn pending_counts(&self) -> (HashMap<usize, u64>, HashMap<usize, waits::Pending>) {
         let mut pending: HashMap<usize, u64> = HashMap::new();
+        let mut waits = HashMap::new();
         for e in self.threads.iter() {
-            for s in &e.value().0.slots {
+            let t = e.value().0;
+            for s in &t.slots {
                 threads::fold_aux(s);
                 let n = s.pending.load(Ordering::Relaxed);
                 let p = s.obj.load(Ordering::Relaxed);
@@ -723,8 +746,9 @@ impl Tracker {
                     *pending.entry(p as usize).or_default() += n;
                 }
             }
+            t.waits.gather(&mut waits);
         }
-        pending
+        (pending, waits)
     }
 
     /// Objects whose counters changed through contended activity are written in full. Objects
@@ -740,22 +764,23 @@ impl Tracker {
             unsafe { &*p }.fold_all();
         }
         let now = now_ns();
-        let pending = self.pending_counts();
+        let (pending, waits) = self.pending_counts();
         for e in self.objects.iter() {
             let obj = e.value().0;
-            let extra = pending
-                .get(&(obj as *const ObjEntry as usize))
-                .copied()
-                .unwrap_or(0);
-            if obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed) {
-                self.write_counters(obj, now, extra, true);
+            let key = obj as *const ObjEntry as usize;
+            let extra = pending.get(&key).copied().unwrap_or(0);
+            let waiting = waits.get(&key);
+            if obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed)
+                || waiting.map_or(0, |w| w.waits) != obj.flushed_waits.load(Ordering::Relaxed)
+            {
+                self.write_counters(obj, now, extra, waiting, true);
             } else if obj.stats.acquisitions.load(Ordering::Relaxed)
                 + extra
                 + obj.quiet.load(Ordering::Relaxed)
                 != obj.flushed_quiet.load(Ordering::Relaxed)
                 && (complete || now >= obj.quiet_until.load(Ordering::Relaxed))
             {
-                self.write_counters(obj, now, extra, false);
+                self.write_counters(obj, now, extra, waiting, false);
                 let gap = (obj.quiet_gap.load(Ordering::Relaxed) * 2)
                     .clamp(1_000_000_000, 300_000_000_000);
                 obj.quiet_gap.store(gap, Ordering::Relaxed);

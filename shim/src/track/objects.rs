@@ -11,6 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
 
 use super::highwater::Episode;
+use super::waits::Pending;
 
 /// Always-on counters. Acquisitions are gathered per thread and added here in batches.
 ///
@@ -27,7 +28,6 @@ pub struct Stats {
     pub hold_total: AtomicU64,
     pub hold_max: AtomicU64,
     pub hold_samples: AtomicU64,
-    pub owner_changes: AtomicU64,
     pub contended: AtomicU64,
     pub wait_total: AtomicU64,
     pub wait_max: AtomicU64,
@@ -70,8 +70,9 @@ pub struct ObjEntry {
     pub kind: ObjectKind,
     /// [`DEAD`], [`CONTENDED`], [`EPISODE`]: one byte, read once per acquisition.
     pub flags: AtomicU8,
-    /// The last thread to acquire the object: its holder while it is held.
-    pub last_owner: AtomicU32,
+    /// Who acquired it last, on a line of its own: it is written at every change of owner, and
+    /// the fields above, read by every path, then stay shared in every core's cache.
+    pub owner: Padded<Owner>,
     // Contended paths only, on their own cache lines.
     pub waiters: Padded<AtomicU32>,
     /// Condition variables: when the last signal or broadcast that found waiters was sent
@@ -87,6 +88,8 @@ pub struct ObjEntry {
     /// Acquisitions (counted and still cached by threads) plus `quiet` when the counters were
     /// last written.
     pub flushed_quiet: AtomicU64,
+    /// Waits that were still in threads' cells when the counters were last written.
+    pub flushed_waits: AtomicU64,
     /// Uncontended acquisitions alone are written again only after `quiet_until` (ns); the
     /// gap doubles each time (see `Tracker::flush_locked`).
     pub quiet_until: AtomicU64,
@@ -115,6 +118,14 @@ pub const AUX_READS: usize = 0;
 pub const AUX_SIGNALS: usize = 0;
 pub const AUX_BROADCASTS: usize = 1;
 
+/// The last thread to acquire an object (its holder while it is held), and how many times that
+/// changed.
+#[derive(Default)]
+pub struct Owner {
+    pub last: AtomicU32,
+    pub changes: AtomicU64,
+}
+
 /// A value alone on its cache line, so waiter counting does not slow the fast-path fields.
 #[repr(align(64))]
 #[derive(Default)]
@@ -134,7 +145,7 @@ impl ObjEntry {
             id,
             kind,
             flags: AtomicU8::new(0),
-            last_owner: AtomicU32::new(0),
+            owner: Default::default(),
             waiters: Default::default(),
             last_wake: AtomicU64::new(0),
             stats: Stats::default(),
@@ -142,6 +153,7 @@ impl ObjEntry {
             flushed: AtomicU64::new(0),
             quiet: AtomicU64::new(0),
             flushed_quiet: AtomicU64::new(0),
+            flushed_waits: AtomicU64::new(0),
             quiet_until: AtomicU64::new(0),
             quiet_gap: AtomicU64::new(0),
             contention: Mutex::new(Contention::default()),
@@ -199,12 +211,16 @@ impl ObjEntry {
         }
     }
 
-    /// The non-zero kind-specific counters, if any were ever counted.
-    pub fn kind_counters(&self, now: u64) -> Option<KindCounters> {
-        let table = self.extra.get()?;
-        let values = table
-            .iter()
-            .enumerate()
+    /// The non-zero kind-specific counters, if any were ever counted, with the waits still in
+    /// threads' cells.
+    pub fn kind_counters(&self, now: u64, pending: Option<&Pending>) -> Option<KindCounters> {
+        let table = self.extra.get();
+        if table.is_none() && pending.is_none_or(|p| p.added.is_empty()) {
+            return None;
+        }
+        let mut values: Vec<CounterValue> = table
+            .into_iter()
+            .flat_map(|t| t.iter().enumerate())
             .filter_map(|(key, v)| {
                 let value = v.load(Ordering::Relaxed);
                 (value != 0).then_some(CounterValue {
@@ -213,6 +229,18 @@ impl ObjEntry {
                 })
             })
             .collect();
+        if let Some(p) = pending {
+            let sums = p.added.iter().map(|&(k, v)| (k, v, false));
+            for (key, v, is_max) in sums.chain(p.maxima.iter().map(|&(k, v)| (k, v, true))) {
+                match values.iter_mut().find(|c| c.key == key) {
+                    Some(c) if is_max => c.value = c.value.max(v),
+                    Some(c) => c.value += v,
+                    None if v != 0 => values.push(CounterValue { key, value: v }),
+                    None => {}
+                }
+            }
+            values.sort_by_key(|c| c.key);
+        }
         Some(KindCounters {
             object_id: self.id,
             ns: now,
@@ -228,7 +256,7 @@ impl ObjEntry {
             ObjectKind::Mutex if checked => glibc_mutex::owner_checked(self.addr),
             ObjectKind::Mutex => glibc_mutex::owner(self.addr),
             ObjectKind::RwLock => glibc_rwlock::writer(self.addr, checked),
-            ObjectKind::Thread => self.last_owner.load(Ordering::Relaxed),
+            ObjectKind::Thread => self.owner.last.load(Ordering::Relaxed),
             _ => 0,
         }
     }
@@ -254,18 +282,9 @@ impl ObjEntry {
         self.version.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Records a finished contended wait (exclusive side).
-    pub fn waited(&self, chain_id: u32, wait_ns: u64) {
-        let s = &self.stats;
-        s.contended.fetch_add(1, Ordering::Relaxed);
-        s.wait_total.fetch_add(wait_ns, Ordering::Relaxed);
-        raise(&s.wait_max, wait_ns);
-        self.site(chain_id, wait_ns);
-    }
-
-    /// Counts a wait at the call chain it came from. The last slot gathers the chains that
-    /// found the table full (reported under chain 0).
-    pub fn site(&self, chain_id: u32, wait_ns: u64) {
+    /// Adds waits gathered at one call chain (see `waits`). The last slot gathers the chains
+    /// that found the table full (reported under chain 0).
+    pub fn site_add(&self, chain_id: u32, count: u64, total_ns: u64, max_ns: u64) {
         let sites = self.sites.get_or_init(|| {
             Box::new(std::array::from_fn(|_| Site {
                 chain_id: AtomicU32::new(SITE_EMPTY),
@@ -295,9 +314,9 @@ impl ObjEntry {
                 last.chain_id.store(0, Ordering::Relaxed);
                 last
             });
-        site.count.fetch_add(1, Ordering::Relaxed);
-        site.total.fetch_add(wait_ns, Ordering::Relaxed);
-        raise(&site.max, wait_ns);
+        site.count.fetch_add(count, Ordering::Relaxed);
+        site.total.fetch_add(total_ns, Ordering::Relaxed);
+        raise(&site.max, max_ns);
         self.touch();
     }
 
@@ -309,21 +328,28 @@ impl ObjEntry {
         self.touch();
     }
 
-    /// Counters record of this object; `extra_acquisitions` are per-thread counts not yet added.
-    pub fn counters(&self, now: u64, extra_acquisitions: u64) -> Counters {
+    /// Counters record of this object; `extra_acquisitions` are per-thread counts not yet added,
+    /// `pending` the waits still in threads' cells.
+    pub fn counters(
+        &self,
+        now: u64,
+        extra_acquisitions: u64,
+        pending: Option<&Pending>,
+    ) -> Counters {
         let s = &self.stats;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let p = |f: fn(&Pending) -> u64| pending.map_or(0, f);
         Counters {
             object_id: self.id,
             ns: now,
             acquisitions: l(&s.acquisitions) + extra_acquisitions,
-            contended: l(&s.contended),
-            owner_changes: l(&s.owner_changes),
+            contended: l(&s.contended) + p(|p| p.contended),
+            owner_changes: l(&self.owner.changes),
             busy: l(&s.busy),
             timeouts: l(&s.timeouts),
             errors: l(&s.errors),
-            wait_total_ns: l(&s.wait_total),
-            wait_max_ns: l(&s.wait_max),
+            wait_total_ns: l(&s.wait_total) + p(|p| p.wait_total),
+            wait_max_ns: l(&s.wait_max).max(p(|p| p.wait_max)),
             hold_total_ns: l(&s.hold_total),
             hold_max_ns: l(&s.hold_max),
             hold_samples: l(&s.hold_samples),
@@ -331,12 +357,13 @@ impl ObjEntry {
         }
     }
 
-    pub fn wait_sites(&self) -> Vec<WaitSite> {
-        let Some(sites) = self.sites.get() else {
-            return Vec::new();
-        };
-        sites
-            .iter()
+    /// Where threads waited on it, with the waits still in threads' cells.
+    pub fn wait_sites(&self, pending: Option<&Pending>) -> Vec<WaitSite> {
+        let mut out: Vec<WaitSite> = self
+            .sites
+            .get()
+            .into_iter()
+            .flat_map(|sites| sites.iter())
             .filter(|s| {
                 s.chain_id.load(Ordering::Acquire) != SITE_EMPTY
                     && s.count.load(Ordering::Relaxed) > 0
@@ -348,7 +375,24 @@ impl ObjEntry {
                 wait_total_ns: s.total.load(Ordering::Relaxed),
                 wait_max_ns: s.max.load(Ordering::Relaxed),
             })
-            .collect()
+            .collect();
+        for &(chain_id, count, total, max) in pending.map_or(&[][..], |p| &p.sites[..]) {
+            match out.iter_mut().find(|w| w.chain_id == chain_id) {
+                Some(w) => {
+                    w.count += count;
+                    w.wait_total_ns += total;
+                    w.wait_max_ns = w.wait_max_ns.max(max);
+                }
+                None => out.push(WaitSite {
+                    object_id: self.id,
+                    chain_id,
+                    count,
+                    wait_total_ns: total,
+                    wait_max_ns: max,
+                }),
+            }
+        }
+        out
     }
 }
 

@@ -117,6 +117,8 @@ pub struct ThreadRec {
     pub policy: crate::policy::ThreadPolicy,
     /// Mailbox for live stack requests (`holder_live_stack`).
     pub stack: crate::livestack::StackBox,
+    /// Finished contended waits not yet added to their objects.
+    pub waits: super::waits::Cells,
 }
 
 pub struct Local {
@@ -165,6 +167,7 @@ impl ThreadRec {
             held_locks: UnsafeCell::new(lockorder::Held::default()),
             policy: Default::default(),
             stack: Default::default(),
+            waits: Default::default(),
         }
     }
 
@@ -259,6 +262,7 @@ impl ThreadRec {
         for s in &self.slots {
             self.fold(s);
         }
+        self.waits.fold_all();
     }
 
     /// Points the slot for `obj.addr` at `obj`, adding the evicted entry's count to its object.
@@ -294,6 +298,7 @@ impl ThreadRec {
 
     /// Forgets every cached object (after fork: they belong to the parent's tracker).
     pub fn clear_cache(&self) {
+        self.waits.clear();
         for s in &self.slots {
             s.addr.store(0, Ordering::Relaxed);
             s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);

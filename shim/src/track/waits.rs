@@ -1,0 +1,284 @@
+//! Finished contended waits, gathered per thread before they reach their object.
+//!
+//! Adding a wait to its object's counters straight away writes four or five cache lines that
+//! every waiter of that object writes too (counts, totals, maxima, the wait site, the reason
+//! code), while the waiter holds the lock it waited for: under heavy contention that lengthens
+//! every critical section by a few cache misses. Instead the thread adds the wait to a small
+//! table of its own, keyed by object, call chain, side and reason, and adds a cell to its object
+//! only when the cell is evicted, has gathered [`FOLD_AT`] waits, or the thread ends.
+//!
+//! A flush from any thread reads the cells without taking them ([`Cells::gather`]), so that the
+//! log has every wait that ended, as soon as the next flush, exactly as when waits were added
+//! one by one. Each cell is guarded by a sequence count (odd while its owner changes it): a
+//! reader that sees it change skips the cell, whose waits are then in its object or will be
+//! at the next flush.
+
+use std::collections::HashMap;
+use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+
+use waitshim_format::counter;
+
+use super::objects::{raise, ObjEntry};
+
+/// Cells per thread: a thread rarely waits on more than a few objects from a few places at once.
+pub const CELLS: usize = 8;
+/// Waits gathered in a cell before it is added to its object anyway.
+const FOLD_AT: u64 = 256;
+
+/// How one wait ended, as its cell counts it.
+#[derive(Clone, Copy)]
+pub struct Ended {
+    pub chain: u32,
+    /// A shared (read) wait: counted apart from exclusive ones.
+    pub shared: bool,
+    /// The reason code (`waitshim_format::counter::ENDED_*`).
+    pub outcome: u16,
+    pub waited_ns: u64,
+    /// Condition variables: from the wake-up to the return (re-acquiring the mutex).
+    pub reacquire_ns: Option<u64>,
+}
+
+#[derive(Default)]
+struct Cell {
+    seq: AtomicU32,
+    obj: AtomicPtr<ObjEntry>,
+    /// chain | shared << 32 | outcome << 40
+    key: AtomicU64,
+    count: AtomicU64,
+    total: AtomicU64,
+    max: AtomicU64,
+    reacquired: AtomicU64,
+    reacquire_total: AtomicU64,
+    reacquire_max: AtomicU64,
+}
+
+/// What one cell holds, read in one piece.
+#[derive(Clone, Copy, Default)]
+struct Values {
+    count: u64,
+    total: u64,
+    max: u64,
+    reacquired: u64,
+    reacquire_total: u64,
+    reacquire_max: u64,
+}
+
+impl Cell {
+    /// Starts a change (owner only).
+    fn begin(&self) {
+        self.seq.store(
+            self.seq.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+        fence(Ordering::Release);
+    }
+
+    fn end(&self) {
+        self.seq.store(
+            self.seq.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Release,
+        );
+    }
+
+    fn values(&self) -> Values {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Values {
+            count: l(&self.count),
+            total: l(&self.total),
+            max: l(&self.max),
+            reacquired: l(&self.reacquired),
+            reacquire_total: l(&self.reacquire_total),
+            reacquire_max: l(&self.reacquire_max),
+        }
+    }
+
+    fn clear(&self) {
+        for a in [
+            &self.count,
+            &self.total,
+            &self.max,
+            &self.reacquired,
+            &self.reacquire_total,
+            &self.reacquire_max,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+}
+
+fn key_of(e: &Ended) -> u64 {
+    u64::from(e.chain) | u64::from(e.shared) << 32 | u64::from(e.outcome) << 40
+}
+
+fn split(key: u64) -> (u32, bool, u16) {
+    (key as u32, (key >> 32) & 1 != 0, (key >> 40) as u16)
+}
+
+/// One thread's cells. Written only by the thread that owns them (plain loads and stores, no
+/// read-modify-write), read by flushes on other threads.
+#[derive(Default)]
+pub struct Cells([Cell; CELLS]);
+
+impl Cells {
+    /// Counts a finished wait on `obj` (owner thread only).
+    pub fn note(&self, obj: &ObjEntry, e: Ended) {
+        let key = key_of(&e);
+        let p = obj as *const ObjEntry as *mut ObjEntry;
+        let h = (p as u64 ^ key.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
+        let c = &self.0[h as usize % CELLS];
+        if c.obj.load(Ordering::Relaxed) != p || c.key.load(Ordering::Relaxed) != key {
+            fold(c);
+            c.begin();
+            c.obj.store(p, Ordering::Relaxed);
+            c.key.store(key, Ordering::Relaxed);
+            c.end();
+        }
+        let v = c.values();
+        c.begin();
+        c.count.store(v.count + 1, Ordering::Relaxed);
+        c.total
+            .store(v.total.saturating_add(e.waited_ns), Ordering::Relaxed);
+        if e.waited_ns > v.max {
+            c.max.store(e.waited_ns, Ordering::Relaxed);
+        }
+        if let Some(r) = e.reacquire_ns {
+            c.reacquired.store(v.reacquired + 1, Ordering::Relaxed);
+            c.reacquire_total
+                .store(v.reacquire_total.saturating_add(r), Ordering::Relaxed);
+            if r > v.reacquire_max {
+                c.reacquire_max.store(r, Ordering::Relaxed);
+            }
+        }
+        c.end();
+        if v.count + 1 >= FOLD_AT {
+            fold(c);
+        }
+    }
+
+    /// Adds every cell to its object (the owner thread, or anyone once it has ended).
+    pub fn fold_all(&self) {
+        for c in &self.0 {
+            fold(c);
+        }
+    }
+
+    /// Adds the cells' waits, without taking them, to `into` (by object address).
+    pub fn gather(&self, into: &mut HashMap<usize, Pending>) {
+        for c in &self.0 {
+            let before = c.seq.load(Ordering::Acquire);
+            if before & 1 != 0 {
+                continue;
+            }
+            let p = c.obj.load(Ordering::Relaxed);
+            let key = c.key.load(Ordering::Relaxed);
+            let v = c.values();
+            fence(Ordering::Acquire);
+            if c.seq.load(Ordering::Relaxed) != before || p.is_null() || v.count == 0 {
+                continue;
+            }
+            into.entry(p as usize).or_default().add(key, v);
+        }
+    }
+
+    /// Forgets every cell (after fork, or for a record that a new thread takes over).
+    pub fn clear(&self) {
+        for c in &self.0 {
+            c.begin();
+            c.clear();
+            c.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
+            c.key.store(0, Ordering::Relaxed);
+            c.end();
+        }
+    }
+}
+
+/// Adds a cell to its object and empties it.
+fn fold(c: &Cell) {
+    let p = c.obj.load(Ordering::Relaxed);
+    let v = c.values();
+    if p.is_null() || v.count == 0 {
+        return;
+    }
+    // SAFETY: tracking entries are leaked and never freed.
+    let obj = unsafe { &*p };
+    let (chain, shared, outcome) = split(c.key.load(Ordering::Relaxed));
+    c.begin();
+    if shared {
+        obj.add(counter::READ_CONTENDED, v.count);
+        obj.add(counter::READ_WAIT_TOTAL_NS, v.total);
+        obj.raise(counter::READ_WAIT_MAX_NS, v.max);
+    } else {
+        let s = &obj.stats;
+        s.contended.fetch_add(v.count, Ordering::Relaxed);
+        s.wait_total.fetch_add(v.total, Ordering::Relaxed);
+        raise(&s.wait_max, v.max);
+    }
+    obj.site_add(chain, v.count, v.total, v.max);
+    obj.add(outcome, v.count);
+    if v.reacquired > 0 {
+        obj.add(counter::REACQUIRE_WAIT_TOTAL_NS, v.reacquire_total);
+        obj.raise(counter::REACQUIRE_WAIT_MAX_NS, v.reacquire_max);
+    }
+    obj.touch();
+    c.clear();
+    c.end();
+}
+
+/// Waits still in threads' cells for one object, to be written with its counters.
+#[derive(Default)]
+pub struct Pending {
+    /// Waits in all: a flush writes the object again when this changed.
+    pub waits: u64,
+    pub contended: u64,
+    pub wait_total: u64,
+    pub wait_max: u64,
+    /// Kind counters to add (`counter` key, value).
+    pub added: Vec<(u16, u64)>,
+    /// Kind counters that are maxima (`counter` key, value).
+    pub maxima: Vec<(u16, u64)>,
+    /// (chain, count, total, max)
+    pub sites: Vec<(u32, u64, u64, u64)>,
+}
+
+impl Pending {
+    fn add(&mut self, key: u64, v: Values) {
+        let (chain, shared, outcome) = split(key);
+        self.waits += v.count;
+        if shared {
+            self.plus(counter::READ_CONTENDED, v.count);
+            self.plus(counter::READ_WAIT_TOTAL_NS, v.total);
+            self.at_least(counter::READ_WAIT_MAX_NS, v.max);
+        } else {
+            self.contended += v.count;
+            self.wait_total += v.total;
+            self.wait_max = self.wait_max.max(v.max);
+        }
+        self.plus(outcome, v.count);
+        if v.reacquired > 0 {
+            self.plus(counter::REACQUIRE_WAIT_TOTAL_NS, v.reacquire_total);
+            self.at_least(counter::REACQUIRE_WAIT_MAX_NS, v.reacquire_max);
+        }
+        match self.sites.iter_mut().find(|s| s.0 == chain) {
+            Some(s) => {
+                s.1 += v.count;
+                s.2 += v.total;
+                s.3 = s.3.max(v.max);
+            }
+            None => self.sites.push((chain, v.count, v.total, v.max)),
+        }
+    }
+
+    fn plus(&mut self, key: u16, v: u64) {
+        match self.added.iter_mut().find(|a| a.0 == key) {
+            Some(a) => a.1 += v,
+            None => self.added.push((key, v)),
+        }
+    }
+
+    fn at_least(&mut self, key: u16, v: u64) {
+        match self.maxima.iter_mut().find(|a| a.0 == key) {
+            Some(a) => a.1 = a.1.max(v),
+            None => self.maxima.push((key, v)),
+        }
+    }
+}
