@@ -140,6 +140,16 @@ unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c
 /// Lock by trylock first, which tells whether the caller would wait.
 #[inline(never)]
 unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &ThreadRec) -> c_int {
+    // A held mutex (other than a recursive one, which its owner may take again) would fail the
+    // trylock: reading its lock word first spares the failed compare-and-swap, which would take
+    // the mutex's cache line from the holder, whose unlock then has to take it back.
+    let addr = m as usize;
+    if glibc_mutex::lock_word(addr) != 0
+        && glibc_mutex::kind(addr) & mutex_kind::TYPE_MASK != mutex_kind::RECURSIVE
+    {
+        // SAFETY: `m` is the caller's mutex; `pthread_mutex_lock` has not returned.
+        return unsafe { lock_busy(t, m, EBUSY, entry_sp) };
+    }
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
