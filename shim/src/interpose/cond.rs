@@ -137,8 +137,14 @@ fn waking(t: &ThreadRec, addr: usize, broadcast: bool) {
         AUX_SIGNALS
     };
     t.count_aux(s, which);
-    // A signal nobody waits for wakes nobody: only stamp (a shared write) when there are waiters.
-    if obj.waiters.load(Ordering::Acquire) > 0 {
+    // A signal nobody waits for wakes nobody: only stamp (a shared write) when there are
+    // waiters, and, for a signal, when some wait began after the last stamp (the ones before
+    // it were woken no earlier than that stamp; a broadcast always stamps, to be told apart).
+    if obj.waiters.load(Ordering::Acquire) > 0
+        && (broadcast
+            || obj.last_wake.load(Ordering::Relaxed) >> 1
+                <= obj.last_wait_start.load(Ordering::Relaxed))
+    {
         obj.last_wake
             .store(now_ns() << 1 | u64::from(broadcast), Ordering::Release);
     }
@@ -220,11 +226,13 @@ unsafe fn tracked_wait(
     let cond = tr.object(t, c as usize, KIND, SUBTYPE);
     // glibc releases the mutex inside the wait: what our unlock wrapper would have done.
     engage::disengaging(t, m as usize);
+    let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
+    cond.last_wait_start.fetch_max(w.start, Ordering::AcqRel);
     let mut pending = Pending {
         tr,
         t,
         mutex: m as usize,
-        wait: Some(engage::wait_begin_at(tr, t, cond, Side::Exclusive, site)),
+        wait: Some(w),
     };
     let r = call();
     pending.ended(r);

@@ -79,6 +79,10 @@ pub struct ObjEntry {
     /// (monotonic ns shifted left by one; low bit set for a broadcast), 0 if none was. A wait
     /// that returns judges by it whether it was woken, and how, and how long re-acquiring took.
     pub last_wake: AtomicU64,
+    /// Condition variables: when the latest wait began (monotonic ns). A signal while
+    /// `last_wake` is later than that wakes a waiter that began before the last stamp, which
+    /// the stamp already covers: it is not stamped again (a clock read and a shared write).
+    pub last_wait_start: AtomicU64,
     pub stats: Stats,
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
     pub version: AtomicU64,
@@ -148,6 +152,7 @@ impl ObjEntry {
             owner: Default::default(),
             waiters: Default::default(),
             last_wake: AtomicU64::new(0),
+            last_wait_start: AtomicU64::new(0),
             stats: Stats::default(),
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
