@@ -226,6 +226,42 @@ fn joining_a_thread_that_waits_for_a_mutex_the_joiner_holds_is_a_deadlock_cycle(
 }
 
 #[test]
+fn two_threads_spinning_on_each_others_spinlock_are_a_deadlock_cycle() {
+    let a = deadlock_then_kill("spin_deadlock", "spin_deadlock: armed");
+    let log = a.log(0);
+    let file = "spin_deadlock.c";
+    let lock_a = log.object_created_at(file, line_of(file, "creation-site-A"));
+    let lock_b = log.object_created_at(file, line_of(file, "creation-site-B"));
+    assert_eq!(lock_a["kind"], "spinlock");
+    let deadlocks = log.deadlocks();
+    assert_eq!(deadlocks.len(), 1, "deadlocks: {deadlocks:?}");
+    let cycle = deadlocks[0]["cycle"].as_array().expect("cycle");
+    assert_eq!(cycle.len(), 2, "cycle: {cycle:?}");
+    assert_closed(cycle);
+    for (lock, waiter, holder, site) in [
+        (lock_b, "spin-1", "spin-2", "t1-lock-B"),
+        (lock_a, "spin-2", "spin-1", "t2-lock-A"),
+    ] {
+        let step = cycle
+            .iter()
+            .find(|s| s["object_id"] == lock["object_id"])
+            .unwrap_or_else(|| panic!("nobody in the cycle spins on {lock}: {cycle:?}"));
+        assert_eq!(log.thread_name(&step["tid"]), Some(waiter), "{step}");
+        assert_eq!(log.thread_name(&step["holder_tid"]), Some(holder), "{step}");
+        assert!(
+            log.chain_has(&step["wait_chain"], file, line_of(file, site)),
+            "{waiter} spins at {}",
+            log.chain_text(&step["wait_chain"])
+        );
+    }
+    assert!(
+        a.text.to_lowercase().contains("deadlock"),
+        "the text report names no deadlock:\n{}",
+        a.text
+    );
+}
+
+#[test]
 fn lock_order_inversion_that_did_not_hang_is_reported_as_a_potential_deadlock_with_both_sites() {
     let run = Launch::fixture("lock_inversion").run();
     run.assert_success();

@@ -1,15 +1,20 @@
 //! `pthread_spin_*`. Every call returns exactly what glibc returns.
 //!
-//! Spinning is waiting: a lock first tries the real trylock; when the lock is busy the thread's
-//! spin in the real `pthread_spin_lock` is a tracked wait. glibc's spinlock is a bare word with
-//! no owner, so a spinlock has no holder in the wait-for graph (its waits take part in the
-//! highwater mark and contention records; the acquiring thread is its holder for episodes).
+//! Spinning is waiting: a lock first tries the real trylock; when the lock is busy the thread
+//! spins on the real trylock, tracked as a wait. glibc's spinlock is a bare word with no owner;
+//! the shim's own record of the last thread to acquire it is its holder while the word is set,
+//! so a spinlock takes part in the wait-for graph like a mutex. The spin is cut in slices (the
+//! clock is read every few hundred turns) after which the waiter looks for a wait-for cycle
+//! again, as a sliced mutex wait does: two threads spinning on each other's spinlock are a
+//! deadlock that is recorded, not only a pair of burning CPUs.
 
 use libc::{c_int, pthread_spinlock_t, EBUSY};
 use waitshim_format::ObjectKind;
 
+use crate::clock::now_ns;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
+use crate::track::objects::glibc_spin;
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::tracker;
 
@@ -75,13 +80,33 @@ unsafe fn spin(t: &ThreadRec, l: *mut pthread_spinlock_t) -> c_int {
     let _in = Inside::enter();
     let obj = tr.object(t, addr, KIND, 0);
     engage::attempting(t, obj);
-    let w = engage::wait_begin(tr, t, obj, Side::Exclusive);
-    // SAFETY: forwarding; glibc's spin lock returns 0 once it has the lock.
-    let r = unsafe { real::pthread_spin_lock(l) };
-    engage::wait_end(tr, t, w, Outcome::Acquired);
-    engage::engaged(t, addr, KIND, subtype);
-    r
+    let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+    let mut slice_end = w.start + w.slice_ns();
+    loop {
+        // Test, then test-and-set: the spinning reads the word from its own cache and only
+        // writes it (taking the line from the holder) when it was seen free.
+        for _ in 0..SPINS_PER_CLOCK {
+            if glibc_spin::is_free(glibc_spin::word(addr))
+                // SAFETY: forwarding.
+                && unsafe { real::pthread_spin_trylock(l) } == 0
+            {
+                engage::wait_end(tr, t, w, Outcome::Acquired);
+                engage::engaged(t, addr, KIND, subtype);
+                // glibc's pthread_spin_lock returns 0 once it has the lock, as here.
+                return 0;
+            }
+            std::hint::spin_loop();
+        }
+        let now = now_ns();
+        if now >= slice_end {
+            engage::wait_check(tr, t, &mut w);
+            slice_end = now + w.slice_ns();
+        }
+    }
 }
+
+/// Turns of the spin between two clock reads (about 10 µs of `pause`s).
+const SPINS_PER_CLOCK: u32 = 256;
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_int {
