@@ -262,6 +262,70 @@ fn two_threads_spinning_on_each_others_spinlock_are_a_deadlock_cycle() {
 }
 
 #[test]
+fn a_writer_waiting_for_a_reader_that_waits_for_the_writer_is_a_deadlock_cycle() {
+    let running = Launch::fixture("rwlock_readers_deadlock").spawn();
+    running.wait_for_stdout("rwlock_readers_deadlock: armed");
+    running.poll_log("both deadlocks", |log| log.deadlocks().len() >= 2);
+    let a = running.kill().analyze();
+    let log = a.log(0);
+    let file = "rwlock_readers_deadlock.c";
+    let m = log.object_created_at(file, line_of(file, "creation-site-M"));
+    let rw = log.object_created_at(file, line_of(file, "creation-site-RW"));
+    let up = log.object_created_at(file, line_of(file, "creation-site-UP"));
+    let deadlocks = log.deadlocks();
+    assert_eq!(deadlocks.len(), 2, "deadlocks: {deadlocks:?}");
+    let cycle_of = |n: usize| -> &Vec<Value> {
+        deadlocks
+            .iter()
+            .map(|d| d["cycle"].as_array().expect("cycle"))
+            .find(|c| c.len() == n)
+            .unwrap_or_else(|| panic!("no cycle of {n}: {deadlocks:?}"))
+    };
+    // The writer waits for the reader (not for the bystander, a reader that is not stuck).
+    let pair = cycle_of(2);
+    assert_closed(pair);
+    let on = |object: &Value| -> &Value {
+        pair.iter()
+            .find(|s| s["object_id"] == object["object_id"])
+            .unwrap_or_else(|| panic!("no thread of the cycle waits for {object}: {pair:?}"))
+    };
+    let on_rw = on(rw);
+    assert_eq!(log.thread_name(&on_rw["tid"]), Some("writer"));
+    assert_eq!(log.thread_name(&on_rw["holder_tid"]), Some("reader"));
+    assert!(
+        log.chain_has(&on_rw["wait_chain"], file, line_of(file, "writer-wrlock")),
+        "the writer waits at {}",
+        log.chain_text(&on_rw["wait_chain"])
+    );
+    let on_m = on(m);
+    assert_eq!(log.thread_name(&on_m["tid"]), Some("reader"));
+    assert!(
+        log.chain_has(&on_m["wait_chain"], file, line_of(file, "reader-lock-M")),
+        "the reader waits at {}",
+        log.chain_text(&on_m["wait_chain"])
+    );
+    // Asking for writing what it holds for reading: the upgrader waits for itself.
+    let upgrade = cycle_of(1);
+    assert_closed(upgrade);
+    assert_eq!(upgrade[0]["object_id"], up["object_id"]);
+    assert_eq!(log.thread_name(&upgrade[0]["tid"]), Some("upgrader"));
+    assert!(
+        log.chain_has(
+            &upgrade[0]["wait_chain"],
+            file,
+            line_of(file, "upgrade-wrlock")
+        ),
+        "the upgrader waits at {}",
+        log.chain_text(&upgrade[0]["wait_chain"])
+    );
+    assert!(
+        a.text.contains("a thread waits for a lock it holds itself"),
+        "{}",
+        a.text
+    );
+}
+
+#[test]
 fn lock_order_inversion_that_did_not_hang_is_reported_as_a_potential_deadlock_with_both_sites() {
     let run = Launch::fixture("lock_inversion").run();
     run.assert_success();

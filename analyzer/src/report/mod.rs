@@ -165,6 +165,14 @@ pub struct Group {
 }
 
 /// Durations the way people read them: `850 ns`, `12.5 µs`, `3.2 ms`, `1.25 s`.
+/// What a wait-for cycle of `n` threads is, in words.
+pub fn cycle_words(n: usize) -> String {
+    match n {
+        1 => "a thread waits for a lock it holds itself".to_string(),
+        n => format!("{n} threads wait for each other"),
+    }
+}
+
 pub fn fmt_ns(ns: u64) -> String {
     let f = ns as f64;
     if ns < 1_000 {

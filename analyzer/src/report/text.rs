@@ -247,11 +247,11 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
     for (i, d) in m.deadlocks.iter().enumerate() {
         let _ = writeln!(
             out,
-            "\nDEADLOCK {} (detected at {} by thread {}): {} threads wait for each other and can never proceed",
+            "\nDEADLOCK {} (detected at {} by thread {}): {} and can never proceed",
             i + 1,
             fmt_ns(m.rel(d.ns)),
             d.detected_by,
-            d.cycle.len()
+            crate::report::cycle_words(d.cycle.len())
         );
         let mut cycle = String::from("  cycle: ");
         for e in &d.cycle {

@@ -499,10 +499,10 @@ impl Top {
         let mut lines = Vec::new();
         for d in &deadlocks {
             lines.push(format!(
-                "at {}, found by {}: {} threads wait for each other",
+                "at {}, found by {}: {}",
                 fmt_ns(self.rel(d.ns)),
                 self.thread_label(d.detected_by),
-                d.cycle.len()
+                crate::report::cycle_words(d.cycle.len())
             ));
             for e in &d.cycle {
                 lines.push(format!(

@@ -74,12 +74,16 @@ pub unsafe extern "C" fn pthread_rwlock_destroy(l: *mut pthread_rwlock_t) -> c_i
 }
 
 /// A read acquisition: counted on the object's shared side, in the thread's cache like write
-/// acquisitions. Not a held lock (readers do not exclude each other, so they take no part in
-/// lock order or hold times).
+/// acquisitions, and noted among the thread's read holds (wait-for walks: a writer waits for
+/// the readers). Not a held lock for lock order or hold times (readers do not exclude each
+/// other).
 #[inline(always)]
 fn read_engaged(t: &ThreadRec, addr: usize) {
     match t.cached(addr) {
-        Some((s, _)) => t.count_aux(s, AUX_READS),
+        Some((s, obj)) => {
+            t.count_aux(s, AUX_READS);
+            t.read_taken(obj);
+        }
         None => read_engaged_uncached(t, addr),
     }
 }
@@ -88,11 +92,12 @@ fn read_engaged(t: &ThreadRec, addr: usize) {
 #[inline(never)]
 fn read_engaged_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
-    {
+    let obj = {
         let _in = Inside::enter();
-        tr.object(t, addr, KIND, subtype(addr));
-    }
+        tr.object(t, addr, KIND, subtype(addr))
+    };
     t.count_aux(t.slot(addr), AUX_READS);
+    t.read_taken(obj);
 }
 
 /// A try-acquisition's result, accounted for.
@@ -331,6 +336,7 @@ pub unsafe extern "C" fn pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_in
 /// last reader to leave is the one the writer waited for: it ends the episode.
 #[inline(always)]
 fn read_releasing(t: &ThreadRec, addr: usize) {
+    t.read_left(addr);
     if let Some((_, obj)) = t.cached(addr) {
         if obj.flags() & EPISODE != 0 && glibc_rwlock::readers(addr) == 1 {
             engage::released(t, obj);

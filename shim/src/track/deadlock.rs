@@ -7,12 +7,14 @@
 use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
-use waitshim_format::{Deadlock, DeadlockEdge};
+use waitshim_format::{Deadlock, DeadlockEdge, ObjectKind};
 
+use super::objects::ObjEntry;
 use super::threads::ThreadRec;
 use super::Tracker;
 
 const MAX_HOPS: usize = 64;
+const MAX_VISITS: usize = 4096;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct Hop {
@@ -23,68 +25,94 @@ pub struct Hop {
     pub holder: u32,
 }
 
-/// The wait-for cycle through `start`, if there is one now.
-pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
-    // Most walks stop after a hop or two, at a holder that runs: take them without noting hops.
-    if !leads_back(tr, start) {
-        return None;
+/// The threads holding `obj` now: its one holder for kinds that have one, else, for an rwlock
+/// held for reading, every thread known to hold it for reading (in tid order, so that two walks
+/// over an unchanged graph take the same path).
+fn holders(tr: &Tracker, obj: &ObjEntry, checked: bool) -> SmallVec<[u32; 4]> {
+    let mut out = SmallVec::new();
+    let h = obj.holder(checked);
+    if h != 0 {
+        out.push(h);
+    } else if obj.kind == ObjectKind::RwLock {
+        for e in tr.threads.iter() {
+            let rec = e.value().0;
+            if rec.reads(obj) {
+                out.push(rec.tid());
+            }
+        }
     }
-    let mut hops: SmallVec<[Hop; 8]> = SmallVec::new();
-    let mut t: &ThreadRec = start;
-    for i in 0..MAX_HOPS {
-        let p = t.waiting_on.load(Ordering::Acquire);
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: tracking entries are leaked and never freed.
-        let obj = unsafe { &*p };
-        // Objects reached through other threads may have been released and unmapped since.
-        let h = obj.holder(i != 0);
-        if h == 0 {
-            return None;
-        }
-        hops.push(Hop {
-            tid: t.tid(),
-            seq: t.wait_seq.load(Ordering::Acquire),
-            object_id: obj.id,
-            chain: t.wait_chain.load(Ordering::Relaxed),
-            holder: h,
-        });
-        if h == start.tid() {
-            return Some(hops.into_vec());
-        }
-        if hops.iter().any(|x| x.tid == h) {
-            // A cycle that does not pass through `start`: its own members report it.
-            return None;
-        }
-        t = tr.thread(h)?;
-    }
-    None
+    out
 }
 
-/// Whether the wait-for walk from `start` comes back to it now (a cycle through other threads
-/// only is walked to the hop limit).
-fn leads_back(tr: &Tracker, start: &ThreadRec) -> bool {
-    let mut t: &ThreadRec = start;
-    for i in 0..MAX_HOPS {
+/// One thread of a walk: the object it waits for, who holds that, and which holder is next.
+struct Step<'a> {
+    t: &'a ThreadRec,
+    obj: &'a ObjEntry,
+    seq: u64,
+    holders: SmallVec<[u32; 4]>,
+    next: usize,
+}
+
+impl<'a> Step<'a> {
+    /// `t` as a step of a walk, if it waits for something now. Objects reached through other
+    /// threads (`checked`) may have been released and unmapped since.
+    fn of(tr: &Tracker, t: &'a ThreadRec, checked: bool) -> Option<Step<'a>> {
         let p = t.waiting_on.load(Ordering::Acquire);
         if p.is_null() {
-            return false;
+            return None;
         }
-        // SAFETY: tracking entries are leaked and never freed.
-        let h = unsafe { &*p }.holder(i != 0);
-        if h == 0 {
-            return false;
-        }
+        // SAFETY: tracking entries are never freed.
+        let obj: &ObjEntry = unsafe { &*p };
+        Some(Step {
+            t,
+            obj,
+            seq: t.wait_seq.load(Ordering::Acquire),
+            holders: holders(tr, obj, checked),
+            next: 0,
+        })
+    }
+}
+
+/// The wait-for cycle through `start`, if there is one now: a depth-first walk from `start`
+/// along "waits for an object held by". Most walks stop after a hop or two, at a holder that
+/// runs; an object held by several readers branches.
+pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
+    let mut path: SmallVec<[Step; 8]> = SmallVec::new();
+    path.push(Step::of(tr, start, false)?);
+    // Threads visited, bounding walks through many readers of many rwlocks.
+    let mut budget = MAX_VISITS;
+    while let Some(top) = path.last_mut() {
+        let Some(&h) = top.holders.get(top.next) else {
+            path.pop();
+            continue;
+        };
+        top.next += 1;
         if h == start.tid() {
-            return true;
+            return Some(
+                path.iter()
+                    .map(|s| Hop {
+                        tid: s.t.tid(),
+                        seq: s.seq,
+                        object_id: s.obj.id,
+                        chain: s.t.wait_chain.load(Ordering::Relaxed),
+                        holder: s.holders[s.next - 1],
+                    })
+                    .collect(),
+            );
         }
-        match tr.thread(h) {
-            Some(next) => t = next,
-            None => return false,
+        // A cycle that does not pass through `start`: its own members report it.
+        if path.len() >= MAX_HOPS || path.iter().any(|s| s.t.tid() == h) {
+            continue;
+        }
+        if budget == 0 {
+            return None;
+        }
+        budget -= 1;
+        if let Some(step) = tr.thread(h).and_then(|t| Step::of(tr, t, true)) {
+            path.push(step);
         }
     }
-    false
+    None
 }
 
 /// Records `cycle` unless a thread of it already did.

@@ -11,6 +11,9 @@ use super::lockorder;
 use super::objects::{ObjEntry, DEAD};
 
 pub const SLOTS: usize = 64;
+/// Read locks a thread is known to hold at once (more are not tracked: their writers' waits
+/// then have fewer holders in wait-for walks).
+pub const READS_HELD: usize = 4;
 /// Acquisitions counted in a slot before they are added to the object.
 const FOLD_EVERY: u64 = 1 << 16;
 
@@ -119,6 +122,10 @@ pub struct ThreadRec {
     pub stack: crate::livestack::StackBox,
     /// Finished contended waits not yet added to their objects.
     pub waits: super::waits::Cells,
+    /// The rwlocks this thread holds for reading, one entry per read acquisition (null: free):
+    /// glibc keeps no list of readers, and a writer waiting on readers waits for each of them.
+    /// Written only by the owning thread; read by wait-for walks.
+    pub reads: [AtomicPtr<ObjEntry>; READS_HELD],
 }
 
 pub struct Local {
@@ -168,6 +175,7 @@ impl ThreadRec {
             policy: Default::default(),
             stack: Default::default(),
             waits: Default::default(),
+            reads: Default::default(),
         }
     }
 
@@ -287,6 +295,9 @@ impl ThreadRec {
         self.wait_start.store(0, Ordering::Relaxed);
         self.attention
             .store(std::ptr::null_mut(), Ordering::Relaxed);
+        for r in &self.reads {
+            r.store(std::ptr::null_mut(), Ordering::Relaxed);
+        }
         // SAFETY: nobody owns the record (the caller's contract).
         unsafe {
             *self.local() = Local::default();
@@ -294,6 +305,38 @@ impl ThreadRec {
         }
         self.policy.reset();
         self.stack.reset();
+    }
+
+    /// The thread took `obj` for reading (owning thread only).
+    #[inline(always)]
+    pub fn read_taken(&self, obj: &ObjEntry) {
+        if let Some(r) = self
+            .reads
+            .iter()
+            .find(|r| r.load(Ordering::Relaxed).is_null())
+        {
+            r.store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
+        }
+    }
+
+    /// The thread releases one read hold of the rwlock at `addr` (owning thread only).
+    #[inline(always)]
+    pub fn read_left(&self, addr: usize) {
+        let held = self.reads.iter().find(|r| {
+            let p = r.load(Ordering::Relaxed);
+            // SAFETY: tracking entries are never freed.
+            !p.is_null() && unsafe { (*p).addr } == addr
+        });
+        if let Some(r) = held {
+            r.store(std::ptr::null_mut(), Ordering::Release);
+        }
+    }
+
+    /// Whether the thread holds `obj` for reading.
+    pub fn reads(&self, obj: &ObjEntry) -> bool {
+        self.reads
+            .iter()
+            .any(|r| std::ptr::eq(r.load(Ordering::Acquire), obj))
     }
 
     /// Forgets every cached object (after fork: they belong to the parent's tracker).
