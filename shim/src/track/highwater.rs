@@ -36,6 +36,9 @@ pub struct Episode {
     pub waiters: Vec<(u32, u32, u64)>,
     pub waiters_total: u32,
     pub tried: Vec<u32>,
+    /// Waits taken in when the episode opened, from the other threads' published waits: such a
+    /// thread may still be on its way to join by itself, and must not be listed twice.
+    scanned: Vec<(u32, u64)>,
 }
 
 impl Episode {
@@ -82,7 +85,11 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     let mut c = obj.contention();
     if let Some(ep) = c.episode.as_mut() {
         ep.level = ep.level.max(n);
-        ep.join(t.tid(), chain, now);
+        if let Some(i) = ep.scanned.iter().position(|&w| w == (t.tid(), now)) {
+            ep.scanned.swap_remove(i);
+        } else {
+            ep.join(t.tid(), chain, now);
+        }
         return;
     }
     if !exceeded && !serialised {
@@ -101,17 +108,16 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
         waiters: Vec::new(),
         waiters_total: 0,
         tried: Vec::new(),
+        scanned: Vec::new(),
     };
     // Threads already waiting belong to the episode too.
     let me = obj as *const ObjEntry as *mut ObjEntry;
     for e in tr.threads.iter() {
         let other = e.value().0;
-        if other.tid() != t.tid() && other.waiting_on.load(Ordering::Relaxed) == me {
-            ep.join(
-                other.tid(),
-                other.wait_chain.load(Ordering::Relaxed),
-                other.wait_start.load(Ordering::Relaxed),
-            );
+        if other.tid() != t.tid() && other.waiting_on.load(Ordering::Acquire) == me {
+            let since = other.wait_start.load(Ordering::Relaxed);
+            ep.join(other.tid(), other.wait_chain.load(Ordering::Relaxed), since);
+            ep.scanned.push((other.tid(), since));
         }
     }
     ep.join(t.tid(), chain, now);
