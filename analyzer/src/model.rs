@@ -41,7 +41,7 @@ pub const MAX_RULE_STATS: usize = 100_000;
 pub const MAX_WAIT_EVENTS_LISTED: usize = 10_000;
 /// Distinct (version, rule, object) sums of wait events kept.
 pub const MAX_WAIT_EVENT_GROUPS: usize = 100_000;
-/// Distinct reason codes counted per (version, rule, object) (the shim has nine).
+/// Distinct reason codes counted per (version, rule, object) (the shim has ten).
 pub const MAX_GROUP_REASONS: usize = 16;
 /// Waiter-chain records, holder stacks and snapshots listed one by one; all are counted.
 pub const MAX_POLICY_LISTED: usize = 1_000;
@@ -49,8 +49,9 @@ pub const MAX_POLICY_LISTED: usize = 1_000;
 pub const MAX_LISTED_WAITERS: usize = 1_024;
 
 /// Reason codes (how waits ended): the [`counter`] key, the JSON name, the text name.
-pub const ENDED: [(u16, &str, &str); 9] = [
+pub const ENDED: [(u16, &str, &str); 10] = [
     (counter::ENDED_ACQUIRED, "acquired", "acquired"),
+    (counter::ENDED_BRIEF, "brief", "brief"),
     (counter::ENDED_OWNER_DIED, "owner_died", "owner died"),
     (counter::ENDED_SIGNALLED, "signalled", "signalled"),
     (counter::ENDED_BROADCAST, "broadcast", "broadcast"),
@@ -504,6 +505,10 @@ impl Model {
     }
 
     fn thread(&mut self, tid: u32) -> Option<&mut Thread> {
+        // 0 stands for a thread the shim did not know (a holder it never saw), not a thread.
+        if tid == 0 {
+            return None;
+        }
         if !self.threads.contains_key(&tid) {
             if self.threads.len() >= MAX_STORED {
                 self.overflow.threads += 1;

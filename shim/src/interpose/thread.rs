@@ -94,6 +94,12 @@ pub unsafe extern "C" fn pthread_create(
             tid if tid != 0 => {
                 tr.by_pthread.insert(th as usize, tid);
             }
+            // The kernel wrote the tid before clone returned (CLONE_PARENT_SETTID) and clears
+            // it when the thread exits: this one has run and ended already (a loaded machine).
+            // Nothing of it may stay, or a join would wait for it to register.
+            _ if !known && crate::track::threads::tid_known() => {
+                tr.by_pthread.remove(&(th as usize));
+            }
             _ => {
                 tr.by_pthread.get_or_insert(th as usize, 0);
             }

@@ -566,7 +566,13 @@ pub fn check_tid_offset() {
     }
 }
 
-/// The kernel tid of the thread `th` that `pthread_create` just returned, 0 if unknown.
+/// Whether [`tid_of`] can read threads' tids (the descriptor layout was checked at start).
+pub fn tid_known() -> bool {
+    TID_OFFSET.load(Ordering::Relaxed) != 0
+}
+
+/// The kernel tid of the thread `th` that `pthread_create` just returned, 0 if unknown or if
+/// the thread has exited.
 pub fn tid_of(th: libc::pthread_t) -> u32 {
     let off = TID_OFFSET.load(Ordering::Relaxed);
     if off == 0 || th == 0 {
