@@ -94,6 +94,9 @@ pub mod counter {
     pub const ENDED_OWNER_DIED: u16 = 8;
     /// A barrier wait ended (all threads arrived).
     pub const ENDED_RELEASED: u16 = 9;
+    /// Acquired within a short back-off after finding the object busy, without blocking: a
+    /// contended acquisition that takes no part in waiter counts or the highwater mark.
+    pub const ENDED_BRIEF: u16 = 10;
 
     // Condition variables.
     pub const SIGNALS: u16 = 20;

@@ -248,6 +248,27 @@ fn two_hundred_threads_on_one_mutex_give_600000_acquisitions_and_201_threads() {
     assert_eq!(workers, 200);
     assert!(log.run()["end"].is_object(), "run: {}", log.run());
     assert!(log.warnings().is_empty(), "{}", log.warning_text());
+
+    // Every contended acquisition is accounted for twice: by how its wait ended (after
+    // blocking, or brief: within the shim's back-off) and by where it waited (the lock line).
+    let contended = log.counter(object, "contended");
+    assert!(contended > 0, "200 threads never contended: {object}");
+    let ended = &object["ended"];
+    let by_reason: u64 = ["acquired", "brief"]
+        .iter()
+        .map(|k| ended[*k].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(by_reason, contended, "ended: {ended}");
+    let lock = line_of("many_threads.c", "lock-site");
+    let sites = object["wait_sites"].as_array().expect("wait_sites");
+    assert!(
+        sites
+            .iter()
+            .all(|s| log.chain_has(&s["chain_id"], "many_threads.c", lock)),
+        "wait sites: {sites:?}"
+    );
+    let by_site: u64 = sites.iter().map(|s| s["count"].as_u64().unwrap_or(0)).sum();
+    assert_eq!(by_site, contended, "wait sites: {sites:?}");
 }
 
 #[test]

@@ -169,8 +169,43 @@ unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, entry_sp: 
     if r != EBUSY {
         return acquired_or_failed(t, m, r);
     }
+    // SAFETY: as below.
+    if unsafe { took_after_backoff(t, m, entry_sp) } {
+        return 0;
+    }
     // SAFETY: `m` is the caller's mutex; `entry_sp` that of `pthread_mutex_lock`, not returned.
     unsafe { contended(t, m, None, CallSite::at_entry(entry_sp)) }
+}
+
+/// Stays off the busy mutex's cache line for a moment, then tries once more; true if `t` now
+/// holds the mutex, counted as a brief wait ([`engage::waited_briefly`]).
+///
+/// Most busy mutexes are held for a few instructions (see [`engage::back_off`]).
+///
+/// # Safety
+/// `m` is the caller's mutex; `entry_sp` that of a `pthread_mutex_lock` that has not returned.
+#[inline(never)]
+unsafe fn took_after_backoff(t: &ThreadRec, m: *mut pthread_mutex_t, entry_sp: usize) -> bool {
+    let addr = m as usize;
+    // Its own mutex (a relock) does not come free.
+    if glibc_mutex::owner(addr) == t.tid() {
+        return false;
+    }
+    let Some(tr) = tracker() else { return false };
+    let waited = engage::back_off();
+    // SAFETY: forwarding the caller's mutex.
+    if glibc_mutex::lock_word(addr) != 0 || unsafe { real::pthread_mutex_trylock(m) } != 0 {
+        return false;
+    }
+    {
+        let _in = Inside::enter();
+        let obj = tr.object(t, addr, KIND, subtype(addr));
+        // SAFETY: per this function's contract.
+        let site = unsafe { CallSite::at_entry(entry_sp) };
+        engage::waited_briefly(tr, t, obj, site, waited);
+    }
+    engage::engaged(t, addr, KIND, subtype);
+    true
 }
 
 #[no_mangle]

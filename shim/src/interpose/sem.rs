@@ -372,7 +372,39 @@ unsafe fn wait(s: *mut sem_t, entry_sp: usize, call: impl Fn() -> c_int) -> c_in
         sp => unsafe { CallSite::at_entry(sp) },
     };
     // SAFETY: the caller's semaphore.
+    if unsafe { took_after_backoff(t, s, site) } {
+        return 0;
+    }
+    // SAFETY: as above.
+    unsafe { *errno_at = caller_errno };
+    // SAFETY: the caller's semaphore.
     unsafe { contended(t, s, caller_errno, site, call) }
+}
+
+/// Stays away from the semaphore at zero for a moment and tries once more: true if `t` took a
+/// unit, counted as a brief wait (see [`engage::back_off`]: a pool's units mostly come back
+/// within instructions). errno is the caller's when it returns true, else the trywait's.
+///
+/// # Safety
+/// `s` is the caller's semaphore.
+#[cold]
+#[inline(never)]
+unsafe fn took_after_backoff(t: &ThreadRec, s: *mut sem_t, site: CallSite) -> bool {
+    let Some(tr) = tracker() else { return false };
+    let e = errno();
+    let waited = engage::back_off();
+    // SAFETY: the caller's semaphore.
+    if unsafe { glibc::sem_trywait(s) } != 0 {
+        return false;
+    }
+    {
+        let _in = Inside::enter();
+        let obj = object(tr, t, s as usize);
+        engage::waited_briefly(tr, t, obj, site, waited);
+    }
+    acquired(t, s as usize);
+    set_errno(e);
+    true
 }
 
 /// The semaphore is at zero: wait for a post, tracked.
