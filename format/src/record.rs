@@ -516,6 +516,29 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// Objects created and destroyed without ever being written to the log on their own (never
+    /// contended, named, part of a lock-order edge, nor alive at a flush that wrote counters):
+    /// summed per kind and creation chain, so that a program that creates and destroys millions
+    /// of objects gets a bounded log. Cumulative: the latest record of a (`kind`, `chain_id`)
+    /// pair replaces the earlier ones.
+    pub struct ObjectsChurned {
+        /// [`ObjectKind`] as u8.
+        pub kind: u8,
+        /// Where they were created (their init call, or first use).
+        pub chain_id: u32,
+        pub ns: u64,
+        /// Objects (generations) created and destroyed so.
+        pub count: u64,
+        /// Their acquisitions, summed (acquisitions still counted in other threads' caches when
+        /// an object was destroyed are not in it).
+        pub acquisitions: u64,
+        /// Their lifetimes (creation to destruction), summed, and the longest.
+        pub lifetime_total_ns: u64,
+        pub lifetime_max_ns: u64,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -581,4 +604,5 @@ records! {
     WaiterChains = 23,
     HolderStack = 24,
     Snapshot = 25,
+    ObjectsChurned = 26,
 }
