@@ -1,17 +1,17 @@
 //! Stage 2: fold the record stream of one log into a model of the run. Memory grows with the
 //! number of objects, threads, chains and contention records, never with the number of events:
-//! cumulative records (counters, wait sites, rule statistics) replace their predecessors, the
-//! per-wait records of the policy (wait events, waiter chains, holder stacks, snapshots) are
-//! counted and summed but listed only up to a cap, and every collection is capped so that a
-//! damaged or hostile log cannot exhaust memory.
+//! cumulative records (counters, wait sites, rule statistics, sums of short-lived objects)
+//! replace their predecessors, the per-wait records of the policy (wait events, waiter chains,
+//! holder stacks, snapshots) are counted and summed but listed only up to a cap, and every
+//! collection is capped so that a damaged or hostile log cannot exhaust memory.
 
 use std::collections::{BTreeMap, HashMap};
 
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, Highwater, HolderStack, KindCounters, LockOrder, Module, ObjectCreate, ObjectKind,
-    PolicyVersion, Record, RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitSite,
-    WaiterChains,
+    ObjectsChurned, PolicyVersion, Record, RuleStats, RunEnd, RunStart, Snapshot, WaitEvent,
+    WaitSite, WaiterChains,
 };
 
 /// Most items of one kind kept per log; beyond this they are counted, not stored.
@@ -26,6 +26,9 @@ pub const MAX_KIND_VALUES: usize = 64;
 pub const MAX_LOCK_ORDER_EDGES: usize = 200_000;
 /// Distinct (thread, chain) witnesses kept per lock-order edge; more are only counted.
 pub const MAX_WITNESSES: usize = 8;
+/// Distinct (kind, creation chain) sums of short-lived objects kept. A program has a few creation
+/// sites per kind; this many only comes from damage or a hostile log.
+pub const MAX_CHURN_SITES: usize = 100_000;
 
 /// Policy versions kept per log (a hot reload adds one; more than this is a runaway reloader).
 pub const MAX_POLICY_VERSIONS: usize = 1_000;
@@ -106,6 +109,17 @@ pub fn reason_text(code: u16) -> String {
         || format!("reason {code}"),
         |&(_, _, text)| text.to_string(),
     )
+}
+
+/// The kind of short-lived objects ([`ObjectsChurned::kind`]) in the text report: its name, or
+/// `kind N` for a kind this analyzer does not know.
+pub fn churn_kind_text(kind: u8) -> String {
+    ObjectKind::from_u8(kind).map_or_else(|| format!("kind {kind}"), |k| k.name().to_string())
+}
+
+/// The same in the JSON report: the name, or `kind_N`.
+pub fn churn_kind_json(kind: u8) -> String {
+    ObjectKind::from_u8(kind).map_or_else(|| format!("kind_{kind}"), |k| k.name().to_string())
 }
 
 /// The name of a [`snapshot_source`] code.
@@ -405,11 +419,13 @@ pub struct Overflow {
     pub holder_stacks_unlisted: u64,
     /// Snapshots counted but not listed.
     pub snapshots_unlisted: u64,
+    /// Short-lived object records of (kind, creation chain) pairs beyond [`MAX_CHURN_SITES`].
+    pub churn_sites: u64,
 }
 
 impl Overflow {
     pub fn any(&self) -> bool {
-        self.storage_any() || self.policy_any()
+        self.storage_any() || self.policy_any() || self.churn_sites > 0
     }
 
     /// Whether what the policy rules collected exceeded what the analyzer lists or keeps.
@@ -460,6 +476,9 @@ pub struct Model {
     pub notes: Vec<waitshim_format::Note>,
     /// Policy versions, rule statistics and what the rules collected.
     pub policy: PolicyData,
+    /// Objects never written on their own (created and destroyed uncontended), summed by the
+    /// shim per (kind as u8, creation chain): the latest cumulative record of each pair.
+    pub churned: BTreeMap<(u8, u32), ObjectsChurned>,
     /// Latest timestamp any record carried: where the log's knowledge of the run ends.
     pub last_ns: u64,
     pub overflow: Overflow,
@@ -487,6 +506,26 @@ impl Model {
             Some(e) => (self.rel(e.ns), false),
             None => (self.rel(self.last_ns), true),
         }
+    }
+
+    /// How many short-lived objects the sums in [`Model::churned`] count (none of them is in
+    /// [`Model::objects`]); a damaged log's sum saturates rather than wraps.
+    pub fn objects_churned(&self) -> u64 {
+        self.churned
+            .values()
+            .fold(0, |n, c| n.saturating_add(c.count))
+    }
+
+    /// The sums of short-lived objects, most objects first.
+    pub fn churned_by_count(&self) -> Vec<&ObjectsChurned> {
+        let mut v: Vec<&ObjectsChurned> = self.churned.values().collect();
+        v.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then(a.kind.cmp(&b.kind))
+                .then(a.chain_id.cmp(&b.chain_id))
+        });
+        v
     }
 
     /// The final highwater mark and the rise that set it.
@@ -762,6 +801,15 @@ impl Model {
                     s,
                     &mut self.overflow.snapshots_unlisted,
                 );
+            }
+            Record::ObjectsChurned(c) => {
+                self.seen(c.ns);
+                let key = (c.kind, c.chain_id);
+                if self.churned.contains_key(&key) || self.churned.len() < MAX_CHURN_SITES {
+                    self.churned.insert(key, c);
+                } else {
+                    self.overflow.churn_sites += 1;
+                }
             }
             Record::Unknown { .. } => {}
         }

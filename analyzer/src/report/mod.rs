@@ -10,7 +10,7 @@ use std::str::FromStr;
 use waitshim_format::note_level;
 
 use crate::lockorder::{self, Inversions};
-use crate::model::{ContentionRecord, Model, Overflow};
+use crate::model::{ContentionRecord, Model, Overflow, MAX_CHURN_SITES};
 use crate::read::{Ending, ReadSummary};
 use crate::symbolize::{Frame, ModuleStatus, Symbolizer};
 
@@ -388,6 +388,13 @@ impl<'a> Ctx<'a> {
             }
             if o.policy_any() {
                 parts.push(policy_limits(o));
+            }
+            if o.churn_sites > 0 {
+                parts.push(format!(
+                    "{} records of short-lived objects not stored (beyond {MAX_CHURN_SITES} \
+                     distinct kinds and creation sites)",
+                    o.churn_sites
+                ));
             }
             w.push(Warning::new(
                 "limits",

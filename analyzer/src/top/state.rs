@@ -224,6 +224,8 @@ impl LiveState {
             | Record::WaitEvent(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
+            // Short-lived objects never waited: nothing for a table of the objects waited on.
+            | Record::ObjectsChurned(_)
             | Record::Unknown { .. } => {}
         }
     }
