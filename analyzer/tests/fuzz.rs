@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use proptest::prelude::*;
@@ -378,7 +378,24 @@ fn record() -> impl Strategy<Value = Record> {
             }
             .into()
         }),
+        (churn_kind(), small(), ns(), any::<[u64; 4]>()).prop_map(|(kind, chain_id, ns, v)| {
+            ObjectsChurned {
+                kind,
+                chain_id,
+                ns,
+                count: v[0],
+                acquisitions: v[1],
+                lifetime_total_ns: v[2],
+                lifetime_max_ns: v[3],
+            }
+            .into()
+        }),
     ]
+}
+
+/// Kinds of short-lived objects: mostly the known ones (and 0), sometimes any byte.
+fn churn_kind() -> impl Strategy<Value = u8> {
+    prop_oneof![4 => 0u8..9, 1 => any::<u8>()]
 }
 
 /// How a wait ended: mostly the codes the shim writes, sometimes 0 or any.
@@ -543,6 +560,30 @@ proptest! {
                 prop_assert_eq!(j["chains"][id.to_string()].is_array(), known);
             }
         }
+    }
+
+    #[test]
+    fn short_lived_objects_are_the_latest_sum_of_each_kind_and_creation_site(
+        records in prop::collection::vec(record(), 0..60),
+    ) {
+        let mut bytes = file_header().to_vec();
+        for r in &records {
+            append_frame(r, &mut bytes);
+        }
+        let a = analyze_bytes(&bytes, Path::new("churn.log")).expect("a log");
+        let j = json_report(&a, &Options { symbols: false, ..Options::default() });
+        let mut latest: BTreeMap<(u8, u32), u64> = BTreeMap::new();
+        for r in &records {
+            if let Record::ObjectsChurned(c) = r {
+                latest.insert((c.kind, c.chain_id), c.count);
+            }
+        }
+        let total = latest.values().fold(0u64, |n, &c| n.saturating_add(c));
+        prop_assert_eq!(j["run"]["objects_churned"].as_u64(), Some(total));
+        let sums = j["short_lived_objects"].as_array().cloned().unwrap_or_default();
+        prop_assert_eq!(sums.len(), latest.len());
+        let counts: Vec<u64> = sums.iter().filter_map(|s| s["count"].as_u64()).collect();
+        prop_assert!(counts.windows(2).all(|w| w[0] >= w[1]), "most objects first");
     }
 
     #[test]

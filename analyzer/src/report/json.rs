@@ -9,7 +9,8 @@ use waitshim_format::{end_reason, origin, ObjectKind};
 use super::Ctx;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
-    is_ended_key, reason_json, snapshot_source_name, Object, WaitEventGroup, KIND_COUNTERS,
+    churn_kind_json, is_ended_key, reason_json, snapshot_source_name, Object, WaitEventGroup,
+    KIND_COUNTERS,
 };
 use crate::symbolize::Frame;
 
@@ -280,6 +281,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         "threads_seen": m.threads.len(),
         "objects_tracked": m.objects.len(),
         "objects_contended": m.contended_objects(),
+        "objects_churned": m.objects_churned(),
     });
 
     let final_hw = m.final_highwater().cloned();
@@ -445,6 +447,21 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         }));
     }
 
+    let mut short_lived = Vec::new();
+    for c in m.churned_by_count() {
+        chains_used.insert(c.chain_id);
+        let site = ctx.sym.site(m, c.chain_id);
+        short_lived.push(json!({
+            "kind": churn_kind_json(c.kind),
+            "chain_id": c.chain_id,
+            "count": c.count,
+            "acquisitions": c.acquisitions,
+            "lifetime_total_ns": c.lifetime_total_ns,
+            "lifetime_max_ns": c.lifetime_max_ns,
+            "created_at": opt_frame(site),
+        }));
+    }
+
     let mut threads = Vec::new();
     for t in m.threads.values() {
         let routine = (t.start_routine != 0).then(|| ctx.sym.frame(t.start_routine, false));
@@ -531,6 +548,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         log.insert("groups".into(), Value::Array(g));
     }
     log.insert("objects".into(), Value::Array(objects));
+    log.insert("short_lived_objects".into(), Value::Array(short_lived));
     log.insert("threads".into(), Value::Array(threads));
     for (key, value) in policy {
         log.insert(key.into(), value);

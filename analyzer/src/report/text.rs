@@ -1,6 +1,7 @@
 //! The text report, worst first: summary (with warnings on top), the policy in force, deadlocks,
 //! lock contention records, what the policy rules collected (selected waits, holder stacks,
-//! waiter chains), per-object table, where threads wait, threads.
+//! waiter chains), per-object table, short-lived objects by creation site, where threads wait,
+//! threads.
 
 use std::collections::HashSet;
 use std::fmt::Write;
@@ -9,7 +10,7 @@ use waitshim_format::{counter, end_reason, Counters, ObjectKind};
 
 use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
-use crate::model::{reason_text, ContentionRecord, Object};
+use crate::model::{churn_kind_text, reason_text, ContentionRecord, Object};
 use crate::symbolize::Frame;
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
@@ -23,6 +24,8 @@ const MAX_VERSIONS_SHOWN: usize = 20;
 const MAX_RULES_SHOWN: usize = 50;
 /// Objects shown in the section of what the policy collected (the JSON report has them all).
 const MAX_COLLECTED_OBJECTS: usize = 20;
+/// Creation sites of short-lived objects shown (the JSON report has them all).
+const MAX_CHURN_SITES_SHOWN: usize = 20;
 /// Distinct (holder, stack) shown per object.
 const MAX_HOLDER_STACKS: usize = 8;
 /// Waiter-chain records shown per object, and waiting threads shown per record.
@@ -36,7 +39,8 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     // The body is rendered first: symbolizing it finds the missing or rebuilt binaries that the
     // warnings at the top must mention.
     let mut body = String::new();
-    if ctx.model.objects.is_empty() {
+    // Objects that were all short-lived are in the churn sums only: the shim did see them.
+    if ctx.model.objects.is_empty() && ctx.model.churned.is_empty() {
         body.push_str(
             "\nNo sync object was seen in this run. The program made no pthread lock calls that \
              went through libpthread: it may be statically linked, or use locks that bypass \
@@ -49,6 +53,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         records(ctx, &mut body);
         collected(ctx, &mut body);
         objects(ctx, &mut body);
+        short_lived(ctx, &mut body);
         wait_sites(ctx, &mut body);
     }
     threads(ctx, &mut body);
@@ -107,12 +112,19 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         }
     }
     let _ = writeln!(out, "threads:   {} seen", m.threads.len());
-    let _ = writeln!(
-        out,
+    let mut objects = format!(
         "objects:   {} tracked, {} contended",
         m.objects.len(),
         m.contended_objects()
     );
+    if !m.churned.is_empty() {
+        let _ = write!(
+            objects,
+            "; {} short-lived (summed by creation site)",
+            m.objects_churned()
+        );
+    }
+    let _ = writeln!(out, "{objects}");
     match m.final_highwater() {
         Some(h) if h.hwm > 0 => {
             let (hwm, at, tid, object) = (h.hwm, m.rel(h.ns), h.tid, h.object_id);
@@ -712,6 +724,9 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
 
 fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
+    if m.objects.is_empty() {
+        return;
+    }
     // Objects in a record or a deadlock count as active even when the run was killed before
     // their counters were flushed.
     let mut involved: HashSet<u64> = m.records.values().map(|r| r.object_id).collect();
@@ -797,6 +812,76 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
                 let _ = writeln!(out, "      waits ended: {}", list.join(", "));
             }
         }
+    }
+}
+
+/// Objects the shim summed instead of writing them one by one (created and destroyed without
+/// contention), by kind and creation site, most created first.
+fn short_lived(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    if m.churned.is_empty() {
+        return;
+    }
+    let sums = m.churned_by_count();
+    let rows: Vec<([String; 4], String)> = sums
+        .iter()
+        .take(MAX_CHURN_SITES_SHOWN)
+        .map(|c| {
+            let mean = c
+                .lifetime_total_ns
+                .checked_div(c.count)
+                .map_or_else(|| "-".to_string(), fmt_ns);
+            let numbers = [
+                c.count.to_string(),
+                c.acquisitions.to_string(),
+                mean,
+                fmt_ns(c.lifetime_max_ns),
+            ];
+            (numbers, churn_kind_text(c.kind))
+        })
+        .collect();
+    let heads = ["count", "acquired", "life-mean", "life-max"];
+    // Numbers right-aligned in columns at least 8 wide, as in the per-object tables; the kind
+    // left-aligned before the creation site.
+    let mut widths = heads.map(|h| h.chars().count().max(8));
+    let mut kind_width = 8;
+    for (numbers, kind) in &rows {
+        for (w, cell) in widths.iter_mut().zip(numbers) {
+            *w = (*w).max(cell.chars().count());
+        }
+        kind_width = kind_width.max(kind.chars().count());
+    }
+    let line = |numbers: [&str; 4], kind: &str| -> String {
+        let mut l = String::from(" ");
+        for (&w, cell) in widths.iter().zip(numbers) {
+            let _ = write!(l, " {cell:>w$}");
+        }
+        let _ = write!(l, "  {kind:<kind_width$}");
+        l
+    };
+    let _ = writeln!(
+        out,
+        "\nSHORT-LIVED OBJECTS ({} created and destroyed without contention; by creation site)",
+        m.objects_churned()
+    );
+    let _ = writeln!(out, "{}  created at", line(heads, "kind"));
+    for (c, (numbers, kind)) in sums.iter().zip(&rows) {
+        let site = ctx
+            .sym
+            .site(m, c.chain_id)
+            .map_or_else(|| "creation site unknown".to_string(), |f| f.site());
+        let _ = writeln!(
+            out,
+            "{}  {site}",
+            line(numbers.each_ref().map(String::as_str), kind)
+        );
+    }
+    if sums.len() > MAX_CHURN_SITES_SHOWN {
+        let _ = writeln!(
+            out,
+            "  ... {} more creation sites (all are in the JSON report)",
+            sums.len() - MAX_CHURN_SITES_SHOWN
+        );
     }
 }
 
