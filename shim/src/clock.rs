@@ -14,6 +14,11 @@ pub fn now_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC)
 }
 
+/// CLOCK_MONOTONIC_COARSE: a few ns instead of a few tens, to the last timer tick (1–4 ms).
+pub fn coarse_ns() -> u64 {
+    read(libc::CLOCK_MONOTONIC_COARSE)
+}
+
 pub fn realtime_ns() -> u64 {
     read(libc::CLOCK_REALTIME)
 }

@@ -307,7 +307,7 @@ fn object_matches(tr: &Tracker, r: &Rule, obj: &ObjEntry, st: &ObjPolicy) -> boo
     };
     sel.matches_object(
         obj.kind,
-        obj.addr as u64,
+        obj.addr() as u64,
         name.as_deref(),
         symbols.iter().map(|s| &**s),
     )
@@ -527,7 +527,7 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now:
         let waiters = waiting_threads(tr, t, obj, act);
         tr.log.write(
             &WaiterChains {
-                object_id: obj.id,
+                object_id: tr.id_of(obj),
                 ns: now,
                 version,
                 rule,
@@ -546,7 +546,7 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now:
     let write = |live: u8, chain_id: u32| {
         tr.log.write(
             &HolderStack {
-                object_id: obj.id,
+                object_id: tr.id_of(obj),
                 ns: now,
                 holder_tid: holder,
                 waiter_tid: t.tid(),
@@ -647,7 +647,7 @@ pub fn on_wait_end(
     if act.actions & action::RECORD != 0 {
         tr.log.write(
             &WaitEvent {
-                object_id: obj.id,
+                object_id: tr.id_of(obj),
                 tid: t.tid(),
                 ns: start,
                 wait_ns: waited,

@@ -639,6 +639,11 @@ impl<'a> LogReport<'a> {
         arr(&self.0["threads"])
     }
 
+    /// Objects created and destroyed without contention, summed per kind and creation site.
+    pub fn short_lived(&self) -> Vec<&'a Value> {
+        arr(&self.0["short_lived_objects"])
+    }
+
     pub fn object(&self, id: &Value) -> &'a Value {
         self.objects()
             .into_iter()

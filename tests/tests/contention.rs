@@ -377,3 +377,69 @@ fn cxx_std_mutex_creation_site_is_the_guard_line_through_inlined_frames() {
         a.text
     );
 }
+
+#[test]
+fn a_mutex_per_request_300000_times_is_one_line_of_short_lived_objects_in_a_small_log() {
+    let native = Launch::fixture("churn")
+        .native()
+        .env("CHURN_PRINT_RSS", "1")
+        .run();
+    native.assert_success();
+    let run = Launch::fixture("churn").env("CHURN_PRINT_RSS", "1").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "churn: 300000 requests\n");
+    assert_eq!(run.stdout_text(), native.stdout_text());
+
+    let a = run.analyze();
+    let log = a.log(0);
+    let init = line_of("churn.c", "init-site");
+    let short: Vec<_> = log
+        .short_lived()
+        .into_iter()
+        .filter(|s| frame_is(&s["created_at"], "churn.c", init))
+        .collect();
+    assert_eq!(short.len(), 1, "short-lived: {:?}", log.short_lived());
+    assert_eq!(short[0]["kind"], "mutex");
+    // Some may have been alive at a flush, and written on their own instead.
+    let alone = log.objects_created_at("churn.c", init);
+    assert_eq!(
+        short[0]["count"].as_u64().unwrap() + alone.len() as u64,
+        300_000,
+        "{}",
+        short[0]
+    );
+    assert!(
+        alone.len() < 100,
+        "{} objects written on their own",
+        alone.len()
+    );
+    assert_eq!(
+        short[0]["acquisitions"].as_u64().unwrap(),
+        2 * short[0]["count"].as_u64().unwrap()
+    );
+    let queue = log.object_created_at("churn.c", line_of("churn.c", "queue-site"));
+    assert!(log.counter(queue, "contended") >= 1, "{queue}");
+    assert!(
+        a.text.contains(&format!("churn.c:{init}")),
+        "text report:\n{}",
+        a.text
+    );
+
+    let size = std::fs::metadata(run.single_log()).expect("log").len();
+    assert!(size < 1 << 20, "log of {size} bytes");
+    let peak = |r: &waitshim_tests::Run| -> u64 {
+        let text = r.stderr_text();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("churn: peak"))
+            .unwrap_or_else(|| panic!("no peak RSS line: {text}"));
+        line.split_whitespace()
+            .find_map(|w| w.parse().ok())
+            .expect("kB")
+    };
+    let (native_kb, shim_kb) = (peak(&native), peak(&run));
+    assert!(
+        shim_kb < native_kb + 64 * 1024,
+        "peak RSS {shim_kb} kB under the shim, {native_kb} kB native"
+    );
+}

@@ -16,7 +16,7 @@ use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::objects::glibc_barrier;
 use crate::track::threads::{current, Inside};
-use crate::track::tracker;
+use crate::track::{tracker, CallSite};
 
 mod real {
     use libc::{c_int, c_uint, pthread_barrier_t, pthread_barrierattr_t};
@@ -38,7 +38,7 @@ pub unsafe extern "C" fn pthread_barrier_init(
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_barrier_init(b, a, count) };
     // The subtype of a barrier is its count: threads per round.
-    engage::initialised(r, b as usize, KIND, count);
+    engage::initialised(r, b as usize, KIND, count, CallSite::default());
     r
 }
 

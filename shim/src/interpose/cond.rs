@@ -93,7 +93,7 @@ pub unsafe extern "C-unwind" fn pthread_cond_init(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::init(c, a) };
-    engage::initialised(r, c as usize, KIND, SUBTYPE);
+    engage::initialised(r, c as usize, KIND, SUBTYPE, CallSite::default());
     r
 }
 

@@ -43,14 +43,27 @@ fn valid(ts: *const timespec) -> bool {
     !ts.is_null() && unsafe { (*ts).tv_nsec >= 0 && (*ts).tv_nsec < 1_000_000_000 }
 }
 
+/// Entry trampoline, as `pthread_mutex_lock`'s: the call site, in the third argument register,
+/// lets a mutex initialised again and again at one place reuse its creation chain.
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn pthread_mutex_init(
     m: *mut pthread_mutex_t,
     a: *const pthread_mutexattr_t,
 ) -> c_int {
+    std::arch::naked_asm!("mov rdx, rsp", "jmp {}", sym init_from)
+}
+
+unsafe extern "C" fn init_from(
+    m: *mut pthread_mutex_t,
+    a: *const pthread_mutexattr_t,
+    entry_sp: usize,
+) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_mutex_init(m, a) };
-    engage::initialised(r, m as usize, KIND, subtype(m as usize));
+    // SAFETY: the entry stack pointer of a `pthread_mutex_init` that has not returned.
+    let site = unsafe { CallSite::at_entry(entry_sp) };
+    engage::initialised(r, m as usize, KIND, subtype(m as usize), site);
     r
 }
 

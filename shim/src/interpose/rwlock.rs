@@ -17,7 +17,7 @@ use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::objects::{glibc_rwlock, AUX_READS, EPISODE};
 use crate::track::threads::{current, Inside, ThreadRec};
-use crate::track::tracker;
+use crate::track::{tracker, CallSite};
 
 mod real {
     use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec};
@@ -61,7 +61,13 @@ pub unsafe extern "C" fn pthread_rwlock_init(
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_rwlock_init(l, a) };
-    engage::initialised(r, l as usize, KIND, subtype(l as usize));
+    engage::initialised(
+        r,
+        l as usize,
+        KIND,
+        subtype(l as usize),
+        CallSite::default(),
+    );
     r
 }
 

@@ -164,7 +164,7 @@ pub unsafe extern "C" fn sem_init(s: *mut sem_t, pshared: c_int, value: c_uint) 
         if let (Some(t), Some(tr)) = (current(), tracker()) {
             let e = errno();
             let _in = Inside::enter();
-            tr.object_initialised(t, s as usize, KIND, 0);
+            tr.object_initialised(t, s as usize, KIND, 0, CallSite::default());
             prepare(object(tr, t, s as usize));
             set_errno(e);
         }
@@ -229,7 +229,7 @@ pub unsafe extern "C" fn sem_open(
         drop(_in);
         if let (Some(t), Some(tr)) = (current(), tracker()) {
             let _in = Inside::enter();
-            tr.object_initialised(t, addr, KIND, 0);
+            tr.object_initialised(t, addr, KIND, 0, CallSite::default());
             prepare(object(tr, t, addr));
             tr.name_object(addr, name);
         }

@@ -16,7 +16,7 @@ use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::objects::glibc_spin;
 use crate::track::threads::{current, Inside, ThreadRec};
-use crate::track::tracker;
+use crate::track::{tracker, CallSite};
 
 mod real {
     use libc::{c_int, pthread_spinlock_t};
@@ -39,7 +39,7 @@ fn subtype(_: usize) -> u32 {
 pub unsafe extern "C" fn pthread_spin_init(l: *mut pthread_spinlock_t, pshared: c_int) -> c_int {
     // SAFETY: forwarding the caller's arguments.
     let r = unsafe { real::pthread_spin_init(l, pshared) };
-    engage::initialised(r, l as usize, KIND, 0);
+    engage::initialised(r, l as usize, KIND, 0, CallSite::default());
     r
 }
 

@@ -93,7 +93,7 @@ pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
                     .map(|s| Hop {
                         tid: s.t.tid(),
                         seq: s.seq,
-                        object_id: s.obj.id,
+                        object_id: tr.id_of(s.obj),
                         chain: s.t.wait_chain.load(Ordering::Relaxed),
                         holder: s.holders[s.next - 1],
                     })

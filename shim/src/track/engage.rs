@@ -138,7 +138,9 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
     let held = unsafe { t.held_locks() };
     let flags = obj.flags();
     let other = if contended { !CONTENDED } else { !0 };
+    // The flags before the address: a reused entry is dead until its new address is in place.
     if flags & other != 0
+        || obj.addr() != addr
         || held.len | held.quick != 0
         || obj.owner.last.load(Ordering::Relaxed) != t.tid()
     {
@@ -345,7 +347,7 @@ impl Wait {
 /// handed it or has just passed through it.
 fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
     let owner = obj.holder(false);
-    if owner == 0 && obj.kind == ObjectKind::RwLock && glibc_rwlock::readers(obj.addr) > 0 {
+    if owner == 0 && obj.kind == ObjectKind::RwLock && glibc_rwlock::readers(obj.addr()) > 0 {
         // Held by readers: no waiter is being handed it.
         return false;
     }
@@ -564,12 +566,13 @@ pub fn wait_end_reacquired(
     tr.maybe_flush(now);
 }
 
-/// An init function returned `r` for the object at `addr`: on success, a new generation of it.
-pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32) {
+/// An init function called from `site` returned `r` for the object at `addr`: on success, a
+/// new generation of it.
+pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
     if r == 0 {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
             let _in = Inside::enter();
-            tr.object_initialised(t, addr, kind, subtype);
+            tr.object_initialised(t, addr, kind, subtype, site);
         }
     }
 }

@@ -66,7 +66,7 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
             &Highwater {
                 ns: now,
                 hwm: n,
-                object_id: obj.id,
+                object_id: tr.id_of(obj),
                 tid: t.tid(),
             }
             .into(),
@@ -124,7 +124,7 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     tr.log.write(
         &ContentionOpen {
             record_id: ep.record_id,
-            object_id: obj.id,
+            object_id: tr.id_of(obj),
             ns: now,
             level: n,
             reason: if exceeded {
@@ -143,7 +143,7 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     drop(c);
     // The holder's release ends the episode: make sure that release looks at this object.
     let holder = match obj.kind {
-        ObjectKind::Mutex => glibc_mutex::owner(obj.addr),
+        ObjectKind::Mutex => glibc_mutex::owner(obj.addr()),
         // A joined thread ends the episode by exiting, a barrier's last arrival by arriving
         // (`engage::released`): no release of theirs needs to look for it.
         ObjectKind::Thread | ObjectKind::Barrier => 0,
@@ -168,7 +168,7 @@ pub fn on_release(tr: &Tracker, holder: u32, obj: &ObjEntry, now: u64, holder_ch
     tr.log.write(
         &ContentionClose {
             record_id: ep.record_id,
-            object_id: obj.id,
+            object_id: tr.id_of(obj),
             ns: now,
             level: ep.level,
             elapsed_ns: now.saturating_sub(ep.start_ns),

@@ -13,7 +13,7 @@ use waitshim_format::LockOrder;
 
 use super::objects::ObjEntry;
 use super::threads::{Inside, ThreadRec};
-use super::tracker;
+use super::{tracker, Tracker};
 use crate::clock::now_ns;
 
 /// Held locks tracked per thread; deeper nesting is not followed.
@@ -108,18 +108,23 @@ impl Held {
     #[cold]
     #[inline(never)]
     pub fn note_edges(&mut self, t: &ThreadRec, obj: &ObjEntry) {
+        let Some(tr) = tracker() else { return };
         for i in 0..self.len {
             // SAFETY: tracking entries are leaked and never freed.
             let from = unsafe { &*self.locks[i].1 };
             if std::ptr::eq(from, obj) {
                 continue;
             }
-            let key = (from.id, obj.id);
-            let slot =
-                ((from.id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ obj.id) as usize) % EDGE_CACHE;
+            // By log id, which an entry serving another object does not share: objects that
+            // nest locks are written to the log (an edge names them).
+            let key = {
+                let _in = Inside::enter();
+                (tr.id_of(from), tr.id_of(obj))
+            };
+            let slot = ((key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.1) as usize) % EDGE_CACHE;
             if self.edges[slot] != key {
                 self.edges[slot] = key;
-                new_edge(t, from, obj);
+                new_edge(tr, t, key);
             }
         }
     }
@@ -128,20 +133,19 @@ impl Held {
 /// An edge new to this thread: record it unless another thread already did.
 #[cold]
 #[inline(never)]
-fn new_edge(t: &ThreadRec, from: &ObjEntry, to: &ObjEntry) {
-    let Some(tr) = tracker() else { return };
+fn new_edge(tr: &Tracker, t: &ThreadRec, (from, to): (u64, u64)) {
     let _in = Inside::enter();
     let fresh = tr
         .lock_order
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert((from.id, to.id));
+        .insert((from, to));
     if fresh {
         let chain_id = tr.chain(t);
         tr.log.write(
             &LockOrder {
-                from_object: from.id,
-                to_object: to.id,
+                from_object: from,
+                to_object: to,
                 tid: t.tid.load(Ordering::Relaxed),
                 chain_id,
                 ns: now_ns(),

@@ -9,7 +9,7 @@ pub mod objects;
 pub mod threads;
 pub mod waits;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
 };
@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use crossbeam_skiplist::SkipMap;
 use waitshim_format::{
     end_reason, note_level, origin, Note, ObjectCreate, ObjectDestroy, ObjectKind, ObjectName,
-    RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
+    ObjectsChurned, RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
 };
 
 use crate::chain::{self, Chains};
@@ -59,7 +59,39 @@ pub struct Tracker {
     /// Names given through the C API to objects not tracked yet.
     pending_names: Mutex<HashMap<usize, String>>,
     has_pending_names: AtomicBool,
+    /// Entries of destroyed objects that may serve new objects, per kind, with when they were
+    /// destroyed (see [`Tracker::new_object`]).
+    spare: [Mutex<VecDeque<(u64, &'static ObjEntry)>>; KINDS],
+    /// Objects destroyed before they were ever written to the log, per (kind, creation chain).
+    churned: Mutex<HashMap<(u8, u32), Churn>>,
+    churn_changed: AtomicBool,
 }
+
+/// One line of `Tracker::churned`: what an `ObjectsChurned` record says, and whether it changed
+/// since it was last written.
+#[derive(Default)]
+struct Churn {
+    count: u64,
+    acquisitions: u64,
+    lifetime_total: u64,
+    lifetime_max: u64,
+    changed: bool,
+}
+
+/// Object kinds are below this (`ObjectKind as usize`).
+const KINDS: usize = 8;
+/// A destroyed object's entry serves a new object only this long after, so that a thread still
+/// in the middle of a call that found it before it was destroyed (a program that destroys an
+/// object in use) is done with it. Threads' caches that point at it are no concern: they check
+/// the address. Short, because the entries of a program that creates and destroys objects in a
+/// loop wait here meanwhile: 10 ms of a million a second is 10 000 entries, 6 MB.
+const REUSE_AFTER_NS: u64 = 10_000_000;
+/// Spare entries kept per kind; more are left to the threads' caches that may point at them
+/// (entries are never freed).
+const SPARE_MAX: usize = 1 << 16;
+/// (kind, creation chain) pairs summed in `churned`; the objects of further creation chains
+/// are summed under chain 0.
+const CHURN_KEYS: usize = 4096;
 
 const UNINIT: u8 = 0;
 const STARTING: u8 = 1;
@@ -145,6 +177,9 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         lock_order: Mutex::new(HashSet::new()),
         pending_names: Mutex::new(HashMap::new()),
         has_pending_names: AtomicBool::new(false),
+        spare: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
+        churned: Mutex::new(HashMap::new()),
+        churn_changed: AtomicBool::new(false),
     }));
     tr.modules.scan(&tr.log);
     Ok(tr)
@@ -532,45 +567,88 @@ impl Tracker {
         id
     }
 
+    /// A fresh entry for an object at `addr`: the oldest spare entry of its kind if it was
+    /// destroyed long enough ago, else a new one.
     fn new_object(&self, addr: usize, kind: ObjectKind) -> &'static ObjEntry {
-        let id = self.next_object.fetch_add(1, Ordering::Relaxed);
-        Box::leak(Box::new(ObjEntry::new(addr, id, kind)))
+        if let Some(q) = self.spare.get(kind as usize) {
+            let now = crate::clock::coarse_ns();
+            // try_lock: in a forked child the lock may be held by a thread that did not come along.
+            if let Ok(mut q) = q.try_lock() {
+                if q.front().is_some_and(|&(at, _)| at + REUSE_AFTER_NS <= now) {
+                    if let Some((_, obj)) = q.pop_front() {
+                        drop(q);
+                        obj.reuse(addr);
+                        return obj;
+                    }
+                }
+            }
+        }
+        Box::leak(Box::new(ObjEntry::new(addr, kind)))
     }
 
-    /// Writes the creation record of an object that just entered the registry.
-    fn announce(&self, t: &ThreadRec, obj: &ObjEntry, subtype: u32, how: u8) {
-        let chain_id = self.chain(t);
-        obj.create_chain.store(chain_id, Ordering::Relaxed);
-        self.log.write(
-            &ObjectCreate {
-                object_id: obj.id,
-                addr: obj.addr as u64,
-                kind: obj.kind as u8,
-                subtype,
-                origin: how,
-                ns: now_ns(),
-                tid: t.tid(),
-                chain_id,
-            }
-            .into(),
-        );
+    /// Keeps what the creation record of an object that just entered the registry will say
+    /// (it is written when the object is first written to the log, see [`Tracker::id_of`]).
+    /// `site` is the creating call, if known: its chain is then usually cached.
+    fn register(&self, t: &ThreadRec, obj: &ObjEntry, subtype: u32, how: u8, site: CallSite) {
+        obj.create_chain
+            .store(self.chain_at(t, site), Ordering::Relaxed);
+        obj.subtype.store(subtype, Ordering::Relaxed);
+        obj.origin.store(how, Ordering::Relaxed);
+        obj.created_ns.store(now_ns(), Ordering::Relaxed);
+        obj.created_tid.store(t.tid(), Ordering::Relaxed);
         if self.has_pending_names.load(Ordering::Relaxed) {
             let name = self
                 .pending_names
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .remove(&obj.addr);
+                .remove(&obj.addr());
             if let Some(name) = name {
                 crate::policy::object_named(obj, &name);
                 self.log.write(
                     &ObjectName {
-                        object_id: obj.id,
+                        object_id: self.id_of(obj),
                         name,
                     }
                     .into(),
                 );
             }
         }
+    }
+
+    /// The object's id in the log, writing its creation record first if it has none yet.
+    #[inline]
+    pub fn id_of(&self, obj: &ObjEntry) -> u64 {
+        match obj.id.load(Ordering::Acquire) {
+            0 => self.publish(obj),
+            id => id,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn publish(&self, obj: &ObjEntry) -> u64 {
+        let id = self.next_object.fetch_add(1, Ordering::Relaxed);
+        if let Err(theirs) = obj
+            .id
+            .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
+        {
+            // Another thread wrote it first (its record may still be on its way).
+            return theirs;
+        }
+        self.log.write(
+            &ObjectCreate {
+                object_id: id,
+                addr: obj.addr() as u64,
+                kind: obj.kind as u8,
+                subtype: obj.subtype.load(Ordering::Relaxed),
+                origin: obj.origin.load(Ordering::Relaxed),
+                ns: obj.created_ns.load(Ordering::Relaxed),
+                tid: obj.created_tid.load(Ordering::Relaxed),
+                chain_id: obj.create_chain.load(Ordering::Relaxed),
+            }
+            .into(),
+        );
+        id
     }
 
     /// The live object at `addr`, registering it on first use (static initializers, objects
@@ -589,10 +667,12 @@ impl Tracker {
             Some(e) => e.value().0,
             None => {
                 let fresh = self.new_object(addr, kind);
+                self.register(t, fresh, subtype, origin::FIRST_USE, CallSite::default());
                 let won = self.objects.get_or_insert(addr, ObjRef(fresh)).value().0;
-                // Another thread may have registered it first: its entry wins, ours stays unused.
-                if std::ptr::eq(won, fresh) {
-                    self.announce(t, fresh, subtype, origin::FIRST_USE);
+                // Another thread may have registered it first: its entry wins, ours is spare.
+                if !std::ptr::eq(won, fresh) {
+                    fresh.set_flag(objects::DEAD);
+                    self.spare_entry(fresh);
                 }
                 won
             }
@@ -601,14 +681,22 @@ impl Tracker {
         obj
     }
 
-    /// An init function succeeded at `addr`: a new generation, whatever was there before.
-    pub fn object_initialised(&self, t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: u32) {
+    /// An init function called from `site` succeeded at `addr`: a new generation, whatever was
+    /// there before.
+    pub fn object_initialised(
+        &self,
+        t: &ThreadRec,
+        addr: usize,
+        kind: ObjectKind,
+        subtype: u32,
+        site: CallSite,
+    ) {
         if let Some(old) = self.objects.get(&addr) {
             self.retire(t, old.value().0);
         }
         let obj = self.new_object(addr, kind);
+        self.register(t, obj, subtype, origin::INIT, site);
         self.objects.insert(addr, ObjRef(obj));
-        self.announce(t, obj, subtype, origin::INIT);
         t.install(obj);
     }
 
@@ -620,13 +708,81 @@ impl Tracker {
     }
 
     fn retire(&self, t: &ThreadRec, obj: &'static ObjEntry) {
-        let s = t.slot(obj.addr);
+        let s = t.slot(obj.addr());
         if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
             t.fold(s);
         }
         obj.set_flag(objects::DEAD);
-        self.objects.remove(&obj.addr);
+        self.objects.remove(&obj.addr());
         let now = now_ns();
+        // Nothing but uncontended acquisitions (which do not bump the version) and never
+        // written: summed with the others of its creation chain.
+        let plain =
+            obj.flags() & objects::CONTENDED == 0 && obj.version.load(Ordering::Relaxed) == 1;
+        if plain && obj.id.load(Ordering::Acquire) == 0 {
+            self.churn(obj, now);
+        } else {
+            self.retire_written(t, obj, now);
+        }
+        if obj.reusable() {
+            self.spare_entry(obj);
+        }
+    }
+
+    /// Offers a dead entry for reuse.
+    fn spare_entry(&self, obj: &'static ObjEntry) {
+        if let Some(q) = self.spare.get(obj.kind as usize) {
+            let now = crate::clock::coarse_ns();
+            let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
+            if q.len() < SPARE_MAX {
+                q.push_back((now, obj));
+            }
+        }
+    }
+
+    /// Counts an object destroyed before it was ever written to the log with the others of its
+    /// kind and creation chain.
+    fn churn(&self, obj: &ObjEntry, now: u64) {
+        let mut map = self.churned.lock().unwrap_or_else(|e| e.into_inner());
+        let mut key = (obj.kind as u8, obj.create_chain.load(Ordering::Relaxed));
+        if map.len() >= CHURN_KEYS && !map.contains_key(&key) {
+            key.1 = 0;
+        }
+        let c = map.entry(key).or_default();
+        let lifetime = now.saturating_sub(obj.created_ns.load(Ordering::Relaxed));
+        c.count += 1;
+        c.acquisitions += obj.stats.acquisitions.load(Ordering::Relaxed);
+        c.lifetime_total = c.lifetime_total.saturating_add(lifetime);
+        c.lifetime_max = c.lifetime_max.max(lifetime);
+        c.changed = true;
+        self.churn_changed.store(true, Ordering::Relaxed);
+    }
+
+    /// Writes the sums of destroyed objects that changed since they were last written.
+    fn write_churned(&self, now: u64) {
+        if !self.churn_changed.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut map = self.churned.lock().unwrap_or_else(|e| e.into_inner());
+        for (&(kind, chain_id), c) in map.iter_mut().filter(|(_, c)| c.changed) {
+            c.changed = false;
+            self.log.write(
+                &ObjectsChurned {
+                    kind,
+                    chain_id,
+                    ns: now,
+                    count: c.count,
+                    acquisitions: c.acquisitions,
+                    lifetime_total_ns: c.lifetime_total,
+                    lifetime_max_ns: c.lifetime_max,
+                }
+                .into(),
+            );
+        }
+    }
+
+    /// The end of an object written to the log: its last counters, and its destruction.
+    fn retire_written(&self, t: &ThreadRec, obj: &ObjEntry, now: u64) {
         // Its waits still in threads' cells go into its last counters: those cells are added
         // to a dead entry later, which is not written again.
         let mut waits = HashMap::new();
@@ -639,7 +795,7 @@ impl Tracker {
         self.write_counters(obj, now, 0, waits.get(&key), true);
         self.log.write(
             &ObjectDestroy {
-                object_id: obj.id,
+                object_id: self.id_of(obj),
                 ns: now,
                 tid: t.tid(),
             }
@@ -653,7 +809,7 @@ impl Tracker {
                 crate::policy::object_named(e.value().0, &name);
                 self.log.write(
                     &ObjectName {
-                        object_id: e.value().0.id,
+                        object_id: self.id_of(e.value().0),
                         name,
                     }
                     .into(),
@@ -681,7 +837,8 @@ impl Tracker {
         details: bool,
     ) {
         let v = obj.version.load(Ordering::Relaxed);
-        let counters = obj.counters(now, extra, pending);
+        let id = self.id_of(obj);
+        let counters = obj.counters(id, now, extra, pending);
         obj.flushed_quiet.store(
             counters.acquisitions + obj.quiet.load(Ordering::Relaxed),
             Ordering::Relaxed,
@@ -689,11 +846,11 @@ impl Tracker {
         obj.flushed_waits
             .store(pending.map_or(0, |p| p.waits), Ordering::Relaxed);
         self.log.write(&counters.into());
-        if let Some(k) = obj.kind_counters(now, pending) {
+        if let Some(k) = obj.kind_counters(id, now, pending) {
             self.log.write(&k.into());
         }
         if details {
-            for site in obj.wait_sites(pending) {
+            for site in obj.wait_sites(id, pending) {
                 self.log.write(&site.into());
             }
         }
@@ -741,9 +898,10 @@ impl Tracker {
             for s in &t.slots {
                 threads::fold_aux(s);
                 let n = s.pending.load(Ordering::Relaxed);
-                let p = s.obj.load(Ordering::Relaxed);
-                if n > 0 && !p.is_null() {
-                    *pending.entry(p as usize).or_default() += n;
+                if n > 0 {
+                    if let Some(obj) = s.entry() {
+                        *pending.entry(obj as *const ObjEntry as usize).or_default() += n;
+                    }
                 }
             }
             t.waits.gather(&mut waits);
@@ -767,6 +925,10 @@ impl Tracker {
         let (pending, waits) = self.pending_counts();
         for e in self.objects.iter() {
             let obj = e.value().0;
+            if obj.flags() & objects::DEAD != 0 {
+                // Being destroyed: its last counters are written by the destroy.
+                continue;
+            }
             let key = obj as *const ObjEntry as usize;
             let extra = pending.get(&key).copied().unwrap_or(0);
             let waiting = waits.get(&key);
@@ -787,6 +949,7 @@ impl Tracker {
                 obj.quiet_until.store(now + gap, Ordering::Relaxed);
             }
         }
+        self.write_churned(now);
         self.last_flush.store(now, Ordering::Relaxed);
         self.flushing.store(false, Ordering::Release);
     }

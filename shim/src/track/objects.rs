@@ -3,9 +3,18 @@
 //! path (a skiplist lookup costs 20–270 ns; the cache costs a multiply and a compare).
 //!
 //! Entries are never freed: other threads' caches may still point at an entry after its object
-//! is destroyed, and they detect that through `dead`.
+//! is destroyed, and they detect that through [`DEAD`]. The entry of an object destroyed without
+//! ever being contended is reused for a new object of its kind once nothing can still be in
+//! the middle of using it (see `Tracker::new_object`): a cache that still points at it then
+//! finds another address in it, or [`DEAD`] until it is ready.
+//!
+//! An object is written to the log (gets its id and its creation record) only when it first
+//! matters: contended, named, part of a lock-order edge, or alive at a flush with counters to
+//! write. One created and destroyed before any of that is only counted, per kind and creation
+//! chain (`ObjectsChurned`), so that creating and destroying objects in a loop neither grows
+//! the log nor the shim's memory.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
@@ -64,9 +73,11 @@ pub const HOLDER_CHAINS: u8 = 8;
 
 #[repr(C, align(64))]
 pub struct ObjEntry {
-    // Read on every acquisition.
-    pub addr: usize,
-    pub id: u64,
+    // Read on every acquisition. The address changes only when the entry is reused, while it
+    // is [`DEAD`].
+    addr: AtomicUsize,
+    /// The id in the log, 0 until the object is written there (`Tracker::id_of`).
+    pub id: AtomicU64,
     pub kind: ObjectKind,
     /// [`DEAD`], [`CONTENDED`], [`EPISODE`]: one byte, read once per acquisition.
     pub flags: AtomicU8,
@@ -109,6 +120,12 @@ pub struct ObjEntry {
     pub extra: OnceLock<Box<[AtomicU64; EXTRA_KEYS]>>,
     /// The chain of the call that created it (or first used it), for policy selectors.
     pub create_chain: AtomicU32,
+    /// The rest of its creation record, written when the object is first written to the log:
+    /// subtype, `origin`, when and by which thread.
+    pub subtype: AtomicU32,
+    pub origin: AtomicU8,
+    pub created_ns: AtomicU64,
+    pub created_tid: AtomicU32,
     /// Policy state, made at the first contended wait a user's policy looks at.
     pub policy: crate::policy::Lazy<crate::policy::ObjPolicy>,
 }
@@ -143,10 +160,10 @@ impl<T> std::ops::Deref for Padded<T> {
 }
 
 impl ObjEntry {
-    pub fn new(addr: usize, id: u64, kind: ObjectKind) -> ObjEntry {
+    pub fn new(addr: usize, kind: ObjectKind) -> ObjEntry {
         ObjEntry {
-            addr,
-            id,
+            addr: AtomicUsize::new(addr),
+            id: AtomicU64::new(0),
             kind,
             flags: AtomicU8::new(0),
             owner: Default::default(),
@@ -167,8 +184,79 @@ impl ObjEntry {
             sites: OnceLock::new(),
             extra: OnceLock::new(),
             create_chain: AtomicU32::new(0),
+            subtype: AtomicU32::new(0),
+            origin: AtomicU8::new(0),
+            created_ns: AtomicU64::new(0),
+            created_tid: AtomicU32::new(0),
             policy: OnceLock::new(),
         }
+    }
+
+    /// The object's address (the entry's current one, if it is reused).
+    #[inline(always)]
+    pub fn addr(&self) -> usize {
+        self.addr.load(Ordering::Relaxed)
+    }
+
+    /// Whether the entry may serve another object once this one is destroyed: nothing but
+    /// threads' caches and the registry ever pointed at it (no wait, episode, policy state or
+    /// timed hold, which only contended objects have).
+    pub fn reusable(&self) -> bool {
+        self.flags() & CONTENDED == 0 && self.policy.get().is_none()
+    }
+
+    /// Makes a destroyed, reusable entry the entry of a new object at `addr`, with every count
+    /// at zero. The entry is [`DEAD`] until the last store, which makes it live: a thread whose
+    /// cache still points at it sees either that or the new address.
+    pub fn reuse(&self, addr: usize) {
+        debug_assert!(self.flags() & DEAD != 0);
+        self.addr.store(addr, Ordering::Relaxed);
+        self.id.store(0, Ordering::Relaxed);
+        let zero64 = [
+            &self.owner.changes,
+            &self.last_wake,
+            &self.last_wait_start,
+            &self.stats.acquisitions,
+            &self.stats.busy,
+            &self.stats.timeouts,
+            &self.stats.errors,
+            &self.stats.hold_total,
+            &self.stats.hold_max,
+            &self.stats.hold_samples,
+            &self.stats.contended,
+            &self.stats.wait_total,
+            &self.stats.wait_max,
+            &self.flushed,
+            &self.quiet,
+            &self.flushed_quiet,
+            &self.flushed_waits,
+            &self.quiet_until,
+            &self.quiet_gap,
+            &self.last_close_ns,
+            &self.created_ns,
+        ];
+        for a in zero64 {
+            a.store(0, Ordering::Relaxed);
+        }
+        for a in [
+            &self.owner.last,
+            &*self.waiters,
+            &self.stats.max_waiters,
+            &self.coalesced,
+            &self.create_chain,
+            &self.subtype,
+            &self.created_tid,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+        self.origin.store(0, Ordering::Relaxed);
+        self.version.store(1, Ordering::Relaxed);
+        if let Some(extra) = self.extra.get() {
+            for a in extra.iter() {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+        self.flags.store(0, Ordering::Release);
     }
 
     fn extra_slot(&self, key: u16) -> Option<&AtomicU64> {
@@ -218,7 +306,12 @@ impl ObjEntry {
 
     /// The non-zero kind-specific counters, if any were ever counted, with the waits still in
     /// threads' cells.
-    pub fn kind_counters(&self, now: u64, pending: Option<&Pending>) -> Option<KindCounters> {
+    pub fn kind_counters(
+        &self,
+        id: u64,
+        now: u64,
+        pending: Option<&Pending>,
+    ) -> Option<KindCounters> {
         let table = self.extra.get();
         if table.is_none() && pending.is_none_or(|p| p.added.is_empty()) {
             return None;
@@ -247,7 +340,7 @@ impl ObjEntry {
             values.sort_by_key(|c| c.key);
         }
         Some(KindCounters {
-            object_id: self.id,
+            object_id: id,
             ns: now,
             values,
         })
@@ -259,15 +352,15 @@ impl ObjEntry {
     /// through the kernel (it may have gone away).
     pub fn holder(&self, checked: bool) -> u32 {
         match self.kind {
-            ObjectKind::Mutex if checked => glibc_mutex::owner_checked(self.addr),
-            ObjectKind::Mutex => glibc_mutex::owner(self.addr),
-            ObjectKind::RwLock => glibc_rwlock::writer(self.addr, checked),
+            ObjectKind::Mutex if checked => glibc_mutex::owner_checked(self.addr()),
+            ObjectKind::Mutex => glibc_mutex::owner(self.addr()),
+            ObjectKind::RwLock => glibc_rwlock::writer(self.addr(), checked),
             ObjectKind::Thread => self.owner.last.load(Ordering::Relaxed),
             ObjectKind::Spin => {
                 let word = if checked {
-                    read_checked(self.addr)
+                    read_checked(self.addr())
                 } else {
-                    glibc_spin::word(self.addr)
+                    glibc_spin::word(self.addr())
                 };
                 // Every acquisition of a spinlock goes through the shim and sets `last`.
                 if glibc_spin::is_free(word) {
@@ -347,10 +440,11 @@ impl ObjEntry {
         self.touch();
     }
 
-    /// Counters record of this object; `extra_acquisitions` are per-thread counts not yet added,
+    /// Counters record of this object (logged as `id`); `extra_acquisitions` are per-thread counts not yet added,
     /// `pending` the waits still in threads' cells.
     pub fn counters(
         &self,
+        id: u64,
         now: u64,
         extra_acquisitions: u64,
         pending: Option<&Pending>,
@@ -359,7 +453,7 @@ impl ObjEntry {
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let p = |f: fn(&Pending) -> u64| pending.map_or(0, f);
         Counters {
-            object_id: self.id,
+            object_id: id,
             ns: now,
             acquisitions: l(&s.acquisitions) + extra_acquisitions,
             contended: l(&s.contended) + p(|p| p.contended),
@@ -377,7 +471,7 @@ impl ObjEntry {
     }
 
     /// Where threads waited on it, with the waits still in threads' cells.
-    pub fn wait_sites(&self, pending: Option<&Pending>) -> Vec<WaitSite> {
+    pub fn wait_sites(&self, id: u64, pending: Option<&Pending>) -> Vec<WaitSite> {
         let mut out: Vec<WaitSite> = self
             .sites
             .get()
@@ -388,7 +482,7 @@ impl ObjEntry {
                     && s.count.load(Ordering::Relaxed) > 0
             })
             .map(|s| WaitSite {
-                object_id: self.id,
+                object_id: id,
                 chain_id: s.chain_id.load(Ordering::Relaxed),
                 count: s.count.load(Ordering::Relaxed),
                 wait_total_ns: s.total.load(Ordering::Relaxed),
@@ -403,7 +497,7 @@ impl ObjEntry {
                     w.wait_max_ns = w.wait_max_ns.max(max);
                 }
                 None => out.push(WaitSite {
-                    object_id: self.id,
+                    object_id: id,
                     chain_id,
                     count,
                     wait_total_ns: total,

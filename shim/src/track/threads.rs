@@ -33,6 +33,20 @@ pub struct Slot {
     pub aux: [AtomicU32; 2],
 }
 
+impl Slot {
+    /// The entry the slot points at, if it still serves the slot's address (an entry is reused
+    /// for another object once its own is destroyed: counts cached for the old one go nowhere).
+    pub fn entry(&self) -> Option<&'static ObjEntry> {
+        let p = self.obj.load(Ordering::Relaxed);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
+        let obj: &'static ObjEntry = unsafe { &*p };
+        (obj.addr() == self.addr.load(Ordering::Relaxed)).then_some(obj)
+    }
+}
+
 /// A held object whose hold time is being measured.
 #[derive(Clone, Copy)]
 pub struct Held {
@@ -216,7 +230,8 @@ impl ThreadRec {
         }
         // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
         let obj: &'static ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
-        if obj.flags() & DEAD != 0 {
+        // The flags first: a reused entry is dead until its new address is in place.
+        if obj.flags() & DEAD != 0 || obj.addr() != addr {
             return None;
         }
         Some((s, obj))
@@ -256,12 +271,11 @@ impl ThreadRec {
     /// Adds a slot's pending counts to its object (owner thread only).
     pub fn fold(&self, s: &Slot) {
         let n = s.pending.swap(0, Ordering::Relaxed);
-        let p = s.obj.load(Ordering::Relaxed);
-        if n > 0 && !p.is_null() {
-            // SAFETY: leaked entry, see `cached`.
-            let obj = unsafe { &*p };
-            // No `touch`: acquisitions alone are written with the flush's backoff.
-            obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            if let Some(obj) = s.entry() {
+                // No `touch`: acquisitions alone are written with the flush's backoff.
+                obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
+            }
         }
         fold_aux(s);
     }
@@ -273,13 +287,15 @@ impl ThreadRec {
         self.waits.fold_all();
     }
 
-    /// Points the slot for `obj.addr` at `obj`, adding the evicted entry's count to its object.
+    /// Points the slot for the object's address at `obj`, adding the evicted entry's count to
+    /// its object.
     pub fn install(&self, obj: &'static ObjEntry) -> &Slot {
-        let s = self.slot(obj.addr);
+        let addr = obj.addr();
+        let s = self.slot(addr);
         self.fold(s);
         s.obj
             .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Relaxed);
-        s.addr.store(obj.addr, Ordering::Relaxed);
+        s.addr.store(addr, Ordering::Relaxed);
         s
     }
 
@@ -325,7 +341,7 @@ impl ThreadRec {
         let held = self.reads.iter().find(|r| {
             let p = r.load(Ordering::Relaxed);
             // SAFETY: tracking entries are never freed.
-            !p.is_null() && unsafe { (*p).addr } == addr
+            !p.is_null() && unsafe { (*p).addr() } == addr
         });
         if let Some(r) = held {
             r.store(std::ptr::null_mut(), Ordering::Release);
@@ -356,12 +372,12 @@ impl ThreadRec {
 /// Adds a slot's kind-specific counts to its object (any thread: they are swapped out
 /// atomically).
 pub fn fold_aux(s: &Slot) {
-    let p = s.obj.load(Ordering::Relaxed);
-    if p.is_null() {
+    let Some(obj) = s.entry() else {
+        for a in &s.aux {
+            a.store(0, Ordering::Relaxed);
+        }
         return;
-    }
-    // SAFETY: leaked entry, see `ThreadRec::cached`.
-    let obj = unsafe { &*p };
+    };
     for (i, a) in s.aux.iter().enumerate() {
         if a.load(Ordering::Relaxed) != 0 {
             let n = a.swap(0, Ordering::Relaxed);
