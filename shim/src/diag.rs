@@ -3,10 +3,16 @@
 
 /// Writes `waitshim: <msg>\n` to stderr in one `write` call when it fits the buffer.
 pub fn line(msg: &str) {
+    line_parts(&[msg]);
+}
+
+/// As [`line`], with the message in pieces; allocates nothing (for signal handlers).
+pub fn line_parts(parts: &[&str]) {
     let mut buf = [0u8; 512];
     let prefix = b"waitshim: ";
     let mut n = 0;
-    for &b in prefix.iter().chain(msg.as_bytes()).take(buf.len() - 1) {
+    let bytes = prefix.iter().chain(parts.iter().flat_map(|p| p.as_bytes()));
+    for &b in bytes.take(buf.len() - 1) {
         buf[n] = b;
         n += 1;
     }

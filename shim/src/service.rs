@@ -43,6 +43,9 @@ static SNAPSHOTS: AtomicU64 = AtomicU64::new(0);
 /// Set at exit: the thread must stop touching the log; `BUSY` says it is between two checks.
 static STOP: AtomicBool = AtomicBool::new(false);
 static BUSY: AtomicBool = AtomicBool::new(false);
+/// Complete flushes asked of the thread (by a thread that must not allocate), and done.
+static FLUSHES_ASKED: AtomicU64 = AtomicU64::new(0);
+static FLUSHES_DONE: AtomicU64 = AtomicU64::new(0);
 
 /// Counters reach the log at least this often while the program runs.
 const FLUSH_EVERY_NS: u64 = 1_000_000_000;
@@ -210,6 +213,13 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         }
         if let Some(tr) = tracker() {
             let now = now_ns();
+            let asked = FLUSHES_ASKED.load(Ordering::Acquire);
+            if asked != FLUSHES_DONE.load(Ordering::Relaxed) {
+                tr.flush_all();
+                crate::policy::write_stats(tr, true);
+                FLUSHES_DONE.store(asked, Ordering::Release);
+                last_flush = now;
+            }
             let pending = REQUESTS.load(Ordering::Acquire);
             if pending != SERVED.load(Ordering::Relaxed) {
                 SERVED.store(pending, Ordering::Relaxed);
@@ -251,6 +261,30 @@ pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
         .into(),
     );
     seq
+}
+
+/// Asks this thread for a complete flush and waits for it, at most `timeout_ns`: for a thread
+/// that must not allocate itself (`_exit` in a signal handler). Async-signal-safe. False when
+/// there is no such thread or it did not finish in time.
+pub fn flush_by_service(timeout_ns: u64) -> bool {
+    if STATE.load(Ordering::Acquire) != RUNNING || STOP.load(Ordering::Acquire) {
+        return false;
+    }
+    let target = FLUSHES_ASKED.fetch_add(1, Ordering::AcqRel) + 1;
+    wake();
+    let start = now_ns();
+    while FLUSHES_DONE.load(Ordering::Acquire) < target {
+        if now_ns().saturating_sub(start) > timeout_ns {
+            return false;
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        // SAFETY: nanosleep with a valid relative time; async-signal-safe.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    }
+    true
 }
 
 /// The process ends: the thread must not touch the log from now on. Waits (briefly) for work in

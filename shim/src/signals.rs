@@ -8,7 +8,7 @@ pub fn install(sig: libc::c_int, handler: Handler) -> Result<(), String> {
     // SAFETY: sigaction with a zeroed struct queries the current disposition only.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+        if crate::interpose::signal::real_sigaction(sig, std::ptr::null(), &mut old) != 0 {
             return Err("cannot query its disposition".into());
         }
         if old.sa_sigaction == handler as usize {
@@ -25,7 +25,7 @@ pub fn install(sig: libc::c_int, handler: Handler) -> Result<(), String> {
         act.sa_sigaction = handler as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigfillset(&mut act.sa_mask);
-        if libc::sigaction(sig, &act, std::ptr::null_mut()) != 0 {
+        if crate::interpose::signal::real_sigaction(sig, &act, std::ptr::null_mut()) != 0 {
             return Err("sigaction failed".into());
         }
     }
@@ -37,7 +37,7 @@ pub fn still_ours(sig: libc::c_int, handler: Handler) -> bool {
     // SAFETY: querying only.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+        crate::interpose::signal::real_sigaction(sig, std::ptr::null(), &mut old) == 0
             && old.sa_sigaction == handler as usize
     }
 }

@@ -2,7 +2,9 @@
 
 use std::path::Path;
 
-use waitshim_tests::{analyze, compile_c, compile_c_with, frame_text, line_of, Launch, Run};
+use waitshim_tests::{
+    analyze, compile_c, compile_c_with, frame_text, line_of, run_both, Launch, Run,
+};
 
 fn file_name(p: &Path) -> String {
     p.file_name()
@@ -391,4 +393,50 @@ fn a_mutex_destroyed_while_its_waiters_still_run_keeps_their_waits() {
     run.assert_success();
     assert_eq!(run.stdout_text(), "destroyed\ndone\n");
     assert_eq!(gate_waits(&run), (3, 3));
+}
+
+#[test]
+fn signal_handlers_behave_as_without_the_shim_and_a_semaphore_posted_in_one_during_malloc_never_hangs(
+) {
+    let run = run_both("signals", &[]);
+    let out = run.stdout_text();
+    assert!(out.ends_with("signals: all checks passed\n"), "{out}");
+    assert!(out.lines().filter(|l| l.starts_with("check ")).count() >= 25);
+
+    let a = run.analyze();
+    let log = a.log(0);
+    let sem = log.object_created_at("signals.c", line_of("signals.c", "sem-site"));
+    assert_eq!(
+        log.counter(sem, "posts"),
+        200,
+        "posts from the handler: {sem}"
+    );
+    assert_eq!(log.counter(sem, "acquisitions"), 200, "{sem}");
+    assert!(log.counter(sem, "contended") > 0, "{sem}");
+    // Tracked as usual after a handler was left by siglongjmp.
+    let convoy = log.object_created_at("signals.c", line_of("signals.c", "convoy-site"));
+    assert_eq!(log.counter(convoy, "max_waiters"), 3, "{convoy}");
+    assert!(log.counter(convoy, "contended") >= 3, "{convoy}");
+}
+
+#[test]
+fn underscore_exit_from_a_signal_handler_that_interrupted_malloc_ends_the_run_with_its_status() {
+    let native = Launch::fixture("signals").native().arg("exit").run();
+    assert_eq!(native.status.code(), Some(3));
+    for _ in 0..3 {
+        let run = Launch::fixture("signals").arg("exit").loud().run();
+        assert_eq!(run.status.code(), Some(3), "stderr: {}", run.stderr_text());
+        assert_eq!(run.stdout_text(), native.stdout_text());
+        assert!(
+            run.stderr_text().contains("in a signal handler"),
+            "stderr: {}",
+            run.stderr_text()
+        );
+        let a = run.analyze();
+        let log = a.log(0);
+        let end = &log.run()["end"];
+        assert_eq!(end["reason"], "_exit", "run: {}", log.run());
+        assert_eq!(end["exit_status"], 3, "run: {}", log.run());
+        assert!(log.warnings().is_empty(), "{}", log.warning_text());
+    }
 }

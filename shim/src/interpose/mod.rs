@@ -7,5 +7,6 @@ pub mod mutex;
 pub mod process;
 pub mod rwlock;
 pub mod sem;
+pub mod signal;
 pub mod spin;
 pub mod thread;

@@ -35,7 +35,7 @@ use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::highwater;
 use crate::track::objects::{ObjEntry, AUX_POSTS, EPISODE};
-use crate::track::threads::{current, Inside, Slot, ThreadRec};
+use crate::track::threads::{self, current, Inside, Slot, ThreadRec};
 use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Semaphore;
@@ -460,7 +460,11 @@ unsafe fn contended(
 pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
     let Some(t) = current() else {
         // SAFETY: forwarding.
-        return unsafe { glibc::sem_post(s) };
+        let r = unsafe { glibc::sem_post(s) };
+        if r == 0 && threads::in_handler() {
+            posted_in_handler(s as usize);
+        }
+        return r;
     };
     let addr = s as usize;
     let Some((slot, obj)) = t.cached(addr).or_else(|| first_post(t, addr)) else {
@@ -480,6 +484,22 @@ pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
         t.count_aux(slot, AUX_POSTS);
     }
     r
+}
+
+/// A post from a signal handler of the program: counted if the thread has the semaphore in its
+/// cache, which takes no allocation and no lock; otherwise, and for the episode it may end
+/// (closed by its last waiter instead), the handler's post goes untracked.
+fn posted_in_handler(addr: usize) {
+    let p = threads::own_record();
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: records are leaked and never freed; `cached` and `count_aux` only read the
+    // thread's cache and add to an atomic count.
+    let t = unsafe { &*p };
+    if let Some((slot, _)) = t.cached(addr) {
+        t.count_aux(slot, AUX_POSTS);
+    }
 }
 
 /// A semaphore not in the thread's cache: registered (if new) and cached; errno kept.

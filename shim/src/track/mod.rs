@@ -481,6 +481,10 @@ pub fn finish(reason: u8) {
     if getpid() != tr.pid || tr.finished.swap(true, Ordering::AcqRel) {
         return;
     }
+    if threads::in_handler() {
+        finish_in_handler(tr, reason);
+        return;
+    }
     let _in = Inside::enter();
     crate::service::stop();
     tr.flush_all();
@@ -508,6 +512,36 @@ pub fn finish(reason: u8) {
             "log written{how}: {0}   read it with: waitshim-analyze {0}",
             tr.log.path
         ));
+    }
+}
+
+/// [`finish`] from a signal handler (`_exit` there, or `exit`): the interrupted code may hold
+/// malloc's lock, so this thread neither allocates nor locks. The shim's thread, if there is
+/// one, flushes the counters (it waits at most a moment for it: it may need that lock too);
+/// then the end record, which needs no allocation, and the stderr line, built in place.
+fn finish_in_handler(tr: &Tracker, reason: u8) {
+    crate::service::flush_by_service(300_000_000);
+    crate::service::stop();
+    tr.log.write(
+        &RunEnd {
+            ns: now_ns(),
+            reason,
+            exit_status: EXIT_STATUS.load(Ordering::Relaxed),
+            hwm: tr.highwater.load(Ordering::Relaxed),
+            dropped: tr.log.dropped.load(Ordering::Relaxed),
+        }
+        .into(),
+    );
+    STATE.store(OFF, Ordering::Release);
+    tr.log.close();
+    if !tr.config.quiet {
+        let p = &tr.log.path;
+        crate::diag::line_parts(&[
+            "log written (in a signal handler): ",
+            p,
+            "   read it with: waitshim-analyze ",
+            p,
+        ]);
     }
 }
 

@@ -454,6 +454,8 @@ mod raw {
 pub const MODE_NORMAL: usize = 0;
 pub const MODE_INSIDE: usize = 1;
 pub const MODE_EXITED: usize = 2;
+/// Running one of the program's signal handlers (see `interpose::signal`).
+pub const MODE_HANDLER: usize = 3;
 
 /// The calling thread's record, whatever the mode (null before registration and after exit).
 pub fn own_record() -> *const ThreadRec {
@@ -484,6 +486,30 @@ pub fn inside_now() -> bool {
 
 pub fn mark_exited() {
     set_mode(MODE_EXITED);
+}
+
+/// The thread starts running a signal handler of the program: nothing is tracked until
+/// [`leave_handler`]. Returns the mode to restore. Async-signal-safe (two TLS words).
+pub fn enter_handler() -> usize {
+    let prev = raw::get(raw::MODE);
+    set_mode(MODE_HANDLER);
+    prev
+}
+
+pub fn leave_handler(prev: usize) {
+    set_mode(prev);
+}
+
+/// Whether the calling thread runs a signal handler of the program now.
+pub fn in_handler() -> bool {
+    raw::get(raw::MODE) == MODE_HANDLER
+}
+
+/// A jump (`siglongjmp`) out of a handler: the handler will not return to restore the mode.
+pub fn left_handler_by_jump() {
+    if in_handler() {
+        set_mode(MODE_NORMAL);
+    }
 }
 
 /// Runs the thread-exit hook when the thread ends, however it ends (return, `pthread_exit`,

@@ -1,0 +1,279 @@
+//! `sigaction`, `signal` and their relatives, `siginterrupt`, and the `longjmp` family: the
+//! program's signal handlers run behind a trampoline that marks the thread as running a handler.
+//! While it is, every interposed call goes straight to glibc, untracked.
+//!
+//! A handler may call the async-signal-safe functions the shim interposes (`sem_post`, `_exit`)
+//! while the code it interrupted holds malloc's lock or one of the shim's: tracking them there
+//! (registering an object, ending an episode, flushing at exit) would allocate or lock, and hang
+//! the program. A handler that calls a function that is not async-signal-safe (a mutex) gets
+//! glibc's behaviour, unobserved.
+//!
+//! The program sees its own handlers and flags in every `sigaction` answer; the kernel has the
+//! trampoline, with the program's mask and flags plus `SA_SIGINFO` (x86-64 passes every handler
+//! the same three arguments, so a one-argument handler is called just as the kernel would).
+//! A handler left by `siglongjmp` never returns to the trampoline: the jump functions mark the
+//! thread as out of the handler. (A C++ exception thrown out of a handler is not seen: the
+//! thread then stays untracked.) `sigset` and `sigvec` are not interposed: handlers installed
+//! through them run unmarked, as without this file.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+
+use libc::{c_int, c_void, sighandler_t, siginfo_t, SIG_DFL, SIG_ERR, SIG_IGN};
+
+use crate::real::RealFn;
+use crate::track::threads;
+
+mod glibc {
+    use libc::c_int;
+
+    crate::real::real_fns! {
+        sigaction: fn(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
+        siginterrupt: fn(sig: c_int, flag: c_int) -> c_int;
+    }
+}
+
+/// Signal numbers are below this (glibc's `_NSIG`).
+const NSIG: usize = 65;
+
+/// The program's handler for each signal while the trampoline stands in for it (0: none), and
+/// its flags as the program gave them.
+static HANDLERS: [AtomicUsize; NSIG] = [const { AtomicUsize::new(0) }; NSIG];
+static FLAGS: [AtomicI32; NSIG] = [const { AtomicI32::new(0) }; NSIG];
+/// Signals `siginterrupt` made interrupting: `signal` then installs them without `SA_RESTART`,
+/// as glibc does.
+static INTERRUPTING: AtomicU64 = AtomicU64::new(0);
+
+/// The real `sigaction`, for the shim's own handlers (the data request and live stack signals),
+/// which must not be wrapped.
+///
+/// # Safety
+/// As `sigaction(2)`.
+pub unsafe fn real_sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    // SAFETY: forwarding.
+    unsafe { glibc::sigaction(sig, act, old) }
+}
+
+type OneArg = extern "C" fn(c_int);
+type ThreeArgs = extern "C" fn(c_int, *mut siginfo_t, *mut c_void);
+
+extern "C" fn trampoline(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
+    let Some(i) = index(sig) else { return };
+    let h = HANDLERS[i].load(Ordering::Acquire);
+    // The program is replacing its handler right now: there is none to call.
+    if h == 0 || h == SIG_DFL || h == SIG_IGN {
+        return;
+    }
+    let prev = threads::enter_handler();
+    if FLAGS[i].load(Ordering::Relaxed) & libc::SA_SIGINFO != 0 {
+        // SAFETY: the program installed `h` as a three-argument handler (SA_SIGINFO).
+        let f: ThreeArgs = unsafe { std::mem::transmute::<usize, ThreeArgs>(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the program installed `h` as a one-argument handler.
+        let f: OneArg = unsafe { std::mem::transmute::<usize, OneArg>(h) };
+        f(sig);
+    }
+    threads::leave_handler(prev);
+}
+
+fn index(sig: c_int) -> Option<usize> {
+    usize::try_from(sig).ok().filter(|&i| i > 0 && i < NSIG)
+}
+
+/// Whether `h` is a handler function (not a disposition).
+fn is_function(h: sighandler_t) -> bool {
+    h != SIG_DFL && h != SIG_IGN && h != SIG_ERR
+}
+
+/// Makes an answer about signal `i` show the program's handler where the kernel has the
+/// trampoline, with `handler` and `flags` as the program last gave them.
+///
+/// # Safety
+/// `old` is null or points to a `sigaction` the real call just filled in.
+unsafe fn as_program_sees(old: *mut libc::sigaction, handler: usize, flags: c_int) {
+    // SAFETY: per the contract.
+    if let Some(old) = unsafe { old.as_mut() } {
+        if old.sa_sigaction == trampoline as *const () as usize {
+            old.sa_sigaction = handler;
+            old.sa_flags = flags;
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let Some(i) = index(sig) else {
+        // SAFETY: forwarding (glibc answers EINVAL).
+        return unsafe { glibc::sigaction(sig, act, old) };
+    };
+    // SAFETY: the caller's pointer, null or valid.
+    let Some(new) = (unsafe { act.as_ref() }) else {
+        // A question only.
+        let (h, f) = (
+            HANDLERS[i].load(Ordering::Acquire),
+            FLAGS[i].load(Ordering::Relaxed),
+        );
+        // SAFETY: forwarding; then fixing up what the kernel said.
+        let r = unsafe { glibc::sigaction(sig, act, old) };
+        if r == 0 {
+            // SAFETY: `old` was just filled in (or is null).
+            unsafe { as_program_sees(old, h, f) };
+        }
+        return r;
+    };
+    // The handler first, so that a signal arriving as soon as the kernel has the trampoline
+    // finds it.
+    let (h, f) = if is_function(new.sa_sigaction) {
+        (new.sa_sigaction, new.sa_flags)
+    } else {
+        (0, 0)
+    };
+    let prev_h = HANDLERS[i].swap(h, Ordering::AcqRel);
+    let prev_f = FLAGS[i].swap(f, Ordering::Relaxed);
+    let r = if h == 0 {
+        // SAFETY: forwarding a disposition (SIG_DFL, SIG_IGN) as it is.
+        unsafe { glibc::sigaction(sig, act, old) }
+    } else {
+        let mut mine = *new;
+        mine.sa_sigaction = trampoline as *const () as usize;
+        mine.sa_flags |= libc::SA_SIGINFO;
+        // SAFETY: the program's action with the trampoline for its handler.
+        unsafe { glibc::sigaction(sig, &mine, old) }
+    };
+    if r != 0 {
+        // Refused (EINVAL for SIGKILL and SIGSTOP): nothing changed.
+        HANDLERS[i].store(prev_h, Ordering::Release);
+        FLAGS[i].store(prev_f, Ordering::Relaxed);
+        return r;
+    }
+    // SAFETY: `old` was just filled in (or is null).
+    unsafe { as_program_sees(old, prev_h, prev_f) };
+    r
+}
+
+/// `signal` and its relatives, built on the wrapper above as glibc builds them on `sigaction`.
+fn install(sig: c_int, handler: sighandler_t, flags: c_int, mask_self: bool) -> sighandler_t {
+    if handler == SIG_ERR || index(sig).is_none() {
+        // SAFETY: errno is the calling thread's.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return SIG_ERR;
+    }
+    // SAFETY: plain data, filled in below.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    act.sa_sigaction = handler;
+    act.sa_flags = flags;
+    // SAFETY: sigset operations on a local.
+    unsafe {
+        libc::sigemptyset(&mut act.sa_mask);
+        if mask_self {
+            libc::sigaddset(&mut act.sa_mask, sig);
+        }
+    }
+    // SAFETY: valid pointers to locals.
+    if unsafe { sigaction(sig, &act, &mut old) } < 0 {
+        return SIG_ERR;
+    }
+    old.sa_sigaction
+}
+
+/// BSD semantics (glibc's `signal`): restarting unless `siginterrupt` said otherwise, the signal
+/// blocked while its handler runs.
+fn bsd(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    let interrupting =
+        index(sig).is_some_and(|i| INTERRUPTING.load(Ordering::Relaxed) >> i & 1 != 0);
+    let flags = if interrupting { 0 } else { libc::SA_RESTART };
+    install(sig, handler, flags, true)
+}
+
+#[no_mangle]
+pub extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    bsd(sig, handler)
+}
+
+#[no_mangle]
+pub extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    bsd(sig, handler)
+}
+
+/// System V semantics: the handler is reset to the default at delivery, the signal not blocked.
+#[no_mangle]
+pub extern "C" fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+}
+
+/// What `signal` is in programs built for strict ISO C or XPG (glibc redirects it here).
+#[no_mangle]
+pub extern "C" fn __sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
+    sysv_signal(sig, handler)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
+    // glibc rewrites the kernel's action with SA_RESTART changed: the trampoline stays.
+    // SAFETY: forwarding.
+    let r = unsafe { glibc::siginterrupt(sig, flag) };
+    if let (0, Some(i)) = (r, index(sig)) {
+        if flag != 0 {
+            INTERRUPTING.fetch_or(1 << i, Ordering::Relaxed);
+            FLAGS[i].fetch_and(!libc::SA_RESTART, Ordering::Relaxed);
+        } else {
+            INTERRUPTING.fetch_and(!(1 << i), Ordering::Relaxed);
+            FLAGS[i].fetch_or(libc::SA_RESTART, Ordering::Relaxed);
+        }
+    }
+    r
+}
+
+static LONGJMP: RealFn = RealFn::new(b"longjmp\0");
+static UNDERSCORE_LONGJMP: RealFn = RealFn::new(b"_longjmp\0");
+static SIGLONGJMP: RealFn = RealFn::new(b"siglongjmp\0");
+static LONGJMP_CHK: RealFn = RealFn::new(b"__longjmp_chk\0");
+
+type JumpFn = unsafe extern "C" fn(*mut c_void, c_int) -> !;
+
+/// Leaves through `f` (a jump: it does not return), out of any handler.
+///
+/// # Safety
+/// `env` and `val` are the caller's arguments to the jump function `f` stands for.
+unsafe fn jump(f: &RealFn, env: *mut c_void, val: c_int) -> ! {
+    threads::left_handler_by_jump();
+    // SAFETY: `f` is glibc's jump function of this signature.
+    let g: JumpFn = unsafe { std::mem::transmute::<usize, JumpFn>(f.get()) };
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { g(env, val) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn longjmp(env: *mut c_void, val: c_int) -> ! {
+    // SAFETY: forwarding.
+    unsafe { jump(&LONGJMP, env, val) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _longjmp(env: *mut c_void, val: c_int) -> ! {
+    // SAFETY: forwarding.
+    unsafe { jump(&UNDERSCORE_LONGJMP, env, val) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn siglongjmp(env: *mut c_void, val: c_int) -> ! {
+    // SAFETY: forwarding.
+    unsafe { jump(&SIGLONGJMP, env, val) }
+}
+
+/// What `longjmp` and `siglongjmp` are in programs built with `_FORTIFY_SOURCE`.
+#[no_mangle]
+pub unsafe extern "C" fn __longjmp_chk(env: *mut c_void, val: c_int) -> ! {
+    // SAFETY: forwarding.
+    unsafe { jump(&LONGJMP_CHK, env, val) }
+}
