@@ -80,6 +80,15 @@ pub const KIND_COUNTERS: [(u16, &str); 11] = [
     (counter::ROUNDS, "rounds"),
 ];
 
+/// The JSON name of a kind-specific counter (`posts`), `key_N` for one this analyzer does not
+/// know.
+pub fn kind_counter_json(key: u16) -> String {
+    KIND_COUNTERS
+        .iter()
+        .find(|&&(k, _)| k == key)
+        .map_or_else(|| format!("key_{key}"), |&(_, n)| n.to_string())
+}
+
 /// Whether `key` is a reason code (how a wait ended) rather than a kind-specific counter.
 pub fn is_ended_key(key: u16) -> bool {
     ENDED.iter().any(|&(k, _, _)| k == key)

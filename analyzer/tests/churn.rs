@@ -79,6 +79,7 @@ fn churned(kind: u8, chain_id: u32, at: u64, count: u64, acq: u64, life: (u64, u
         acquisitions: acq,
         lifetime_total_ns: life.0,
         lifetime_max_ns: life.1,
+        counters: Vec::new(),
     }
     .into()
 }

@@ -378,18 +378,32 @@ fn record() -> impl Strategy<Value = Record> {
             }
             .into()
         }),
-        (churn_kind(), small(), ns(), any::<[u64; 4]>()).prop_map(|(kind, chain_id, ns, v)| {
-            ObjectsChurned {
-                kind,
-                chain_id,
-                ns,
-                count: v[0],
-                acquisitions: v[1],
-                lifetime_total_ns: v[2],
-                lifetime_max_ns: v[3],
-            }
-            .into()
-        }),
+        (
+            churn_kind(),
+            small(),
+            ns(),
+            any::<[u64; 4]>(),
+            any::<[(u16, u64); 2]>()
+        )
+            .prop_map(|(kind, chain_id, ns, v, c)| {
+                ObjectsChurned {
+                    kind,
+                    chain_id,
+                    ns,
+                    count: v[0],
+                    acquisitions: v[1],
+                    lifetime_total_ns: v[2],
+                    lifetime_max_ns: v[3],
+                    counters: c
+                        .iter()
+                        .map(|&(key, value)| CounterValue {
+                            key: key % 64,
+                            value,
+                        })
+                        .collect(),
+                }
+                .into()
+            }),
     ]
 }
 

@@ -536,6 +536,9 @@ wire_struct! {
         /// Their lifetimes (creation to destruction), summed, and the longest.
         pub lifetime_total_ns: u64,
         pub lifetime_max_ns: u64,
+        /// Their kind-specific counts ([`counter`] keys: posts, read acquisitions, signals,
+        /// broadcasts), summed; only the non-zero ones.
+        pub counters: Vec<CounterValue>,
     }
 }
 

@@ -443,3 +443,47 @@ fn a_mutex_per_request_300000_times_is_one_line_of_short_lived_objects_in_a_smal
         "peak RSS {shim_kb} kB under the shim, {native_kb} kB native"
     );
 }
+
+#[test]
+fn objects_destroyed_and_made_again_keep_their_own_counts_even_when_the_program_destroys_twice() {
+    let run = run_both("reuse", &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+
+    // Made again at the same address after another thread locked the first one 1000 times.
+    let gen2 = log.object_created_at("reuse.c", line_of("reuse.c", "gen2-site"));
+    assert_eq!(log.counter(gen2, "acquisitions"), 1, "{gen2}");
+
+    // Short-lived, but their kind-specific counts are kept in the sums.
+    let short = |tag: &str| -> &Value {
+        let line = line_of("reuse.c", tag);
+        let found: Vec<_> = log
+            .short_lived()
+            .into_iter()
+            .filter(|s| frame_is(&s["created_at"], "reuse.c", line))
+            .collect();
+        assert_eq!(found.len(), 1, "{tag}: {:?}", log.short_lived());
+        found[0]
+    };
+    assert_eq!(short("kinds-site-sem")["counters"]["posts"], 100);
+    assert_eq!(short("kinds-site-sem")["acquisitions"], 100);
+    assert_eq!(
+        short("kinds-site-rwlock")["counters"]["read_acquisitions"],
+        100
+    );
+    let cond = short("kinds-site-cond");
+    assert_eq!(cond["counters"]["signals"], 100, "{cond}");
+    assert_eq!(cond["counters"]["broadcasts"], 50, "{cond}");
+
+    // A mutex destroyed by two threads at once does not make later mutexes share an entry.
+    let fresh = log.objects_created_at("reuse.c", line_of("reuse.c", "fresh-site"));
+    assert_eq!(fresh.len(), 400);
+    assert!(
+        fresh.iter().all(|o| log.counter(o, "acquisitions") == 10),
+        "{:?}",
+        fresh
+            .iter()
+            .map(|o| &o["counters"]["acquisitions"])
+            .collect::<Vec<_>>()
+    );
+}

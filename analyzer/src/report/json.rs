@@ -9,8 +9,8 @@ use waitshim_format::{end_reason, origin, ObjectKind};
 use super::Ctx;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
-    churn_kind_json, is_ended_key, reason_json, snapshot_source_name, Object, WaitEventGroup,
-    KIND_COUNTERS,
+    churn_kind_json, is_ended_key, kind_counter_json, reason_json, snapshot_source_name, Object,
+    WaitEventGroup,
 };
 use crate::symbolize::Frame;
 
@@ -66,11 +66,7 @@ fn counters(o: &Object) -> Value {
         if is_ended_key(key) {
             continue;
         }
-        let name = KIND_COUNTERS
-            .iter()
-            .find(|&&(k, _)| k == key)
-            .map_or_else(|| format!("key_{key}"), |&(_, n)| n.to_string());
-        map.insert(name, json!(v));
+        map.insert(kind_counter_json(key), json!(v));
     }
     if map.is_empty() {
         Value::Null
@@ -458,6 +454,11 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
             "acquisitions": c.acquisitions,
             "lifetime_total_ns": c.lifetime_total_ns,
             "lifetime_max_ns": c.lifetime_max_ns,
+            "counters": c
+                .counters
+                .iter()
+                .map(|v| (kind_counter_json(v.key), json!(v.value)))
+                .collect::<Map<String, Value>>(),
             "created_at": opt_frame(site),
         }));
     }

@@ -10,7 +10,7 @@ use waitshim_format::{counter, end_reason, Counters, ObjectKind};
 
 use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
-use crate::model::{churn_kind_text, reason_text, ContentionRecord, Object};
+use crate::model::{churn_kind_text, kind_counter_json, reason_text, ContentionRecord, Object};
 use crate::symbolize::Frame;
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
@@ -870,9 +870,20 @@ fn short_lived(ctx: &mut Ctx<'_>, out: &mut String) {
             .sym
             .site(m, c.chain_id)
             .map_or_else(|| "creation site unknown".to_string(), |f| f.site());
+        // Their posts, read acquisitions, signals, broadcasts: `posts 200`.
+        let counts: Vec<String> = c
+            .counters
+            .iter()
+            .map(|v| format!("{} {}", kind_counter_json(v.key).replace('_', " "), v.value))
+            .collect();
+        let counts = if counts.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", counts.join(", "))
+        };
         let _ = writeln!(
             out,
-            "{}  {site}",
+            "{}  {site}{counts}",
             line(numbers.each_ref().map(String::as_str), kind)
         );
     }

@@ -34,8 +34,8 @@ use crate::clock::now_ns;
 use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::highwater;
-use crate::track::objects::{ObjEntry, AUX_POSTS, EPISODE};
-use crate::track::threads::{self, current, Inside, Slot, ThreadRec};
+use crate::track::objects::{ObjEntry, AUX_POSTS, DEAD, EPISODE};
+use crate::track::threads::{self, current, current_fast, Inside, Slot, ThreadRec};
 use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Semaphore;
@@ -456,8 +456,44 @@ unsafe fn contended(
     r
 }
 
+/// glibc's semaphore value: the low 32 bits of its 64-bit `data` word (x86-64, glibc 2.21 and
+/// later). Only read, to tell a post that will fail (EOVERFLOW at `SEM_VALUE_MAX`).
+fn value(addr: usize) -> u32 {
+    // SAFETY: `addr` is the caller's semaphore, at least 8 bytes; the word changes under other
+    // threads' atomics, hence the volatile load.
+    unsafe { std::ptr::read_volatile(addr as *const u32) }
+}
+
+type PostFn = unsafe extern "C" fn(*mut sem_t) -> c_int;
+
 #[no_mangle]
 pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
+    // The common case, without a stack frame: a cached semaphore with nothing flagged on it. The
+    // post is counted first and glibc's sem_post is reached by a tail call; the one post that
+    // can fail, at the maximum value, takes the general path.
+    if let Some(t) = current_fast() {
+        let addr = s as usize;
+        let slot = t.slot(addr);
+        let f = glibc::slot::sem_post.resolved();
+        if let (true, Some((obj, true))) = (
+            slot.addr.load(Ordering::Relaxed) == addr && f > 1,
+            slot.held(),
+        ) {
+            if obj.flags() & (DEAD | EPISODE) == 0
+                && value(addr) < i32::MAX as u32
+                && t.count_aux_quick(slot, AUX_POSTS)
+            {
+                // SAFETY: glibc's sem_post, whose signature is `PostFn`; forwarding.
+                return unsafe { std::mem::transmute::<usize, PostFn>(f)(s) };
+            }
+        }
+    }
+    // SAFETY: forwarding the caller's semaphore.
+    unsafe { post_tracked(s) }
+}
+
+#[inline(never)]
+unsafe extern "C" fn post_tracked(s: *mut sem_t) -> c_int {
     let Some(t) = current() else {
         // SAFETY: forwarding.
         let r = unsafe { glibc::sem_post(s) };

@@ -112,9 +112,10 @@ pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
     if s.addr.load(Ordering::Relaxed) != addr {
         return false;
     }
-    // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
-    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
-    took_quick(t, s, obj, addr, false)
+    match s.held() {
+        Some((obj, true)) => took_quick(t, s, obj, addr, false),
+        _ => false,
+    }
 }
 
 /// As [`engaged_quick`], for an object that may have been contended.
@@ -124,9 +125,10 @@ pub fn engaged_quick_contended(t: &ThreadRec, addr: usize) -> bool {
     if s.addr.load(Ordering::Relaxed) != addr {
         return false;
     }
-    // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
-    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
-    took_quick(t, s, obj, addr, true)
+    match s.held() {
+        Some((obj, true)) => took_quick(t, s, obj, addr, true),
+        _ => false,
+    }
 }
 
 /// [`took`] in the common case described at [`engaged_quick`]; false, having done nothing, in
@@ -138,9 +140,7 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
     let held = unsafe { t.held_locks() };
     let flags = obj.flags();
     let other = if contended { !CONTENDED } else { !0 };
-    // The flags before the address: a reused entry is dead until its new address is in place.
     if flags & other != 0
-        || obj.addr() != addr
         || held.len | held.quick != 0
         || obj.owner.last.load(Ordering::Relaxed) != t.tid()
     {

@@ -17,8 +17,8 @@ use std::sync::Mutex;
 
 use crossbeam_skiplist::SkipMap;
 use waitshim_format::{
-    end_reason, note_level, origin, Note, ObjectCreate, ObjectDestroy, ObjectKind, ObjectName,
-    ObjectsChurned, RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
+    end_reason, note_level, origin, CounterValue, Note, ObjectCreate, ObjectDestroy, ObjectKind,
+    ObjectName, ObjectsChurned, RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
 };
 
 use crate::chain::{self, Chains};
@@ -75,6 +75,8 @@ struct Churn {
     acquisitions: u64,
     lifetime_total: u64,
     lifetime_max: u64,
+    /// Kind-specific counts (posts, read acquisitions, signals, broadcasts), summed.
+    counters: Vec<(u16, u64)>,
     changed: bool,
 }
 
@@ -620,9 +622,9 @@ impl Tracker {
         Box::leak(Box::new(ObjEntry::new(addr, kind)))
     }
 
-    /// Keeps what the creation record of an object that just entered the registry will say
-    /// (it is written when the object is first written to the log, see [`Tracker::id_of`]).
-    /// `site` is the creating call, if known: its chain is then usually cached.
+    /// Keeps what the creation record of an object about to enter the registry will say (it
+    /// is written when the object is first written to the log, see [`Tracker::id_of`]). `site`
+    /// is the creating call, if known: its chain is then usually cached.
     fn register(&self, t: &ThreadRec, obj: &ObjEntry, subtype: u32, how: u8, site: CallSite) {
         obj.create_chain
             .store(self.chain_at(t, site), Ordering::Relaxed);
@@ -630,22 +632,28 @@ impl Tracker {
         obj.origin.store(how, Ordering::Relaxed);
         obj.created_ns.store(now_ns(), Ordering::Relaxed);
         obj.created_tid.store(t.tid(), Ordering::Relaxed);
-        if self.has_pending_names.load(Ordering::Relaxed) {
-            let name = self
-                .pending_names
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&obj.addr());
-            if let Some(name) = name {
-                crate::policy::object_named(obj, &name);
-                self.log.write(
-                    &ObjectName {
-                        object_id: self.id_of(obj),
-                        name,
-                    }
-                    .into(),
-                );
-            }
+    }
+
+    /// A name given through the C API before the object was tracked goes to it now that it is
+    /// in the registry (by the thread that put it there).
+    fn apply_pending_name(&self, obj: &ObjEntry) {
+        if !self.has_pending_names.load(Ordering::Relaxed) {
+            return;
+        }
+        let name = self
+            .pending_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&obj.addr());
+        if let Some(name) = name {
+            crate::policy::object_named(obj, &name);
+            self.log.write(
+                &ObjectName {
+                    object_id: self.id_of(obj),
+                    name,
+                }
+                .into(),
+            );
         }
     }
 
@@ -653,21 +661,32 @@ impl Tracker {
     #[inline]
     pub fn id_of(&self, obj: &ObjEntry) -> u64 {
         match obj.id.load(Ordering::Acquire) {
-            0 => self.publish(obj),
+            0 => self.publish(obj).unwrap_or(objects::CHURNED),
             id => id,
+        }
+    }
+
+    /// As [`Tracker::id_of`], None for an object its destroy has just counted with the
+    /// short-lived ones (a flush that found it alive a moment before must not write it).
+    fn try_id_of(&self, obj: &ObjEntry) -> Option<u64> {
+        match obj.id.load(Ordering::Acquire) {
+            0 => self.publish(obj),
+            objects::CHURNED => None,
+            id => Some(id),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn publish(&self, obj: &ObjEntry) -> u64 {
+    fn publish(&self, obj: &ObjEntry) -> Option<u64> {
         let id = self.next_object.fetch_add(1, Ordering::Relaxed);
         if let Err(theirs) = obj
             .id
             .compare_exchange(0, id, Ordering::AcqRel, Ordering::Acquire)
         {
-            // Another thread wrote it first (its record may still be on its way).
-            return theirs;
+            // Another thread wrote it first (its record may still be on its way), or its
+            // destroy counted it with the short-lived objects.
+            return (theirs != objects::CHURNED).then_some(theirs);
         }
         self.log.write(
             &ObjectCreate {
@@ -682,7 +701,7 @@ impl Tracker {
             }
             .into(),
         );
-        id
+        Some(id)
     }
 
     /// The live object at `addr`, registering it on first use (static initializers, objects
@@ -703,8 +722,10 @@ impl Tracker {
                 let fresh = self.new_object(addr, kind);
                 self.register(t, fresh, subtype, origin::FIRST_USE, CallSite::default());
                 let won = self.objects.get_or_insert(addr, ObjRef(fresh)).value().0;
-                // Another thread may have registered it first: its entry wins, ours is spare.
-                if !std::ptr::eq(won, fresh) {
+                if std::ptr::eq(won, fresh) {
+                    self.apply_pending_name(fresh);
+                } else {
+                    // Another thread registered it first: its entry wins, ours was never seen.
                     fresh.set_flag(objects::DEAD);
                     self.spare_entry(fresh);
                 }
@@ -731,6 +752,7 @@ impl Tracker {
         let obj = self.new_object(addr, kind);
         self.register(t, obj, subtype, origin::INIT, site);
         self.objects.insert(addr, ObjRef(obj));
+        self.apply_pending_name(obj);
         t.install(obj);
     }
 
@@ -742,18 +764,32 @@ impl Tracker {
     }
 
     fn retire(&self, t: &ThreadRec, obj: &'static ObjEntry) {
-        let s = t.slot(obj.addr());
-        if std::ptr::eq(s.obj.load(Ordering::Relaxed), obj) {
+        // Once: two threads destroying one object at once (glibc lets both succeed) must not
+        // end it twice, nor offer its entry twice.
+        if obj.flags.fetch_or(objects::DEAD, Ordering::AcqRel) & objects::DEAD != 0 {
+            return;
+        }
+        if let Some(s) = t.slot_of(obj) {
             t.fold(s);
         }
-        obj.set_flag(objects::DEAD);
-        self.objects.remove(&obj.addr());
+        // This entry, not whatever a new generation at the address has put there meanwhile.
+        if let Some(e) = self.objects.get(&obj.addr()) {
+            if std::ptr::eq(e.value().0, obj) {
+                e.remove();
+            }
+        }
         let now = now_ns();
-        // Nothing but uncontended acquisitions (which do not bump the version) and never
-        // written: summed with the others of its creation chain.
+        // Nothing but uncounted-on events (acquisitions, posts, read acquisitions, signals, none
+        // of which bumps the version) and never written: summed with the others of its
+        // creation chain, unless a flush writes it first.
         let plain =
             obj.flags() & objects::CONTENDED == 0 && obj.version.load(Ordering::Relaxed) == 1;
-        if plain && obj.id.load(Ordering::Acquire) == 0 {
+        let churned = plain
+            && obj
+                .id
+                .compare_exchange(0, objects::CHURNED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+        if churned {
             self.churn(obj, now);
         } else {
             self.retire_written(t, obj, now);
@@ -788,6 +824,12 @@ impl Tracker {
         c.acquisitions += obj.stats.acquisitions.load(Ordering::Relaxed);
         c.lifetime_total = c.lifetime_total.saturating_add(lifetime);
         c.lifetime_max = c.lifetime_max.max(lifetime);
+        for (key, v) in obj.extra_counts() {
+            match c.counters.iter_mut().find(|x| x.0 == key) {
+                Some(x) => x.1 += v,
+                None => c.counters.push((key, v)),
+            }
+        }
         c.changed = true;
         self.churn_changed.store(true, Ordering::Relaxed);
     }
@@ -809,6 +851,11 @@ impl Tracker {
                     acquisitions: c.acquisitions,
                     lifetime_total_ns: c.lifetime_total,
                     lifetime_max_ns: c.lifetime_max,
+                    counters: c
+                        .counters
+                        .iter()
+                        .map(|&(key, value)| CounterValue { key, value })
+                        .collect(),
                 }
                 .into(),
             );
@@ -871,10 +918,14 @@ impl Tracker {
         details: bool,
     ) {
         let v = obj.version.load(Ordering::Relaxed);
-        let id = self.id_of(obj);
+        let Some(id) = self.try_id_of(obj) else {
+            return;
+        };
         let counters = obj.counters(id, now, extra, pending);
         obj.flushed_quiet.store(
-            counters.acquisitions + obj.quiet.load(Ordering::Relaxed),
+            counters.acquisitions
+                + obj.quiet.load(Ordering::Relaxed)
+                + pending.map_or(0, |p| p.quiet),
             Ordering::Relaxed,
         );
         obj.flushed_waits
@@ -923,18 +974,27 @@ impl Tracker {
         self.flush_locked(complete);
     }
 
-    /// Acquisitions and waits still counted in threads' caches, by object.
+    /// Acquisitions, kind-specific counts and waits still counted in threads' caches, by
+    /// object (read, not taken: only their threads change them).
     fn pending_counts(&self) -> (HashMap<usize, u64>, HashMap<usize, waits::Pending>) {
         let mut pending: HashMap<usize, u64> = HashMap::new();
-        let mut waits = HashMap::new();
+        let mut waits: HashMap<usize, waits::Pending> = HashMap::new();
         for e in self.threads.iter() {
             let t = e.value().0;
             for s in &t.slots {
-                threads::fold_aux(s);
                 let n = s.pending.load(Ordering::Relaxed);
+                let aux = s.aux.each_ref().map(|a| a.load(Ordering::Relaxed));
+                if n == 0 && aux == [0, 0] {
+                    continue;
+                }
+                let Some(obj) = s.entry() else { continue };
+                let key = obj as *const ObjEntry as usize;
                 if n > 0 {
-                    if let Some(obj) = s.entry() {
-                        *pending.entry(obj as *const ObjEntry as usize).or_default() += n;
+                    *pending.entry(key).or_default() += n;
+                }
+                for (i, &v) in aux.iter().enumerate() {
+                    if let (Some(k), true) = (obj.aux_key(i), v > 0) {
+                        waits.entry(key).or_default().add_quiet(k, u64::from(v));
                     }
                 }
             }
@@ -973,6 +1033,7 @@ impl Tracker {
             } else if obj.stats.acquisitions.load(Ordering::Relaxed)
                 + extra
                 + obj.quiet.load(Ordering::Relaxed)
+                + waiting.map_or(0, |w| w.quiet)
                 != obj.flushed_quiet.load(Ordering::Relaxed)
                 && (complete || now >= obj.quiet_until.load(Ordering::Relaxed))
             {

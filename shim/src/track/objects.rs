@@ -14,7 +14,7 @@
 //! chain (`ObjectsChurned`), so that creating and destroying objects in a loop neither grows
 //! the log nor the shim's memory.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
@@ -71,6 +71,10 @@ pub const EPISODE: u8 = 4;
 /// A policy rule with `holder_chain` selects it: acquisitions note where they happened.
 pub const HOLDER_CHAINS: u8 = 8;
 
+/// `ObjEntry::id` of an object destroyed before it was written to the log: counted with the
+/// short-lived objects of its creation chain, never to be written on its own.
+pub const CHURNED: u64 = u64::MAX;
+
 #[repr(C, align(64))]
 pub struct ObjEntry {
     // Read on every acquisition. The address changes only when the entry is reused, while it
@@ -81,6 +85,10 @@ pub struct ObjEntry {
     pub kind: ObjectKind,
     /// [`DEAD`], [`CONTENDED`], [`EPISODE`]: one byte, read once per acquisition.
     pub flags: AtomicU8,
+    /// Bumped each time the entry serves a new object: threads' caches keep the generation
+    /// they cached, so that a cache that still points at the entry from an earlier object, at
+    /// the same address or not, no longer matches.
+    pub generation: AtomicU16,
     /// Who acquired it last, on a line of its own: it is written at every change of owner, and
     /// the fields above, read by every path, then stay shared in every core's cache.
     pub owner: Padded<Owner>,
@@ -166,6 +174,7 @@ impl ObjEntry {
             id: AtomicU64::new(0),
             kind,
             flags: AtomicU8::new(0),
+            generation: AtomicU16::new(0),
             owner: Default::default(),
             waiters: Default::default(),
             last_wake: AtomicU64::new(0),
@@ -256,7 +265,20 @@ impl ObjEntry {
                 a.store(0, Ordering::Relaxed);
             }
         }
+        self.generation.fetch_add(1, Ordering::Relaxed);
         self.flags.store(0, Ordering::Release);
+    }
+
+    /// The non-zero kind-specific counters (`waitshim_format::counter` key, value).
+    pub fn extra_counts(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.extra
+            .get()
+            .into_iter()
+            .flat_map(|t| t.iter().enumerate())
+            .filter_map(|(key, v)| {
+                let v = v.load(Ordering::Relaxed);
+                (v != 0).then_some((key as u16, v))
+            })
     }
 
     fn extra_slot(&self, key: u16) -> Option<&AtomicU64> {

@@ -238,6 +238,8 @@ pub struct Pending {
     pub maxima: Vec<(u16, u64)>,
     /// (chain, count, total, max)
     pub sites: Vec<(u32, u64, u64, u64)>,
+    /// Uncontended kind-specific events (posts, read acquisitions, signals) among `added`.
+    pub quiet: u64,
 }
 
 impl Pending {
@@ -266,6 +268,12 @@ impl Pending {
             }
             None => self.sites.push((chain, v.count, v.total, v.max)),
         }
+    }
+
+    /// Adds uncontended kind-specific events still in a thread's cache (counter `key`).
+    pub fn add_quiet(&mut self, key: u16, v: u64) {
+        self.plus(key, v);
+        self.quiet += v;
     }
 
     fn plus(&mut self, key: u16, v: u64) {
