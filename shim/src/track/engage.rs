@@ -112,10 +112,10 @@ pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
     if s.addr.load(Ordering::Relaxed) != addr {
         return false;
     }
-    match s.held() {
-        Some((obj, true)) => took_quick(t, s, obj, addr, false),
-        _ => false,
-    }
+    // SAFETY: the address matched, so the slot is not empty; slots only ever hold pointers
+    // to leaked (never freed) entries.
+    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+    s.same_generation(obj) && took_quick(t, s, obj, addr, false)
 }
 
 /// As [`engaged_quick`], for an object that may have been contended.
@@ -125,10 +125,9 @@ pub fn engaged_quick_contended(t: &ThreadRec, addr: usize) -> bool {
     if s.addr.load(Ordering::Relaxed) != addr {
         return false;
     }
-    match s.held() {
-        Some((obj, true)) => took_quick(t, s, obj, addr, true),
-        _ => false,
-    }
+    // SAFETY: as in `engaged_quick`.
+    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
+    s.same_generation(obj) && took_quick(t, s, obj, addr, true)
 }
 
 /// [`took`] in the common case described at [`engaged_quick`]; false, having done nothing, in

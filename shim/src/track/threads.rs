@@ -5,7 +5,9 @@
 //! acquisition counts, so an uncontended acquisition writes only this thread's memory.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 use super::lockorder;
 use super::objects::{ObjEntry, DEAD};
@@ -16,14 +18,14 @@ pub const SLOTS: usize = 64;
 pub const READS_HELD: usize = 4;
 /// Acquisitions counted in a slot before they are added to the object.
 const FOLD_EVERY: u64 = 1 << 16;
+/// Kind-specific events counted in a slot (16-bit counts) before they are added.
+const FOLD_AUX_AT: u16 = 1 << 15;
 
 /// 32 bytes, aligned: a slot never straddles two cache lines.
 #[repr(C, align(32))]
 pub struct Slot {
     pub addr: AtomicUsize,
-    /// The entry, and in the top 16 bits the generation it had when cached (see
-    /// [`ObjEntry::generation`]); 0 when empty.
-    pub obj: AtomicUsize,
+    pub obj: AtomicPtr<ObjEntry>,
     /// Acquisitions not yet added to the object's counter. Written only by the owning thread
     /// (plain load + store); read by the exit flush of another thread.
     pub pending: AtomicU64,
@@ -32,31 +34,30 @@ pub struct Slot {
     /// variable's signals and broadcasts. Changed only by the owning thread, like `pending`
     /// ([`ThreadRec::count_aux`]: a post may come from a signal handler on that thread), read
     /// by flushes on others.
-    pub aux: [AtomicU32; 2],
+    pub aux: [AtomicU16; 2],
+    /// The entry's generation when it was cached (see [`ObjEntry::generation`]): a cache that
+    /// still points at an entry serving another object since, at the same address or not,
+    /// does not match.
+    pub generation: AtomicU16,
 }
 
-/// User-space addresses fit in the low 48 bits; a slot keeps a generation above them.
-const GEN_SHIFT: u32 = 48;
-
 impl Slot {
-    /// The value a slot holds for `obj` as it is now.
-    fn tagged(obj: &ObjEntry) -> usize {
-        obj as *const ObjEntry as usize
-            | usize::from(obj.generation.load(Ordering::Relaxed)) << GEN_SHIFT
-    }
-
     /// The entry the slot holds and whether it still serves the object it was cached for.
     #[inline(always)]
     pub fn held(&self) -> Option<(&'static ObjEntry, bool)> {
-        let v = self.obj.load(Ordering::Relaxed);
-        let p = v & ((1 << GEN_SHIFT) - 1);
-        if p == 0 {
+        let p = self.obj.load(Ordering::Relaxed);
+        if p.is_null() {
             return None;
         }
         // SAFETY: slots only ever hold pointers to leaked (never freed) entries.
-        let obj: &'static ObjEntry = unsafe { &*(p as *const ObjEntry) };
-        let same = obj.generation.load(Ordering::Relaxed) == (v >> GEN_SHIFT) as u16;
-        Some((obj, same))
+        let obj: &'static ObjEntry = unsafe { &*p };
+        Some((obj, self.same_generation(obj)))
+    }
+
+    /// Whether `obj`, the entry this slot holds, still serves the object it was cached for.
+    #[inline(always)]
+    pub fn same_generation(&self, obj: &ObjEntry) -> bool {
+        obj.generation.load(Ordering::Relaxed) == self.generation.load(Ordering::Relaxed)
     }
 
     /// The entry the slot points at, if it still serves the object the slot cached (an entry
@@ -194,9 +195,10 @@ impl ThreadRec {
             pthread: AtomicUsize::new(0),
             slots: std::array::from_fn(|_| Slot {
                 addr: AtomicUsize::new(0),
-                obj: AtomicUsize::new(0),
+                obj: AtomicPtr::new(std::ptr::null_mut()),
                 pending: AtomicU64::new(0),
-                aux: [AtomicU32::new(0), AtomicU32::new(0)],
+                aux: [AtomicU16::new(0), AtomicU16::new(0)],
+                generation: AtomicU16::new(0),
             }),
             waiting_on: AtomicPtr::new(std::ptr::null_mut()),
             wait_seq: AtomicU64::new(0),
@@ -287,13 +289,13 @@ impl ThreadRec {
     #[inline(always)]
     pub fn count_aux(&self, s: &Slot, i: usize) {
         let p = s.aux[i].as_ptr();
-        // SAFETY: `p` points to this thread's own aligned u32 count; other threads only load it
-        // (an aligned 4-byte store is single-copy atomic on x86-64, so they see the old or the
+        // SAFETY: `p` points to this thread's own aligned u16 count; other threads only load it
+        // (an aligned 2-byte store is single-copy atomic on x86-64, so they see the old or the
         // new value).
         unsafe {
-            std::arch::asm!("add dword ptr [{p}], 1", p = in(reg) p, options(nostack));
+            std::arch::asm!("add word ptr [{p}], 1", p = in(reg) p, options(nostack));
         }
-        if u64::from(s.aux[i].load(Ordering::Relaxed)) >= FOLD_EVERY {
+        if s.aux[i].load(Ordering::Relaxed) >= FOLD_AUX_AT {
             fold_aux(s);
         }
     }
@@ -302,13 +304,13 @@ impl ThreadRec {
     /// false, nothing done (the caller takes its general path).
     #[inline(always)]
     pub fn count_aux_quick(&self, s: &Slot, i: usize) -> bool {
-        if u64::from(s.aux[i].load(Ordering::Relaxed)) + 1 >= FOLD_EVERY {
+        if s.aux[i].load(Ordering::Relaxed) + 1 >= FOLD_AUX_AT {
             return false;
         }
         let p = s.aux[i].as_ptr();
         // SAFETY: as in `count_aux`.
         unsafe {
-            std::arch::asm!("add dword ptr [{p}], 1", p = in(reg) p, options(nostack));
+            std::arch::asm!("add word ptr [{p}], 1", p = in(reg) p, options(nostack));
         }
         true
     }
@@ -338,7 +340,10 @@ impl ThreadRec {
         let addr = obj.addr();
         let s = self.slot(addr);
         self.fold(s);
-        s.obj.store(Slot::tagged(obj), Ordering::Relaxed);
+        s.obj
+            .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Relaxed);
+        s.generation
+            .store(obj.generation.load(Ordering::Relaxed), Ordering::Relaxed);
         s.addr.store(addr, Ordering::Relaxed);
         s
     }
@@ -410,7 +415,7 @@ impl ThreadRec {
         self.waits.clear();
         for s in &self.slots {
             s.addr.store(0, Ordering::Relaxed);
-            s.obj.store(0, Ordering::Relaxed);
+            s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
             s.pending.store(0, Ordering::Relaxed);
             for a in &s.aux {
                 a.store(0, Ordering::Relaxed);
