@@ -6,7 +6,7 @@
 //! is destroyed, and they detect that through [`DEAD`]. The entry of an object destroyed without
 //! ever being contended is reused for a new object of its kind once nothing can still be in
 //! the middle of using it (see `Tracker::new_object`): a cache that still points at it then
-//! finds another address in it, or [`DEAD`] until it is ready.
+//! finds another generation in it, or [`DEAD`] until it is ready.
 //!
 //! An object is written to the log (gets its id and its creation record) only when it first
 //! matters: contended, named, part of a lock-order edge, or alive at a flush with counters to
@@ -216,7 +216,7 @@ impl ObjEntry {
 
     /// Makes a destroyed, reusable entry the entry of a new object at `addr`, with every count
     /// at zero. The entry is [`DEAD`] until the last store, which makes it live: a thread whose
-    /// cache still points at it sees either that or the new address.
+    /// cache still points at it sees either that or the new generation.
     pub fn reuse(&self, addr: usize) {
         debug_assert!(self.flags() & DEAD != 0);
         self.addr.store(addr, Ordering::Relaxed);
