@@ -100,22 +100,33 @@ fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
     }
 }
 
-/// The whole bookkeeping of an exclusive acquisition in the common case, inline and without a
-/// call: the object is cached and live, has no flag set but [`CONTENDED`] (no episode, nothing
-/// asked of its acquisitions), this acquisition's hold is not one to time, the thread holds no
-/// other lock (no lock-order edge to look at), the owner does not change and the slot's count
+/// The whole bookkeeping of an exclusive acquisition by the only thread of a process that never
+/// had another (glibc's `__libc_single_threaded`, which it never sets again once a thread was
+/// created; a forked child starts with empty caches), inline and without a call: the object is
+/// cached, the thread holds no other lock (no lock-order edge to look at) and the slot's count
 /// does not reach its fold. Returns false, having done nothing, in any other case; the caller
 /// then does [`engaged`].
+///
+/// What [`took_quick`] checks besides is settled by the one thread: it is the owner since it
+/// cached the object; it destroys objects itself, which empties its slot for them
+/// ([`ThreadRec::forget`]), so a cached object is live and of the cached generation; and no
+/// other thread can have waited for the object. (A thread can only wait for a mutex it holds
+/// itself, with a timed lock: the episode that opens is ended by its unlock, which looks, and
+/// that mutex's later holds are not timed.)
 #[inline(always)]
 pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
     let s = t.slot(addr);
-    if s.addr.load(Ordering::Relaxed) != addr {
+    // SAFETY: owning thread, not re-entered.
+    let held = unsafe { t.held_locks() };
+    if s.addr.load(Ordering::Relaxed) != addr || held.len | held.quick != 0 {
         return false;
     }
-    // SAFETY: the address matched, so the slot is not empty; slots only ever hold pointers
-    // to leaked (never freed) entries.
-    let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
-    s.same_generation(obj) && took_quick(t, s, obj, addr, false)
+    let n = s.pending.load(Ordering::Relaxed) + 1;
+    if !t.count_quick(s, n, true) {
+        return false;
+    }
+    held.quick = addr;
+    true
 }
 
 /// As [`engaged_quick`], for an object that may have been contended.

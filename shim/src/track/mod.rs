@@ -770,7 +770,7 @@ impl Tracker {
             return;
         }
         if let Some(s) = t.slot_of(obj) {
-            t.fold(s);
+            t.forget(s);
         }
         // This entry, not whatever a new generation at the address has put there meanwhile.
         if let Some(e) = self.objects.get(&obj.addr()) {

@@ -348,6 +348,13 @@ impl ThreadRec {
         s
     }
 
+    /// Adds a slot's counts to its object and empties it (its object is being destroyed).
+    pub fn forget(&self, s: &Slot) {
+        self.fold(s);
+        s.addr.store(0, Ordering::Relaxed);
+        s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
+    }
+
     /// The slot that caches `obj` (as the object it is now), if one does.
     pub fn slot_of(&self, obj: &ObjEntry) -> Option<&Slot> {
         let s = self.slot(obj.addr());
