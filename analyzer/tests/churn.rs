@@ -4,14 +4,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use common::*;
-use goblin::elf::Elf;
 use serde_json::Value;
 use waitshim_analyze::model::MAX_CHURN_SITES;
-use waitshim_analyze::symbolize::build_id;
 use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
 
@@ -30,44 +27,8 @@ const REQUEST: u32 = 1;
 const REPLY: u32 = 2;
 const QUEUE: u32 = 3;
 
-struct Program {
-    path: PathBuf,
-    build_id: Vec<u8>,
-    segments: Vec<Segment>,
-    /// Return addresses one byte into each function (relative to the base).
-    request: u64,
-    reply: u64,
-    main: u64,
-}
-
 fn compile(dir: &Path) -> Program {
-    let src = dir.join("churn.c");
-    std::fs::write(&src, SOURCE).expect("write source");
-    let path = dir.join("churn");
-    let status = Command::new("cc")
-        .args(["-g", "-O0", "-o"])
-        .arg(&path)
-        .arg(&src)
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "cc failed");
-    let bytes = std::fs::read(&path).expect("read binary");
-    let elf = Elf::parse(&bytes).expect("ELF");
-    let sym = |name: &str| {
-        elf.syms
-            .iter()
-            .find(|s| elf.strtab.get_at(s.st_name) == Some(name))
-            .map(|s| s.st_value + 1)
-            .unwrap_or_else(|| panic!("no symbol {name}"))
-    };
-    Program {
-        build_id: build_id(&elf, &bytes).expect("build-id"),
-        segments: load_segments(&elf),
-        request: sym("make_request"),
-        reply: sym("make_reply"),
-        main: sym("main"),
-        path,
-    }
+    compile_program(dir, "churn", SOURCE)
 }
 
 fn churned(kind: u8, chain_id: u32, at: u64, count: u64, acq: u64, life: (u64, u64)) -> Record {
@@ -96,9 +57,12 @@ fn churn_log(p: &Program) -> LogBuilder {
         path: p.path.display().to_string(),
         segments: p.segments.clone(),
     });
-    b.chain(REQUEST, &[BASE + p.request, BASE + p.main]);
-    b.chain(REPLY, &[BASE + p.reply, BASE + p.main]);
-    b.chain(QUEUE, &[BASE + p.main]);
+    b.chain(
+        REQUEST,
+        &[BASE + p.ret("make_request"), BASE + p.ret("main")],
+    );
+    b.chain(REPLY, &[BASE + p.ret("make_reply"), BASE + p.ret("main")]);
+    b.chain(QUEUE, &[BASE + p.ret("main")]);
     b.thread(100, "main");
     b.mutex(1, 0x7000_0000_1000, QUEUE);
     b.counters(1, 100, 10, 5 * MS);

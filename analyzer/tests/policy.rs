@@ -4,17 +4,14 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use common::*;
-use goblin::elf::Elf;
 use serde_json::{json, Value};
 use waitshim_analyze::model::{
     MAX_POLICY_LISTED, MAX_POLICY_RULES, MAX_POLICY_TEXT, MAX_POLICY_VERSIONS, MAX_RULE_SUMMARY,
     MAX_WAIT_EVENTS_LISTED,
 };
-use waitshim_analyze::symbolize::build_id;
 use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
 
@@ -41,44 +38,8 @@ const LIVE: u32 = 40;
 const WAITER: u32 = 41;
 const ACQUIRED: u32 = 42;
 
-struct Program {
-    path: PathBuf,
-    build_id: Vec<u8>,
-    segments: Vec<Segment>,
-    /// Return addresses one byte into each function (relative to the base).
-    hold: u64,
-    wait: u64,
-    main: u64,
-}
-
 fn compile(dir: &Path) -> Program {
-    let src = dir.join("pol.c");
-    std::fs::write(&src, SOURCE).expect("write source");
-    let path = dir.join("pol");
-    let status = Command::new("cc")
-        .args(["-g", "-O0", "-o"])
-        .arg(&path)
-        .arg(&src)
-        .status()
-        .expect("run the C compiler");
-    assert!(status.success(), "cc failed");
-    let bytes = std::fs::read(&path).expect("read binary");
-    let elf = Elf::parse(&bytes).expect("ELF");
-    let sym = |name: &str| {
-        elf.syms
-            .iter()
-            .find(|s| elf.strtab.get_at(s.st_name) == Some(name))
-            .map(|s| s.st_value + 1)
-            .unwrap_or_else(|| panic!("no symbol {name}"))
-    };
-    Program {
-        build_id: build_id(&elf, &bytes).expect("build-id"),
-        segments: load_segments(&elf),
-        hold: sym("hold_and_sleep"),
-        wait: sym("wait_for_queue"),
-        main: sym("main"),
-        path,
-    }
+    compile_program(dir, "pol", SOURCE)
 }
 
 fn version(version: u32, at: u64, source: &str, rules: &[&str]) -> PolicyVersion {
@@ -140,9 +101,22 @@ fn policy_log(p: &Program) -> LogBuilder {
             memsz: 0x10_0000,
         }],
     });
-    b.chain(LIVE, &[LIBC_BASE + 0x1234, BASE + p.hold, BASE + p.main]);
-    b.chain(WAITER, &[BASE + p.wait, BASE + p.main]);
-    b.chain(ACQUIRED, &[BASE + p.hold, BASE + p.main]);
+    b.chain(
+        LIVE,
+        &[
+            LIBC_BASE + 0x1234,
+            BASE + p.ret("hold_and_sleep"),
+            BASE + p.ret("main"),
+        ],
+    );
+    b.chain(
+        WAITER,
+        &[BASE + p.ret("wait_for_queue"), BASE + p.ret("main")],
+    );
+    b.chain(
+        ACQUIRED,
+        &[BASE + p.ret("hold_and_sleep"), BASE + p.ret("main")],
+    );
     b.thread(100, "main");
     b.thread(101, "holder");
     b.thread(102, "w-102");

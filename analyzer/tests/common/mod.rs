@@ -306,6 +306,52 @@ pub fn convoy_log() -> LogBuilder {
     b
 }
 
+/// A small C program compiled for its symbols and lines (debug information, no optimisation).
+pub struct Program {
+    pub path: PathBuf,
+    pub build_id: Vec<u8>,
+    pub segments: Vec<Segment>,
+    symbols: Vec<(String, u64)>,
+}
+
+impl Program {
+    /// A return address one byte into function `name`, relative to the load base.
+    pub fn ret(&self, name: &str) -> u64 {
+        self.symbols
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|&(_, a)| a + 1)
+            .unwrap_or_else(|| panic!("no symbol {name}"))
+    }
+}
+
+/// Compiles `source` as `dir/name` with the system's C compiler.
+pub fn compile_program(dir: &Path, name: &str, source: &str) -> Program {
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).expect("write source");
+    let path = dir.join(name);
+    let status = std::process::Command::new("cc")
+        .args(["-g", "-O0", "-o"])
+        .arg(&path)
+        .arg(&src)
+        .status()
+        .expect("run the C compiler");
+    assert!(status.success(), "cc failed");
+    let bytes = std::fs::read(&path).expect("read binary");
+    let elf = goblin::elf::Elf::parse(&bytes).expect("ELF");
+    let symbols = elf
+        .syms
+        .iter()
+        .filter_map(|s| Some((elf.strtab.get_at(s.st_name)?.to_string(), s.st_value)))
+        .collect();
+    Program {
+        build_id: waitshim_analyze::symbolize::build_id(&elf, &bytes).expect("build-id"),
+        segments: load_segments(&elf),
+        symbols,
+        path,
+    }
+}
+
 /// The loadable segments of an ELF file, as the shim's module record lists them.
 pub fn load_segments(elf: &goblin::elf::Elf) -> Vec<Segment> {
     elf.program_headers

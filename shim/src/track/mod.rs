@@ -491,19 +491,7 @@ pub fn finish(reason: u8) {
     crate::service::stop();
     tr.flush_all();
     crate::policy::write_stats(tr, true);
-    let now = now_ns();
-    tr.log.write(
-        &RunEnd {
-            ns: now,
-            reason,
-            exit_status: EXIT_STATUS.load(Ordering::Relaxed),
-            hwm: tr.highwater.load(Ordering::Relaxed),
-            dropped: tr.log.dropped.load(Ordering::Relaxed),
-        }
-        .into(),
-    );
-    STATE.store(OFF, Ordering::Release);
-    tr.log.close();
+    end_log(tr, reason);
     if !tr.config.quiet {
         let how = if reason == end_reason::UNDERSCORE_EXIT {
             " (at _exit)"
@@ -517,13 +505,8 @@ pub fn finish(reason: u8) {
     }
 }
 
-/// [`finish`] from a signal handler (`_exit` there, or `exit`): the interrupted code may hold
-/// malloc's lock, so this thread neither allocates nor locks. The shim's thread, if there is
-/// one, flushes the counters (it waits at most a moment for it: it may need that lock too);
-/// then the end record, which needs no allocation, and the stderr line, built in place.
-fn finish_in_handler(tr: &Tracker, reason: u8) {
-    crate::service::flush_by_service(300_000_000);
-    crate::service::stop();
+/// The end record (no allocation), then tracking off and the log closed.
+fn end_log(tr: &Tracker, reason: u8) {
     tr.log.write(
         &RunEnd {
             ns: now_ns(),
@@ -536,6 +519,16 @@ fn finish_in_handler(tr: &Tracker, reason: u8) {
     );
     STATE.store(OFF, Ordering::Release);
     tr.log.close();
+}
+
+/// [`finish`] from a signal handler (`_exit` there, or `exit`): the interrupted code may hold
+/// malloc's lock, so this thread neither allocates nor locks. The shim's thread, if there is
+/// one, flushes the counters (it waits at most a moment for it: it may need that lock too);
+/// then the end record, which needs no allocation, and the stderr line, built in place.
+fn finish_in_handler(tr: &Tracker, reason: u8) {
+    crate::service::flush_by_service(300_000_000);
+    crate::service::stop();
+    end_log(tr, reason);
     if !tr.config.quiet {
         let p = &tr.log.path;
         crate::diag::line_parts(&[
