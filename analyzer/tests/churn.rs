@@ -9,7 +9,6 @@ use std::path::Path;
 use common::*;
 use serde_json::Value;
 use waitshim_analyze::model::MAX_CHURN_SITES;
-use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
 
 /// A program whose functions stand for the creation sites: only its symbols and lines are used.
@@ -95,22 +94,15 @@ fn churn_log(p: &Program) -> LogBuilder {
     b
 }
 
-fn reports(b: &LogBuilder) -> (String, Value) {
-    let a = analyze_bytes(&b.bytes, Path::new("churn.log")).expect("a log");
-    let opts = Options::default();
-    (text_report(&a, &opts), json_report(&a, &opts))
-}
-
-fn pos(hay: &str, needle: &str) -> usize {
-    hay.find(needle)
-        .unwrap_or_else(|| panic!("{needle:?} not in report:\n{hay}"))
+fn reports_of(b: &LogBuilder) -> (String, Value) {
+    reports(b, "churn.log")
 }
 
 #[test]
 fn a_million_short_lived_mutexes_are_one_line_with_their_creation_site() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = compile(dir.path());
-    let (r, j) = reports(&churn_log(&p));
+    let (r, j) = reports_of(&churn_log(&p));
 
     assert!(
         r.contains(
@@ -166,7 +158,7 @@ fn a_run_whose_objects_were_all_short_lived_is_not_a_run_without_objects() {
     let mut b = LogBuilder::started("/nonexistent/churn", &["./churn"]);
     b.push(churned(ObjectKind::Mutex as u8, 0, MS, 5, 5, (5 * US, US)));
     b.end(10 * MS, 0);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
     assert!(!r.contains("No sync object was seen"), "{r}");
     assert!(
         !r.contains("\nOBJECTS ("),
@@ -187,7 +179,7 @@ fn a_kind_the_analyzer_does_not_know_is_kept_by_number() {
     b.push(churned(200, 7, MS, 2, 4, (0, 0)));
     b.push(churned(0, 7, MS, 0, 0, (0, 0)));
     b.end(10 * MS, 0);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
     assert!(r.contains("kind 200"), "{r}");
     // No objects: no mean lifetime.
     assert!(
@@ -223,7 +215,7 @@ fn creation_sites_beyond_the_cap_are_counted_and_the_text_lists_the_first() {
         (0, 0),
     ));
     b.end(10 * MS, 0);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
     assert!(
         r.contains(&format!(
             "WARNING: the log holds more than this analyzer keeps; {extra} records of short-lived \

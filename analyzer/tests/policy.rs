@@ -12,7 +12,6 @@ use waitshim_analyze::model::{
     MAX_POLICY_LISTED, MAX_POLICY_RULES, MAX_POLICY_TEXT, MAX_POLICY_VERSIONS, MAX_RULE_SUMMARY,
     MAX_WAIT_EVENTS_LISTED,
 };
-use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
 
 /// A program whose functions stand for the holder (sleeping while it holds the queue) and the
@@ -189,24 +188,15 @@ fn policy_log(p: &Program) -> LogBuilder {
     b
 }
 
-fn reports(b: &LogBuilder) -> (String, Value) {
-    let a = analyze_bytes(&b.bytes, Path::new("pol.log")).expect("a log");
-    (
-        text_report(&a, &Options::default()),
-        json_report(&a, &Options::default()),
-    )
-}
-
-fn pos(hay: &str, needle: &str) -> usize {
-    hay.find(needle)
-        .unwrap_or_else(|| panic!("{needle:?} not in report:\n{hay}"))
+fn reports_of(b: &LogBuilder) -> (String, Value) {
+    reports(b, "pol.log")
 }
 
 #[test]
 fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = compile(dir.path());
-    let (_, j) = reports(&policy_log(&p));
+    let (_, j) = reports_of(&policy_log(&p));
 
     let versions = &j["policy"]["versions"];
     assert_eq!(
@@ -312,7 +302,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
 fn text_shows_the_policy_and_the_holders_beside_the_waits_they_blocked() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = compile(dir.path());
-    let (r, _) = reports(&policy_log(&p));
+    let (r, _) = reports_of(&policy_log(&p));
 
     // Summary: the data requests; no built-in line, since a policy file was in force.
     assert!(
@@ -372,7 +362,7 @@ fn builtin_policy_is_one_summary_line_and_old_logs_have_none() {
     let mut b = convoy_log();
     b.push(version(1, 0, "", &["any wait → count, waiter_chain"]));
     b.end(3000 * MS, 7);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
     assert!(
         r.contains("\npolicy: built-in (waiter chains on every contended wait)\n"),
         "{r}"
@@ -386,7 +376,7 @@ fn builtin_policy_is_one_summary_line_and_old_logs_have_none() {
     // A log written before policies: no policy line, empty policy data.
     let mut b = convoy_log();
     b.end(3000 * MS, 7);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
     assert!(!r.contains("policy:"), "{r}");
     assert_eq!(j["policy"], json!({"versions": [], "rules": []}));
     assert_eq!(
@@ -415,7 +405,7 @@ fn reasons_unknown_to_the_analyzer_and_waits_not_ended_are_kept_apart() {
         suppressed: 0,
     });
     b.end(3000 * MS, 7);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
     let listed = &j["wait_events"]["listed"];
     assert_eq!(listed[0]["reason"], Value::Null);
     assert_eq!(listed[1]["reason"], "key_77");
@@ -477,7 +467,7 @@ fn policy_data_is_bounded_and_the_limits_warning_says_what_was_not_listed() {
         });
     }
     b.end(3000 * MS, 7);
-    let (r, j) = reports(&b);
+    let (r, j) = reports_of(&b);
 
     assert_eq!(
         j["policy"]["versions"].as_array().map(Vec::len),
@@ -559,7 +549,7 @@ fn an_oversized_policy_version_is_cut_on_a_character_boundary() {
         rules,
     });
     b.end(3000 * MS, 7);
-    let (_, j) = reports(&b);
+    let (_, j) = reports_of(&b);
     let v = &j["policy"]["versions"][0];
     let text = v["text"].as_str().expect("text");
     assert!(text.len() <= MAX_POLICY_TEXT && text.len() > MAX_POLICY_TEXT - 3);

@@ -306,6 +306,22 @@ pub fn convoy_log() -> LogBuilder {
     b
 }
 
+/// The text and JSON reports of a built log (named `name` in messages), default options.
+pub fn reports(b: &LogBuilder, name: &str) -> (String, serde_json::Value) {
+    let a = waitshim_analyze::analyze_bytes(&b.bytes, Path::new(name)).expect("a log");
+    let opts = waitshim_analyze::Options::default();
+    (
+        waitshim_analyze::text_report(&a, &opts),
+        waitshim_analyze::json_report(&a, &opts),
+    )
+}
+
+/// Where `needle` is in a report, which must have it.
+pub fn pos(hay: &str, needle: &str) -> usize {
+    hay.find(needle)
+        .unwrap_or_else(|| panic!("{needle:?} not in report:\n{hay}"))
+}
+
 /// A small C program compiled for its symbols and lines (debug information, no optimisation).
 pub struct Program {
     pub path: PathBuf,
