@@ -772,9 +772,9 @@ impl Tracker {
             }
         }
         let now = now_ns();
-        // Nothing but uncounted-on events (acquisitions, posts, read acquisitions, signals, none
-        // of which bumps the version) and never written: summed with the others of its
-        // creation chain, unless a flush writes it first.
+        // Only uncontended events (acquisitions, posts, read acquisitions, signals: none bumps
+        // the version) and never written: summed with the others of its creation chain, unless
+        // a flush writes it first.
         let plain =
             obj.flags() & objects::CONTENDED == 0 && obj.version.load(Ordering::Relaxed) == 1;
         let churned = plain
