@@ -13,6 +13,10 @@
 //! re-acquisition after a wake-up apart from the wait for the wake-up (a thundering herd after a
 //! broadcast shows there).
 //!
+//! A woken wait is counted signalled or broadcast when it returns, and moved to spurious if the
+//! thread's next wait is on the same condition variable, with the mutex held all along (see
+//! [`rewaiting`]). A per-wait event a policy rule wrote at the return keeps the first reason.
+//!
 //! The wait is one call to the real function, never sliced like a mutex wait: a condition
 //! variable has no owner, so a thread waiting on it closes no wait-for cycle, and a sliced wait
 //! could miss a signal sent between two slices.
@@ -23,13 +27,14 @@ use libc::{
     c_int, clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec, EOWNERDEAD,
     ETIMEDOUT,
 };
-use waitshim_format::ObjectKind;
+use waitshim_format::{counter, ObjectKind};
 
 use super::mutex;
 use crate::clock::now_ns;
 use crate::track::engage::{self, Outcome, Side, Wait};
 use crate::track::objects::{ObjEntry, AUX_BROADCASTS, AUX_SIGNALS};
 use crate::track::threads::{current, Inside, Slot, ThreadRec};
+use crate::track::waits::Woken;
 use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Cond;
@@ -224,6 +229,7 @@ unsafe fn tracked_wait(
     };
     let _in = Inside::enter();
     let cond = tr.object(t, c as usize, KIND, SUBTYPE);
+    rewaiting(t, cond, m as usize);
     // glibc releases the mutex inside the wait: what our unlock wrapper would have done.
     engage::disengaging(t, m as usize);
     let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
@@ -237,6 +243,35 @@ unsafe fn tracked_wait(
     let r = call();
     pending.ended(r);
     r
+}
+
+/// The thread's previous wait on a condition variable returned woken: if it was on `cond`
+/// with the same mutex, and the thread has held that mutex ever since, the program is waiting
+/// again at once, without having done anything the wake-up was for: that wake-up was spurious
+/// (a `while (!predicate)` loop found its predicate still false). Its wait moves to that reason.
+fn rewaiting(t: &ThreadRec, cond: &ObjEntry, mutex: usize) {
+    // SAFETY: owning thread, inside the shim: nothing else uses `local` now.
+    let Some(w) = unsafe { t.local() }.woken.take() else {
+        return;
+    };
+    if std::ptr::eq(w.cond, cond)
+        && w.generation == cond.generation.load(Ordering::Relaxed)
+        && w.mutex == mutex
+        && w.acquisitions != 0
+        && acquisitions(t, mutex) == w.acquisitions
+    {
+        t.waits.reclassify(cond, w.ended, counter::ENDED_SPURIOUS);
+    }
+}
+
+/// The thread's acquisitions of the mutex at `addr` not yet added to it (0: not cached). Every
+/// acquisition through the shim counts there, so an unchanged count means no acquisition since.
+fn acquisitions(t: &ThreadRec, addr: usize) -> u64 {
+    let s = t.slot(addr);
+    if s.addr.load(Ordering::Relaxed) != addr || s.entry().is_none() {
+        return 0;
+    }
+    s.pending.load(Ordering::Relaxed)
 }
 
 /// A wait in the real function. Normally ended by [`Pending::ended`]; dropped while still
@@ -253,15 +288,16 @@ impl Pending<'_> {
     fn ended(&mut self, r: c_int) {
         let Some(w) = self.wait.take() else { return };
         let now = now_ns();
-        let cond: &ObjEntry = w.obj;
+        let cond: &'static ObjEntry = w.obj;
         let wake = cond.last_wake.load(Ordering::Acquire);
-        // Only a wake-up sent after the wait began can have ended it; when glibc returns 0
-        // without one, the wake-up was spurious.
+        // Only a wake-up sent after the wait began can have ended it. glibc returning 0 without
+        // one the shim saw was woken by a signal it could not see (from another process, or a
+        // statically linked caller), or by none: either way the program goes on as if
+        // signalled, and whether the wake-up served it is told at its next wait (`rewaiting`).
         let woken_at = Some(wake >> 1).filter(|&at| at > w.start);
         let outcome = match (r, woken_at) {
             (0, Some(_)) if wake & 1 != 0 => Outcome::Broadcast,
-            (0, Some(_)) => Outcome::Signalled,
-            (0, None) => Outcome::Spurious,
+            (0, _) => Outcome::Signalled,
             (ETIMEDOUT, _) => Outcome::TimedOut,
             (EOWNERDEAD, _) => Outcome::OwnerDied,
             _ => Outcome::Failed,
@@ -271,11 +307,21 @@ impl Pending<'_> {
             (0 | EOWNERDEAD, Some(at)) => Some(now.saturating_sub(at)),
             _ => None,
         };
-        engage::wait_end_reacquired(self.tr, self.t, w, outcome, reacquire);
+        let ended = engage::wait_end_reacquired(self.tr, self.t, w, outcome, reacquire);
         // The mutex is held again after a wake-up or a timeout (and, robust, an owner's death);
         // other errors returned before glibc released it.
         if matches!(r, 0 | ETIMEDOUT | EOWNERDEAD) {
             self.reacquired();
+        }
+        if r == 0 {
+            // SAFETY: owning thread, inside the shim: nothing else uses `local` now.
+            unsafe { self.t.local() }.woken = Some(Woken {
+                cond,
+                generation: cond.generation.load(Ordering::Relaxed),
+                mutex: self.mutex,
+                acquisitions: acquisitions(self.t, self.mutex),
+                ended,
+            });
         }
     }
 

@@ -496,7 +496,6 @@ pub enum Outcome {
     OwnerDied,
     Signalled,
     Broadcast,
-    Spurious,
     /// A barrier round completed.
     Released,
     TimedOut,
@@ -511,7 +510,6 @@ impl Outcome {
             Outcome::OwnerDied => counter::ENDED_OWNER_DIED,
             Outcome::Signalled => counter::ENDED_SIGNALLED,
             Outcome::Broadcast => counter::ENDED_BROADCAST,
-            Outcome::Spurious => counter::ENDED_SPURIOUS,
             Outcome::Released => counter::ENDED_RELEASED,
             Outcome::TimedOut => counter::ENDED_TIMED_OUT,
             Outcome::Interrupted => counter::ENDED_INTERRUPTED,
@@ -527,18 +525,18 @@ impl Outcome {
 
 /// `t` stops waiting (called inside the shim).
 pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
-    wait_end_reacquired(tr, t, w, outcome, None);
+    let _ = wait_end_reacquired(tr, t, w, outcome, None);
 }
 
 /// As [`wait_end`], for a condition variable wait woken `reacquire_ns` before it returned (the
-/// time it took to get the mutex back).
+/// time it took to get the mutex back). Returns the wait as the thread's cells counted it.
 pub fn wait_end_reacquired(
     tr: &Tracker,
     t: &ThreadRec,
     mut w: Wait,
     outcome: Outcome,
     reacquire_ns: Option<u64>,
-) {
+) -> super::waits::Ended {
     // The count first: a thread finding the object busy now must not count this one.
     w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
@@ -552,16 +550,14 @@ pub fn wait_end_reacquired(
             w.chain = chain;
         }
     }
-    t.waits.note(
-        obj,
-        super::waits::Ended {
-            chain: w.chain,
-            shared: w.side == Side::Shared,
-            outcome: outcome.key(),
-            waited_ns: waited,
-            reacquire_ns,
-        },
-    );
+    let ended = super::waits::Ended {
+        chain: w.chain,
+        shared: w.side == Side::Shared,
+        outcome: outcome.key(),
+        waited_ns: waited,
+        reacquire_ns,
+    };
+    t.waits.note(obj, ended);
     match outcome {
         Outcome::TimedOut => {
             obj.stats.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -574,6 +570,7 @@ pub fn wait_end_reacquired(
         _ => {}
     }
     tr.maybe_flush(now);
+    ended
 }
 
 /// An init function called from `site` returned `r` for the object at `addr`: on success, a

@@ -458,7 +458,9 @@ extern "C" fn fork_child() {
                 let rec = unsafe { &*p };
                 rec.clear_cache();
                 // SAFETY: owning thread, and nothing else of the shim runs on it now.
-                unsafe { rec.local() }.held.clear();
+                let local = unsafe { rec.local() };
+                local.held.clear();
+                local.woken = None;
                 // SAFETY: as above. The parent's objects are not this log's: forget them.
                 *unsafe { rec.held_locks() } = lockorder::Held::default();
                 rec.waiting_on

@@ -296,6 +296,20 @@ impl ObjEntry {
         }
     }
 
+    /// Moves one count from counter `from` to counter `to` (a wait's reason found to be
+    /// another after it was counted); nothing if `from` has none.
+    pub fn move_count(&self, from: u16, to: u16) {
+        let (Some(f), Some(t)) = (self.extra_slot(from), self.extra_slot(to)) else {
+            return;
+        };
+        if f.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| v.checked_sub(1))
+            .is_ok()
+        {
+            t.fetch_add(1, Ordering::Relaxed);
+            self.touch();
+        }
+    }
+
     /// As [`ObjEntry::add`], for counts of uncontended events (posts, read acquisitions,
     /// signals): written with the flush's backoff, like acquisitions, not at every flush.
     pub fn add_quiet(&self, key: u16, v: u64) {

@@ -170,6 +170,8 @@ pub struct Local {
     /// (return address, caller's stack pointer, chain id): the chain last captured for a call
     /// site at a stack depth, reused without unwinding.
     pub site_cache: [(usize, usize, u32); 64],
+    /// The last condition variable wait that returned woken, until the next one begins.
+    pub woken: Option<super::waits::Woken>,
 }
 
 impl Default for Local {
@@ -178,6 +180,7 @@ impl Default for Local {
             held: Timed::default(),
             chain_cache: [(0, 0); 32],
             site_cache: [(0, 0, 0); 64],
+            woken: None,
         }
     }
 }

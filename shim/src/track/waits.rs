@@ -38,6 +38,22 @@ pub struct Ended {
     pub reacquire_ns: Option<u64>,
 }
 
+/// A condition variable wait that returned woken (owner thread only, `threads::Local`): whether
+/// it was spurious is known at the thread's next wait on a condition variable.
+#[derive(Clone, Copy)]
+pub struct Woken {
+    pub cond: &'static ObjEntry,
+    /// The entry's generation: an entry reused for another object is not this one.
+    pub generation: u16,
+    pub mutex: usize,
+    /// The thread's not-yet-added acquisitions of the mutex right after the wait took it back
+    /// (its cache slot's count; 0: not known). Unchanged at the next wait: the thread has held
+    /// the mutex all along, so it waits again without having done anything the wake-up was for.
+    pub acquisitions: u64,
+    /// The wait as its cell counted it.
+    pub ended: Ended,
+}
+
 #[derive(Default)]
 struct Cell {
     seq: AtomicU32,
@@ -153,6 +169,49 @@ impl Cells {
         if v.count + 1 >= FOLD_AT {
             fold(c);
         }
+    }
+
+    /// Moves one finished wait on `obj`, counted as `e`, to the reason `to` (owner thread
+    /// only): a condition variable wait found spurious after it was counted.
+    ///
+    /// The wait is still in its cell unless the cell was added to the object since; then the
+    /// object's counters are moved instead. Only the reason moves: the object's waits, times
+    /// and sites do not depend on it.
+    pub fn reclassify(&self, obj: &ObjEntry, e: Ended, to: u16) {
+        if e.outcome == to {
+            return;
+        }
+        let key = key_of(&e);
+        let p = obj as *const ObjEntry as *mut ObjEntry;
+        let cell = self.0.iter().find(|c| {
+            c.obj.load(Ordering::Relaxed) == p
+                && c.key.load(Ordering::Relaxed) == key
+                && c.count.load(Ordering::Relaxed) > 0
+        });
+        let Some(c) = cell else {
+            obj.move_count(e.outcome, to);
+            return;
+        };
+        // A cell with this key holds this wait: the thread waited on `obj` with this reason
+        // and chain since, only if it waited on `obj` again in between, which ends the memo
+        // this comes from (see `cond`).
+        let v = c.values();
+        c.begin();
+        if v.count == 1 {
+            c.clear();
+        } else {
+            c.count.store(v.count - 1, Ordering::Relaxed);
+            c.total
+                .store(v.total.saturating_sub(e.waited_ns), Ordering::Relaxed);
+            if let Some(r) = e.reacquire_ns {
+                c.reacquired
+                    .store(v.reacquired.saturating_sub(1), Ordering::Relaxed);
+                c.reacquire_total
+                    .store(v.reacquire_total.saturating_sub(r), Ordering::Relaxed);
+            }
+        }
+        c.end();
+        self.note(obj, Ended { outcome: to, ..e });
     }
 
     /// Adds every cell to its object (the owner thread, or anyone once it has ended).
