@@ -32,8 +32,8 @@ use waitshim_format::{counter, ObjectKind};
 use super::mutex;
 use crate::clock::now_ns;
 use crate::track::engage::{self, Outcome, Side, Wait};
-use crate::track::objects::{ObjEntry, AUX_BROADCASTS, AUX_SIGNALS};
-use crate::track::threads::{current, Inside, Slot, ThreadRec};
+use crate::track::objects::{ObjEntry, AUX_BROADCASTS, AUX_SIGNALS, DEAD, EPISODE};
+use crate::track::threads::{current, current_fast, Inside, Slot, ThreadRec};
 use crate::track::waits::Woken;
 use crate::track::{tracker, CallSite, Tracker};
 
@@ -54,8 +54,8 @@ mod real {
     static DESTROY: RealFn = RealFn::versioned(b"pthread_cond_destroy\0", V);
     static WAIT: RealFn = RealFn::versioned(b"pthread_cond_wait\0", V);
     static TIMEDWAIT: RealFn = RealFn::versioned(b"pthread_cond_timedwait\0", V);
-    static SIGNAL: RealFn = RealFn::versioned(b"pthread_cond_signal\0", V);
-    static BROADCAST: RealFn = RealFn::versioned(b"pthread_cond_broadcast\0", V);
+    pub static SIGNAL: RealFn = RealFn::versioned(b"pthread_cond_signal\0", V);
+    pub static BROADCAST: RealFn = RealFn::versioned(b"pthread_cond_broadcast\0", V);
     /// Added in glibc 2.30 (versions `GLIBC_2.30` and `GLIBC_2.34`, both the new implementation):
     /// the default version is the right one.
     static CLOCKWAIT: RealFn = RealFn::new(b"pthread_cond_clockwait\0");
@@ -110,8 +110,20 @@ pub unsafe extern "C-unwind" fn pthread_cond_destroy(c: *mut pthread_cond_t) -> 
     r
 }
 
+type WakeFn = unsafe extern "C-unwind" fn(*mut pthread_cond_t) -> c_int;
+
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c_int {
+    if let Some(f) = woken_quietly(c as usize, &real::SIGNAL, AUX_SIGNALS) {
+        // SAFETY: glibc's function, whose signature is `WakeFn`; forwarding.
+        return unsafe { f(c) };
+    }
+    // SAFETY: forwarding the caller's condition variable.
+    unsafe { signal_tracked(c) }
+}
+
+#[inline(never)]
+unsafe extern "C-unwind" fn signal_tracked(c: *mut pthread_cond_t) -> c_int {
     if let Some(t) = current() {
         waking(t, c as usize, false);
     }
@@ -121,11 +133,49 @@ pub unsafe extern "C-unwind" fn pthread_cond_signal(c: *mut pthread_cond_t) -> c
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn pthread_cond_broadcast(c: *mut pthread_cond_t) -> c_int {
+    if let Some(f) = woken_quietly(c as usize, &real::BROADCAST, AUX_BROADCASTS) {
+        // SAFETY: glibc's function, whose signature is `WakeFn`; forwarding.
+        return unsafe { f(c) };
+    }
+    // SAFETY: forwarding the caller's condition variable.
+    unsafe { broadcast_tracked(c) }
+}
+
+#[inline(never)]
+unsafe extern "C-unwind" fn broadcast_tracked(c: *mut pthread_cond_t) -> c_int {
     if let Some(t) = current() {
         waking(t, c as usize, true);
     }
     // SAFETY: forwarding.
     unsafe { real::broadcast(c) }
+}
+
+/// The common signal or broadcast, inline and without a stack frame, so that its caller leaves
+/// by a tail call into glibc: a cached condition variable with no episode open, whose wake-up
+/// need not be stamped (nobody waits, or, for a signal, no wait began since the last stamp). The
+/// wake-up is counted and glibc's function returned; `None`, with nothing done, otherwise.
+#[inline(always)]
+fn woken_quietly(addr: usize, f: &crate::real::RealFn, which: usize) -> Option<WakeFn> {
+    let t = current_fast()?;
+    let s = t.slot(addr);
+    let a = f.resolved();
+    if s.addr.load(Ordering::Relaxed) != addr || a <= 1 {
+        return None;
+    }
+    let (obj, true) = s.held()? else {
+        return None;
+    };
+    if obj.flags() & (DEAD | EPISODE) != 0
+        || (obj.waiters.load(Ordering::Acquire) > 0
+            && (which == AUX_BROADCASTS
+                || obj.last_wake.load(Ordering::Relaxed) >> 1
+                    <= obj.last_wait_start.load(Ordering::Relaxed)))
+        || !t.count_aux_quick(s, which)
+    {
+        return None;
+    }
+    // SAFETY: the address of glibc's function, whose signature is `WakeFn`.
+    Some(unsafe { std::mem::transmute::<usize, WakeFn>(a) })
 }
 
 /// Bookkeeping of a signal or broadcast, done before the real call so that a waiter it wakes
