@@ -12,16 +12,33 @@
 #                threads: counters only); each against native
 #   policy-one   the uncontended loop with a policy that selects one other object
 #
-# Timing with hyperfine (--export-json kept under target/bench/), or with
-# /usr/bin/time when hyperfine is absent. Shim runs use WAITSHIM_QUIET=1 and a
-# temporary WAITSHIM_LOG directory, emptied before every run.
+# Method: native and shim runs are paired and interleaved. Per scenario, first
+# BENCH_WARMUP untimed runs of each command, then BENCH_RUNS pairs of one native
+# and one shim run, back to back; the 1st pair runs native first, the 2nd shim
+# first, and so on, so neither side always goes first. As a pair's two runs
+# are adjacent, the slow drift of this machine's load (which moves the
+# scheduling-bound scenarios by tens of percent over minutes) hits both alike.
+# Each pair gives a ratio shim_i / native_i; the budget is judged on the MEDIAN
+# of these paired ratios, which a few outlier pairs cannot move. The table also
+# shows each side's mean ± sample stddev, the ratio of the means, the paired
+# ratios' interquartile range and a ~95% interval for their median (two order
+# statistics of the sorted ratios; it needs at least 6 pairs). The uncontended
+# row adds the time the shim adds per lock/unlock pair, from the median of the
+# paired differences shim_i - native_i (and, for comparison, from the means).
+#
+# Each run is timed in bash from $EPOCHREALTIME (wall clock, bash >= 5): one
+# `sh -c CMD` from the work directory, stdout discarded, the same shell start
+# on both sides. Shim runs use WAITSHIM_QUIET=1 and a temporary WAITSHIM_LOG
+# directory, emptied before every shim run. The raw data of each scenario (both
+# sides' seconds in run order, the order of each pair, the ratios and the
+# summary figures) are written to target/bench/NAME.json.
 #
 # Environment:
-#   BENCH_RUNS=10       timed runs per command
+#   BENCH_RUNS=15       timed pairs (one native + one shim run each)
 #   BENCH_WARMUP=2      warmup runs per command
 #   BENCH_SCENARIOS="uncontended contended condvar sem pigz policy policy-one"   which to run
 #   BENCH_NO_BUILD=1    do not run cargo build first
-#   BENCH_STRICT=1      exit 1 when a ratio exceeds its budget
+#   BENCH_STRICT=1      exit 1 when a median paired ratio exceeds its budget
 #   BENCH_SHIM=PATH     preload this library instead of target/release/libwaitshim.so
 # Exit status: 1 if a program failed, the pigz outputs differ, or the shim
 # never wrote a log (it was not loaded); else 0 (budgets are reported only,
@@ -32,17 +49,21 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$WAITSHIM_ROOT"
 
-runs="${BENCH_RUNS:-10}"
+runs="${BENCH_RUNS:-15}"
 warmup="${BENCH_WARMUP:-2}"
 scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one}"
 uncontended_pairs=20000000
 shim="${BENCH_SHIM:-$WAITSHIM_ROOT/target/release/libwaitshim.so}"
 results_dir="$WAITSHIM_ROOT/target/bench"
 
+if ! [[ "$runs" =~ ^[0-9]+$ ]] || [ "$runs" -lt 1 ]; then
+    die "BENCH_RUNS must be a whole number >= 1 (got '$runs')"
+fi
+[[ "$warmup" =~ ^[0-9]+$ ]] || die "BENCH_WARMUP must be a whole number >= 0 (got '$warmup')"
+runs=$((10#$runs)) warmup=$((10#$warmup))
+[ -n "${EPOCHREALTIME:-}" ] || die "bash >= 5 is needed (\$EPOCHREALTIME times the runs)"
+
 ensure_packages pigz
-ensure_packages hyperfine || warn "hyperfine unavailable: falling back to /usr/bin/time"
-have_hyperfine=0
-command -v hyperfine >/dev/null 2>&1 && have_hyperfine=1
 
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
     ensure_packages libunwind-dev
@@ -70,68 +91,171 @@ if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
     warn "load average is $load1 on $(nproc) CPUs: ratios will be noisy"
 fi
 
-# measure NAME NATIVE_CMD SHIM_CMD: time both commands (shell command lines,
-# run from $work), leave "mean stddev" in seconds for each in
-# $work/NAME.native and $work/NAME.shim.
-measure() {
-    local name="$1" native_cmd="$2" shim_cmd="$3"
-    say "scenario $name: $runs runs + $warmup warmup each"
-    if [ "$have_hyperfine" = 1 ]; then
-        (cd "$work" && hyperfine --style basic --warmup "$warmup" --runs "$runs" \
-            --prepare "rm -f $(printf %q "$logs")/waitshim.*" \
-            --export-json "$results_dir/$name.json" --export-csv "$work/$name.csv" \
-            -n native "$native_cmd" -n shim "$shim_cmd") || return 1
-        awk -F, '$1 == "native" { print $2, $3, $4 }' "$work/$name.csv" >"$work/$name.native"
-        awk -F, '$1 == "shim" { print $2, $3, $4 }' "$work/$name.csv" >"$work/$name.shim"
-    else
-        time_runs "$native_cmd" >"$work/$name.native" || return 1
-        time_runs "$shim_cmd" >"$work/$name.shim" || return 1
-    fi
+# The ~95% interval for the median of $runs paired ratios: the order
+# statistics k and runs+1-k of the sorted ratios, with k the largest rank such
+# that P(Binomial(runs, 1/2) <= k-1) <= 2.5%. Its coverage is
+# 1 - 2 P(Binomial <= k-1) (>= 95%). k is 0 below 6 pairs: no interval.
+read -r ci_rank ci_coverage < <(LC_ALL=C awk -v n="$runs" 'BEGIN {
+    p = 0.5 ^ n; cum = 0; k = 0; tail = 0
+    for (j = 0; j < n; j++) {
+        cum += p
+        if (cum > 0.025) break
+        k = j + 1; tail = cum
+        p = p * (n - j) / (j + 1)
+    }
+    printf "%d %.1f\n", k, 100 * (1 - 2 * tail)
+}')
+
+# seconds US: microseconds as seconds with six decimals.
+seconds() { printf '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000)); }
+
+# run_timed CMD: run the shell command line CMD from $work, stdout discarded;
+# leave its wall-clock time in microseconds in $elapsed_us. Returns 1 if it
+# failed. ($EPOCHREALTIME is seconds and exactly six decimals, with the
+# locale's decimal separator: dropping every non-digit gives microseconds.)
+elapsed_us=0
+run_timed() {
+    local t0 t1
+    t0="${EPOCHREALTIME//[!0-9]/}"
+    (cd "$work" && exec sh -c "$1") >/dev/null || return 1
+    t1="${EPOCHREALTIME//[!0-9]/}"
+    elapsed_us=$((10#$t1 - 10#$t0))
 }
 
-# time_runs CMD: warmup + timed runs without hyperfine; prints "mean stddev median".
-time_runs() {
-    local cmd="$1" i t times=()
-    for ((i = 0; i < warmup; i++)); do
-        (cd "$work" && sh -c "$cmd") >/dev/null || return 1
-    done
-    for ((i = 0; i < runs; i++)); do
+# run_side SIDE CMD: one timed run of the SIDE (native or shim) command CMD; a
+# shim run starts with an empty log directory. Says which run failed.
+run_side() {
+    if [ "$1" = shim ]; then
         rm -f "$logs"/waitshim.*
-        if [ -x /usr/bin/time ]; then
-            (cd "$work" && /usr/bin/time -f %e -o "$work/time.out" sh -c "$cmd") >/dev/null || return 1
-            t="$(tail -n 1 "$work/time.out")"
-        else
-            local start="$EPOCHREALTIME"
-            (cd "$work" && sh -c "$cmd") >/dev/null || return 1
-            t="$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.6f", b - a }')"
-        fi
-        times+=("$t")
-    done
-    printf '%s\n' "${times[@]}" | sort -g | awk '
-        { x[NR] = $1; s += $1 }
-        END { m = s / NR; for (i = 1; i <= NR; i++) v += (x[i] - m) ^ 2
-              med = (NR % 2) ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2
-              printf "%.6f %.6f %.6f\n", m, (NR > 1 ? sqrt(v / (NR - 1)) : 0), med }'
+    fi
+    run_timed "$2" && return 0
+    printf 'FAIL: %s run failed: %s\n' "$1" "$2" >&2
+    return 1
 }
 
-# report NAME BUDGET: add a summary line comparing $work/NAME.{native,shim}.
+# measure NAME NATIVE_CMD SHIM_CMD: warmup runs of both commands (shell
+# command lines, run from $work), then $runs pairs in alternating order (see
+# the header). Leaves one time in seconds per line, in pair order, in
+# $work/NAME.native and $work/NAME.shim, and the commands in
+# $work/NAME.native_cmd and $work/NAME.shim_cmd.
+measure() {
+    local name="$1" i side first
+    local -A cmd=([native]="$2" [shim]="$3") took=()
+    local -a order
+    say "scenario $name: $warmup warmup run(s) of each command, then $runs pairs, alternating which runs first"
+    for ((i = 0; i < warmup; i++)); do
+        for side in native shim; do
+            run_side "$side" "${cmd[$side]}" || return 1
+        done
+    done
+    : >"$work/$name.native"
+    : >"$work/$name.shim"
+    for ((i = 0; i < runs; i++)); do
+        if ((i % 2 == 0)); then order=(native shim); else order=(shim native); fi
+        for side in "${order[@]}"; do
+            run_side "$side" "${cmd[$side]}" || return 1
+            took[$side]=$elapsed_us
+        done
+        first="${order[0]} first"
+        seconds "${took[native]}" >>"$work/$name.native"
+        echo >>"$work/$name.native"
+        seconds "${took[shim]}" >>"$work/$name.shim"
+        echo >>"$work/$name.shim"
+        printf '    pair %2d/%d (%-15s native %s s   shim %s s   ratio %s\n' \
+            $((i + 1)) "$runs" "$first):" "$(seconds "${took[native]}")" "$(seconds "${took[shim]}")" \
+            "$(LC_ALL=C awk -v s="${took[shim]}" -v n="${took[native]}" 'BEGIN { printf "%.3f", s / n }')"
+    done
+    printf '%s\n' "${cmd[native]}" >"$work/$name.native_cmd"
+    printf '%s\n' "${cmd[shim]}" >"$work/$name.shim_cmd"
+}
+
+# json_string S: S as a JSON string literal (backslashes and quotes escaped;
+# the commands here hold no control characters).
+json_string() {
+    local s="$1"
+    s="${s//\\/\\\\}"
+    s="${s//\"/\\\"}"
+    printf '"%s"' "$s"
+}
+
+# report NAME BUDGET [OPS OP_BUDGET_NS]: add a summary line for the pairs in
+# $work/NAME.{native,shim} and write target/bench/NAME.json. With OPS (the
+# operations one run does), also a line with the time the shim adds per
+# operation, from the median of the paired differences shim_i - native_i.
 report() {
-    local name="$1" budget="$2" line
-    line="$(awk -v name="$name" -v budget="$budget" '
-        FNR == 1 && NR == 1 { nm = $1; ns = $2; nmed = $3; next }
-        FNR == 1 { sm = $1; ss = $2; smed = $3 }
+    local name="$1" budget="$2" ops="${3:-0}" op_budget="${4:-}" out
+    out="$(NATIVE_CMD="$(json_string "$(cat "$work/$name.native_cmd")")" \
+        SHIM_CMD="$(json_string "$(cat "$work/$name.shim_cmd")")" \
+        LC_ALL=C awk -v name="$name" -v budget="$budget" -v ops="$ops" -v op_budget="$op_budget" \
+        -v warmup="$warmup" -v k="$ci_rank" -v json="$results_dir/$name.json" '
+        function sort(a, n,   i, j, t) {
+            for (i = 2; i <= n; i++) {
+                t = a[i]
+                for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]
+                a[j + 1] = t
+            }
+        }
+        # quantile of sorted a[1..n], linear between order statistics
+        function quantile(a, n, p,   h, lo) {
+            h = 1 + (n - 1) * p; lo = int(h)
+            return lo >= n ? a[n] : a[lo] + (h - lo) * (a[lo + 1] - a[lo])
+        }
+        function mean(a, n,   i, s) { for (i = 1; i <= n; i++) s += a[i]; return s / n }
+        function sd(a, n, m,   i, v) {
+            if (n < 2) return 0
+            for (i = 1; i <= n; i++) v += (a[i] - m) ^ 2
+            return sqrt(v / (n - 1))
+        }
+        function jarray(a, n, fmt,   i, s) {
+            s = "["
+            for (i = 1; i <= n; i++) s = s (i > 1 ? ", " : "") sprintf(fmt, a[i])
+            return s "]"
+        }
+        FILENAME == ARGV[1] { x[++n] = $1; next }
+        { y[++m] = $1 }
         END {
-            r = sm / nm
-            rerr = r * sqrt((ns / nm) ^ 2 + (ss / sm) ^ 2)
-            verdict = (r <= budget) ? "within budget" : "OVER BUDGET"
-            printf "%-12s native %8.4f s ± %.4f   shim %8.4f s ± %.4f   ratio %.3fx ± %.3f (median ratio %.3fx)   budget <= %.2fx  %s\n",
-                name, nm, ns, sm, ss, r, rerr, smed / nmed, budget, verdict
-        }' "$work/$name.native" "$work/$name.shim")"
-    summary+=("$line")
-    if [ "${BENCH_STRICT:-0}" = 1 ] && [[ "$line" == *"OVER BUDGET"* ]]; then
+            if (n == 0 || n != m) { print "report: unequal or missing run data" > "/dev/stderr"; exit 1 }
+            for (i = 1; i <= n; i++) {
+                r[i] = y[i] / x[i]; rs[i] = r[i]; ds[i] = y[i] - x[i]
+                first[i] = (i % 2) ? "\"native\"" : "\"shim\""
+            }
+            sort(rs, n); sort(ds, n)
+            nm = mean(x, n); nsd = sd(x, n, nm); sm = mean(y, n); ssd = sd(y, n, sm)
+            med = quantile(rs, n, 0.5); q1 = quantile(rs, n, 0.25); q3 = quantile(rs, n, 0.75)
+            if (k > 0) { lo = rs[k]; hi = rs[n + 1 - k]; ci = sprintf("%.3f-%.3f", lo, hi) }
+            else ci = "n/a"
+            verdict = med <= budget ? "within budget" : "OVER BUDGET"
+            printf "%-12s %8.4f ± %-8.4f %8.4f ± %-8.4f %7.3fx  %7.3fx  %-11s  %-11s  <= %.2fx  %s\n",
+                name, nm, nsd, sm, ssd, sm / nm, med, sprintf("%.3f-%.3f", q1, q3), ci, budget, verdict
+            if (ops > 0)
+                printf "%-12s added per lock/unlock pair: %.2f ns (median of the paired differences; from the means: %.2f ns)  (budget <= +%s ns)\n",
+                    "", quantile(ds, n, 0.5) * 1e9 / ops, (sm - nm) * 1e9 / ops, op_budget
+
+            printf "{\n  \"scenario\": \"%s\",\n  \"pairs\": %d,\n  \"warmup\": %d,\n", name, n, warmup > json
+            printf "  \"native_cmd\": %s,\n  \"shim_cmd\": %s,\n", ENVIRON["NATIVE_CMD"], ENVIRON["SHIM_CMD"] > json
+            printf "  \"first\": %s,\n", jarray(first, n, "%s") > json
+            printf "  \"native_s\": %s,\n", jarray(x, n, "%.6f") > json
+            printf "  \"shim_s\": %s,\n", jarray(y, n, "%.6f") > json
+            printf "  \"ratios\": %s,\n", jarray(r, n, "%.6f") > json
+            printf "  \"native_mean_s\": %.6f,\n  \"native_sd_s\": %.6f,\n", nm, nsd > json
+            printf "  \"shim_mean_s\": %.6f,\n  \"shim_sd_s\": %.6f,\n", sm, ssd > json
+            printf "  \"ratio_of_means\": %.6f,\n  \"median_ratio\": %.6f,\n", sm / nm, med > json
+            printf "  \"ratio_q1\": %.6f,\n  \"ratio_q3\": %.6f,\n", q1, q3 > json
+            if (k > 0) printf "  \"median_ratio_ci95\": [%.6f, %.6f],\n", lo, hi > json
+            else printf "  \"median_ratio_ci95\": null,\n" > json
+            if (ops > 0)
+                printf "  \"ops_per_run\": %d,\n  \"added_ns_per_op_median_diff\": %.3f,\n  \"added_ns_per_op_means\": %.3f,\n",
+                    ops, quantile(ds, n, 0.5) * 1e9 / ops, (sm - nm) * 1e9 / ops > json
+            printf "  \"budget\": %s,\n  \"verdict\": \"%s\"\n}\n", budget, verdict > json
+        }' "$work/$name.native" "$work/$name.shim")" || return 1
+    while IFS= read -r line; do
+        summary+=("$line")
+    done <<<"$out"
+    if [ "${BENCH_STRICT:-0}" = 1 ] && [[ "$out" == *"OVER BUDGET"* ]]; then
         failed=1
     fi
 }
+
 
 # check_logged NAME: the shim must have written a log, or it was not loaded.
 check_logged() {
@@ -213,11 +337,7 @@ for scenario in $scenarios; do
         if measure uncontended "./bench_uncontended $uncontended_pairs" \
             "$shim_env ./bench_uncontended $uncontended_pairs"; then
             check_logged uncontended
-            report uncontended 1.4
-            summary+=("$(awk -v n="$uncontended_pairs" 'FNR == 1 && NR == 1 { nm = $1; next }
-                FNR == 1 { sm = $1 }
-                END { printf "%-12s added per lock/unlock pair: %.2f ns  (budget <= +3 ns)\n",
-                      "", (sm - nm) * 1e9 / n }' "$work/uncontended.native" "$work/uncontended.shim")")
+            report uncontended 1.4 "$uncontended_pairs" 3
         else
             printf 'FAIL: uncontended benchmark did not run\n' >&2
             failed=1
@@ -304,9 +424,20 @@ for scenario in $scenarios; do
 done
 
 echo
-echo "waitshim benchmark: native vs shim ($runs runs, $warmup warmup; $(nproc) CPUs; mean ± stddev)"
-printf '%s\n' "${summary[@]}"
-[ "$have_hyperfine" = 1 ] && echo "hyperfine results: $results_dir/*.json"
+echo "waitshim benchmark: native vs shim, $runs pairs in alternating order after $warmup warmup run(s) of each; $(nproc) CPUs"
+echo "times in seconds, mean ± sample stddev; ratio = shim / native; the verdict compares the MEDIAN of the paired ratios with the budget"
+if [ "$ci_rank" -gt 0 ]; then
+    echo "IQR and ~95% CI are those of the paired ratios; the CI is order statistics $ci_rank and $((runs + 1 - ci_rank)) of the $runs sorted ratios (${ci_coverage}% coverage)"
+else
+    echo "IQR is that of the paired ratios; no ~95% CI below 6 pairs"
+fi
+# (bash pads by bytes: the two-byte ± stays out of the padded fields)
+printf '%-12s %-20s%-20s%8s  %8s  %-11s  %-11s  %-8s  %s\n' \
+    scenario "  native (s)" "  shim (s)" "ratio of" median "IQR of" "~95% CI of" budget verdict
+printf '%-12s %8s ± %-8s %8s ± %-8s %8s  %8s  %-11s  %s\n' \
+    "" mean sd mean sd means ratio ratios median
+[ "${#summary[@]}" -eq 0 ] || printf '%s\n' "${summary[@]}"
+echo "raw data (run order) and figures: $results_dir/NAME.json"
 if [ "$failed" -ne 0 ]; then
     echo "bench.sh: FAILED (see messages above)" >&2
     exit 1
