@@ -89,9 +89,44 @@ pub fn kind_counter_json(key: u16) -> String {
         .map_or_else(|| format!("key_{key}"), |&(_, n)| n.to_string())
 }
 
-/// Whether `key` is a reason code (how a wait ended) rather than a kind-specific counter.
+/// Whether `key` is a reason code (how a wait ended), or the count of an errno that ended waits,
+/// rather than a kind-specific counter.
 pub fn is_ended_key(key: u16) -> bool {
-    ENDED.iter().any(|&(k, _, _)| k == key)
+    ENDED.iter().any(|&(k, _, _)| k == key) || counter::errno_of(key).is_some()
+}
+
+/// The symbolic name of a Linux errno (`EINVAL`), or `errno N` for one not listed.
+pub fn errno_name(errno: u16) -> String {
+    const NAMES: [(u16, &str); 24] = [
+        (1, "EPERM"),
+        (2, "ENOENT"),
+        (3, "ESRCH"),
+        (4, "EINTR"),
+        (5, "EIO"),
+        (9, "EBADF"),
+        (11, "EAGAIN"),
+        (12, "ENOMEM"),
+        (13, "EACCES"),
+        (14, "EFAULT"),
+        (16, "EBUSY"),
+        (17, "EEXIST"),
+        (22, "EINVAL"),
+        (24, "EMFILE"),
+        (28, "ENOSPC"),
+        (34, "ERANGE"),
+        (35, "EDEADLK"),
+        (38, "ENOSYS"),
+        (75, "EOVERFLOW"),
+        (95, "EOPNOTSUPP"),
+        (110, "ETIMEDOUT"),
+        (125, "ECANCELED"),
+        (130, "EOWNERDEAD"),
+        (131, "ENOTRECOVERABLE"),
+    ];
+    NAMES
+        .iter()
+        .find(|&&(e, _)| e == errno)
+        .map_or_else(|| format!("errno {errno}"), |&(_, n)| n.to_string())
 }
 
 /// The JSON name of a reason code: `acquired`, ..., `key_N` for a code this analyzer does not
@@ -214,6 +249,15 @@ impl Object {
             .iter()
             .map(|&(k, json, text)| (json, text, self.kind_counter(k)))
             .filter(|&(_, _, n)| n > 0)
+            .collect()
+    }
+
+    /// The errnos that ended the object's waits in error: (errno, count), by errno.
+    pub fn ended_errnos(&self) -> Vec<(u16, u64)> {
+        self.kind_counters
+            .iter()
+            .filter_map(|&(k, n)| counter::errno_of(k).map(|e| (e, n)))
+            .filter(|&(_, n)| n > 0)
             .collect()
     }
 

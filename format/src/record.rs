@@ -88,7 +88,7 @@ pub mod counter {
     pub const ENDED_INTERRUPTED: u16 = 5;
     /// A condition variable wait returned with no signal or broadcast since it began.
     pub const ENDED_SPURIOUS: u16 = 6;
-    /// Any other error return (the errno is not kept per wait).
+    /// Any other error return; by errno in the keys from [`ENDED_ERRNO_BASE`].
     pub const ENDED_ERROR: u16 = 7;
     /// EOWNERDEAD: acquired, the previous owner died holding it.
     pub const ENDED_OWNER_DIED: u16 = 8;
@@ -97,6 +97,26 @@ pub mod counter {
     /// Acquired within a short back-off after finding the object busy, without blocking: a
     /// contended acquisition that takes no part in waiter counts or the highwater mark.
     pub const ENDED_BRIEF: u16 = 10;
+
+    /// Waits that ended in error, by errno: key `ENDED_ERRNO_BASE + errno` (errno 1 to
+    /// [`MAX_ERRNO`]). They add up to [`ENDED_ERROR`], or less when an object saw more distinct
+    /// errnos than the shim keeps apart.
+    pub const ENDED_ERRNO_BASE: u16 = 1000;
+    pub const MAX_ERRNO: u16 = 4095;
+
+    /// The key counting waits that ended with `errno`, if it is one.
+    pub fn ended_errno(errno: i32) -> Option<u16> {
+        u16::try_from(errno)
+            .ok()
+            .filter(|e| (1..=MAX_ERRNO).contains(e))
+            .map(|e| ENDED_ERRNO_BASE + e)
+    }
+
+    /// The errno a key from [`ENDED_ERRNO_BASE`] counts, if it is such a key.
+    pub fn errno_of(key: u16) -> Option<u16> {
+        key.checked_sub(ENDED_ERRNO_BASE)
+            .filter(|e| (1..=MAX_ERRNO).contains(e))
+    }
 
     // Condition variables.
     pub const SIGNALS: u16 = 20;

@@ -247,6 +247,44 @@ fn wakeups_after_which_the_loop_waits_again_are_spurious_and_an_unseen_wakeup_is
 }
 
 #[test]
+fn a_wait_without_the_mutex_ends_in_error_and_the_report_names_the_errno() {
+    let run = run_both("cond_error", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "careless: wait without the mutex: EPERM\n\
+         careless: wait without the mutex: EPERM\n\
+         careless: wait without the mutex: EPERM\n\
+         careless: woken with the mutex held\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let kc = kind_counters(run.single_log());
+    let f = "cond_error.c";
+    let cond = log.object_created_at(f, line_of(f, "init-cond"));
+    assert_eq!(waits(&log, cond), 4, "{cond}");
+    assert_eq!(kind(&kc, cond, counter::ENDED_ERROR), 3);
+    assert_eq!(kind(&kc, cond, counter::ENDED_SIGNALLED), 1);
+    assert_eq!(
+        kind(&kc, cond, counter::ended_errno(1 /* EPERM */).unwrap()),
+        3
+    );
+    assert_eq!(log.counter(cond, "errors"), 3);
+    assert_eq!(
+        cond["ended"],
+        serde_json::json!({"signalled": 1, "error": 3})
+    );
+    assert_eq!(cond["ended_errors"], serde_json::json!({"EPERM": 3}));
+    assert!(waited_at(&log, cond, f, line_of(f, "careless-wait")));
+    assert!(waited_at(&log, cond, f, line_of(f, "proper-wait")));
+    assert!(
+        a.text
+            .contains("waits ended: signalled 1, error 3 (EPERM 3)"),
+        "no errno in the report:\n{}",
+        a.text
+    );
+}
+
+#[test]
 fn cxx_condition_variable_queue_runs_unchanged_and_its_condvars_are_listed() {
     let run = run_both("cond_cxx", &[]);
     assert_eq!(

@@ -9,8 +9,8 @@ use waitshim_format::{end_reason, origin, ObjectKind};
 use super::Ctx;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
-    churn_kind_json, is_ended_key, kind_counter_json, reason_json, snapshot_source_name, Object,
-    WaitEventGroup,
+    churn_kind_json, errno_name, is_ended_key, kind_counter_json, reason_json,
+    snapshot_source_name, Object, WaitEventGroup,
 };
 use crate::symbolize::Frame;
 
@@ -434,6 +434,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
             "destroyed_at_ns": o.destroy_ns.map(rel),
             "counters": counters(o),
             "ended": o.ended().into_iter().map(|(name, _, n)| (name.to_string(), json!(n))).collect::<Map<String, Value>>(),
+            "ended_errors": o.ended_errnos().into_iter().map(|(e, n)| (errno_name(e), json!(n))).collect::<Map<String, Value>>(),
             "wait_sites": o.wait_sites.values().map(|w| json!({
                 "chain_id": w.chain_id,
                 "count": w.count,

@@ -10,7 +10,9 @@ use waitshim_format::{counter, end_reason, Counters, ObjectKind};
 
 use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
-use crate::model::{churn_kind_text, kind_counter_json, reason_text, ContentionRecord, Object};
+use crate::model::{
+    churn_kind_text, errno_name, kind_counter_json, reason_text, ContentionRecord, Object,
+};
 use crate::symbolize::Frame;
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
@@ -808,7 +810,20 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             }
             let ended = o.ended();
             if !ended.is_empty() {
-                let list: Vec<String> = ended.iter().map(|(_, t, n)| format!("{t} {n}")).collect();
+                let errnos = o.ended_errnos();
+                let list: Vec<String> = ended
+                    .iter()
+                    .map(|&(json, t, n)| {
+                        if json != "error" || errnos.is_empty() {
+                            return format!("{t} {n}");
+                        }
+                        let by: Vec<String> = errnos
+                            .iter()
+                            .map(|&(e, k)| format!("{} {k}", errno_name(e)))
+                            .collect();
+                        format!("{t} {n} ({})", by.join(", "))
+                    })
+                    .collect();
                 let _ = writeln!(out, "      waits ended: {}", list.join(", "));
             }
         }

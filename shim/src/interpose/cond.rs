@@ -350,7 +350,7 @@ impl Pending<'_> {
             (0, _) => Outcome::Signalled,
             (ETIMEDOUT, _) => Outcome::TimedOut,
             (EOWNERDEAD, _) => Outcome::OwnerDied,
-            _ => Outcome::Failed,
+            (e, _) => Outcome::Failed(e),
         };
         // From the wake-up to the return: the time spent re-acquiring the mutex.
         let reacquire = match (r, woken_at) {

@@ -323,7 +323,7 @@ fn outcome_of(r: c_int) -> Outcome {
         0 => Outcome::Acquired,
         EOWNERDEAD => Outcome::OwnerDied,
         ETIMEDOUT => Outcome::TimedOut,
-        _ => Outcome::Failed,
+        e => Outcome::Failed(e),
     }
 }
 

@@ -312,7 +312,7 @@ unsafe fn lock_busy(
     let outcome = match r {
         0 => Outcome::Acquired,
         ETIMEDOUT => Outcome::TimedOut,
-        _ => Outcome::Failed,
+        e => Outcome::Failed(e),
     };
     engage::wait_end(tr, t, w, outcome);
     if r == 0 {

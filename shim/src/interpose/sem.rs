@@ -436,7 +436,7 @@ unsafe fn contended(
         (0, _) => Outcome::Acquired,
         (_, ETIMEDOUT) => Outcome::TimedOut,
         (_, EINTR) => Outcome::Interrupted,
-        _ => Outcome::Failed,
+        (_, e) => Outcome::Failed(e),
     };
     engage::wait_end(tr, t, w, outcome);
     if r == 0 {

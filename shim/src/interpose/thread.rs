@@ -291,7 +291,7 @@ fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
     let outcome = match r {
         0 => Outcome::Acquired,
         ETIMEDOUT => Outcome::TimedOut,
-        _ => Outcome::Failed,
+        e => Outcome::Failed(e),
     };
     engage::wait_end(tr, t, ManuallyDrop::into_inner(w), outcome);
     if r == 0 {

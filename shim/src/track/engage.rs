@@ -500,7 +500,8 @@ pub enum Outcome {
     Released,
     TimedOut,
     Interrupted,
-    Failed,
+    /// An error return, with its errno.
+    Failed(libc::c_int),
 }
 
 impl Outcome {
@@ -513,7 +514,7 @@ impl Outcome {
             Outcome::Released => counter::ENDED_RELEASED,
             Outcome::TimedOut => counter::ENDED_TIMED_OUT,
             Outcome::Interrupted => counter::ENDED_INTERRUPTED,
-            Outcome::Failed => counter::ENDED_ERROR,
+            Outcome::Failed(_) => counter::ENDED_ERROR,
         }
     }
 
@@ -563,7 +564,12 @@ pub fn wait_end_reacquired(
             obj.stats.timeouts.fetch_add(1, Ordering::Relaxed);
             obj.touch();
         }
-        Outcome::Failed | Outcome::Interrupted | Outcome::OwnerDied => {
+        Outcome::Failed(e) => {
+            obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+            obj.count_errno(e);
+            obj.touch();
+        }
+        Outcome::Interrupted | Outcome::OwnerDied => {
             obj.stats.errors.fetch_add(1, Ordering::Relaxed);
             obj.touch();
         }

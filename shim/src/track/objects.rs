@@ -126,6 +126,8 @@ pub struct ObjEntry {
     pub sites: OnceLock<Box<[Site; MAX_SITES]>>,
     /// Kind-specific counters and wait-ending reasons, by `waitshim_format::counter` key; allocated on first use.
     pub extra: OnceLock<Box<[AtomicU64; EXTRA_KEYS]>>,
+    /// Waits that ended in error, by errno: (errno, count), allocated at the first.
+    pub errnos: OnceLock<Box<[(AtomicU32, AtomicU64); ERRNOS]>>,
     /// The chain of the call that created it (or first used it), for policy selectors.
     pub create_chain: AtomicU32,
     /// The rest of its creation record, written when the object is first written to the log:
@@ -140,6 +142,8 @@ pub struct ObjEntry {
 
 /// Counter keys are below this.
 pub const EXTRA_KEYS: usize = 64;
+/// Distinct errnos counted apart per object (more are in the error total only).
+pub const ERRNOS: usize = 4;
 
 /// Which of a thread's kind-specific pending counts of an object (`Slot::aux`) counts what.
 pub const AUX_POSTS: usize = 0;
@@ -192,6 +196,7 @@ impl ObjEntry {
             coalesced: AtomicU32::new(0),
             sites: OnceLock::new(),
             extra: OnceLock::new(),
+            errnos: OnceLock::new(),
             create_chain: AtomicU32::new(0),
             subtype: AtomicU32::new(0),
             origin: AtomicU8::new(0),
@@ -260,6 +265,12 @@ impl ObjEntry {
         }
         self.origin.store(0, Ordering::Relaxed);
         self.version.store(1, Ordering::Relaxed);
+        if let Some(errnos) = self.errnos.get() {
+            for (e, n) in errnos.iter() {
+                e.store(0, Ordering::Relaxed);
+                n.store(0, Ordering::Relaxed);
+            }
+        }
         if let Some(extra) = self.extra.get() {
             for a in extra.iter() {
                 a.store(0, Ordering::Relaxed);
@@ -292,6 +303,31 @@ impl ObjEntry {
     pub fn add(&self, key: u16, v: u64) {
         if let Some(c) = self.extra_slot(key) {
             c.fetch_add(v, Ordering::Relaxed);
+            self.touch();
+        }
+    }
+
+    /// Counts a wait that ended with error `errno`.
+    pub fn count_errno(&self, errno: i32) {
+        let Ok(want @ 1..) = u32::try_from(errno) else {
+            return;
+        };
+        let table = self.errnos.get_or_init(|| {
+            Box::new(std::array::from_fn(|_| {
+                (AtomicU32::new(0), AtomicU64::new(0))
+            }))
+        });
+        let slot = table.iter().find(|(e, _)| {
+            let have = e.load(Ordering::Acquire);
+            have == want
+                || (have == 0
+                    && match e.compare_exchange(0, want, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => true,
+                        Err(now) => now == want,
+                    })
+        });
+        if let Some((_, n)) = slot {
+            n.fetch_add(1, Ordering::Relaxed);
             self.touch();
         }
     }
@@ -349,7 +385,8 @@ impl ObjEntry {
         pending: Option<&Pending>,
     ) -> Option<KindCounters> {
         let table = self.extra.get();
-        if table.is_none() && pending.is_none_or(|p| p.added.is_empty()) {
+        let errnos = self.errnos.get();
+        if table.is_none() && errnos.is_none() && pending.is_none_or(|p| p.added.is_empty()) {
             return None;
         }
         let mut values: Vec<CounterValue> = table
@@ -363,6 +400,12 @@ impl ObjEntry {
                 })
             })
             .collect();
+        for (e, n) in errnos.into_iter().flat_map(|t| t.iter()) {
+            let (e, n) = (e.load(Ordering::Acquire), n.load(Ordering::Relaxed));
+            if let (Some(key), 1..) = (counter::ended_errno(e as i32), n) {
+                values.push(CounterValue { key, value: n });
+            }
+        }
         if let Some(p) = pending {
             let sums = p.added.iter().map(|&(k, v)| (k, v, false));
             for (key, v, is_max) in sums.chain(p.maxima.iter().map(|&(k, v)| (k, v, true))) {
