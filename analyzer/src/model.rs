@@ -363,14 +363,27 @@ impl ContentionRecord {
         }
     }
 
-    /// Waiter chains of the episode (with the waiting thread), the opener's first.
+    /// Whether the wait that opened the episode was no wait after all: the close names the
+    /// opener as the holder and not among the waiters (a barrier arrival the shim took for a
+    /// waiter, which turned out to complete the round; the shim cancelled its wait).
+    pub fn opener_was_holder(&self) -> bool {
+        match (&self.open, &self.close) {
+            (Some(o), Some(c)) => {
+                c.holder_tid == o.waiter_tid && !c.waiters.iter().any(|w| w.tid == o.waiter_tid)
+            }
+            _ => false,
+        }
+    }
+
+    /// Waiter chains of the episode (with the waiting thread), the opener's first unless it was
+    /// the holder ([`Self::opener_was_holder`]).
     pub fn waiter_chains(&self) -> Vec<(u32, u32)> {
         let mut out = Vec::new();
         if let Some(c) = &self.close {
             out.extend(c.waiters.iter().map(|w| (w.tid, w.chain_id)));
         }
         if let Some(o) = &self.open {
-            if !out.iter().any(|&(t, _)| t == o.waiter_tid) {
+            if !out.iter().any(|&(t, _)| t == o.waiter_tid) && !self.opener_was_holder() {
                 out.insert(0, (o.waiter_tid, o.waiter_chain));
             }
         }

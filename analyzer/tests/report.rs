@@ -471,3 +471,22 @@ fn commonality_skips_thread_entry_frames_of_libc() {
     );
     assert!(!r.contains("GROUP 3"), "{r}");
 }
+
+#[test]
+fn an_opener_that_turned_out_to_be_the_holder_is_not_listed_as_a_waiter() {
+    // The shim opened the episode for thread 101's arrival (taken for a waiter), then cancelled
+    // that wait: 101 completed the round and closed the episode as its holder.
+    let mut b = convoy_log();
+    b.open(9, 4, 1, 2800 * MS, (101, 10));
+    b.close(9, 4, 1, 2810 * MS, 10 * MS, &[], 0);
+    b.end(3000 * MS, 7);
+    let r = text(&b, &sorted("elapsed"));
+    let rec = &r[pos(&r, "when thread 101")..];
+    let rec = &rec[..rec.find("\n[").unwrap_or(rec.len())];
+    assert!(
+        rec.starts_with("when thread 101 arrived (it then completed the round: the holder)"),
+        "{rec}"
+    );
+    assert!(rec.contains("waiters (0):"), "{rec}");
+    assert!(!rec.contains("waited at:"), "{rec}");
+}

@@ -126,6 +126,126 @@ fn barrier_with_one_slow_thread_names_the_slow_thread_as_the_one_the_others_wait
 }
 
 #[test]
+fn barrier_racers_each_hold_the_records_of_the_rounds_glibc_made_them_complete() {
+    const ROUNDS: usize = 100;
+    let run = run_both("barrier_race", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        format!("barrier_race: {ROUNDS} rounds, {ROUNDS} serial returns\n")
+    );
+    // Which racer glibc made the serial thread, per thread and per round (on stderr: it varies
+    // between runs).
+    let stderr = run.stderr_text();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("barrier_race: "))
+        .collect();
+    let serial: HashMap<&str, u64> = lines
+        .iter()
+        .filter(|l| l.starts_with("racer-"))
+        .filter_map(|l| {
+            let (name, n) = l.split_once(" serial ")?;
+            Some((name, n.parse().ok()?))
+        })
+        .collect();
+    let by_round = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("serial by round "))
+        .unwrap_or_else(|| panic!("no serial-by-round line; stderr: {stderr}"));
+    assert_eq!(serial.len(), 2, "stderr: {stderr}");
+    assert_eq!(by_round.len(), ROUNDS, "stderr: {stderr}");
+
+    let a = run.analyze();
+    let log = a.log(0);
+    let file = "barrier_race.c";
+    let barrier = log.object_created_at(file, line_of(file, "creation-site"));
+    assert_eq!(barrier["subtype"], 2);
+    let rounds = ROUNDS as u64;
+    assert_eq!(log.counter(barrier, "acquisitions"), 2 * rounds, "arrivals");
+    assert_eq!(
+        log.counter(barrier, "contended"),
+        rounds,
+        "one waiter per round"
+    );
+    assert_eq!(log.counter(barrier, "max_waiters"), 1);
+    let k = kind_of(&run, barrier);
+    assert_eq!(k.get(&counter::ROUNDS), Some(&rounds), "{k:?}");
+    assert_eq!(k.get(&counter::ENDED_RELEASED), Some(&rounds), "{k:?}");
+    let sites = barrier["wait_sites"].as_array().expect("wait_sites");
+    assert!(!sites.is_empty(), "{barrier}");
+    for site in sites {
+        assert!(
+            log.chain_has(&site["chain_id"], file, line_of(file, "arrival")),
+            "a wait at {}",
+            log.chain_text(&site["chain_id"])
+        );
+    }
+
+    // Each record is held by the thread glibc made complete its round, never one of its waiters;
+    // one record per round (a round starts 15 ms after both racers are done with the previous
+    // one: none is coalesced, however late a thread is scheduled).
+    let mut records = log.records_on(barrier);
+    records.sort_by_key(|r| r["opened_at_ns"].as_u64());
+    // One line per record, for the assertion messages.
+    let name = |tid: &Value| log.thread_name(tid).unwrap_or("?").to_string();
+    let summary = records
+        .iter()
+        .map(|r| {
+            let waiters: Vec<String> = r["waiters"]
+                .as_array()
+                .map(|ws| ws.iter().map(|w| name(&w["tid"])).collect())
+                .unwrap_or_default();
+            format!(
+                "record {} at {} ns: holder {}, waiters {waiters:?}, coalesced {}",
+                r["record_id"],
+                r["opened_at_ns"],
+                name(&r["holder_tid"]),
+                r["coalesced"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut held: HashMap<&str, u64> = HashMap::new();
+    for r in &records {
+        assert_eq!(r["state"], "complete", "{r}");
+        let holder = log.thread_name(&r["holder_tid"]).unwrap_or("?");
+        *held.entry(holder).or_default() += 1;
+        let waiters = r["waiters"].as_array().expect("waiters");
+        assert!(
+            waiters.iter().all(|w| w["tid"] != r["holder_tid"]),
+            "the holder {holder} is listed among the waiters: {r}\nrecords:\n{summary}"
+        );
+    }
+    assert_eq!(
+        held, serial,
+        "records held per thread vs. serial returns per thread; records:\n{summary}"
+    );
+    assert_eq!(records.len(), ROUNDS, "records:\n{summary}");
+    assert!(
+        records.iter().all(|r| r["coalesced"] == 0),
+        "records:\n{summary}"
+    );
+    // Round by round: the holders of the records, in order, are the serial threads.
+    let holders: String = records
+        .iter()
+        .map(|r| match log.thread_name(&r["holder_tid"]) {
+            Some("racer-0") => '0',
+            Some("racer-1") => '1',
+            _ => '?',
+        })
+        .collect();
+    let first = holders
+        .chars()
+        .zip(by_round.chars())
+        .position(|(h, s)| h != s);
+    assert_eq!(
+        holders, by_round,
+        "record holders vs. serial threads, round by round (first difference at round {first:?}); \
+         records:\n{summary}"
+    );
+}
+
+#[test]
 fn joining_a_slow_thread_is_a_wait_on_that_thread_held_by_it() {
     let run = run_both("join_slow", &[]);
     assert_eq!(run.stdout_text(), "join_slow: sleeper returned 42\n");

@@ -415,9 +415,14 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
             Some(_) => "no other thread could run: the program was serialised on this object",
             None => "unknown reason",
         };
+        let what = if r.opener_was_holder() {
+            "arrived (it then completed the round: the holder)"
+        } else {
+            "waited"
+        };
         let _ = writeln!(
             out,
-            "    opened at {} ({why}) when thread {} waited",
+            "    opened at {} ({why}) when thread {} {what}",
             fmt_ns(m.rel(o.ns)),
             o.waiter_tid
         );

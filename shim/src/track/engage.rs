@@ -480,6 +480,58 @@ pub fn waited_briefly(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, site: CallSit
     );
 }
 
+/// `t` waited `waited_ns` for `obj` although the shim, deciding before the call, had not taken
+/// it for a waiter, so it began no tracked wait (a barrier arrival predicted to complete its
+/// round that glibc made wait). Counted after the fact as a contended wait ended by `outcome`,
+/// at its chain; like [`waited_briefly`], it takes no part in waiter counts, the highwater mark
+/// or the policy, which never saw it begin (called inside the shim).
+pub fn waited_unforeseen(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &ObjEntry,
+    site: CallSite,
+    waited_ns: u64,
+    outcome: Outcome,
+) {
+    if obj.flags() & CONTENDED == 0 {
+        obj.set_flag(CONTENDED);
+    }
+    if obj.stats.max_waiters.load(Ordering::Relaxed) == 0 {
+        super::objects::raise(&obj.stats.max_waiters, 1);
+    }
+    let chain = match crate::policy::active() {
+        Some(a) if a.user => 0,
+        _ => tr.chain_at(t, site),
+    };
+    t.waits.note(
+        obj,
+        super::waits::Ended {
+            chain,
+            shared: false,
+            outcome: outcome.key(),
+            waited_ns,
+            reacquire_ns: None,
+        },
+    );
+    tr.maybe_flush(now_ns());
+}
+
+/// `t` did not wait after all: the wait [`wait_begin`] started was a misjudgement (a barrier
+/// arrival taken for a waiter that turned out to complete the round). Undoes what the wait
+/// counted while it was in progress (the object's waiters, the blocked threads, `waiting_on`)
+/// and takes it out of the open episode's waiters, without counting a wait or ending it for
+/// the policy (called inside the shim). The object's `max_waiters` and the highwater mark,
+/// already raised, stay as they are.
+pub fn wait_cancel(tr: &Tracker, t: &ThreadRec, w: Wait) {
+    // In the order `wait_end_reacquired` uses: the count before `waiting_on`.
+    w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
+    t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
+    tr.blocked.fetch_sub(1, Ordering::Relaxed);
+    // Without looking at the flag first: another thread may have opened the episode with this
+    // wait in it, and a cancel is rare.
+    highwater::on_wait_cancelled(w.obj, t.tid(), w.start);
+}
+
 /// A wait slice expired and the thread waits on: look for a wait-for cycle again.
 pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     let now = deadlock::find_cycle(tr, t);

@@ -144,7 +144,7 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     // The holder's release ends the episode: make sure that release looks at this object.
     let holder = match obj.kind {
         ObjectKind::Mutex => glibc_mutex::owner(obj.addr()),
-        // A joined thread ends the episode by exiting, a barrier's last arrival by arriving
+        // A joined thread ends the episode by exiting, a barrier's last arrival as it returns
         // (`engage::released`): no release of theirs needs to look for it.
         ObjectKind::Thread | ObjectKind::Barrier => 0,
         _ => holder,
@@ -152,6 +152,26 @@ pub fn on_wait(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, n: u32, now: u64, ch
     if let Some(h) = tr.thread(holder) {
         h.attention
             .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
+    }
+}
+
+/// The wait of thread `tid` on `obj` that began at `since` was cancelled (it turned out not to
+/// be a wait: see `engage::wait_cancel`): it leaves the open episode's listed and counted
+/// waiters. A wait not listed (beyond `MAX_LISTED`, or not in this episode) changes nothing.
+/// The episode's level and the threads that tried stay as they are.
+pub fn on_wait_cancelled(obj: &ObjEntry, tid: u32, since: u64) {
+    let mut c = obj.contention();
+    let Some(ep) = c.episode.as_mut() else { return };
+    if let Some(i) = ep
+        .waiters
+        .iter()
+        .position(|&(w, _, s)| w == tid && s == since)
+    {
+        ep.waiters.remove(i);
+        ep.waiters_total = ep.waiters_total.saturating_sub(1);
+    }
+    if let Some(i) = ep.scanned.iter().position(|&w| w == (tid, since)) {
+        ep.scanned.swap_remove(i);
     }
 }
 
