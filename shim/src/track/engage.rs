@@ -456,6 +456,34 @@ pub fn back_off() -> u64 {
 /// contended acquisition with its wait time, at its chain, and how it ended; it takes no part in
 /// waiter counts, the highwater mark or the policy, which are about threads that blocked.
 pub fn waited_briefly(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, site: CallSite, waited_ns: u64) {
+    waited_untracked(tr, t, obj, site, waited_ns, counter::ENDED_BRIEF);
+}
+
+/// `t` waited `waited_ns` for `obj` although the shim, deciding before the call, had not taken
+/// it for a waiter, so it began no tracked wait (a barrier arrival predicted to complete its
+/// round that glibc made wait). Counted after the fact as a contended wait ended by `outcome`,
+/// at its chain; like [`waited_briefly`], it takes no part in waiter counts, the highwater mark
+/// or the policy, which never saw it begin (called inside the shim).
+pub fn waited_unforeseen(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &ObjEntry,
+    site: CallSite,
+    waited_ns: u64,
+    outcome: Outcome,
+) {
+    waited_untracked(tr, t, obj, site, waited_ns, outcome.key());
+}
+
+/// A contended wait no tracked wait covered, ended with reason code `key`.
+fn waited_untracked(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &ObjEntry,
+    site: CallSite,
+    waited_ns: u64,
+    key: u16,
+) {
     if obj.flags() & CONTENDED == 0 {
         obj.set_flag(CONTENDED);
     }
@@ -473,42 +501,7 @@ pub fn waited_briefly(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, site: CallSit
         super::waits::Ended {
             chain,
             shared: false,
-            outcome: counter::ENDED_BRIEF,
-            waited_ns,
-            reacquire_ns: None,
-        },
-    );
-}
-
-/// `t` waited `waited_ns` for `obj` although the shim, deciding before the call, had not taken
-/// it for a waiter, so it began no tracked wait (a barrier arrival predicted to complete its
-/// round that glibc made wait). Counted after the fact as a contended wait ended by `outcome`,
-/// at its chain; like [`waited_briefly`], it takes no part in waiter counts, the highwater mark
-/// or the policy, which never saw it begin (called inside the shim).
-pub fn waited_unforeseen(
-    tr: &Tracker,
-    t: &ThreadRec,
-    obj: &ObjEntry,
-    site: CallSite,
-    waited_ns: u64,
-    outcome: Outcome,
-) {
-    if obj.flags() & CONTENDED == 0 {
-        obj.set_flag(CONTENDED);
-    }
-    if obj.stats.max_waiters.load(Ordering::Relaxed) == 0 {
-        super::objects::raise(&obj.stats.max_waiters, 1);
-    }
-    let chain = match crate::policy::active() {
-        Some(a) if a.user => 0,
-        _ => tr.chain_at(t, site),
-    };
-    t.waits.note(
-        obj,
-        super::waits::Ended {
-            chain,
-            shared: false,
-            outcome: outcome.key(),
+            outcome: key,
             waited_ns,
             reacquire_ns: None,
         },
