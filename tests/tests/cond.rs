@@ -229,6 +229,14 @@ fn wakeups_after_which_the_loop_waits_again_are_spurious_and_an_unseen_wakeup_is
     assert_eq!(kind(&kc, herd, counter::ENDED_SIGNALLED), 0);
     assert!(waited_at(&log, herd, f, line_of(f, "herd-wait")));
 
+    // A worker woken for real, which released the mutex, worked (every slot of the shim's
+    // per-thread cache reused) and took the mutex back before it waited again: no spurious.
+    let work = log.object_created_at(f, line_of(f, "init-work-cond"));
+    assert_eq!(waits(&log, work), 2);
+    assert_eq!(kind(&kc, work, counter::ENDED_SIGNALLED), 2);
+    assert_eq!(kind(&kc, work, counter::ENDED_SPURIOUS), 0);
+    assert!(waited_at(&log, work, f, line_of(f, "work-wait")));
+
     // The wait woken through glibc's own entry point returned 0 with no signal the shim saw,
     // and the waiter went on: woken for something, so signalled.
     let hidden = log.object_created_at(f, line_of(f, "init-hidden-cond"));

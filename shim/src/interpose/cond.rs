@@ -314,14 +314,15 @@ fn rewaiting(t: &ThreadRec, cond: &ObjEntry, mutex: usize) {
     }
 }
 
-/// The thread's acquisitions of the mutex at `addr` not yet added to it (0: not cached). Every
-/// acquisition through the shim counts there, so an unchanged count means no acquisition since.
+/// Where the thread's count of acquisitions of the mutex at `addr` stands ([`Slot::mark`]; 0:
+/// not cached). Every acquisition through the shim counts there, and every emptying of the count
+/// moves its epoch: an unchanged mark means no acquisition since.
 fn acquisitions(t: &ThreadRec, addr: usize) -> u64 {
     let s = t.slot(addr);
     if s.addr.load(Ordering::Relaxed) != addr || s.entry().is_none() {
         return 0;
     }
-    s.pending.load(Ordering::Relaxed)
+    s.mark()
 }
 
 /// A wait in the real function. Normally ended by [`Pending::ended`]; dropped while still

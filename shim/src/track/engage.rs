@@ -506,7 +506,6 @@ fn waited_untracked(
             reacquire_ns: None,
         },
     );
-    tr.maybe_flush(now_ns());
 }
 
 /// `t` did not wait after all: the wait [`wait_begin`] started was a misjudgement (a barrier

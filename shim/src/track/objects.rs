@@ -309,9 +309,10 @@ impl ObjEntry {
 
     /// Counts a wait that ended with error `errno`.
     pub fn count_errno(&self, errno: i32) {
-        let Ok(want @ 1..) = u32::try_from(errno) else {
+        if counter::ended_errno(errno).is_none() {
             return;
-        };
+        }
+        let want = errno as u32;
         let table = self.errnos.get_or_init(|| {
             Box::new(std::array::from_fn(|_| {
                 (AtomicU32::new(0), AtomicU64::new(0))
@@ -416,8 +417,9 @@ impl ObjEntry {
                     None => {}
                 }
             }
-            values.sort_by_key(|c| c.key);
         }
+        // In key order, for readers that look for a key by bisection.
+        values.sort_by_key(|c| c.key);
         Some(KindCounters {
             object_id: id,
             ns: now,

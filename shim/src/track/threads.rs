@@ -39,9 +39,24 @@ pub struct Slot {
     /// still points at an entry serving another object since, at the same address or not,
     /// does not match.
     pub generation: AtomicU16,
+    /// Bumped each time `pending` is emptied (a fold, an eviction, a destroy, a fork): with
+    /// `pending`, it tells whether the thread acquired the object since an earlier look (see
+    /// [`Slot::mark`]). Owning thread only.
+    pub epoch: AtomicU16,
 }
 
 impl Slot {
+    /// Where the slot's count of acquisitions stands: the same mark later means no acquisition
+    /// of the cached object in between (0: the slot caches nothing).
+    #[inline(always)]
+    pub fn mark(&self) -> u64 {
+        if self.obj.load(Ordering::Relaxed).is_null() {
+            return 0;
+        }
+        let pending = self.pending.load(Ordering::Relaxed) & 0xFFFF_FFFF_FFFF;
+        pending | u64::from(self.epoch.load(Ordering::Relaxed)) << 48 | 1 << 63
+    }
+
     /// The entry the slot holds and whether it still serves the object it was cached for.
     #[inline(always)]
     pub fn held(&self) -> Option<(&'static ObjEntry, bool)> {
@@ -202,6 +217,7 @@ impl ThreadRec {
                 pending: AtomicU64::new(0),
                 aux: [AtomicU16::new(0), AtomicU16::new(0)],
                 generation: AtomicU16::new(0),
+                epoch: AtomicU16::new(0),
             }),
             waiting_on: AtomicPtr::new(std::ptr::null_mut()),
             wait_seq: AtomicU64::new(0),
@@ -321,6 +337,10 @@ impl ThreadRec {
     /// Adds a slot's pending counts to its object (owner thread only).
     pub fn fold(&self, s: &Slot) {
         let n = s.pending.swap(0, Ordering::Relaxed);
+        s.epoch.store(
+            s.epoch.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
         if n > 0 {
             if let Some(obj) = s.entry() {
                 // No `touch`: acquisitions alone are written with the flush's backoff.
@@ -427,6 +447,10 @@ impl ThreadRec {
             s.addr.store(0, Ordering::Relaxed);
             s.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
             s.pending.store(0, Ordering::Relaxed);
+            s.epoch.store(
+                s.epoch.load(Ordering::Relaxed).wrapping_add(1),
+                Ordering::Relaxed,
+            );
             for a in &s.aux {
                 a.store(0, Ordering::Relaxed);
             }

@@ -46,9 +46,9 @@ pub struct Woken {
     /// The entry's generation: an entry reused for another object is not this one.
     pub generation: u16,
     pub mutex: usize,
-    /// The thread's not-yet-added acquisitions of the mutex right after the wait took it back
-    /// (its cache slot's count; 0: not known). Unchanged at the next wait: the thread has held
-    /// the mutex all along, so it waits again without having done anything the wake-up was for.
+    /// Where the thread's count of acquisitions of the mutex stood right after the wait took it
+    /// back (`Slot::mark`; 0: not known). Unchanged at the next wait: the thread has held the
+    /// mutex all along, so it waits again without having done anything the wake-up was for.
     pub acquisitions: u64,
     /// The wait as its cell counted it.
     pub ended: Ended,
@@ -212,6 +212,8 @@ impl Cells {
         }
         c.end();
         self.note(obj, Ended { outcome: to, ..e });
+        // The waits in all are unchanged: the flush must still see that the object changed.
+        obj.touch();
     }
 
     /// Adds every cell to its object (the owner thread, or anyone once it has ended).
