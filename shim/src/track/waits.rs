@@ -108,6 +108,22 @@ impl Cell {
         }
     }
 
+    /// (object, key, values) of a cell with waits, if it was not being changed while read.
+    fn read(&self) -> Option<(usize, u64, Values)> {
+        let before = self.seq.load(Ordering::Acquire);
+        if before & 1 != 0 {
+            return None;
+        }
+        let p = self.obj.load(Ordering::Relaxed);
+        let key = self.key.load(Ordering::Relaxed);
+        let v = self.values();
+        fence(Ordering::Acquire);
+        if self.seq.load(Ordering::Relaxed) != before || p.is_null() || v.count == 0 {
+            return None;
+        }
+        Some((p as usize, key, v))
+    }
+
     fn clear(&self) {
         for a in [
             &self.count,
@@ -133,7 +149,12 @@ fn split(key: u64) -> (u32, bool, u16) {
 /// One thread's cells. Written only by the thread that owns them (plain loads and stores, no
 /// read-modify-write), read by flushes on other threads.
 #[derive(Default)]
-pub struct Cells([Cell; CELLS]);
+pub struct Cells {
+    cells: [Cell; CELLS],
+    /// Odd while a wait moves from one cell to another ([`Cells::reclassify`]): a flush that
+    /// saw it change reads the cells again, so that it never counts the wait in both or neither.
+    moving: AtomicU32,
+}
 
 impl Cells {
     /// Counts a finished wait on `obj` (owner thread only).
@@ -141,7 +162,7 @@ impl Cells {
         let key = key_of(&e);
         let p = obj as *const ObjEntry as *mut ObjEntry;
         let h = (p as u64 ^ key.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
-        let c = &self.0[h as usize % CELLS];
+        let c = &self.cells[h as usize % CELLS];
         if c.obj.load(Ordering::Relaxed) != p || c.key.load(Ordering::Relaxed) != key {
             fold(c);
             c.begin();
@@ -183,7 +204,7 @@ impl Cells {
         }
         let key = key_of(&e);
         let p = obj as *const ObjEntry as *mut ObjEntry;
-        let cell = self.0.iter().find(|c| {
+        let cell = self.cells.iter().find(|c| {
             c.obj.load(Ordering::Relaxed) == p
                 && c.key.load(Ordering::Relaxed) == key
                 && c.count.load(Ordering::Relaxed) > 0
@@ -195,6 +216,11 @@ impl Cells {
         // A cell with this key holds this wait: the thread waited on `obj` with this reason
         // and chain since, only if it waited on `obj` again in between, which ends the memo
         // this comes from (see `cond`).
+        self.moving.store(
+            self.moving.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Relaxed,
+        );
+        fence(Ordering::Release);
         let v = c.values();
         c.begin();
         if v.count == 1 {
@@ -212,38 +238,53 @@ impl Cells {
         }
         c.end();
         self.note(obj, Ended { outcome: to, ..e });
+        self.moving.store(
+            self.moving.load(Ordering::Relaxed).wrapping_add(1),
+            Ordering::Release,
+        );
         // The waits in all are unchanged: the flush must still see that the object changed.
         obj.touch();
     }
 
     /// Adds every cell to its object (the owner thread, or anyone once it has ended).
     pub fn fold_all(&self) {
-        for c in &self.0 {
+        for c in &self.cells {
             fold(c);
         }
     }
 
     /// Adds the cells' waits, without taking them, to `into` (by object address).
     pub fn gather(&self, into: &mut HashMap<usize, Pending>) {
-        for c in &self.0 {
-            let before = c.seq.load(Ordering::Acquire);
+        // (object, key, values) of the cells read, on the stack: no allocation between reads.
+        let mut read = [(0usize, 0u64, Values::default()); CELLS];
+        let mut n = 0;
+        // A wait moving between two cells is a few stores long: a few tries see it done.
+        for _ in 0..8 {
+            let before = self.moving.load(Ordering::Acquire);
             if before & 1 != 0 {
+                std::hint::spin_loop();
                 continue;
             }
-            let p = c.obj.load(Ordering::Relaxed);
-            let key = c.key.load(Ordering::Relaxed);
-            let v = c.values();
+            n = 0;
+            for c in &self.cells {
+                if let Some(r) = c.read() {
+                    read[n] = r;
+                    n += 1;
+                }
+            }
             fence(Ordering::Acquire);
-            if c.seq.load(Ordering::Relaxed) != before || p.is_null() || v.count == 0 {
-                continue;
+            if self.moving.load(Ordering::Relaxed) == before {
+                break;
             }
-            into.entry(p as usize).or_default().add(key, v);
+        }
+        for &(p, key, v) in &read[..n] {
+            into.entry(p).or_default().add(key, v);
         }
     }
 
     /// Forgets every cell (after fork, or for a record that a new thread takes over).
     pub fn clear(&self) {
-        for c in &self.0 {
+        for c in &self.cells {
             c.begin();
             c.clear();
             c.obj.store(std::ptr::null_mut(), Ordering::Relaxed);
