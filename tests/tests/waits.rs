@@ -243,6 +243,21 @@ fn barrier_racers_each_hold_the_records_of_the_rounds_glibc_made_them_complete()
         "record holders vs. serial threads, round by round (first difference at round {first:?}); \
          records:\n{summary}"
     );
+    // A round whose waiter arrived at the same instant lists none, and the report says why.
+    let unnamed = records
+        .iter()
+        .filter(|r| r["waiters"].as_array().is_some_and(|w| w.is_empty()))
+        .count();
+    let all = waitshim_tests::analyze(&[run.single_log()], &["--top", "1000"]);
+    let said = all
+        .text
+        .matches("(none named: the thread that waited arrived at the same instant as the holder)")
+        .count();
+    assert_eq!(
+        said, unnamed,
+        "records that list no waiter vs. the text's explanations:\n{}",
+        all.text
+    );
 }
 
 #[test]

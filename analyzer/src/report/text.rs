@@ -452,6 +452,14 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
         |c| u64::from(c.waiters_total),
     );
     let _ = writeln!(out, "    waiters ({total}):");
+    if total == 0 && r.opener_was_holder() {
+        // A barrier round whose waiter arrived at the same instant as the holder: the shim took
+        // it for the last arrival, and glibc decided the other way (see the shim's barrier.rs).
+        let _ = writeln!(
+            out,
+            "      (none named: the thread that waited arrived at the same instant as the holder)"
+        );
+    }
     for (chain_id, tids) in seen.iter().take(MAX_WAITER_CHAINS) {
         let list: Vec<String> = tids.iter().map(u32::to_string).collect();
         let _ = writeln!(
