@@ -11,7 +11,7 @@ use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, Highwater, HolderStack, KindCounters, LockOrder, Module, ObjectCreate, ObjectKind,
     ObjectsChurned, PolicyVersion, Record, RuleStats, RunEnd, RunStart, Snapshot, WaitEvent,
-    WaitSite, WaiterChains,
+    WaitEventReason, WaitSite, WaiterChains,
 };
 
 /// Most items of one kind kept per log; beyond this they are counted, not stored.
@@ -415,6 +415,9 @@ pub struct PolicyData {
     pub wait_events: Vec<WaitEvent>,
     /// Wait events summed per (version, rule, object).
     pub wait_event_groups: BTreeMap<(u32, u32, u64), WaitEventGroup>,
+    /// Where each listed wait event is in `wait_events`, by (object, tid, start, version,
+    /// rule): a later change of its reason ([`WaitEventReason`]) finds it there.
+    pub listed_index: HashMap<(u64, u32, u64, u32, u32), usize>,
     pub waiter_chains_total: u64,
     /// The first [`MAX_POLICY_LISTED`] waiter-chain records, in log order.
     pub waiter_chains: Vec<WaiterChains>,
@@ -827,6 +830,11 @@ impl Model {
                 self.thread(e.tid);
                 self.wait_event(e);
             }
+            Record::WaitEventReason(r) => {
+                self.object(r.object_id);
+                self.thread(r.tid);
+                self.wait_event_reason(r);
+            }
             Record::WaiterChains(mut c) => {
                 self.seen(c.ns);
                 self.object(c.object_id);
@@ -931,9 +939,50 @@ impl Model {
             self.overflow.wait_event_groups += 1;
         }
         if p.wait_events.len() < MAX_WAIT_EVENTS_LISTED {
+            let key = (e.object_id, e.tid, e.ns, e.version, e.rule);
+            p.listed_index.entry(key).or_insert(p.wait_events.len());
             p.wait_events.push(e);
         } else {
             self.overflow.wait_events_unlisted += 1;
+        }
+    }
+
+    /// A wait event's reason changed after it was written (a condition variable wait found
+    /// spurious later): moved in its group, and in the event itself if it is listed. A change
+    /// that matches nothing (damaged or cut log) changes nothing.
+    fn wait_event_reason(&mut self, r: WaitEventReason) {
+        let p = &mut self.policy;
+        let key = (r.object_id, r.tid, r.ns, r.version, r.rule);
+        let all_listed = p.wait_events.len() < MAX_WAIT_EVENTS_LISTED;
+        match p
+            .listed_index
+            .get(&key)
+            .and_then(|&i| p.wait_events.get_mut(i))
+        {
+            Some(e) if e.reason == r.from => e.reason = r.to,
+            // Listed with another reason, or not listed while every event is: no such event.
+            Some(_) => return,
+            None if all_listed => return,
+            // An event past the listed ones: only its group can tell.
+            None => {}
+        }
+        let Some(g) = p
+            .wait_event_groups
+            .get_mut(&(r.version, r.rule, r.object_id))
+        else {
+            return;
+        };
+        let Ok(i) = g.reasons.binary_search_by_key(&r.from, |&(k, _)| k) else {
+            return;
+        };
+        g.reasons[i].1 -= 1;
+        if g.reasons[i].1 == 0 {
+            g.reasons.remove(i);
+        }
+        match g.reasons.binary_search_by_key(&r.to, |&(k, _)| k) {
+            Ok(j) => g.reasons[j].1 = g.reasons[j].1.saturating_add(1),
+            Err(j) if g.reasons.len() < MAX_GROUP_REASONS => g.reasons.insert(j, (r.to, 1)),
+            Err(_) => self.overflow.wait_event_reasons += 1,
         }
     }
 

@@ -404,6 +404,20 @@ fn record() -> impl Strategy<Value = Record> {
                 }
                 .into()
             }),
+        (id(), small(), ns(), small(), small(), reason(), reason()).prop_map(
+            |(object_id, tid, ns, version, rule, from, to)| {
+                WaitEventReason {
+                    object_id,
+                    tid,
+                    ns,
+                    version,
+                    rule,
+                    from,
+                    to,
+                }
+                .into()
+            }
+        ),
     ]
 }
 

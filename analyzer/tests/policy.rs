@@ -565,3 +565,54 @@ fn an_oversized_policy_version_is_cut_on_a_character_boundary() {
         "{warnings}"
     );
 }
+
+#[test]
+fn a_changed_reason_moves_the_listed_event_and_its_group_and_a_stray_change_moves_nothing() {
+    let mut b = convoy_log();
+    b.push(version(2, 0, POLICY_FILE, &[RULE_1]));
+    let first = event(3, 103, 10 * MS, 2 * MS, counter::ENDED_SIGNALLED, 0);
+    b.push(first.clone());
+    b.push(event(3, 104, 20 * MS, 3 * MS, counter::ENDED_SIGNALLED, 0));
+    let change = |e: &WaitEvent, from: u16, to: u16| WaitEventReason {
+        object_id: e.object_id,
+        tid: e.tid,
+        ns: e.ns,
+        version: e.version,
+        rule: e.rule,
+        from,
+        to,
+    };
+    b.push(change(
+        &first,
+        counter::ENDED_SIGNALLED,
+        counter::ENDED_SPURIOUS,
+    ));
+    // Matching no event, or not its reason: nothing moves.
+    let mut stray = first.clone();
+    stray.ns += 1;
+    b.push(change(
+        &stray,
+        counter::ENDED_SIGNALLED,
+        counter::ENDED_SPURIOUS,
+    ));
+    b.push(change(
+        &first,
+        counter::ENDED_BROADCAST,
+        counter::ENDED_SPURIOUS,
+    ));
+    let mut other_rule = first.clone();
+    other_rule.rule = 9;
+    b.push(change(
+        &other_rule,
+        counter::ENDED_SIGNALLED,
+        counter::ENDED_SPURIOUS,
+    ));
+    b.end(3000 * MS, 7);
+    let (_, j) = reports_of(&b);
+    let listed = &j["wait_events"]["listed"];
+    assert_eq!(listed[0]["reason"], "spurious");
+    assert_eq!(listed[1]["reason"], "signalled");
+    let by_rule = &j["wait_events"]["by_rule"][0];
+    assert_eq!(by_rule["ended"], json!({"signalled": 1, "spurious": 1}));
+    assert_eq!(j["wait_events"]["total"], 2);
+}

@@ -496,6 +496,22 @@ wire_struct! {
 }
 
 wire_struct! {
+    /// The reason of a [`WaitEvent`] already written changed: a condition variable wait found
+    /// spurious at its thread's next wait (`from` signalled or broadcast, `to`
+    /// [`counter::ENDED_SPURIOUS`]). The event is the one with this object, thread, start,
+    /// version and rule.
+    pub struct WaitEventReason {
+        pub object_id: u64,
+        pub tid: u32,
+        pub ns: u64,
+        pub version: u32,
+        pub rule: u32,
+        pub from: u16,
+        pub to: u16,
+    }
+}
+
+wire_struct! {
     /// The threads waiting on an object when a rule with `all_waiters` acted.
     pub struct WaiterChains {
         pub object_id: u64,
@@ -628,4 +644,5 @@ records! {
     HolderStack = 24,
     Snapshot = 25,
     ObjectsChurned = 26,
+    WaitEventReason = 27,
 }

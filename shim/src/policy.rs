@@ -632,13 +632,13 @@ pub fn on_wait_end(
     start: u64,
     waited: u64,
     reason: u16,
-) -> u32 {
+) -> Ended {
     if !act.acted {
         if !act.active.policy.rules[act.rule as usize]
             .when
             .wait_qualifies(waited)
         {
-            return 0;
+            return Ended::default();
         }
         // Reached its minimum as it ended: the holder has let go, only the waiter's side is left.
         act.actions &= !(action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK);
@@ -664,11 +664,23 @@ pub fn on_wait_end(
             .into(),
         );
     }
-    if act.actions & action::WAITER_CHAIN != 0 {
-        act.chain
-    } else {
-        0
+    Ended {
+        chain: if act.actions & action::WAITER_CHAIN != 0 {
+            act.chain
+        } else {
+            0
+        },
+        event: (act.actions & action::RECORD != 0).then_some((act.active.version, act.rule)),
     }
+}
+
+/// What a rule did at the end of a wait it selected.
+#[derive(Clone, Copy, Default)]
+pub struct Ended {
+    /// The waiter's chain, if the rule collects it (else 0).
+    pub chain: u32,
+    /// (policy version, rule) of the [`WaitEvent`] it wrote, if it wrote one.
+    pub event: Option<(u32, u32)>,
 }
 
 /// `t` acquired `obj`, which a rule with `holder_chain` selects: remember where.

@@ -2,11 +2,12 @@
 //! its effect on what the report shows; hot reload; data requests while the program runs; an
 //! invalid policy.
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 use waitshim_tests::{line_of, Launch, LogReport, Run, POLL_DEADLINE};
 
 /// Writes `json` as a policy file in a fresh directory (kept alive by the returned guard).
@@ -635,5 +636,47 @@ fn min_wait_collects_the_holder_while_it_still_holds() {
     for s in stacks {
         assert_eq!(s["function"], "main", "the holder sleeps in main: {s}");
         assert!(u(&s["at_ns"]) > 0);
+    }
+}
+
+/// A `record` rule on condition variables: the events of waits found spurious at the thread's
+/// next wait say so, like the objects' counts (the shim writes the changed reason again).
+#[test]
+fn recorded_cond_waits_found_spurious_later_are_listed_as_spurious() {
+    let run = run_with_policy(
+        "cond_spurious",
+        &[],
+        r#"{"rules":[{"match":{"kind":"cond"},"actions":["record"]}]}"#,
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let f = "cond_spurious.c";
+    for (tag, expected) in [
+        ("init-loop-cond", json!({"signalled": 1, "spurious": 1})),
+        ("init-herd-cond", json!({"broadcast": 4, "spurious": 3})),
+        ("init-work-cond", json!({"signalled": 2})),
+    ] {
+        let cond = log.object_created_at(f, line_of(f, tag));
+        assert_eq!(cond["ended"], expected, "{tag}: the object's counts");
+        let id = &cond["object_id"];
+        let mut listed: HashMap<String, u64> = HashMap::new();
+        for e in events(&log).into_iter().filter(|e| &e["object_id"] == id) {
+            *listed
+                .entry(e["reason"].as_str().unwrap_or("?").to_string())
+                .or_default() += 1;
+        }
+        let listed: Value = listed.into_iter().map(|(k, v)| (k, json!(v))).collect();
+        assert_eq!(listed, expected, "{tag}: the listed events' reasons");
+        let groups: Vec<&Value> = log.0["wait_events"]["by_rule"]
+            .as_array()
+            .expect("by_rule")
+            .iter()
+            .filter(|g| &g["object_id"] == id)
+            .collect();
+        assert_eq!(groups.len(), 1, "{tag}: {groups:?}");
+        assert_eq!(
+            groups[0]["ended"], expected,
+            "{tag}: the events summed by rule"
+        );
     }
 }

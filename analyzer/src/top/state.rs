@@ -222,6 +222,7 @@ impl LiveState {
             | Record::PolicyVersion(_)
             | Record::RuleStats(_)
             | Record::WaitEvent(_)
+            | Record::WaitEventReason(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.

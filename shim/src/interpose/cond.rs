@@ -15,7 +15,8 @@
 //!
 //! A woken wait is counted signalled or broadcast when it returns, and moved to spurious if the
 //! thread's next wait is on the same condition variable, with the mutex held all along (see
-//! [`rewaiting`]). A per-wait event a policy rule wrote at the return keeps the first reason.
+//! [`rewaiting`]). A per-wait event a policy rule wrote at the return is written again with the
+//! new reason (`WaitEventReason`).
 //!
 //! The wait is one call to the real function, never sliced like a mutex wait: a condition
 //! variable has no owner, so a thread waiting on it closes no wait-for cycle, and a sliced wait
@@ -27,7 +28,7 @@ use libc::{
     c_int, clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec, EOWNERDEAD,
     ETIMEDOUT,
 };
-use waitshim_format::{counter, ObjectKind};
+use waitshim_format::{counter, ObjectKind, WaitEventReason};
 
 use super::mutex;
 use crate::clock::now_ns;
@@ -279,7 +280,7 @@ unsafe fn tracked_wait(
     };
     let _in = Inside::enter();
     let cond = tr.object(t, c as usize, KIND, SUBTYPE);
-    rewaiting(t, cond, m as usize);
+    rewaiting(tr, t, cond, m as usize);
     // glibc releases the mutex inside the wait: what our unlock wrapper would have done.
     engage::disengaging(t, m as usize);
     let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
@@ -299,7 +300,7 @@ unsafe fn tracked_wait(
 /// with the same mutex, and the thread has held that mutex ever since, the program is waiting
 /// again at once, without having done anything the wake-up was for: that wake-up was spurious
 /// (a `while (!predicate)` loop found its predicate still false). Its wait moves to that reason.
-fn rewaiting(t: &ThreadRec, cond: &ObjEntry, mutex: usize) {
+fn rewaiting(tr: &Tracker, t: &ThreadRec, cond: &ObjEntry, mutex: usize) {
     // SAFETY: owning thread, inside the shim: nothing else uses `local` now.
     let Some(w) = unsafe { t.local() }.woken.take() else {
         return;
@@ -311,6 +312,20 @@ fn rewaiting(t: &ThreadRec, cond: &ObjEntry, mutex: usize) {
         && acquisitions(t, mutex) == w.acquisitions
     {
         t.waits.reclassify(cond, w.ended, counter::ENDED_SPURIOUS);
+        if let Some((version, rule)) = w.event {
+            tr.log.write(
+                &WaitEventReason {
+                    object_id: tr.id_of(cond),
+                    tid: t.tid(),
+                    ns: w.start,
+                    version,
+                    rule,
+                    from: w.ended.outcome,
+                    to: counter::ENDED_SPURIOUS,
+                }
+                .into(),
+            );
+        }
     }
 }
 
@@ -358,7 +373,8 @@ impl Pending<'_> {
             (0 | EOWNERDEAD, Some(at)) => Some(now.saturating_sub(at)),
             _ => None,
         };
-        let ended = engage::wait_end_reacquired(self.tr, self.t, w, outcome, reacquire);
+        let start = w.start;
+        let (ended, event) = engage::wait_end_reacquired(self.tr, self.t, w, outcome, reacquire);
         // The mutex is held again after a wake-up or a timeout (and, robust, an owner's death);
         // other errors returned before glibc released it.
         if matches!(r, 0 | ETIMEDOUT | EOWNERDEAD) {
@@ -372,6 +388,8 @@ impl Pending<'_> {
                 mutex: self.mutex,
                 acquisitions: acquisitions(self.t, self.mutex),
                 ended,
+                start,
+                event,
             });
         }
     }

@@ -579,14 +579,15 @@ pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
 }
 
 /// As [`wait_end`], for a condition variable wait woken `reacquire_ns` before it returned (the
-/// time it took to get the mutex back). Returns the wait as the thread's cells counted it.
+/// time it took to get the mutex back). Returns the wait as the thread's cells counted it, and
+/// (policy version, rule) of the wait event a rule wrote for it, if one did.
 pub fn wait_end_reacquired(
     tr: &Tracker,
     t: &ThreadRec,
     mut w: Wait,
     outcome: Outcome,
     reacquire_ns: Option<u64>,
-) -> super::waits::Ended {
+) -> (super::waits::Ended, Option<(u32, u32)>) {
     // The count first: a thread finding the object busy now must not count this one.
     w.obj.waiters.fetch_sub(1, Ordering::AcqRel);
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
@@ -594,11 +595,13 @@ pub fn wait_end_reacquired(
     let now = now_ns();
     let obj = w.obj;
     let waited = now.saturating_sub(w.start);
+    let mut event = None;
     if let Some(act) = &mut w.act {
-        let chain = crate::policy::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
-        if chain != 0 {
-            w.chain = chain;
+        let done = crate::policy::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
+        if done.chain != 0 {
+            w.chain = done.chain;
         }
+        event = done.event;
     }
     let ended = super::waits::Ended {
         chain: w.chain,
@@ -625,7 +628,7 @@ pub fn wait_end_reacquired(
         _ => {}
     }
     tr.maybe_flush(now);
-    ended
+    (ended, event)
 }
 
 /// An init function called from `site` returned `r` for the object at `addr`: on success, a

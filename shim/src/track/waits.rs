@@ -52,6 +52,10 @@ pub struct Woken {
     pub acquisitions: u64,
     /// The wait as its cell counted it.
     pub ended: Ended,
+    /// When it began, and (policy version, rule) of the wait event a rule wrote for it, if one
+    /// did: a reason that changes is written again for that event.
+    pub start: u64,
+    pub event: Option<(u32, u32)>,
 }
 
 #[derive(Default)]
