@@ -167,10 +167,7 @@ fn woken_quietly(addr: usize, f: &crate::real::RealFn, which: usize) -> Option<W
         return None;
     };
     if obj.flags() & (DEAD | EPISODE) != 0
-        || (obj.waiters.load(Ordering::Acquire) > 0
-            && (which == AUX_BROADCASTS
-                || obj.last_wake.load(Ordering::Relaxed) >> 1
-                    <= obj.last_wait_start.load(Ordering::Relaxed)))
+        || needs_stamp(obj, which == AUX_BROADCASTS)
         || !t.count_aux_quick(s, which)
     {
         return None;
@@ -193,19 +190,24 @@ fn waking(t: &ThreadRec, addr: usize, broadcast: bool) {
         AUX_SIGNALS
     };
     t.count_aux(s, which);
-    // A signal nobody waits for wakes nobody: only stamp (a shared write) when there are
-    // waiters, and, for a signal, when some wait began after the last stamp (the ones before
-    // it were woken no earlier than that stamp; a broadcast always stamps, to be told apart).
-    if obj.waiters.load(Ordering::Acquire) > 0
-        && (broadcast
-            || obj.last_wake.load(Ordering::Relaxed) >> 1
-                <= obj.last_wait_start.load(Ordering::Relaxed))
-    {
+    if needs_stamp(obj, broadcast) {
         obj.last_wake
             .store(now_ns() << 1 | u64::from(broadcast), Ordering::Release);
     }
     // The signaller is the one the waiters waited for: it ends their high-contention episode.
     engage::released(t, obj);
+}
+
+/// Whether a wake-up must be stamped on the condition variable (a shared write). A signal
+/// nobody waits for wakes nobody: only when there are waiters, and, for a signal, when some wait
+/// began after the last stamp (the ones before it were woken no earlier than that stamp; a
+/// broadcast always stamps, to be told apart).
+#[inline(always)]
+fn needs_stamp(obj: &ObjEntry, broadcast: bool) -> bool {
+    obj.waiters.load(Ordering::Acquire) > 0
+        && (broadcast
+            || obj.last_wake.load(Ordering::Relaxed) >> 1
+                <= obj.last_wait_start.load(Ordering::Relaxed))
 }
 
 /// A condition variable not in the thread's cache: registered (if new) and cached.
