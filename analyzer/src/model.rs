@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
-    Deadlock, Highwater, HolderStack, KindCounters, LockOrder, Module, ObjectCreate, ObjectKind,
-    ObjectsChurned, PolicyVersion, Record, RuleStats, RunEnd, RunStart, Snapshot, WaitEvent,
-    WaitEventReason, WaitSite, WaiterChains,
+    Deadlock, DeadlockBroken, Highwater, HolderStack, KindCounters, LockOrder, Module,
+    ObjectCreate, ObjectKind, ObjectsChurned, PolicyVersion, Record, RuleStats, RunEnd, RunStart,
+    Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
 };
 
 /// Most items of one kind kept per log; beyond this they are counted, not stored.
@@ -540,6 +540,9 @@ pub struct Model {
     /// Every rise of the global highwater mark, in log order.
     pub highwater: Vec<Highwater>,
     pub deadlocks: Vec<Deadlock>,
+    /// How a recorded wait-for cycle broke after all (a timed wait gave up), by the `ns` of its
+    /// [`Deadlock`]: the first thread of it to stop waiting.
+    pub deadlocks_broken: HashMap<u64, DeadlockBroken>,
     /// The lock-order graph: every distinct edge, by (from, to).
     pub lock_order: BTreeMap<(u64, u64), LockEdge>,
     pub notes: Vec<waitshim_format::Note>,
@@ -600,6 +603,16 @@ impl Model {
     /// The final highwater mark and the rise that set it.
     pub fn final_highwater(&self) -> Option<&Highwater> {
         self.highwater.iter().max_by_key(|h| h.hwm)
+    }
+
+    /// How the recorded cycle `d` broke, if it did: then it was no deadlock after all.
+    pub fn broken(&self, d: &Deadlock) -> Option<&DeadlockBroken> {
+        self.deadlocks_broken.get(&d.ns)
+    }
+
+    /// The recorded cycles that never broke: the threads in them can never proceed.
+    pub fn real_deadlocks(&self) -> impl Iterator<Item = &Deadlock> {
+        self.deadlocks.iter().filter(|d| self.broken(d).is_none())
     }
 
     pub fn hwm(&self) -> u32 {
@@ -794,6 +807,12 @@ impl Model {
             Record::Deadlock(d) => {
                 self.seen(d.ns);
                 Self::push_history(&mut self.deadlocks, d, &mut self.overflow.history);
+            }
+            Record::DeadlockBroken(b) => {
+                self.seen(b.ns);
+                if self.deadlocks.iter().any(|d| d.ns == b.deadlock_ns) {
+                    self.deadlocks_broken.entry(b.deadlock_ns).or_insert(b);
+                }
             }
             Record::Note(n) => {
                 self.seen(n.ns);

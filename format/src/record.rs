@@ -578,6 +578,19 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// A thread of a recorded wait-for cycle ([`Deadlock`], the one written at `deadlock_ns`)
+    /// stopped waiting after all: its wait had a deadline and timed out, or it was interrupted
+    /// or failed. The cycle was real while it lasted, but it did not hang the threads for good.
+    pub struct DeadlockBroken {
+        pub deadlock_ns: u64,
+        pub tid: u32,
+        pub ns: u64,
+        /// How that wait ended ([`counter`] `ENDED_*` key).
+        pub outcome: u16,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -645,4 +658,5 @@ records! {
     Snapshot = 25,
     ObjectsChurned = 26,
     WaitEventReason = 27,
+    DeadlockBroken = 28,
 }

@@ -74,3 +74,55 @@ impl Config {
         }
     }
 }
+
+/// The text of the regular file at `path`, at most `cap` bytes, for the shim's own settings
+/// files. Anything else is refused before it is opened, so that it can neither block the
+/// program (a FIFO with no writer blocks `open`) nor grow memory without bound (`/dev/zero`);
+/// the descriptor is held only while reading.
+pub fn read_small_file(path: &str, cap: u64) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let kind = |t: std::fs::FileType| {
+        if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        }
+    };
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("it is {}, not a file", kind(meta.file_type())));
+    }
+    if meta.len() > cap {
+        return Err(format!(
+            "it is {} bytes long, more than the {cap} allowed",
+            meta.len()
+        ));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    // Replaced between the two looks: check what was opened.
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("it is {}, not a file", kind(meta.file_type())));
+    }
+    let mut bytes = Vec::new();
+    file.take(cap + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() as u64 > cap {
+        return Err(format!("it is more than the {cap} bytes allowed"));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+}

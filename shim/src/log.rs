@@ -5,7 +5,11 @@
 //! to write (heaptrack's single output lock serialises the program it measures; this does not).
 //!
 //! The file grows ahead of the cursor with `fallocate` (real blocks: a full disk fails the grow,
-//! instead of raising SIGBUS later on a page of a sparse file).
+//! instead of raising SIGBUS later on a page of a sparse file), never past the process's file
+//! size limit (`ulimit -f`: growing past it would raise SIGXFSZ, which kills the program). The
+//! last [`TAIL`] bytes of what is allocated are kept for the records that end the log (the
+//! note saying it filled up, the end record with the count of what was dropped), so a log
+//! that could not grow still says so, and how much it lost.
 
 use std::ffi::CString;
 use std::sync::atomic::{
@@ -18,6 +22,10 @@ use waitshim_format::{frame, Record};
 /// first: some environments (valgrind, address-space limits) refuse large reservations.
 const RESERVES: [usize; 4] = [64 << 30, 4 << 30, 1 << 30, 128 << 20];
 const FIRST_SIZE: usize = 1 << 20;
+/// Kept free for [`Log::write_final`] records.
+const TAIL: usize = 64 << 10;
+/// The smallest file worth starting with (header, start records, the tail).
+const MIN_SIZE: usize = 2 * TAIL;
 
 pub struct Log {
     /// The file's descriptor, moved high; the program may still close it (daemons close every
@@ -32,6 +40,10 @@ pub struct Log {
     file_len: AtomicUsize,
     growing: AtomicBool,
     full: AtomicBool,
+    /// Why the log stopped growing (an errno; `EFBIG` for the file size limit), 0 while it grows.
+    pub full_errno: AtomicI32,
+    /// Where the log stood when it filled up.
+    pub full_at: AtomicUsize,
     closed: AtomicBool,
     /// Writers between their reservation and their commit.
     active: AtomicU32,
@@ -99,10 +111,16 @@ impl Log {
                 break;
             }
             let err = std::io::Error::last_os_error();
+            let shown = String::from_utf8_lossy(&path);
             if err.raw_os_error() != Some(libc::EEXIST) {
+                return Err(OpenFailure(format!("cannot create log {shown}: {err}")));
+            }
+            // Taken by an earlier log (exec keeps the pid), or by a symlink (never followed):
+            // the next name. A device such as /dev/full, a FIFO or a directory means the name
+            // was not meant for a log file: no file is created beside it.
+            if let Some(what) = not_a_file(&c) {
                 return Err(OpenFailure(format!(
-                    "cannot create log {}: {err}",
-                    String::from_utf8_lossy(&path)
+                    "cannot create log {shown}: it exists and is {what}, not a log file"
                 )));
             }
         }
@@ -138,6 +156,7 @@ impl Log {
             return Err(OpenFailure(format!("cannot map log {path}: {err}")));
         }
         let fd = move_high(fd);
+        let path_c = CString::new(path.clone()).unwrap_or_default();
         let log = Log {
             fd: AtomicI32::new(fd),
             id: file_id(fd).unwrap_or((0, 0)),
@@ -147,16 +166,30 @@ impl Log {
             file_len: AtomicUsize::new(0),
             growing: AtomicBool::new(false),
             full: AtomicBool::new(false),
+            full_errno: AtomicI32::new(0),
+            full_at: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             active: AtomicU32::new(0),
             dropped: AtomicU64::new(0),
             path,
         };
-        if !log.ensure_len(FIRST_SIZE) {
-            return Err(OpenFailure(format!(
-                "cannot grow log {}: disk full or not writable",
-                log.path
-            )));
+        let first = FIRST_SIZE.min(size_limit());
+        if first < MIN_SIZE || !log.ensure_len(first) {
+            let why = match log.full_errno.load(Ordering::Relaxed) {
+                _ if first < MIN_SIZE => {
+                    format!("the file size limit (ulimit -f) is {} bytes", size_limit())
+                }
+                0 => "cannot allocate its first bytes".to_string(),
+                e => std::io::Error::from_raw_os_error(e).to_string(),
+            };
+            // Nothing of it is left behind: no empty file, no descriptor, no mapping.
+            // SAFETY: our own mapping, descriptor and the file this call created.
+            unsafe {
+                libc::munmap(log.base as *mut libc::c_void, log.reserve);
+                libc::close(log.fd.load(Ordering::Relaxed));
+                libc::unlink(path_c.as_ptr());
+            }
+            return Err(OpenFailure(format!("cannot grow log {}: {why}", log.path)));
         }
         let header = frame::file_header();
         // SAFETY: the first FIRST_SIZE bytes are backed by the file now.
@@ -181,16 +214,19 @@ impl Log {
             {
                 let len = self.file_len.load(Ordering::Acquire);
                 if len < need {
-                    let target = need
-                        .max(len.saturating_mul(2))
-                        .max(FIRST_SIZE)
-                        .min(self.reserve);
-                    let target = (target + FIRST_SIZE - 1) & !(FIRST_SIZE - 1);
-                    if target < need || !self.grow_file(len, target.min(self.reserve)) {
-                        self.full.store(true, Ordering::Relaxed);
+                    let cap = self.reserve.min(size_limit());
+                    let target = need.max(len.saturating_mul(2)).max(FIRST_SIZE);
+                    let target = ((target + FIRST_SIZE - 1) & !(FIRST_SIZE - 1)).min(cap);
+                    // Within the cap, at least what is needed now: a log close to the cap
+                    // takes its last bytes rather than giving up a whole step early.
+                    let target = if target < need { need.min(cap) } else { target };
+                    if target < need {
+                        self.filled(libc::EFBIG);
                     } else {
-                        self.file_len
-                            .store(target.min(self.reserve), Ordering::Release);
+                        match self.grow_file(len, target) {
+                            Ok(()) => self.file_len.store(target, Ordering::Release),
+                            Err(e) => self.filled(e),
+                        }
                     }
                 }
                 self.growing.store(false, Ordering::Release);
@@ -201,20 +237,66 @@ impl Log {
         }
     }
 
-    fn grow_file(&self, from: usize, to: usize) -> bool {
+    /// The log can grow no more (`errno` says why): later records are dropped and counted.
+    fn filled(&self, errno: i32) {
+        if self
+            .full_errno
+            .compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            let at = self.cursor.load(Ordering::Acquire);
+            self.full_at.store(at, Ordering::Relaxed);
+            self.full.store(true, Ordering::Release);
+            self.write_final(
+                &waitshim_format::Note {
+                    ns: crate::clock::now_ns(),
+                    level: waitshim_format::note_level::WARNING,
+                    text: format!(
+                        "the log filled up at {at} bytes ({}): later records were dropped; \
+                         the end record counts them",
+                        self.full_reason()
+                    ),
+                }
+                .into(),
+            );
+        }
+        self.full.store(true, Ordering::Release);
+    }
+
+    /// Why the log stopped growing, in words (empty while it grows).
+    pub fn full_reason(&self) -> String {
+        match self.full_errno.load(Ordering::Relaxed) {
+            0 => String::new(),
+            libc::EFBIG => "the file size limit (ulimit -f) was reached".into(),
+            libc::ENOSPC => "the disk is full".into(),
+            libc::EDQUOT => "the disk quota is exhausted".into(),
+            e => std::io::Error::from_raw_os_error(e).to_string(),
+        }
+    }
+
+    /// Extends the file to `to` bytes; the errno on failure.
+    fn grow_file(&self, from: usize, to: usize) -> Result<(), i32> {
         let Some(fd) = self.own_fd() else {
-            return false;
+            return Err(libc::EBADF);
         };
         // SAFETY: system calls on the log's fd (checked to be the log's).
         unsafe {
             let r = libc::fallocate(fd, 0, from as libc::off_t, (to - from) as libc::off_t);
             if r == 0 {
-                return true;
+                return Ok(());
             }
             let e = *libc::__errno_location();
             // File systems without fallocate: a sparse extension is the best there is.
-            (e == libc::EOPNOTSUPP || e == libc::ENOSYS)
+            if (e == libc::EOPNOTSUPP || e == libc::ENOSYS)
                 && libc::ftruncate(fd, to as libc::off_t) == 0
+            {
+                return Ok(());
+            }
+            Err(if e == libc::EOPNOTSUPP || e == libc::ENOSYS {
+                *libc::__errno_location()
+            } else {
+                e
+            })
         }
     }
 
@@ -248,18 +330,43 @@ impl Log {
 
     /// Appends one record. Lock-free; a full log drops the record and counts it.
     pub fn write(&self, rec: &Record) {
+        self.append(rec, false);
+    }
+
+    /// Appends one of the records that end the log (the note that it is full, the end record):
+    /// these may use the tail kept free for them.
+    pub fn write_final(&self, rec: &Record) {
+        self.append(rec, true);
+    }
+
+    fn append(&self, rec: &Record, last: bool) {
         self.active.fetch_add(1, Ordering::AcqRel);
-        if self.closed.load(Ordering::Acquire) || self.full.load(Ordering::Relaxed) {
+        if self.closed.load(Ordering::Acquire) || (!last && self.full.load(Ordering::Relaxed)) {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             self.active.fetch_sub(1, Ordering::AcqRel);
             return;
         }
         let len = frame::frame_len(rec);
-        let off = self.cursor.fetch_add(len, Ordering::Relaxed);
-        if off + len > self.reserve || !self.ensure_len(off + len) {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-            self.active.fetch_sub(1, Ordering::AcqRel);
-            return;
+        let keep = if last { 0 } else { TAIL };
+        // Reserved only where it fits: a reservation that could not be written would leave a
+        // hole of zeros, and readers stop at zeros (the end of what was written).
+        let mut off = self.cursor.load(Ordering::Relaxed);
+        loop {
+            let end = off + len;
+            if end + keep > self.file_len.load(Ordering::Acquire)
+                && (last || !self.ensure_len(end + keep))
+            {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+                self.active.fetch_sub(1, Ordering::AcqRel);
+                return;
+            }
+            match self
+                .cursor
+                .compare_exchange_weak(off, end, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => off = now,
+            }
         }
         // SAFETY: [off, off+len) was reserved by this thread alone and is backed by the file.
         let out = unsafe { std::slice::from_raw_parts_mut(self.base.add(off), len) };
@@ -269,6 +376,11 @@ impl Log {
         let tag = unsafe { &*(self.base.add(off) as *const AtomicU16) };
         tag.store(frame::FRAME_TAG, Ordering::Release);
         self.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Bytes written to the log so far.
+    pub fn written(&self) -> usize {
+        self.cursor.load(Ordering::Acquire)
     }
 
     /// Forces what is written to stable storage (a deadlock report must survive the machine).
@@ -321,6 +433,38 @@ impl Log {
                 libc::close(fd);
             }
         }
+    }
+}
+
+/// The process's file size limit (`RLIMIT_FSIZE`, `ulimit -f`), in bytes.
+fn size_limit() -> usize {
+    // SAFETY: getrlimit into a local struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_FSIZE, &mut r) != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+            return usize::MAX;
+        }
+        usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
+    }
+}
+
+/// What the existing file at `path` is, when it is neither a regular file nor a symlink.
+fn not_a_file(path: &std::ffi::CStr) -> Option<&'static str> {
+    // SAFETY: lstat into a local struct; does not follow a symlink.
+    let mode = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::lstat(path.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        st.st_mode & libc::S_IFMT
+    };
+    match mode {
+        libc::S_IFREG | libc::S_IFLNK => None,
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFIFO => Some("a FIFO"),
+        libc::S_IFCHR | libc::S_IFBLK => Some("a device"),
+        libc::S_IFSOCK => Some("a socket"),
+        _ => Some("not a regular file"),
     }
 }
 

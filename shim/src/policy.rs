@@ -155,9 +155,12 @@ pub fn init(tr: &Tracker, path: Option<&str>) {
 }
 
 fn read(path: &str) -> Result<Policy, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let text = crate::config::read_small_file(path, POLICY_MAX_BYTES)?;
     waitshim_policy::parse(&text).map_err(|e| e.to_string())
 }
+
+/// A policy file larger than this is refused (real ones are a few hundred bytes).
+const POLICY_MAX_BYTES: u64 = 1 << 20;
 
 fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
     let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());

@@ -298,9 +298,17 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         .deadlocks
         .iter()
         .map(|d| {
+            let broken = m.broken(d).map(|b| {
+                json!({
+                    "tid": b.tid,
+                    "at_ns": rel(b.ns),
+                    "ended": crate::model::reason_json(b.outcome),
+                })
+            });
             json!({
                 "at_ns": rel(d.ns),
                 "detected_by": d.detected_by,
+                "broken": broken,
                 "cycle": d.cycle.iter().map(|e| {
                     chains_used.insert(e.wait_chain);
                     json!({

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::fmt::Write;
 
-use waitshim_format::{counter, end_reason, Counters, ObjectKind};
+use waitshim_format::{counter, end_reason, Counters, Deadlock, DeadlockBroken, ObjectKind};
 
 use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
@@ -142,7 +142,17 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let _ = writeln!(out, "highwater: {} (no thread ever waited)", m.hwm());
         }
     }
-    let _ = writeln!(out, "deadlocks: {}", m.deadlocks.len());
+    let broken = m.deadlocks_broken.len();
+    if broken == 0 {
+        let _ = writeln!(out, "deadlocks: {}", m.deadlocks.len());
+    } else {
+        let _ = writeln!(
+            out,
+            "deadlocks: {} ({broken} more wait-for {} broke when a wait with a deadline gave up)",
+            m.deadlocks.len() - broken,
+            if broken == 1 { "cycle" } else { "cycles" }
+        );
+    }
     let inv = &ctx.inversions;
     let edges = m.lock_order.len();
     let mut line = format!(
@@ -254,42 +264,80 @@ fn chain_with(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, mark_user: bool, o
 
 fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
-    if m.deadlocks.is_empty() {
+    let real: Vec<&Deadlock> = m.real_deadlocks().collect();
+    if !real.is_empty() {
+        let _ = writeln!(out, "\nDEADLOCKS ({})", real.len());
+        for (i, d) in real.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "\nDEADLOCK {} (detected at {} by thread {}): {} and can never proceed",
+                i + 1,
+                fmt_ns(m.rel(d.ns)),
+                d.detected_by,
+                crate::report::cycle_words(d.cycle.len())
+            );
+            cycle(ctx, d, out);
+        }
+    }
+    let broken: Vec<(&Deadlock, &DeadlockBroken)> = m
+        .deadlocks
+        .iter()
+        .filter_map(|d| m.broken(d).map(|b| (d, b)))
+        .collect();
+    if broken.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\nDEADLOCKS ({})", m.deadlocks.len());
-    for (i, d) in m.deadlocks.iter().enumerate() {
+    let _ = writeln!(
+        out,
+        "\nWAIT-FOR CYCLES BROKEN BY A DEADLINE ({}: threads waited for each other until one \
+         gave up; without the deadline, a deadlock)",
+        broken.len()
+    );
+    for (i, (d, b)) in broken.iter().enumerate() {
         let _ = writeln!(
             out,
-            "\nDEADLOCK {} (detected at {} by thread {}): {} and can never proceed",
+            "\nCYCLE {} (closed at {} by thread {}): {}; broken after {} when {} stopped \
+             waiting ({})",
             i + 1,
             fmt_ns(m.rel(d.ns)),
             d.detected_by,
-            crate::report::cycle_words(d.cycle.len())
+            match d.cycle.len() {
+                1 => "a thread waited for a lock it held itself".to_string(),
+                n => format!("{n} threads waited for each other"),
+            },
+            fmt_ns(b.ns.saturating_sub(d.ns)),
+            ctx.thread_label(b.tid),
+            crate::model::reason_text(b.outcome)
         );
-        let mut cycle = String::from("  cycle: ");
-        for e in &d.cycle {
-            let kind = m
-                .objects
-                .get(&e.object_id)
-                .map_or("object", |o| o.kind_name());
-            let _ = write!(cycle, "thread {} → {kind}#{} → ", e.tid, e.object_id);
-        }
-        if let Some(first) = d.cycle.first() {
-            let _ = write!(cycle, "thread {}", first.tid);
-        }
-        let _ = writeln!(out, "{cycle}");
-        for e in &d.cycle {
-            let who = ctx.thread_label(e.tid);
-            let what = ctx.object_label(e.object_id);
-            let holder = ctx.thread_label(e.holder_tid);
-            let _ = writeln!(out, "  {who} waits for {what}, held by {holder}");
-        }
-        for e in &d.cycle {
-            let who = ctx.thread_label(e.tid);
-            let _ = writeln!(out, "  wait chain of {who}:");
-            chain(ctx, e.wait_chain, "    ", out);
-        }
+        cycle(ctx, d, out);
+    }
+}
+
+/// The threads and objects of a wait-for cycle, and each thread's wait chain.
+fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
+    let m = ctx.model;
+    let mut cycle = String::from("  cycle: ");
+    for e in &d.cycle {
+        let kind = m
+            .objects
+            .get(&e.object_id)
+            .map_or("object", |o| o.kind_name());
+        let _ = write!(cycle, "thread {} → {kind}#{} → ", e.tid, e.object_id);
+    }
+    if let Some(first) = d.cycle.first() {
+        let _ = write!(cycle, "thread {}", first.tid);
+    }
+    let _ = writeln!(out, "{cycle}");
+    for e in &d.cycle {
+        let who = ctx.thread_label(e.tid);
+        let what = ctx.object_label(e.object_id);
+        let holder = ctx.thread_label(e.holder_tid);
+        let _ = writeln!(out, "  {who} waits for {what}, held by {holder}");
+    }
+    for e in &d.cycle {
+        let who = ctx.thread_label(e.tid);
+        let _ = writeln!(out, "  wait chain of {who}:");
+        chain(ctx, e.wait_chain, "    ", out);
     }
 }
 

@@ -210,6 +210,14 @@ impl LiveState {
                     self.deadlocks.push(d);
                 }
             }
+            Record::DeadlockBroken(b) => {
+                self.seen(b.ns);
+                if let Some(i) = self.deadlocks.iter().position(|d| d.ns == b.deadlock_ns) {
+                    // A cycle that broke (a deadline) is no deadlock: the view stops showing it.
+                    self.deadlocks.remove(i);
+                    self.deadlocks_total = self.deadlocks_total.saturating_sub(1);
+                }
+            }
             Record::Snapshot(s) => {
                 self.seen(s.ns);
                 self.snapshots += 1;

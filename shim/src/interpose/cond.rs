@@ -293,7 +293,7 @@ unsafe fn tracked_wait(
         mutex: m as usize,
         wait: Some(w),
     };
-    let r = call();
+    let r = _in.cancellable(call);
     pending.ended(r);
     r
 }

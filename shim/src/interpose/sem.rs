@@ -429,7 +429,7 @@ unsafe fn contended(
     let obj = object(tr, t, addr);
     let w = ManuallyDrop::new(engage::wait_begin_at(tr, t, obj, Side::Exclusive, site));
     set_errno(caller_errno);
-    let r = call();
+    let r = inside.cancellable(call);
     let e = errno();
     let w = ManuallyDrop::into_inner(w);
     let outcome = match (r, e) {

@@ -246,6 +246,11 @@ type JumpFn = unsafe extern "C" fn(*mut c_void, c_int) -> !;
 /// # Safety
 /// `env` and `val` are the caller's arguments to the jump function `f` stands for.
 unsafe fn jump(f: &RealFn, env: *mut c_void, val: c_int) -> ! {
+    if threads::in_handler() {
+        // A wait the handler interrupted never returns: it must not stay counted as waiting
+        // (a false deadlock later, waiters that are not there).
+        crate::track::engage::wait_abandoned();
+    }
     threads::left_handler_by_jump();
     // SAFETY: `f` is glibc's jump function of this signature.
     let g: JumpFn = unsafe { std::mem::transmute::<usize, JumpFn>(f.get()) };

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
-use waitshim_format::{Deadlock, DeadlockEdge, ObjectKind};
+use waitshim_format::{Deadlock, DeadlockBroken, DeadlockEdge, ObjectKind};
 
 use super::objects::ObjEntry;
 use super::threads::ThreadRec;
@@ -115,6 +115,25 @@ pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
     None
 }
 
+/// `t`, whose wait ended with `outcome`, was part of a recorded deadlock: the cycle is broken
+/// (a timed wait gave up, a wait was interrupted): say so, durably like the deadlock itself.
+pub fn broken(tr: &Tracker, t: &ThreadRec, outcome: u16, now: u64) {
+    let at = t.in_deadlock.swap(0, Ordering::AcqRel);
+    if at == 0 {
+        return;
+    }
+    tr.log.write(
+        &DeadlockBroken {
+            deadlock_ns: at,
+            tid: t.tid(),
+            ns: now,
+            outcome,
+        }
+        .into(),
+    );
+    tr.log.sync();
+}
+
 /// Records `cycle` unless a thread of it already did.
 pub fn report(tr: &Tracker, me: &ThreadRec, cycle: &[Hop], now: u64) {
     let mut sig: Vec<(u32, u64)> = cycle.iter().map(|h| (h.tid, h.seq)).collect();
@@ -125,6 +144,11 @@ pub fn report(tr: &Tracker, me: &ThreadRec, cycle: &[Hop], now: u64) {
             return;
         }
         seen.push(sig);
+    }
+    for h in cycle {
+        if let Some(t) = tr.thread(h.tid) {
+            t.in_deadlock.store(now, Ordering::Release);
+        }
     }
     tr.log.write(
         &Deadlock {

@@ -524,6 +524,34 @@ pub fn wait_cancel(tr: &Tracker, t: &ThreadRec, w: Wait) {
     highwater::on_wait_cancelled(w.obj, t.tid(), w.start);
 }
 
+/// The calling thread leaves, by a jump out of a signal handler, the wait it was blocked in (if
+/// it was): the thread no longer waits, and the object counts an error. Atomics only (it runs in
+/// the handler, so the wait's length is not added to the object's waits, which may allocate):
+/// its place in an open episode stays, since it did wait meanwhile.
+pub fn wait_abandoned() {
+    let p = super::threads::own_record();
+    let Some(tr) = tracker() else { return };
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: thread records are leaked and never freed; this is the thread's own.
+    let t = unsafe { &*p };
+    let obj = t.waiting_on.load(Ordering::Acquire);
+    if obj.is_null() {
+        return;
+    }
+    // SAFETY: tracking entries are leaked and never freed.
+    let obj: &ObjEntry = unsafe { &*obj };
+    // In the order `wait_end_reacquired` uses: the count before `waiting_on`.
+    obj.waiters.fetch_sub(1, Ordering::AcqRel);
+    t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
+    tr.blocked.fetch_sub(1, Ordering::Relaxed);
+    // A deadlock it was part of is not written as broken (writing may allocate): forgotten.
+    t.in_deadlock.store(0, Ordering::Relaxed);
+    obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+    obj.touch();
+}
+
 /// A wait slice expired and the thread waits on: look for a wait-for cycle again.
 pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     let now = deadlock::find_cycle(tr, t);
@@ -593,6 +621,9 @@ pub fn wait_end_reacquired(
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
     tr.blocked.fetch_sub(1, Ordering::Relaxed);
     let now = now_ns();
+    if t.in_deadlock.load(Ordering::Relaxed) != 0 {
+        deadlock::broken(tr, t, outcome.key(), now);
+    }
     let obj = w.obj;
     let waited = now.saturating_sub(w.start);
     let mut event = None;

@@ -197,6 +197,7 @@ pub fn init() {
         return;
     }
     let _in = Inside::enter();
+    crate::diag::init();
     let config = Config::from_env();
     if config.disabled {
         STATE.store(OFF, Ordering::Release);
@@ -500,8 +501,18 @@ pub fn finish(reason: u8) {
         } else {
             ""
         };
+        let dropped = tr.log.dropped.load(Ordering::Relaxed);
+        let what = if dropped > 0 {
+            format!(
+                "log incomplete{how} ({dropped} records dropped after {} bytes: {})",
+                tr.log.full_at.load(Ordering::Relaxed),
+                tr.log.full_reason()
+            )
+        } else {
+            format!("log written{how}")
+        };
         crate::diag::line(&format!(
-            "log written{how}: {0}   read it with: waitshim-analyze {0}",
+            "{what}: {0}   read it with: waitshim-analyze {0}",
             tr.log.path
         ));
     }
@@ -509,7 +520,7 @@ pub fn finish(reason: u8) {
 
 /// The end record (no allocation), then tracking off and the log closed.
 fn end_log(tr: &Tracker, reason: u8) {
-    tr.log.write(
+    tr.log.write_final(
         &RunEnd {
             ns: now_ns(),
             reason,

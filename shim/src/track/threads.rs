@@ -154,6 +154,9 @@ pub struct ThreadRec {
     pub wait_seq: AtomicU64,
     pub wait_chain: AtomicU32,
     pub wait_start: AtomicU64,
+    /// When the thread is part of a wait-for cycle recorded as a deadlock: that record's time
+    /// (0: none). If its wait ends after all (a deadline), the log says so.
+    pub in_deadlock: AtomicU64,
     /// A name was given (API or pthread_setname_np): the kernel name read at exit must not
     /// replace it.
     pub named: AtomicBool,
@@ -223,6 +226,7 @@ impl ThreadRec {
             wait_seq: AtomicU64::new(0),
             wait_chain: AtomicU32::new(0),
             wait_start: AtomicU64::new(0),
+            in_deadlock: AtomicU64::new(0),
             named: AtomicBool::new(false),
             attention: AtomicPtr::new(std::ptr::null_mut()),
             local: UnsafeCell::new(Local::default()),
@@ -394,6 +398,7 @@ impl ThreadRec {
             .store(std::ptr::null_mut(), Ordering::Relaxed);
         self.wait_chain.store(0, Ordering::Relaxed);
         self.wait_start.store(0, Ordering::Relaxed);
+        self.in_deadlock.store(0, Ordering::Relaxed);
         self.attention
             .store(std::ptr::null_mut(), Ordering::Relaxed);
         for r in &self.reads {
@@ -485,9 +490,11 @@ pub struct ThreadRef(pub &'static ThreadRec);
 /// lock/unlock pair. Initial-exec TLS is fine for a preloaded library: it is loaded at start-up,
 /// into the static TLS block.
 ///
-/// Three words: `FAST` is the thread's record while the shim may track its calls and null
+/// Four words: `FAST` is the thread's record while the shim may track its calls and null
 /// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
-/// is null (inside the shim, or thread exited).
+/// is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability state
+/// plus one while the shim runs its own work with cancellation disabled (see [`Inside`]), 0
+/// otherwise.
 mod raw {
     use std::arch::{asm, global_asm};
 
@@ -498,15 +505,16 @@ mod raw {
         ".globl waitshim_thread_words",
         ".hidden waitshim_thread_words",
         ".type waitshim_thread_words, @object",
-        ".size waitshim_thread_words, 24",
+        ".size waitshim_thread_words, 32",
         "waitshim_thread_words:",
-        ".zero 24",
+        ".zero 32",
         ".popsection",
     );
 
     pub const FAST: usize = 0;
     pub const REC: usize = 8;
     pub const MODE: usize = 16;
+    pub const CANCEL: usize = 24;
 
     #[inline(always)]
     fn offset() -> usize {
@@ -595,9 +603,13 @@ pub fn in_handler() -> bool {
 }
 
 /// A jump (`siglongjmp`) out of a handler: the handler will not return to restore the mode.
+/// Whatever the handler interrupted is left for good, shim frames included: the thread is
+/// outside the shim from now on, with the program's own cancellability (an [`Inside`] the jump
+/// skipped would otherwise leave cancellation disabled for ever). Async-signal-safe.
 pub fn left_handler_by_jump() {
     if in_handler() {
         set_mode(MODE_NORMAL);
+        restore_cancel();
     }
 }
 
@@ -615,17 +627,64 @@ thread_local! {
     pub static EXIT_HOOK: ExitHook = const { ExitHook };
 }
 
+/// glibc's cancellability switch (the `libc` crate does not declare it).
+mod cancel {
+    use libc::c_int;
+    pub const ENABLE: c_int = 0;
+    pub const DISABLE: c_int = 1;
+    extern "C" {
+        pub fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+    }
+}
+
 /// Marks the current thread as inside the shim until dropped: its own calls into interposed
-/// functions (through malloc, libunwind, the loader) then go straight to the real ones.
+/// functions (through malloc, the loader) then go straight to the real ones.
+///
+/// The outermost guard also disables cancellation until it is dropped (and restores the
+/// program's state then): the shim's own work reaches cancellation points (`write`, `msync`,
+/// `open`, `getrandom` for a hash map's keys, `nanosleep`), and a thread with a cancel request
+/// pending must not be cancelled there. Natively it would go on to its next cancellation point;
+/// cancelled inside the shim, it would die holding the mutex it just acquired, or the shim's
+/// own locks. The real functions that are cancellation points themselves run under
+/// [`Inside::cancellable`].
 pub struct Inside {
     prev: usize,
+    outermost: bool,
 }
 
 impl Inside {
     pub fn enter() -> Inside {
         let prev = raw::get(raw::MODE);
         set_mode(MODE_INSIDE);
-        Inside { prev }
+        let outermost = prev != MODE_INSIDE;
+        if outermost {
+            let mut old: libc::c_int = cancel::ENABLE;
+            // SAFETY: changes only the calling thread's own cancellability; glibc's version is
+            // an atomic update of the thread's descriptor, safe in a signal handler too.
+            unsafe { cancel::pthread_setcancelstate(cancel::DISABLE, &mut old) };
+            raw::set(raw::CANCEL, old as usize + 1);
+        }
+        Inside { prev, outermost }
+    }
+
+    /// Runs `f`, a real function that is a cancellation point of its own (a condition variable
+    /// or semaphore wait), with the program's cancellability, as it would run natively; then
+    /// disables cancellation again. A cancellation acting in `f` unwinds the thread from there.
+    pub fn cancellable<R>(&self, f: impl FnOnce() -> R) -> R {
+        let saved = raw::get(raw::CANCEL);
+        if raw::get(raw::MODE) != MODE_INSIDE || saved == 0 {
+            return f();
+        }
+        let program = (saved - 1) as libc::c_int;
+        if program == cancel::DISABLE {
+            return f();
+        }
+        // SAFETY: as in `enter`.
+        unsafe { cancel::pthread_setcancelstate(program, std::ptr::null_mut()) };
+        let r = f();
+        // SAFETY: as in `enter`.
+        unsafe { cancel::pthread_setcancelstate(cancel::DISABLE, std::ptr::null_mut()) };
+        r
     }
 }
 
@@ -634,6 +693,19 @@ impl Drop for Inside {
         if raw::get(raw::MODE) == MODE_INSIDE {
             set_mode(self.prev);
         }
+        if self.outermost {
+            restore_cancel();
+        }
+    }
+}
+
+/// Gives the program back the cancellability the outermost [`Inside`] took away, if one did.
+fn restore_cancel() {
+    let saved = raw::get(raw::CANCEL);
+    if saved != 0 {
+        raw::set(raw::CANCEL, 0);
+        // SAFETY: as in `Inside::enter`: back to the state the program had.
+        unsafe { cancel::pthread_setcancelstate((saved - 1) as libc::c_int, std::ptr::null_mut()) };
     }
 }
 
