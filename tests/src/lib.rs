@@ -199,6 +199,7 @@ pub struct Launch {
     quiet: bool,
     log: LogDest,
     timeout: Duration,
+    limits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
 }
 
 impl Launch {
@@ -217,7 +218,22 @@ impl Launch {
             quiet: true,
             log: LogDest::FreshDir,
             timeout: RUN_TIMEOUT,
+            limits: Vec::new(),
         }
+    }
+
+    /// Ends the program (and fails the test) after `limit` instead of [`RUN_TIMEOUT`]: for
+    /// programs that hang when something is wrong.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = limit;
+        self
+    }
+
+    /// Runs the program with the soft limit of `resource` set to `value`, as `ulimit` in a shell
+    /// would (e.g. `libc::RLIMIT_FSIZE`, `libc::RLIMIT_NOFILE`).
+    pub fn rlimit(mut self, resource: libc::__rlimit_resource_t, value: u64) -> Self {
+        self.limits.push((resource, value as libc::rlim_t));
+        self
     }
 
     pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
@@ -273,6 +289,26 @@ impl Launch {
         }
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if !self.limits.is_empty() {
+            let limits = self.limits.clone();
+            // SAFETY: between fork and exec the closure only calls getrlimit and setrlimit,
+            // which are async-signal-safe, on a copy of the limits made before the fork.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    for &(resource, value) in &limits {
+                        let mut r: libc::rlimit = std::mem::zeroed();
+                        if libc::getrlimit(resource, &mut r) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        r.rlim_cur = value.min(r.rlim_max);
+                        if libc::setrlimit(resource, &r) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                });
+            }
         }
         cmd
     }
