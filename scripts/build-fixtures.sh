@@ -7,7 +7,8 @@
 #   C:        cc  -O1 -g -pthread                 fixtures/X.c   -> OUTDIR/X
 #   C++:      c++ -O1 -g -pthread -std=c++20      fixtures/X.cpp -> OUTDIR/X
 #   library:  cc  -O1 -g -pthread -shared -fPIC   fixtures/dlopen_lib.c -> OUTDIR/libdlock.so
-# (`dlopen` builds both dlopen_main and libdlock.so.) CC and CXX override the
+#             cc  -O1 -g -pthread -shared -fPIC   fixtures/counting_interposer.c -> OUTDIR/libcounting.so
+# (`dlopen` builds both dlopen_main and libdlock.so; `counting` builds libcounting.so.) CC and CXX override the
 # compilers. Outputs newer than both their source and this script are kept.
 set -euo pipefail
 
@@ -31,6 +32,7 @@ if [ "${#names[@]}" -eq 0 ]; then
     for f in "$src_dir"/*.c "$src_dir"/*.cpp; do
         n="$(basename "${f%.*}")"
         [ "$n" = dlopen_lib ] && continue
+        [ "$n" = counting_interposer ] && n=counting
         names+=("$n")
     done
 fi
@@ -56,6 +58,9 @@ for n in "${names[@]}"; do
     dlopen | dlopen_main | dlopen_lib)
         build "$src_dir/dlopen_lib.c" "$out/libdlock.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC || status=1
         build "$src_dir/dlopen_main.c" "$out/dlopen_main" "$CC" "${CFLAGS_FIXTURE[@]}" || status=1
+        ;;
+    counting | counting_interposer | libcounting.so)
+        build "$src_dir/counting_interposer.c" "$out/libcounting.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC -ldl || status=1
         ;;
     *)
         if [ -f "$src_dir/$n.c" ]; then

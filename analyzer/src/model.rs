@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
-    Deadlock, DeadlockBroken, Highwater, HolderStack, KindCounters, LockOrder, Module,
+    Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
     ObjectCreate, ObjectKind, ObjectsChurned, PolicyVersion, Record, RuleStats, RunEnd, RunStart,
     Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
 };
@@ -532,6 +532,8 @@ impl Overflow {
 pub struct Model {
     pub run: Option<RunStart>,
     pub run_end: Option<RunEnd>,
+    /// The program the process replaced this one with, when the log ends with an exec.
+    pub exec: Option<Exec>,
     pub modules: BTreeMap<u32, Module>,
     pub chains: HashMap<u32, Vec<u64>>,
     pub threads: BTreeMap<u32, Thread>,
@@ -702,6 +704,10 @@ impl Model {
             Record::RunEnd(r) => {
                 self.seen(r.ns);
                 self.run_end = Some(r);
+            }
+            Record::Exec(e) => {
+                self.seen(e.ns);
+                self.exec = Some(e);
             }
             Record::Module(m) => {
                 if self.modules.len() >= MAX_STORED && !self.modules.contains_key(&m.module_id) {

@@ -145,6 +145,9 @@ pub mod counter {
 pub mod end_reason {
     pub const EXIT: u8 = 1;
     pub const UNDERSCORE_EXIT: u8 = 2;
+    /// The process replaced its program (`execve`): the new program writes a log of its own
+    /// (an [`Exec`](super::Exec) record names it).
+    pub const EXEC: u8 = 3;
 }
 
 /// Severity of a [`Note`].
@@ -591,6 +594,15 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// The process is about to replace its program with `path` (an `exec` call): the log ends
+    /// here if it succeeds (a [`RunEnd`] follows), and goes on if it fails (a [`Note`] says so).
+    pub struct Exec {
+        pub ns: u64,
+        pub path: String,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -659,4 +671,5 @@ records! {
     ObjectsChurned = 26,
     WaitEventReason = 27,
     DeadlockBroken = 28,
+    Exec = 29,
 }

@@ -28,9 +28,10 @@ const TAIL: usize = 64 << 10;
 const MIN_SIZE: usize = 2 * TAIL;
 
 pub struct Log {
-    /// The file's descriptor, moved high; the program may still close it (daemons close every
-    /// descriptor they did not open) and reuse its number, so it is checked against `id` before
-    /// every use, and the file reopened by its path when it no longer matches.
+    /// The file's descriptor, moved out of the program's way (see [`move_high`]), -1 when no
+    /// number there was free (the mapping needs none). The program may still close it (daemons
+    /// close every descriptor they did not open) and reuse its number, so it is checked against
+    /// `id` before every use, and the file reopened by its path when it no longer matches.
     fd: AtomicI32,
     /// (st_dev, st_ino) of the log file.
     id: (u64, u64),
@@ -49,6 +50,10 @@ pub struct Log {
     active: AtomicU32,
     pub dropped: AtomicU64,
     pub path: String,
+    /// `path`, absolute (the program may change its working directory), as a C string made
+    /// once: reopening the file (from a signal handler too, when the log is closed there) must
+    /// not allocate.
+    path_c: CString,
 }
 
 // SAFETY: `base` points to a shared mapping that lives as long as the process; every writer
@@ -155,11 +160,11 @@ impl Log {
             unsafe { libc::close(fd) };
             return Err(OpenFailure(format!("cannot map log {path}: {err}")));
         }
-        let fd = move_high(fd);
-        let path_c = CString::new(path.clone()).unwrap_or_default();
+        let id = file_id(fd).unwrap_or((0, 0));
+        let fd = move_high(fd).unwrap_or(-1);
         let log = Log {
             fd: AtomicI32::new(fd),
-            id: file_id(fd).unwrap_or((0, 0)),
+            id,
             base: base as *mut u8,
             reserve,
             cursor: AtomicUsize::new(waitshim_format::FILE_HEADER_LEN),
@@ -171,6 +176,7 @@ impl Log {
             closed: AtomicBool::new(false),
             active: AtomicU32::new(0),
             dropped: AtomicU64::new(0),
+            path_c: absolute(&path),
             path,
         };
         let first = FIRST_SIZE.min(size_limit());
@@ -187,7 +193,7 @@ impl Log {
             unsafe {
                 libc::munmap(log.base as *mut libc::c_void, log.reserve);
                 libc::close(log.fd.load(Ordering::Relaxed));
-                libc::unlink(path_c.as_ptr());
+                libc::unlink(log.path_c.as_ptr());
             }
             return Err(OpenFailure(format!("cannot grow log {}: {why}", log.path)));
         }
@@ -279,6 +285,7 @@ impl Log {
         let Some(fd) = self.own_fd() else {
             return Err(libc::EBADF);
         };
+        let fd = fd.0;
         // SAFETY: system calls on the log's fd (checked to be the log's).
         unsafe {
             let r = libc::fallocate(fd, 0, from as libc::off_t, (to - from) as libc::off_t);
@@ -301,31 +308,45 @@ impl Log {
     }
 
     /// The log's descriptor, if it still refers to the log file: reopened by path (never
-    /// following a symlink) when the program closed it; None when that fails too.
-    fn own_fd(&self) -> Option<libc::c_int> {
+    /// following a symlink) when the program closed it, and kept if it can be moved out of the
+    /// program's way, else used only for the call at hand; None when that fails too.
+    fn own_fd(&self) -> Option<LogFd> {
         let fd = self.fd.load(Ordering::Acquire);
         if fd >= 0 && file_id(fd) == Some(self.id) {
-            return Some(fd);
+            return Some(LogFd(fd, false));
         }
-        let c = CString::new(self.path.clone()).ok()?;
         // SAFETY: valid C string; O_NOFOLLOW refuses a symlink put in the log's place.
         let new = unsafe {
             libc::open(
-                c.as_ptr(),
+                self.path_c.as_ptr(),
                 libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             )
         };
         if new < 0 {
             return None;
         }
-        let new = move_high(new);
         if file_id(new) != Some(self.id) {
             // SAFETY: closing the descriptor just opened.
             unsafe { libc::close(new) };
             return None;
         }
-        self.fd.store(new, Ordering::Release);
-        Some(new)
+        match move_high(new) {
+            Some(high) => {
+                self.fd.store(high, Ordering::Release);
+                Some(LogFd(high, false))
+            }
+            None => {
+                self.fd.store(-1, Ordering::Release);
+                // SAFETY: reopening by the same path as above, for this call only.
+                let again = unsafe {
+                    libc::open(
+                        self.path_c.as_ptr(),
+                        libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    )
+                };
+                (again >= 0 && file_id(again) == Some(self.id)).then_some(LogFd(again, true))
+            }
+        }
     }
 
     /// Appends one record. Lock-free; a full log drops the record and counts it.
@@ -378,11 +399,6 @@ impl Log {
         self.active.fetch_sub(1, Ordering::AcqRel);
     }
 
-    /// Bytes written to the log so far.
-    pub fn written(&self) -> usize {
-        self.cursor.load(Ordering::Acquire)
-    }
-
     /// Forces what is written to stable storage (a deadlock report must survive the machine).
     pub fn sync(&self) {
         let end = self
@@ -415,9 +431,23 @@ impl Log {
         unsafe {
             libc::msync(self.base as *mut libc::c_void, end, libc::MS_ASYNC);
             if let Some(fd) = self.own_fd() {
-                libc::ftruncate(fd, end as libc::off_t);
+                if libc::ftruncate(fd.0, end as libc::off_t) == 0 {
+                    // Pages past the end are gone: a reopened log grows it again first.
+                    self.file_len.store(end, Ordering::Release);
+                }
             }
         }
+    }
+
+    /// Takes writes again after [`Log::close`] (an exec that failed: the program goes on).
+    pub fn reopen(&self) {
+        self.closed.store(false, Ordering::Release);
+    }
+
+    /// Removes the (closed) log file: it holds nothing worth reading.
+    pub fn discard(&self) {
+        // SAFETY: unlink of the path this log created.
+        unsafe { libc::unlink(self.path_c.as_ptr()) };
     }
 
     /// In a forked child: the mapping is the parent's file. Drop it without touching the file.
@@ -477,17 +507,62 @@ fn file_id(fd: libc::c_int) -> Option<(u64, u64)> {
     }
 }
 
-/// Moves a descriptor above the numbers programs use first (at 512 or more when the limit
-/// allows), so that a program counting on low numbers does not find one taken.
-fn move_high(fd: libc::c_int) -> libc::c_int {
-    // SAFETY: fcntl duplicates our own descriptor; the old one is closed only on success.
-    unsafe {
-        let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 512);
-        if high >= 0 {
-            libc::close(fd);
-            high
-        } else {
-            fd
+/// A descriptor of the log for one operation: `transient` ones (when none could be kept out of
+/// the program's way) are closed when it is done.
+struct LogFd(libc::c_int, bool);
+
+impl Drop for LogFd {
+    fn drop(&mut self) {
+        if self.1 {
+            // SAFETY: a descriptor this process opened for the operation just done.
+            unsafe { libc::close(self.0) };
         }
     }
+}
+
+/// The lowest descriptor number the shim keeps one at: programs use low numbers first, and
+/// some count on what they get (the first `open` after closing every inherited descriptor).
+const HIGH_FD: libc::c_int = 512;
+
+/// Moves a descriptor out of the program's way: to [`HIGH_FD`] or above, or, under a lower
+/// limit on descriptors, to the top of the allowed range if that is well above the numbers in
+/// use first. The original number is closed in every case; None when no such number was free
+/// (`ulimit -n 4`): the caller then keeps no descriptor.
+fn move_high(fd: libc::c_int) -> Option<libc::c_int> {
+    // SAFETY: getrlimit into a local struct.
+    let limit = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur.min(i32::MAX as libc::rlim_t) as libc::c_int
+        } else {
+            0
+        }
+    };
+    let from = if limit > HIGH_FD {
+        HIGH_FD
+    } else {
+        // Near the top of a small range: at least 64, and 8 below its end.
+        limit.saturating_sub(8).max(64)
+    };
+    // SAFETY: fcntl duplicates our own descriptor; the original is closed either way.
+    unsafe {
+        let high = if from < limit {
+            libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, from)
+        } else {
+            -1
+        };
+        libc::close(fd);
+        (high >= 0).then_some(high)
+    }
+}
+
+/// `path` made absolute against the working directory, as a C string.
+fn absolute(path: &str) -> CString {
+    let p = std::path::Path::new(path);
+    let full = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir().map_or_else(|_| p.to_path_buf(), |d| d.join(p))
+    };
+    CString::new(full.into_os_string().into_encoded_bytes()).unwrap_or_default()
 }

@@ -110,6 +110,11 @@ macro_rules! real_fns {
             use $crate::real::RealFn;
             $(#[allow(non_upper_case_globals)]
             pub static $name: RealFn = RealFn::new(concat!(stringify!($name), "\0").as_bytes());)*
+
+            /// Resolves every slot (at start-up: see [`$crate::real::resolve_all`]).
+            pub fn resolve() {
+                $($name.available();)*
+            }
         }
         $(
             #[inline(always)]
@@ -157,11 +162,22 @@ pub unsafe fn call_noreturn<T>(f: &RealFn, arg: T) -> ! {
     unsafe { g(arg) }
 }
 
-/// Resolves the real functions whose fast paths read [`RealFn::resolved`] without checking it:
-/// called before any thread is registered, so every tracked call finds them resolved.
-pub fn resolve_fast_paths() {
-    slot::pthread_mutex_lock.get();
-    slot::pthread_mutex_unlock.get();
+/// Resolves every function the shim forwards to, at start-up and before any thread is
+/// registered: the fast paths read [`RealFn::resolved`] without checking it, and nothing a signal
+/// handler can reach (a `sem_post`, `_exit` or `siglongjmp` in a handler) may run `dlsym`, which
+/// takes the loader's lock and may allocate. Functions the C library lacks (older glibc has no
+/// `*clock*` variants) are noted as missing.
+pub fn resolve_all() {
+    slot::resolve();
+    for f in [
+        &PTHREAD_EXIT,
+        &EXIT,
+        &UNDERSCORE_EXIT,
+        &UNDERSCORE_CAPITAL_EXIT,
+    ] {
+        f.available();
+    }
+    crate::interpose::resolve_all();
 }
 
 /// Read in place of `__libc_single_threaded` until it is found, or when it is not: always 0

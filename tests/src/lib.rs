@@ -105,6 +105,7 @@ pub fn fixture(name: &str) -> PathBuf {
     // `dlopen_main` and `libdlock.so` are built together under the script's name `dlopen`.
     let build_name = match name {
         "dlopen_main" | "libdlock.so" => "dlopen",
+        "libcounting.so" => "counting",
         n => n,
     };
     let once = BUILT

@@ -258,3 +258,117 @@ fn waits_left_by_a_jump_out_of_a_signal_handler_do_not_stay_counted() {
     assert_eq!(log.counter(x, "max_waiters"), 1, "{x}");
     let _ = fixture("longjmp_wait");
 }
+
+/// fork + exec (execv, execl, execlp), vfork + exec, posix_spawn, a failed exec and an exec of
+/// the process itself: the same output as natively, one log per program that ran, the first
+/// one ending with the exec, and no log left between a fork and an exec.
+#[test]
+fn every_way_of_starting_a_program_leaves_one_log_per_program_and_no_leftovers() {
+    let run = run_both("spawn_exec", &[]);
+    assert!(
+        run.stdout_text().ends_with("child self\n"),
+        "{}",
+        run.stdout_text()
+    );
+    let a = waitshim_tests::analyze(&run.logs, &[]);
+    let logs = a.logs();
+    // The first program, the five children that ran, and the program after its own exec.
+    assert_eq!(logs.len(), 7, "logs: {:?}", run.logs);
+    let mut programs = Vec::new();
+    for (i, path) in run.logs.iter().enumerate() {
+        let log = a.log(i);
+        let size = fs::metadata(path).expect("log").len();
+        assert!(size < 64 * 1024, "{}: {size} bytes", path.display());
+        let end = &log.run()["end"];
+        assert!(end.is_object(), "{}: no end record", path.display());
+        let cmdline = log.run()["cmdline"]
+            .as_array()
+            .map(|v| {
+                v.iter()
+                    .filter_map(|a| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        programs.push((
+            cmdline.clone(),
+            end["reason"].as_str().unwrap_or("").to_string(),
+        ));
+        if end["reason"] == "exec" {
+            assert_eq!(end["exec_path"], "/proc/self/exe", "{end}");
+        } else if cmdline.ends_with(" self") {
+            assert_eq!(end["exit_status"], 0, "{}: {end}", path.display());
+        } else {
+            assert_eq!(end["exit_status"], 5, "{}: {end}", path.display());
+        }
+    }
+    // Each program by its last argument (the first one by its own name).
+    let mut names: Vec<&str> = programs
+        .iter()
+        .map(|(c, _)| c.rsplit([' ', '/']).next().unwrap_or(""))
+        .collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "fork-execl",
+            "fork-execlp",
+            "fork-execv",
+            "posix_spawn",
+            "self",
+            "spawn_exec",
+            "vfork-execv"
+        ],
+        "{programs:?}"
+    );
+    assert!(
+        a.text.contains("ended:     exec of /proc/self/exe"),
+        "{}",
+        a.text
+    );
+}
+
+/// Another interposer of the mutex functions preloaded after the shim sees every call the
+/// program makes, once, as when preloaded alone (the shim's trylock-first hid all but a few
+/// dozen of 300 000 locks from it), and the shim still counts the mutex.
+#[test]
+fn a_second_interposer_after_the_shim_sees_every_lock_call() {
+    let counting = fixture("libcounting.so");
+    let alone = Launch::fixture("lock_count")
+        .native()
+        .env("LD_PRELOAD", &counting)
+        .run();
+    alone.assert_success();
+    let both = format!(
+        "{}:{}",
+        waitshim_tests::shim_path().display(),
+        counting.display()
+    );
+    let run = Launch::fixture("lock_count").env("LD_PRELOAD", &both).run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "counter=300000\n");
+    let counts = |text: String| -> String {
+        text.lines()
+            .find(|l| l.starts_with("counting: "))
+            .unwrap_or_else(|| panic!("no counts in {text:?}"))
+            .to_string()
+    };
+    assert_eq!(
+        counts(alone.stderr_text()),
+        "counting: lock 300000 trylock 1 unlock 300001"
+    );
+    let line = counts(run.stderr_text());
+    let number = |word: &str| -> u64 {
+        let mut it = line.split_whitespace();
+        it.find(|w| *w == word);
+        it.next().and_then(|n| n.parse().ok()).expect("count")
+    };
+    // Exactly the program's calls; the shim's own few (symbol lookups at start) on top.
+    assert!((300_000..300_200).contains(&number("lock")), "{line}");
+    assert!((1..100).contains(&number("trylock")), "{line}");
+    assert!((300_001..300_201).contains(&number("unlock")), "{line}");
+    let a = run.analyze();
+    let log = a.log(0);
+    let m = log.object_created_at("lock_count.c", line_of("lock_count.c", "lock-site"));
+    assert_eq!(log.counter(m, "acquisitions"), 300_001, "{m}");
+}

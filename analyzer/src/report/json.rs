@@ -268,8 +268,12 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
             "reason": match e.reason {
                 end_reason::EXIT => "exit",
                 end_reason::UNDERSCORE_EXIT => "_exit",
+                end_reason::EXEC => "exec",
                 _ => "unknown",
             },
+            "exec_path": (e.reason == end_reason::EXEC)
+                .then(|| m.exec.as_ref().map(|x| x.path.clone()))
+                .flatten(),
             "exit_status": (e.exit_status >= 0).then_some(e.exit_status),
             "hwm": e.hwm,
             "dropped": e.dropped,

@@ -99,6 +99,16 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         fmt_ns(duration)
     );
     match &m.run_end {
+        Some(e) if e.reason == end_reason::EXEC => {
+            let target = m
+                .exec
+                .as_ref()
+                .map_or("another program", |x| x.path.as_str());
+            let _ = writeln!(
+                out,
+                "ended:     exec of {target} (the new program writes a log of its own)"
+            );
+        }
         Some(e) if e.reason == end_reason::UNDERSCORE_EXIT => {
             let _ = writeln!(out, "ended:     _exit({})", e.exit_status);
         }

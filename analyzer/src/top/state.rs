@@ -231,6 +231,7 @@ impl LiveState {
             | Record::RuleStats(_)
             | Record::WaitEvent(_)
             | Record::WaitEventReason(_)
+            | Record::Exec(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.

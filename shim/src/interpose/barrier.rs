@@ -40,6 +40,10 @@ use crate::track::objects::glibc_barrier;
 use crate::track::threads::{current, Inside};
 use crate::track::{tracker, CallSite};
 
+pub fn resolve() {
+    real::slot::resolve();
+}
+
 mod real {
     use libc::{c_int, c_uint, pthread_barrier_t, pthread_barrierattr_t};
     super::real_fns! {

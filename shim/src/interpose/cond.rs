@@ -61,6 +61,14 @@ mod real {
     /// the default version is the right one.
     static CLOCKWAIT: RealFn = RealFn::new(b"pthread_cond_clockwait\0");
 
+    pub fn resolve() {
+        for f in [
+            &INIT, &DESTROY, &WAIT, &TIMEDWAIT, &SIGNAL, &BROADCAST, &CLOCKWAIT,
+        ] {
+            f.available();
+        }
+    }
+
     macro_rules! forward {
         ($($name:ident = $slot:ident: fn($($arg:ident: $t:ty),*);)*) => {$(
             pub unsafe fn $name($($arg: $t),*) -> c_int {
@@ -83,6 +91,10 @@ mod real {
         signal = SIGNAL: fn(c: *mut pthread_cond_t);
         broadcast = BROADCAST: fn(c: *mut pthread_cond_t);
     }
+}
+
+pub fn resolve() {
+    real::resolve();
 }
 
 /// Whether glibc would wait with this deadline at all: it answers EINVAL at once, before touching

@@ -10,3 +10,16 @@ pub mod sem;
 pub mod signal;
 pub mod spin;
 pub mod thread;
+
+/// Resolves the real functions of every family (see [`crate::real::resolve_all`]).
+pub fn resolve_all() {
+    mutex::resolve();
+    cond::resolve();
+    rwlock::resolve();
+    spin::resolve();
+    barrier::resolve();
+    sem::resolve();
+    signal::resolve();
+    thread::resolve();
+    process::resolve();
+}

@@ -6,6 +6,8 @@
 //! A contended wait sleeps in the real timed lock in slices, so that it can look for wait-for
 //! cycles while it waits; the caller's own deadline, if any, ends the wait exactly as it would.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use libc::{
     c_int, clockid_t, pthread_mutex_t, pthread_mutexattr_t, timespec, EBUSY, EOWNERDEAD, ETIMEDOUT,
 };
@@ -37,6 +39,47 @@ pub(crate) fn subtype(addr: usize) -> u32 {
 /// trylock can succeed where lock fails with EINVAL. These go straight to the real function.
 const NO_TRYLOCK_FIRST: u32 =
     mutex_kind::ROBUST | mutex_kind::PRIO_INHERIT | mutex_kind::PRIO_PROTECT;
+
+/// Another library preloaded after this one interposes the mutex functions too (a second
+/// profiler, a lock-debugging library): each call of the program must then reach it exactly
+/// once, so locks are not tried first with trylock, which it would see as calls the program
+/// never made, and waits are not sliced (see [`without_trylock`]).
+static CHAINED: AtomicBool = AtomicBool::new(false);
+
+/// Notes whether the next definitions of the mutex functions are the C library's own.
+pub fn resolve() {
+    let own = |name: &std::ffi::CStr| -> usize {
+        // SAFETY: dlopen with RTLD_NOLOAD only finds the C library already loaded; dlsym on its
+        // handle looks in it (and its dependencies) alone.
+        unsafe {
+            let h = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+            if h.is_null() {
+                return 0;
+            }
+            let f = libc::dlsym(h, name.as_ptr()) as usize;
+            libc::dlclose(h);
+            f
+        }
+    };
+    let differs = |slot: &real::RealFn, name: &std::ffi::CStr| {
+        let next = if slot.available() { slot.resolved() } else { 0 };
+        let glibc = own(name);
+        next != 0 && glibc != 0 && next != glibc
+    };
+    let chained = differs(&real::slot::pthread_mutex_lock, c"pthread_mutex_lock")
+        || differs(&real::slot::pthread_mutex_trylock, c"pthread_mutex_trylock")
+        || differs(
+            &real::slot::pthread_mutex_timedlock,
+            c"pthread_mutex_timedlock",
+        )
+        || differs(&real::slot::pthread_mutex_unlock, c"pthread_mutex_unlock");
+    CHAINED.store(chained, Ordering::Relaxed);
+}
+
+#[inline(always)]
+fn chained() -> bool {
+    CHAINED.load(Ordering::Relaxed)
+}
 
 fn valid(ts: *const timespec) -> bool {
     // SAFETY: a non-null pointer from the caller of a timed lock points to a timespec.
@@ -156,6 +199,10 @@ unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &T
     // A held mutex (other than a recursive one, which its owner may take again) would fail the
     // trylock: reading its lock word first spares the failed compare-and-swap, which would take
     // the mutex's cache line from the holder, whose unlock then has to take it back.
+    if chained() {
+        // SAFETY: forwarding the caller's mutex.
+        return unsafe { without_trylock(t, m, || real::pthread_mutex_lock(m)) };
+    }
     let addr = m as usize;
     if glibc_mutex::lock_word(addr) != 0
         && glibc_mutex::kind(addr) & mutex_kind::TYPE_MASK != mutex_kind::RECURSIVE
@@ -277,7 +324,7 @@ unsafe fn timed(
     pass: impl Fn(*mut pthread_mutex_t, *const timespec) -> c_int,
 ) -> c_int {
     let t = match current() {
-        Some(t) if glibc_mutex::kind(m as usize) & NO_TRYLOCK_FIRST != 0 => {
+        Some(t) if glibc_mutex::kind(m as usize) & NO_TRYLOCK_FIRST != 0 || chained() => {
             // SAFETY: forwarding the caller's mutex and deadline.
             return unsafe { without_trylock(t, m, || pass(m, ts)) };
         }
@@ -327,8 +374,9 @@ fn outcome_of(r: c_int) -> Outcome {
     }
 }
 
-/// Robust, priority-inheriting and priority-protecting mutexes: one call to the real function,
-/// judged contended when the mutex had an owner just before. A wait-for cycle is confirmed by a
+/// Robust, priority-inheriting and priority-protecting mutexes, and every mutex when another
+/// interposer follows this one ([`CHAINED`]): one call to the real function, judged contended
+/// when the mutex had an owner just before. A wait-for cycle is confirmed by a
 /// second walk a few milliseconds later, since the wait cannot be sliced.
 #[cold]
 #[inline(never)]

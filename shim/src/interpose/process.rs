@@ -1,6 +1,7 @@
 //! Process-level events: `__libc_start_main` and `exit` (to learn the exit status), `_exit`/`_Exit` (which skip the library
 //! destructor, so the log is finished here; unlike `exit`, no atexit handler of the program
-//! runs), and `dlopen` (new modules for symbolization).
+//! runs), `dlopen` (new modules for symbolization), and the `exec` family (the log ends with
+//! the program it was written for).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -47,6 +48,134 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
     h
 }
 
+mod real_exec {
+    use libc::{c_char, c_int};
+    crate::real::real_fns! {
+        execve: fn(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
+        execv: fn(p: *const c_char, a: *const *const c_char) -> c_int;
+        execvp: fn(f: *const c_char, a: *const *const c_char) -> c_int;
+        execvpe: fn(f: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
+        fexecve: fn(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int;
+        execveat: fn(d: c_int, p: *const c_char, a: *const *const c_char, e: *const *const c_char, f: c_int) -> c_int;
+    }
+}
+
+/// Runs `call`, an exec of `what`, with the log ended before it (see [`track::before_exec`])
+/// and taken up again if it fails; errno is the exec's.
+fn exec(what: &dyn Fn() -> String, call: impl FnOnce() -> c_int) -> c_int {
+    if tracker().is_none() {
+        return call();
+    }
+    let name = what();
+    let kept = track::before_exec(&name);
+    let r = call();
+    // SAFETY: errno of this thread.
+    let e = unsafe { *libc::__errno_location() };
+    if kept {
+        track::exec_failed(&name, e);
+        // SAFETY: as above; the program sees the exec's errno.
+        unsafe { *libc::__errno_location() = e };
+    }
+    r
+}
+
+/// The program's name for an exec target (a path, or a file looked up in PATH).
+fn name_of(p: *const c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: exec targets are NUL-terminated strings (the real call reads them too).
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execve(
+    p: *const c_char,
+    a: *const *const c_char,
+    e: *const *const c_char,
+) -> c_int {
+    // SAFETY: forwarding.
+    exec(&|| name_of(p), || unsafe { real_exec::execve(p, a, e) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execv(p: *const c_char, a: *const *const c_char) -> c_int {
+    // SAFETY: forwarding.
+    exec(&|| name_of(p), || unsafe { real_exec::execv(p, a) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvp(f: *const c_char, a: *const *const c_char) -> c_int {
+    // SAFETY: forwarding.
+    exec(&|| name_of(f), || unsafe { real_exec::execvp(f, a) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execvpe(
+    f: *const c_char,
+    a: *const *const c_char,
+    e: *const *const c_char,
+) -> c_int {
+    // SAFETY: forwarding.
+    exec(&|| name_of(f), || unsafe { real_exec::execvpe(f, a, e) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    a: *const *const c_char,
+    e: *const *const c_char,
+) -> c_int {
+    // SAFETY: forwarding.
+    exec(&|| format!("descriptor {fd}"), || unsafe {
+        real_exec::fexecve(fd, a, e)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn execveat(
+    dir: c_int,
+    p: *const c_char,
+    a: *const *const c_char,
+    e: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: forwarding.
+    exec(&|| name_of(p), || unsafe {
+        real_exec::execveat(dir, p, a, e, flags)
+    })
+}
+
+extern "C" {
+    fn waitshim_execl();
+    fn waitshim_execle();
+    fn waitshim_execlp();
+}
+
+/// `execl(path, arg, ...)`: variadic, so written in C (`c/exec.c`); this exported entry jumps
+/// there with the caller's registers and stack untouched.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execl() {
+    std::arch::naked_asm!("jmp {}", sym waitshim_execl)
+}
+
+/// `execle(path, arg, ..., envp)`: as [`execl`].
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execle() {
+    std::arch::naked_asm!("jmp {}", sym waitshim_execle)
+}
+
+/// `execlp(file, arg, ...)`: as [`execl`].
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn execlp() {
+    std::arch::naked_asm!("jmp {}", sym waitshim_execlp)
+}
+
 type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;
 type StartMainFn = unsafe extern "C" fn(
     MainFn,
@@ -61,6 +190,11 @@ type StartMainFn = unsafe extern "C" fn(
 /// The program's `main`, called through `main_returns` so its return value is the exit status.
 static PROGRAM_MAIN: AtomicUsize = AtomicUsize::new(0);
 static START_MAIN: real::RealFn = real::RealFn::new(b"__libc_start_main\0");
+
+pub fn resolve() {
+    START_MAIN.available();
+    real_exec::slot::resolve();
+}
 
 unsafe extern "C" fn main_returns(
     argc: c_int,

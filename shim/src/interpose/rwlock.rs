@@ -19,6 +19,10 @@ use crate::track::objects::{glibc_rwlock, AUX_READS, EPISODE};
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
+pub fn resolve() {
+    real::slot::resolve();
+}
+
 mod real {
     use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec};
     super::real_fns! {

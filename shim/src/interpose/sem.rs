@@ -61,6 +61,11 @@ mod glibc {
 /// `sem_open` is variadic, which the table's macro cannot declare.
 static SEM_OPEN: RealFn = RealFn::new(b"sem_open\0");
 
+pub fn resolve() {
+    glibc::slot::resolve();
+    SEM_OPEN.available();
+}
+
 fn errno() -> c_int {
     // SAFETY: `__errno_location` returns the calling thread's errno slot.
     unsafe { *libc::__errno_location() }

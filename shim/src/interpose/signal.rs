@@ -239,6 +239,13 @@ static UNDERSCORE_LONGJMP: RealFn = RealFn::new(b"_longjmp\0");
 static SIGLONGJMP: RealFn = RealFn::new(b"siglongjmp\0");
 static LONGJMP_CHK: RealFn = RealFn::new(b"__longjmp_chk\0");
 
+pub fn resolve() {
+    glibc::slot::resolve();
+    for f in [&LONGJMP, &UNDERSCORE_LONGJMP, &SIGLONGJMP, &LONGJMP_CHK] {
+        f.available();
+    }
+}
+
 type JumpFn = unsafe extern "C" fn(*mut c_void, c_int) -> !;
 
 /// Leaves through `f` (a jump: it does not return), out of any handler.

@@ -18,6 +18,10 @@ use crate::track::objects::glibc_spin;
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
+pub fn resolve() {
+    real::slot::resolve();
+}
+
 mod real {
     use libc::{c_int, pthread_spinlock_t};
     super::real_fns! {

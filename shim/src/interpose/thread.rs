@@ -114,6 +114,10 @@ extern "C" {
     fn attr_getdetachstate(attr: *const pthread_attr_t, state: *mut c_int) -> c_int;
 }
 
+pub fn resolve() {
+    real_join::slot::resolve();
+}
+
 mod real_join {
     use libc::{c_int, c_void, clockid_t, pthread_t, timespec};
     crate::real::real_fns! {

@@ -203,7 +203,7 @@ pub fn init() {
         STATE.store(OFF, Ordering::Release);
         return;
     }
-    crate::real::resolve_fast_paths();
+    crate::real::resolve_all();
     crate::real::init_single_threaded();
     threads::check_tid_offset();
     let unwinder_note = chain::init();
@@ -516,6 +516,69 @@ pub fn finish(reason: u8) {
             tr.log.path
         ));
     }
+}
+
+/// The process is about to replace its program (`exec`) with `path`: what is counted reaches the
+/// log, which ends with an exec record and is trimmed to what was written (no megabyte of
+/// unwritten space left behind). A log with nothing in it (a forked child that only execs) is
+/// removed. Returns whether [`exec_failed`] has a log to go on with.
+pub fn before_exec(path: &str) -> bool {
+    let Some(tr) = tracker() else { return false };
+    // A vfork child shares our memory: the log is its parent's.
+    if getpid() != tr.pid {
+        return false;
+    }
+    let _in = Inside::enter();
+    let empty = tr.objects.is_empty()
+        && tr.live.load(Ordering::Relaxed) <= 1
+        && tr.next_record.load(Ordering::Relaxed) == 1;
+    if !empty {
+        tr.flush_all();
+        crate::policy::write_stats(tr, false);
+    }
+    let now = now_ns();
+    tr.log.write_final(
+        &waitshim_format::Exec {
+            ns: now,
+            path: path.into(),
+        }
+        .into(),
+    );
+    tr.log.write_final(
+        &RunEnd {
+            ns: now,
+            reason: end_reason::EXEC,
+            exit_status: -1,
+            hwm: tr.highwater.load(Ordering::Relaxed),
+            dropped: tr.log.dropped.load(Ordering::Relaxed),
+        }
+        .into(),
+    );
+    tr.log.close();
+    if empty {
+        tr.log.discard();
+        STATE.store(OFF, Ordering::Release);
+    }
+    !empty
+}
+
+/// The exec [`before_exec`] prepared for failed with `errno`: the log goes on (or, if it was
+/// removed, the process runs on untraced).
+pub fn exec_failed(path: &str, errno: i32) {
+    let Some(tr) = tracker() else { return };
+    let _in = Inside::enter();
+    tr.log.reopen();
+    tr.log.write(
+        &Note {
+            ns: now_ns(),
+            level: note_level::INFO,
+            text: format!(
+                "exec of {path} failed ({}); the program went on",
+                std::io::Error::from_raw_os_error(errno)
+            ),
+        }
+        .into(),
+    );
 }
 
 /// The end record (no allocation), then tracking off and the log closed.
