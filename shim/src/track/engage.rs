@@ -394,6 +394,14 @@ pub fn wait_begin_at(
             .saturating_sub(u32::from(still))
             .max(1);
     }
+    if obj.kind == ObjectKind::Barrier {
+        // A round's last arrival waits for nobody: a barrier of N has at most N - 1 waiters,
+        // even while a mispredicted arrival is counted for a moment (see interpose/barrier.rs).
+        let parties = obj.subtype.load(Ordering::Relaxed);
+        if parties > 1 {
+            n = n.min(parties - 1);
+        }
+    }
     super::objects::raise(&obj.stats.max_waiters, n);
     if side == Side::Shared {
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
