@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
-    ObjectCreate, ObjectKind, ObjectsChurned, PolicyVersion, Record, RuleStats, RunEnd, RunStart,
-    Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
+    ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, PolicyVersion, Record, RuleStats,
+    RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
 };
 
 /// Most items of one kind kept per log; beyond this they are counted, not stored.
@@ -553,6 +553,9 @@ pub struct Model {
     /// Objects never written on their own (created and destroyed uncontended), summed by the
     /// shim per (kind as u8, creation chain): the latest cumulative record of each pair.
     pub churned: BTreeMap<(u8, u32), ObjectsChurned>,
+    /// Live objects the shim summed instead of writing them one by one (never contended,
+    /// beyond its first few thousand), by (kind, creation chain): the latest sums.
+    pub quiet: BTreeMap<(u8, u32), ObjectsQuiet>,
     /// Latest timestamp any record carried: where the log's knowledge of the run ends.
     pub last_ns: u64,
     pub overflow: Overflow,
@@ -588,6 +591,24 @@ impl Model {
         self.churned
             .values()
             .fold(0, |n, c| n.saturating_add(c.count))
+    }
+
+    /// Live objects summed by creation site instead of tracked one by one.
+    pub fn objects_quiet(&self) -> u64 {
+        self.quiet
+            .values()
+            .fold(0, |n, q| n.saturating_add(q.count))
+    }
+
+    /// The sums of live objects summed by creation site, most objects first.
+    pub fn quiet_by_count(&self) -> Vec<&ObjectsQuiet> {
+        let mut v: Vec<&ObjectsQuiet> = self.quiet.values().collect();
+        v.sort_by(|a, b| {
+            b.count
+                .cmp(&a.count)
+                .then((a.kind, a.chain_id).cmp(&(b.kind, b.chain_id)))
+        });
+        v
     }
 
     /// The sums of short-lived objects, most objects first.
@@ -900,6 +921,17 @@ impl Model {
                     s,
                     &mut self.overflow.snapshots_unlisted,
                 );
+            }
+            Record::ObjectsQuiet(q) => {
+                self.seen(q.ns);
+                let key = (q.kind, q.chain_id);
+                if q.count == 0 {
+                    self.quiet.remove(&key);
+                } else if self.quiet.contains_key(&key) || self.quiet.len() < MAX_CHURN_SITES {
+                    self.quiet.insert(key, q);
+                } else {
+                    self.overflow.churn_sites += 1;
+                }
             }
             Record::ObjectsChurned(c) => {
                 self.seen(c.ns);

@@ -603,6 +603,26 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// Live objects the shim did not write one by one: beyond the first few thousand, an object
+    /// that never mattered on its own (never contended, named, or in a lock-order edge written
+    /// to the log) is summed with the others of its kind and creation chain, so that a program
+    /// with a million idle mutexes does not write a million records. A later record for the
+    /// same (kind, chain) pair replaces the earlier one; `count` 0 says none is left.
+    pub struct ObjectsQuiet {
+        /// [`ObjectKind`] as u8.
+        pub kind: u8,
+        pub chain_id: u32,
+        pub ns: u64,
+        /// Objects alive and summed here at `ns`.
+        pub count: u64,
+        pub acquisitions: u64,
+        pub owner_changes: u64,
+        /// Their kind-specific counts ([`counter`] keys), summed; only the non-zero ones.
+        pub counters: Vec<CounterValue>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -672,4 +692,5 @@ records! {
     WaitEventReason = 27,
     DeadlockBroken = 28,
     Exec = 29,
+    ObjectsQuiet = 30,
 }

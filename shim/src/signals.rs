@@ -1,6 +1,32 @@
 //! The shim's signal handlers (data requests, live holder stacks): installed only on signals the
 //! program leaves alone, with `SA_RESTART` so that the system calls that can be restarted are.
 
+use crate::real::RealFn;
+
+/// The C library's `sigaction`: the shim's own handlers must not go through the wrapper that
+/// puts the program's handlers behind a trampoline (interpose/signal.rs).
+pub static SIGACTION: RealFn = RealFn::new(b"sigaction\0");
+
+/// The real `sigaction`.
+///
+/// # Safety
+/// As `sigaction(2)`.
+pub unsafe fn real_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    type F = unsafe extern "C" fn(
+        libc::c_int,
+        *const libc::sigaction,
+        *mut libc::sigaction,
+    ) -> libc::c_int;
+    // SAFETY: the slot holds the address of the C library's `sigaction`, of this signature.
+    let f: F = unsafe { std::mem::transmute::<usize, F>(SIGACTION.get()) };
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { f(sig, act, old) }
+}
+
 pub type Handler = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
 
 /// Installs `handler` for `sig`, unless the program has a handler of its own there.
@@ -8,7 +34,7 @@ pub fn install(sig: libc::c_int, handler: Handler) -> Result<(), String> {
     // SAFETY: sigaction with a zeroed struct queries the current disposition only.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        if crate::interpose::signal::real_sigaction(sig, std::ptr::null(), &mut old) != 0 {
+        if real_sigaction(sig, std::ptr::null(), &mut old) != 0 {
             return Err("cannot query its disposition".into());
         }
         if old.sa_sigaction == handler as usize {
@@ -25,7 +51,7 @@ pub fn install(sig: libc::c_int, handler: Handler) -> Result<(), String> {
         act.sa_sigaction = handler as usize;
         act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigfillset(&mut act.sa_mask);
-        if crate::interpose::signal::real_sigaction(sig, &act, std::ptr::null_mut()) != 0 {
+        if real_sigaction(sig, &act, std::ptr::null_mut()) != 0 {
             return Err("sigaction failed".into());
         }
     }
@@ -37,7 +63,6 @@ pub fn still_ours(sig: libc::c_int, handler: Handler) -> bool {
     // SAFETY: querying only.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
-        crate::interpose::signal::real_sigaction(sig, std::ptr::null(), &mut old) == 0
-            && old.sa_sigaction == handler as usize
+        real_sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == handler as usize
     }
 }

@@ -282,6 +282,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         "objects_tracked": m.objects.len(),
         "objects_contended": m.contended_objects(),
         "objects_churned": m.objects_churned(),
+        "objects_quiet": m.objects_quiet(),
     });
 
     let final_hw = m.final_highwater().cloned();
@@ -476,6 +477,25 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
         }));
     }
 
+    let mut quiet_objects = Vec::new();
+    for q in m.quiet_by_count() {
+        chains_used.insert(q.chain_id);
+        let site = ctx.sym.site(m, q.chain_id);
+        quiet_objects.push(json!({
+            "kind": churn_kind_json(q.kind),
+            "chain_id": q.chain_id,
+            "count": q.count,
+            "acquisitions": q.acquisitions,
+            "owner_changes": q.owner_changes,
+            "counters": q
+                .counters
+                .iter()
+                .map(|v| (kind_counter_json(v.key), json!(v.value)))
+                .collect::<Map<String, Value>>(),
+            "created_at": opt_frame(site),
+        }));
+    }
+
     let mut threads = Vec::new();
     for t in m.threads.values() {
         let routine = (t.start_routine != 0).then(|| ctx.sym.frame(t.start_routine, false));
@@ -563,6 +583,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> Value {
     }
     log.insert("objects".into(), Value::Array(objects));
     log.insert("short_lived_objects".into(), Value::Array(short_lived));
+    log.insert("quiet_objects".into(), Value::Array(quiet_objects));
     log.insert("threads".into(), Value::Array(threads));
     for (key, value) in policy {
         log.insert(key.into(), value);

@@ -42,7 +42,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     // warnings at the top must mention.
     let mut body = String::new();
     // Objects that were all short-lived are in the churn sums only: the shim did see them.
-    if ctx.model.objects.is_empty() && ctx.model.churned.is_empty() {
+    if ctx.model.objects.is_empty() && ctx.model.churned.is_empty() && ctx.model.quiet.is_empty() {
         body.push_str(
             "\nNo sync object was seen in this run. The program made no pthread lock calls that \
              went through libpthread: it may be statically linked, or use locks that bypass \
@@ -56,6 +56,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         collected(ctx, &mut body);
         objects(ctx, &mut body);
         short_lived(ctx, &mut body);
+        quiet_objects(ctx, &mut body);
         wait_sites(ctx, &mut body);
     }
     threads(ctx, &mut body);
@@ -129,6 +130,13 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         m.objects.len(),
         m.contended_objects()
     );
+    if !m.quiet.is_empty() {
+        let _ = write!(
+            objects,
+            "; {} more never contended (summed by creation site)",
+            m.objects_quiet()
+        );
+    }
     if !m.churned.is_empty() {
         let _ = write!(
             objects,
@@ -971,6 +979,46 @@ fn short_lived(ctx: &mut Ctx<'_>, out: &mut String) {
             out,
             "{}  {site}{counts}",
             line(numbers.each_ref().map(String::as_str), kind)
+        );
+    }
+    if sums.len() > MAX_CHURN_SITES_SHOWN {
+        let _ = writeln!(
+            out,
+            "  ... {} more creation sites (all are in the JSON report)",
+            sums.len() - MAX_CHURN_SITES_SHOWN
+        );
+    }
+}
+
+/// Live objects the shim summed instead of tracking them one by one (never contended, beyond
+/// its first few thousand), by kind and creation site, most first.
+fn quiet_objects(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    if m.quiet.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nNEVER-CONTENDED OBJECTS ({} alive, summed by creation site: too many to track one by one)",
+        m.objects_quiet()
+    );
+    let _ = writeln!(
+        out,
+        "     count   acquired  owner-chg  kind      created at"
+    );
+    let sums = m.quiet_by_count();
+    for q in sums.iter().take(MAX_CHURN_SITES_SHOWN) {
+        let site = ctx
+            .sym
+            .site(m, q.chain_id)
+            .map_or_else(|| "creation site unknown".to_string(), |f| f.site());
+        let _ = writeln!(
+            out,
+            "  {:>8} {:>10} {:>10}  {:<8}  {site}",
+            q.count,
+            q.acquisitions,
+            q.owner_changes,
+            churn_kind_text(q.kind)
         );
     }
     if sums.len() > MAX_CHURN_SITES_SHOWN {

@@ -236,6 +236,7 @@ impl LiveState {
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.
             | Record::ObjectsChurned(_)
+            | Record::ObjectsQuiet(_)
             | Record::Unknown { .. } => {}
         }
     }

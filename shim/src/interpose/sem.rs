@@ -107,7 +107,7 @@ fn object(tr: &Tracker, t: &ThreadRec, addr: usize) -> &'static ObjEntry {
     if let Some((_, obj)) = t.cached(addr) {
         return obj;
     }
-    if ANY_NAMED.load(Ordering::Relaxed) && tr.objects.get(&addr).is_none() {
+    if ANY_NAMED.load(Ordering::Relaxed) && tr.objects.get(addr).is_none() {
         if let Some(e) = named().get(&addr) {
             // Applied when the object is announced just below.
             tr.name_object(addr, e.value().name.clone());

@@ -43,20 +43,6 @@ static FLAGS: [AtomicI32; NSIG] = [const { AtomicI32::new(0) }; NSIG];
 /// as glibc does.
 static INTERRUPTING: AtomicU64 = AtomicU64::new(0);
 
-/// The real `sigaction`, for the shim's own handlers (the data request and live stack signals),
-/// which must not be wrapped.
-///
-/// # Safety
-/// As `sigaction(2)`.
-pub unsafe fn real_sigaction(
-    sig: c_int,
-    act: *const libc::sigaction,
-    old: *mut libc::sigaction,
-) -> c_int {
-    // SAFETY: forwarding.
-    unsafe { glibc::sigaction(sig, act, old) }
-}
-
 type OneArg = extern "C" fn(c_int);
 type ThreeArgs = extern "C" fn(c_int, *mut siginfo_t, *mut c_void);
 

@@ -224,8 +224,7 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     let addr = th as usize;
     let joined_tid = tr
         .objects
-        .get(&addr)
-        .map(|e| e.value().0)
+        .get(addr)
         .filter(|o| o.kind == ObjectKind::Thread)
         .map_or(0, |o| o.owner.last.load(Ordering::Relaxed));
     // Normally gone with the thread's exit; not if it exited before its creator saw it created.
@@ -236,10 +235,9 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     {
         tr.by_pthread.remove(&addr);
     }
-    let Some(e) = tr.objects.get(&addr) else {
+    let Some(obj) = tr.objects.get(addr) else {
         return;
     };
-    let obj = e.value().0;
     if obj.kind != ObjectKind::Thread {
         return;
     }

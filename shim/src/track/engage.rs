@@ -35,7 +35,7 @@ pub fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usi
 #[inline(always)]
 pub fn engaged_with(
     t: &ThreadRec,
-    hit: Option<(&Slot, &ObjEntry)>,
+    hit: Option<(&Slot, &'static ObjEntry)>,
     addr: usize,
     kind: ObjectKind,
     subtype: fn(usize) -> u32,
@@ -69,7 +69,7 @@ fn engaged_uncached(
 
 /// Lock-order edges from the locks `t` holds to `obj`, which it is about to wait for: a wait that
 /// never ends (a deadlock) still leaves its edges.
-pub fn attempting(t: &ThreadRec, obj: &ObjEntry) {
+pub fn attempting(t: &ThreadRec, obj: &'static ObjEntry) {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
     if held.quick != 0 {
@@ -87,7 +87,7 @@ const HOLD_SAMPLE_EVERY: u64 = 64;
 
 /// Bookkeeping of an acquisition: count it in the thread's slot, note the owner, hold it.
 #[inline(always)]
-fn took(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, edges: bool) {
+fn took(t: &ThreadRec, s: &Slot, obj: &'static ObjEntry, addr: usize, edges: bool) {
     let n = t.count(s);
     if obj.owner.last.load(Ordering::Relaxed) != t.tid() {
         owner_changed(t, obj);
@@ -276,7 +276,7 @@ fn disengaging_slow(t: &ThreadRec, addr: usize) {
 fn lookup(addr: usize) -> Option<&'static ObjEntry> {
     let tr = tracker()?;
     let _in = Inside::enter();
-    tr.objects.get(&addr).map(|e| e.value().0)
+    tr.objects.get(addr)
 }
 
 #[cold]

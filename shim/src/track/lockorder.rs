@@ -4,14 +4,22 @@
 //!
 //! Each thread keeps its held locks in a short array and remembers the edges it has already seen
 //! in a small direct-mapped cache, so repeating a nested acquisition costs a few compares; only an
-//! edge new to the thread takes the slow path (a process-wide set, and a chain and a record for an
-//! edge new to the process).
+//! edge new to the thread takes the slow path: the process-wide graph of the live objects
+//! ([`super::lockgraph`]). An edge reaches the log at the next flush if both its objects still
+//! live then, or at once if it closes a cycle; one whose object is destroyed before (a mutex
+//! made per request and taken under a global lock) costs the log nothing.
+//!
+//! The chain that witnesses an edge is taken once per thread for each pair (lock held, creation
+//! chain of the lock taken): a thread that takes a new per-request mutex under the same lock
+//! each time reuses its first chain instead of unwinding for every request. Two code paths of
+//! one thread that nest objects created at the same place under the same lock share it.
 
 use std::sync::atomic::Ordering;
 
 use waitshim_format::LockOrder;
 
-use super::objects::ObjEntry;
+use super::lockgraph::{Added, Graph};
+use super::objects::{ObjEntry, DEAD};
 use super::threads::{Inside, ThreadRec};
 use super::{tracker, Tracker};
 use crate::clock::now_ns;
@@ -19,6 +27,8 @@ use crate::clock::now_ns;
 /// Held locks tracked per thread; deeper nesting is not followed.
 pub const MAX_HELD: usize = 16;
 const EDGE_CACHE: usize = 64;
+/// (held lock, creation chain of the lock taken) pairs whose witness chain a thread keeps.
+const CLASS_CACHE: usize = 16;
 
 /// Owner-only lock-order state of a thread.
 pub struct Held {
@@ -31,6 +41,8 @@ pub struct Held {
     /// while it is held moves it there first ([`Held::settle`]).
     pub quick: usize,
     edges: [(u64, u64); EDGE_CACHE],
+    /// (held lock's node, creation chain of the lock taken, witness chain).
+    classes: [(u64, u32, u32); CLASS_CACHE],
 }
 
 impl Default for Held {
@@ -41,6 +53,7 @@ impl Default for Held {
             overflow: 0,
             quick: 0,
             edges: [(0, 0); EDGE_CACHE],
+            classes: [(0, 0, 0); CLASS_CACHE],
         }
     }
 }
@@ -48,7 +61,7 @@ impl Default for Held {
 impl Held {
     /// `obj` is taken: note the edges from every lock held, then hold it.
     #[inline(always)]
-    pub fn push(&mut self, t: &ThreadRec, addr: usize, obj: &ObjEntry, edges: bool) {
+    pub fn push(&mut self, t: &ThreadRec, addr: usize, obj: &'static ObjEntry, edges: bool) {
         if self.quick != 0 {
             self.settle(t);
         }
@@ -95,7 +108,7 @@ impl Held {
             Some((_, obj)) => Some(obj),
             None => tracker().and_then(|tr| {
                 let _in = Inside::enter();
-                tr.objects.get(&addr).map(|e| e.value().0)
+                tr.objects.get(addr)
             }),
         };
         if let Some(obj) = obj {
@@ -107,50 +120,111 @@ impl Held {
     /// a deadlock, still leaves its edge).
     #[cold]
     #[inline(never)]
-    pub fn note_edges(&mut self, t: &ThreadRec, obj: &ObjEntry) {
+    pub fn note_edges(&mut self, t: &ThreadRec, obj: &'static ObjEntry) {
         let Some(tr) = tracker() else { return };
+        let to = node(obj);
         for i in 0..self.len {
             // SAFETY: tracking entries are leaked and never freed.
-            let from = unsafe { &*self.locks[i].1 };
-            if std::ptr::eq(from, obj) {
+            let from_obj: &'static ObjEntry = unsafe { &*self.locks[i].1 };
+            let from = node(from_obj);
+            if from == to {
                 continue;
             }
-            // By log id, which an entry serving another object does not share: objects that
-            // nest locks are written to the log (an edge names them).
-            let key = {
-                let _in = Inside::enter();
-                (tr.id_of(from), tr.id_of(obj))
-            };
-            let slot = ((key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ key.1) as usize) % EDGE_CACHE;
-            if self.edges[slot] != key {
-                self.edges[slot] = key;
-                new_edge(tr, t, key);
+            let slot = ((from.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ to) as usize) % EDGE_CACHE;
+            if self.edges[slot] != (from, to) {
+                self.edges[slot] = (from, to);
+                let chain = self.witness(tr, t, from, obj);
+                new_edge(tr, t, from_obj, obj, chain);
+            }
+        }
+    }
+
+    /// The chain witnessing an edge from the lock `from` to `obj` (see the module comment).
+    fn witness(&mut self, tr: &Tracker, t: &ThreadRec, from: u64, obj: &ObjEntry) -> u32 {
+        let made = obj.create_chain.load(Ordering::Relaxed);
+        let slot = ((from ^ u64::from(made)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize
+            % CLASS_CACHE;
+        let (f, m, chain) = self.classes[slot];
+        if f == from && m == made && chain != 0 {
+            return chain;
+        }
+        let chain = {
+            let _in = Inside::enter();
+            tr.chain(t)
+        };
+        self.classes[slot] = (from, made, chain);
+        chain
+    }
+}
+
+/// An edge of the lock-order graph: which objects, and who took it first, where and when.
+pub struct EdgeData {
+    from: &'static ObjEntry,
+    to: &'static ObjEntry,
+    tid: u32,
+    chain: u32,
+    ns: u64,
+}
+
+/// The graph's key for an object generation: its entry (never freed) and generation, which an
+/// entry serving another object since does not share.
+pub fn node(obj: &ObjEntry) -> u64 {
+    obj as *const ObjEntry as u64 ^ u64::from(obj.generation.load(Ordering::Relaxed)) << 48
+}
+
+/// An edge new to this thread: into the graph, unless another thread put it there; one that
+/// closes a cycle is written at once with the rest of the cycle.
+#[cold]
+#[inline(never)]
+fn new_edge(
+    tr: &Tracker,
+    t: &ThreadRec,
+    from: &'static ObjEntry,
+    to: &'static ObjEntry,
+    chain: u32,
+) {
+    let _in = Inside::enter();
+    let mut g = tr.lock_graph.lock().unwrap_or_else(|e| e.into_inner());
+    let data = EdgeData {
+        from,
+        to,
+        tid: t.tid.load(Ordering::Relaxed),
+        chain,
+        ns: now_ns(),
+    };
+    if let Added::Cycle(cycle) = g.add(node(from), node(to), data) {
+        for (a, b) in cycle {
+            if let Some(e) = g.get_mut(a, b).filter(|e| !e.written) {
+                e.written = write_edge(tr, &e.data);
             }
         }
     }
 }
 
-/// An edge new to this thread: record it unless another thread already did.
-#[cold]
-#[inline(never)]
-fn new_edge(tr: &Tracker, t: &ThreadRec, (from, to): (u64, u64)) {
-    let _in = Inside::enter();
-    let fresh = tr
-        .lock_order
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert((from, to));
-    if fresh {
-        let chain_id = tr.chain(t);
-        tr.log.write(
-            &LockOrder {
-                from_object: from,
-                to_object: to,
-                tid: t.tid.load(Ordering::Relaxed),
-                chain_id,
-                ns: now_ns(),
-            }
-            .into(),
-        );
+/// Writes an edge to the log (writing its objects first if they are not there yet); false if
+/// one of them is being destroyed (its edges then go with it).
+fn write_edge(tr: &Tracker, e: &EdgeData) -> bool {
+    if (e.from.flags() | e.to.flags()) & DEAD != 0 {
+        return false;
     }
+    let (Some(from), Some(to)) = (tr.try_id_of(e.from), tr.try_id_of(e.to)) else {
+        return false;
+    };
+    tr.log.write(
+        &LockOrder {
+            from_object: from,
+            to_object: to,
+            tid: e.tid,
+            chain_id: e.chain,
+            ns: e.ns,
+        }
+        .into(),
+    );
+    true
+}
+
+/// Writes the edges of the graph that have not reached the log (at a flush): both their
+/// objects live.
+pub fn write_edges(tr: &Tracker, graph: &mut Graph<EdgeData>) {
+    graph.write_unwritten(|_, e| write_edge(tr, e));
 }

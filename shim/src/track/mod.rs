@@ -4,12 +4,14 @@
 pub mod deadlock;
 pub mod engage;
 pub mod highwater;
+pub mod lockgraph;
 pub mod lockorder;
 pub mod objects;
+pub mod registry;
 pub mod threads;
 pub mod waits;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering,
 };
@@ -26,14 +28,14 @@ use crate::clock::now_ns;
 use crate::config::Config;
 use crate::log::Log;
 use crate::modules::Modules;
-use objects::{ObjEntry, ObjRef, Padded};
+use objects::{ObjEntry, Padded};
 use threads::{Inside, ThreadRec, ThreadRef, EXIT_HOOK};
 
 pub struct Tracker {
     pub log: Log,
     pub config: Config,
     pub pid: u32,
-    pub objects: SkipMap<usize, ObjRef>,
+    pub objects: registry::Registry<ObjEntry>,
     pub threads: SkipMap<u32, ThreadRef>,
     /// Live threads by `pthread_t` (tid; 0 while a created thread has not run yet), for joins.
     pub by_pthread: SkipMap<usize, u32>,
@@ -54,8 +56,8 @@ pub struct Tracker {
     flushing: AtomicBool,
     finished: AtomicBool,
     pub deadlocks: Mutex<Vec<Vec<(u32, u64)>>>,
-    /// Lock-order edges (from, to) already written.
-    pub lock_order: Mutex<HashSet<(u64, u64)>>,
+    /// The lock-order graph of the live objects.
+    pub lock_graph: Mutex<lockgraph::Graph<lockorder::EdgeData>>,
     /// Names given through the C API to objects not tracked yet.
     pending_names: Mutex<HashMap<usize, String>>,
     has_pending_names: AtomicBool,
@@ -65,6 +67,25 @@ pub struct Tracker {
     /// Objects destroyed before they were ever written to the log, per (kind, creation chain).
     churned: Mutex<HashMap<(u8, u32), Churn>>,
     churn_changed: AtomicBool,
+    /// Quiet objects written one by one so far (see [`QUIET_WRITTEN_MAX`]).
+    quiet_written: AtomicU64,
+    /// The sums of quiet objects last written, per (kind, creation chain).
+    quiet_sums: Mutex<HashMap<(u8, u32), QuietSum>>,
+}
+
+/// Live objects that never mattered on their own (never contended, named, or in a written
+/// lock-order edge) are written one by one, at a flush, up to this many; further ones are
+/// summed per kind and creation chain (`ObjectsQuiet`), so that the log does not grow with
+/// the number of idle objects a program keeps.
+const QUIET_WRITTEN_MAX: u64 = 4096;
+
+/// What an `ObjectsQuiet` record says.
+#[derive(Default, Clone, PartialEq, Eq)]
+struct QuietSum {
+    count: u64,
+    acquisitions: u64,
+    owner_changes: u64,
+    counters: Vec<(u16, u64)>,
 }
 
 /// One line of `Tracker::churned`: what an `ObjectsChurned` record says, and whether it changed
@@ -159,7 +180,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         log,
         config,
         pid,
-        objects: SkipMap::new(),
+        objects: registry::Registry::default(),
         threads: SkipMap::new(),
         by_pthread: SkipMap::new(),
         by_tid: Box::new(std::array::from_fn(
@@ -176,12 +197,14 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         flushing: AtomicBool::new(false),
         finished: AtomicBool::new(false),
         deadlocks: Mutex::new(Vec::new()),
-        lock_order: Mutex::new(HashSet::new()),
+        lock_graph: Mutex::new(lockgraph::Graph::default()),
         pending_names: Mutex::new(HashMap::new()),
         has_pending_names: AtomicBool::new(false),
         spare: std::array::from_fn(|_| Mutex::new(VecDeque::new())),
         churned: Mutex::new(HashMap::new()),
         churn_changed: AtomicBool::new(false),
+        quiet_written: AtomicU64::new(0),
+        quiet_sums: Mutex::new(HashMap::new()),
     }));
     tr.modules.scan(&tr.log);
     Ok(tr)
@@ -323,8 +346,7 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     // A join that began before this thread ran made its thread object without knowing the tid:
     // it is this thread's (the joiner looks at `by_pthread` again after making it).
     std::sync::atomic::fence(Ordering::SeqCst);
-    if let Some(e) = tr.objects.get(&pthread) {
-        let obj = e.value().0;
+    if let Some(obj) = tr.objects.get(pthread) {
         if obj.kind == ObjectKind::Thread {
             let _ = obj
                 .owner
@@ -411,8 +433,7 @@ pub fn thread_exited() {
         // for. Where it "released" is always the thread's exit, so no chain is unwound for it
         // (libunwind would set up, and tear down, a per-thread cache of 256 KiB to say so).
         let pthread = rec.pthread.load(Ordering::Relaxed);
-        if let Some(e) = tr.objects.get(&pthread) {
-            let obj = e.value().0;
+        if let Some(obj) = tr.objects.get(pthread) {
             if obj.kind == ObjectKind::Thread
                 && obj.owner.last.load(Ordering::Relaxed) == tid
                 && obj.flags() & objects::EPISODE != 0
@@ -737,7 +758,7 @@ impl Tracker {
 
     /// As [`Tracker::id_of`], None for an object its destroy has just counted with the
     /// short-lived ones (a flush that found it alive a moment before must not write it).
-    fn try_id_of(&self, obj: &ObjEntry) -> Option<u64> {
+    pub fn try_id_of(&self, obj: &ObjEntry) -> Option<u64> {
         match obj.id.load(Ordering::Acquire) {
             0 => self.publish(obj),
             objects::CHURNED => None,
@@ -785,12 +806,12 @@ impl Tracker {
         if let Some((_, obj)) = t.cached(addr) {
             return obj;
         }
-        let obj = match self.objects.get(&addr) {
-            Some(e) => e.value().0,
+        let obj = match self.objects.get(addr) {
+            Some(obj) => obj,
             None => {
                 let fresh = self.new_object(addr, kind);
                 self.register(t, fresh, subtype, origin::FIRST_USE, CallSite::default());
-                let won = self.objects.get_or_insert(addr, ObjRef(fresh)).value().0;
+                let won = self.objects.get_or_insert(addr, fresh);
                 if std::ptr::eq(won, fresh) {
                     self.apply_pending_name(fresh);
                 } else {
@@ -815,20 +836,20 @@ impl Tracker {
         subtype: u32,
         site: CallSite,
     ) {
-        if let Some(old) = self.objects.get(&addr) {
-            self.retire(t, old.value().0);
+        if let Some(old) = self.objects.get(addr) {
+            self.retire(t, old);
         }
         let obj = self.new_object(addr, kind);
         self.register(t, obj, subtype, origin::INIT, site);
-        self.objects.insert(addr, ObjRef(obj));
+        self.objects.insert(addr, obj);
         self.apply_pending_name(obj);
         t.install(obj);
     }
 
     /// A destroy function succeeded at `addr`.
     pub fn object_destroyed(&self, t: &ThreadRec, addr: usize) {
-        if let Some(e) = self.objects.get(&addr) {
-            self.retire(t, e.value().0);
+        if let Some(obj) = self.objects.get(addr) {
+            self.retire(t, obj);
         }
     }
 
@@ -841,12 +862,13 @@ impl Tracker {
         if let Some(s) = t.slot_of(obj) {
             t.forget(s);
         }
+        // Its lock-order edges go with it (a flush writing them waits for this, or skips them).
+        self.lock_graph
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove_node(lockorder::node(obj));
         // This entry, not whatever a new generation at the address has put there meanwhile.
-        if let Some(e) = self.objects.get(&obj.addr()) {
-            if std::ptr::eq(e.value().0, obj) {
-                e.remove();
-            }
-        }
+        self.objects.remove(obj.addr(), obj);
         let now = now_ns();
         // Only uncontended events (acquisitions, posts, read acquisitions, signals: none bumps
         // the version) and never written: summed with the others of its creation chain, unless
@@ -903,6 +925,45 @@ impl Tracker {
         self.churn_changed.store(true, Ordering::Relaxed);
     }
 
+    /// Writes the sums of quiet objects (see [`QUIET_WRITTEN_MAX`]) that changed since they were
+    /// last written, and a count of 0 for those none of which is left.
+    fn write_quiet(&self, now_sums: HashMap<(u8, u32), QuietSum>, now: u64) {
+        let mut last = self.quiet_sums.lock().unwrap_or_else(|e| e.into_inner());
+        if now_sums.is_empty() && last.is_empty() {
+            return;
+        }
+        let gone: Vec<(u8, u32)> = last
+            .keys()
+            .filter(|k| !now_sums.contains_key(k))
+            .copied()
+            .collect();
+        let changed = now_sums
+            .iter()
+            .filter(|(k, v)| last.get(k) != Some(v))
+            .map(|(&k, v)| (k, v.clone()))
+            .chain(gone.into_iter().map(|k| (k, QuietSum::default())));
+        for ((kind, chain_id), mut sum) in changed {
+            sum.counters.sort_unstable();
+            self.log.write(
+                &waitshim_format::ObjectsQuiet {
+                    kind,
+                    chain_id,
+                    ns: now,
+                    count: sum.count,
+                    acquisitions: sum.acquisitions,
+                    owner_changes: sum.owner_changes,
+                    counters: sum
+                        .counters
+                        .iter()
+                        .map(|&(key, value)| CounterValue { key, value })
+                        .collect(),
+                }
+                .into(),
+            );
+        }
+        *last = now_sums;
+    }
+
     /// Writes the sums of destroyed objects that changed since they were last written.
     fn write_churned(&self, now: u64) {
         if !self.churn_changed.swap(false, Ordering::Relaxed) {
@@ -954,12 +1015,12 @@ impl Tracker {
     }
 
     pub fn name_object(&self, addr: usize, name: String) {
-        match self.objects.get(&addr) {
-            Some(e) => {
-                crate::policy::object_named(e.value().0, &name);
+        match self.objects.get(addr) {
+            Some(obj) => {
+                crate::policy::object_named(obj, &name);
                 self.log.write(
                     &ObjectName {
-                        object_id: self.id_of(e.value().0),
+                        object_id: self.id_of(obj),
                         name,
                     }
                     .into(),
@@ -1085,16 +1146,43 @@ impl Tracker {
             unsafe { &*p }.fold_all();
         }
         let now = now_ns();
+        // Edges first: the objects they name are written with them, and are no longer quiet.
+        lockorder::write_edges(
+            self,
+            &mut self.lock_graph.lock().unwrap_or_else(|e| e.into_inner()),
+        );
         let (pending, waits) = self.pending_counts();
-        for e in self.objects.iter() {
-            let obj = e.value().0;
+        let mut quiet: HashMap<(u8, u32), QuietSum> = HashMap::new();
+        self.objects.for_each(|obj| {
             if obj.flags() & objects::DEAD != 0 {
                 // Being destroyed: its last counters are written by the destroy.
-                continue;
+                return;
             }
             let key = obj as *const ObjEntry as usize;
             let extra = pending.get(&key).copied().unwrap_or(0);
             let waiting = waits.get(&key);
+            let unwritten_quiet = obj.id.load(Ordering::Acquire) == 0
+                && obj.flags() & objects::CONTENDED == 0
+                && obj.version.load(Ordering::Relaxed) == 1
+                && waiting.is_none();
+            if unwritten_quiet && self.quiet_written.load(Ordering::Relaxed) >= QUIET_WRITTEN_MAX {
+                let sum = quiet
+                    .entry((obj.kind as u8, obj.create_chain.load(Ordering::Relaxed)))
+                    .or_default();
+                sum.count += 1;
+                sum.acquisitions += obj.stats.acquisitions.load(Ordering::Relaxed) + extra;
+                sum.owner_changes += obj.owner.changes.load(Ordering::Relaxed);
+                for (k, v) in obj.extra_counts() {
+                    match sum.counters.iter_mut().find(|c| c.0 == k) {
+                        Some(c) => c.1 += v,
+                        None => sum.counters.push((k, v)),
+                    }
+                }
+                return;
+            }
+            if unwritten_quiet {
+                self.quiet_written.fetch_add(1, Ordering::Relaxed);
+            }
             if obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed)
                 || waiting.map_or(0, |w| w.waits) != obj.flushed_waits.load(Ordering::Relaxed)
             {
@@ -1112,8 +1200,9 @@ impl Tracker {
                 obj.quiet_gap.store(gap, Ordering::Relaxed);
                 obj.quiet_until.store(now + gap, Ordering::Relaxed);
             }
-        }
+        });
         self.write_churned(now);
+        self.write_quiet(quiet, now);
         self.last_flush.store(now, Ordering::Relaxed);
         self.flushing.store(false, Ordering::Release);
     }

@@ -616,10 +616,6 @@ impl AtomicMax for AtomicU32 {
     }
 }
 
-/// Registry key/value: the live generation of the object at an address.
-#[derive(Clone, Copy)]
-pub struct ObjRef(pub &'static ObjEntry);
-
 /// glibc's `pthread_mutex_t` layout on x86-64: `__owner` (tid of the holder) at byte 8,
 /// `__kind` at byte 16. Read as hints; the shim keeps its own owner too.
 pub mod glibc_mutex {
