@@ -1,11 +1,11 @@
 //! A small global cache of decoded CFI rows, so that a call site unwound before costs a few
 //! loads instead of a search, a parse and a CFA program.
 //!
-//! Direct-mapped by program counter; only rows of the common shape are kept: CFA = rsp or rbp
-//! + a multiple of 8, the return address at CFA − 8, the stack pointer = CFA, and each other
-//! tracked register either unchanged or saved at CFA − 8k (k ≤ 128). Such a row packs into
-//! one word. Each entry is a seqlock: a reader that sees the sequence odd or changed takes it
-//! as a miss, a writer that finds it odd (another writer, or the code a signal handler
+//! Direct-mapped by program counter; only rows of the common shape are kept: the CFA is rsp or
+//! rbp plus a multiple of 8, the return address at CFA − 8, the stack pointer = CFA, and each
+//! other tracked register either unchanged or saved at CFA − 8k (k ≤ 128). Such a row packs
+//! into one word. Each entry is a seqlock: a reader that sees the sequence odd or changed takes
+//! it as a miss, a writer that finds it odd (another writer, or the code a signal handler
 //! interrupted) leaves it alone, so nobody ever waits. Entries carry the generation of the
 //! module table they were decoded with: code unloaded and replaced at the same address is
 //! never taken for the old.

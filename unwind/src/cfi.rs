@@ -181,7 +181,10 @@ pub(crate) enum Cfa {
     Unknown,
     /// Tracked register slot + offset.
     Reg(u8, i32),
-    Expr { off: i32, len: u16 },
+    Expr {
+        off: i32,
+        len: u16,
+    },
 }
 
 /// One row of the CFI table: the CFA rule and the rules of the tracked registers.
@@ -494,7 +497,10 @@ fn find_fde(m: &Module, pc: u64) -> Option<u64> {
         // readable segment when the module table was built.
         let (loc, fde) = unsafe {
             let p = (m.table + i * 8) as *const i32;
-            (std::ptr::read_unaligned(p), std::ptr::read_unaligned(p.add(1)))
+            (
+                std::ptr::read_unaligned(p),
+                std::ptr::read_unaligned(p.add(1)),
+            )
         };
         (
             m.hdr.wrapping_add(loc as i64 as u64),

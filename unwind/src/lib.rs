@@ -31,8 +31,8 @@ use cfi::{Cfa, Row, Rule};
 use mem::Window;
 use modules::Table;
 pub use modules::{around_unload, refresh};
-use regs::{Frame, NREG, RIP, RSP};
 pub use regs::Regs;
+use regs::{Frame, NREG, RIP, RSP};
 
 /// Steps allowed beyond the frames asked for (frames skipped at the start of the chain).
 const EXTRA_STEPS: usize = 64;
@@ -103,12 +103,16 @@ pub fn backtrace(out: &mut [u64], skip: Range<u64>) -> usize {
 }
 
 /// The frames of the context a signal interrupted (`ucontext` as passed to an `SA_SIGINFO`
-/// handler), innermost first: its program counter, then the return addresses. The count
-/// written. Async-signal-safe.
+/// handler), innermost first: its program counter, then the return addresses; frames in `skip`
+/// left out at the start, as in [`backtrace`]. The count written. Async-signal-safe.
 ///
 /// # Safety
 /// `ucontext` must point to a valid `ucontext_t`.
-pub unsafe fn backtrace_from_ucontext(ucontext: *const libc::c_void, out: &mut [u64]) -> usize {
+pub unsafe fn backtrace_from_ucontext(
+    ucontext: *const libc::c_void,
+    out: &mut [u64],
+    skip: Range<u64>,
+) -> usize {
     // SAFETY: the caller passes a valid ucontext_t.
     let g = unsafe { &(*(ucontext as *const libc::ucontext_t)).uc_mcontext.gregs };
     let r = |i: libc::c_int| g[i as usize] as u64;
@@ -122,17 +126,17 @@ pub unsafe fn backtrace_from_ucontext(ucontext: *const libc::c_void, out: &mut [
         r14: r(libc::REG_R14),
         r15: r(libc::REG_R15),
     };
-    backtrace_from(&regs, out)
+    backtrace_from(&regs, out, skip)
 }
 
 /// The frames of a context given by its registers (the innermost program counter exact, as
-/// an interrupted one), innermost first; the count written. Async-signal-safe. Registers that
-/// make no sense give a short chain.
+/// an interrupted one), innermost first, `skip` as in [`backtrace`]; the count written.
+/// Async-signal-safe. Registers that make no sense give a short chain.
 #[inline(never)]
-pub fn backtrace_from(regs: &Regs, out: &mut [u64]) -> usize {
+pub fn backtrace_from(regs: &Regs, out: &mut [u64], skip: Range<u64>) -> usize {
     let _errno = KeepErrno::new();
     let own_sp = &_errno as *const KeepErrno as u64;
-    walk(Frame::from(regs), &Window::here(own_sp), out, 0..0)
+    walk(Frame::from(regs), &Window::here(own_sp), out, skip)
 }
 
 fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> usize {

@@ -337,9 +337,10 @@ fn spare_slot(b: &mut Builder) -> &'static Slot {
     let start = now_ns();
     loop {
         let cur = CURRENT.load(Ordering::SeqCst) as *const Slot;
-        let free = b.pool.iter().find(|s| {
-            !std::ptr::eq(**s, cur) && s.readers.load(Ordering::SeqCst) == 0
-        });
+        let free = b
+            .pool
+            .iter()
+            .find(|s| !std::ptr::eq(**s, cur) && s.readers.load(Ordering::SeqCst) == 0);
         if let Some(s) = free {
             return s;
         }

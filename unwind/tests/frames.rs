@@ -40,7 +40,7 @@ impl Chain {
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_rust_c(c: *mut Chain) {
+extern "C" fn uw_rust_c(c: *mut Chain) {
     // SAFETY: the tests pass a valid, exclusive Chain.
     let c = unsafe { &mut *c };
     c.n = backtrace(&mut c.frames, c.skip.clone());
@@ -49,14 +49,14 @@ pub extern "C" fn uw_rust_c(c: *mut Chain) {
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_rust_b(c: *mut Chain) {
+extern "C" fn uw_rust_b(c: *mut Chain) {
     uw_rust_c(black_box(c));
     black_box(c);
 }
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_rust_a(c: *mut Chain) {
+extern "C" fn uw_rust_a(c: *mut Chain) {
     uw_rust_b(black_box(c));
     black_box(c);
 }
@@ -78,7 +78,7 @@ fn rust_frames_come_in_call_order() {
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_callback(arg: *mut c_void) {
+extern "C" fn uw_callback(arg: *mut c_void) {
     uw_rust_c(black_box(arg as *mut Chain));
     // Not the same code as uw_rust_b's, which the compiler would merge with it.
     black_box(arg as usize + 1);
@@ -86,7 +86,7 @@ pub extern "C" fn uw_callback(arg: *mut c_void) {
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_into_c(c: *mut Chain) {
+extern "C" fn uw_into_c(c: *mut Chain) {
     (lib().c_top)(uw_callback, c as *mut c_void);
     black_box(c);
 }
@@ -100,7 +100,15 @@ fn c_frames_through_the_plt_and_an_rbp_based_frame_come_in_call_order() {
     assert!(
         has_run(
             &names,
-            &["uw_rust_c", "uw_callback", "c_leaf", "c_alloca", "c_mid", "c_top", "uw_into_c"]
+            &[
+                "uw_rust_c",
+                "uw_callback",
+                "c_leaf",
+                "c_alloca",
+                "c_mid",
+                "c_top",
+                "uw_into_c"
+            ]
         ),
         "{names:?}"
     );
@@ -132,15 +140,16 @@ static N_HANDLER: AtomicUsize = AtomicUsize::new(0);
 #[no_mangle]
 extern "C" fn uw_on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: the kernel passes a valid ucontext_t to an SA_SIGINFO handler.
-    let rip = unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] }
-        as u64;
+    let rip =
+        unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RIP as usize] }
+            as u64;
     // Only a signal that interrupted the spin loop itself counts: the sender tries again.
     if rip < SPIN_LO.load(Ordering::Relaxed) || rip >= SPIN_HI.load(Ordering::Relaxed) {
         return;
     }
     let mut f = [0u64; 64];
     // SAFETY: as above.
-    let n = unsafe { backtrace_from_ucontext(ctx, &mut f) };
+    let n = unsafe { backtrace_from_ucontext(ctx, &mut f, 0..0) };
     for (slot, &v) in FROM_UCONTEXT.iter().zip(&f[..n]) {
         slot.store(v, Ordering::Relaxed);
     }
@@ -155,7 +164,7 @@ extern "C" fn uw_on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: 
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_spinning_thread(altstack: bool) {
+extern "C" fn uw_spinning_thread(altstack: bool) {
     if altstack {
         let size = 64 * 1024;
         let stack = Box::leak(vec![0u8; size].into_boxed_slice());
@@ -186,12 +195,9 @@ fn run_signal_case(altstack: bool) -> (Vec<String>, Vec<String>) {
     // SAFETY: a handler with the SA_SIGINFO signature for SIGUSR1, which nothing else uses here.
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = uw_on_signal as usize;
+        sa.sa_sigaction = uw_on_signal as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO | if altstack { libc::SA_ONSTACK } else { 0 };
-        assert_eq!(
-            libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()),
-            0
-        );
+        assert_eq!(libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()), 0);
     }
     let t = std::thread::spawn(move || uw_spinning_thread(altstack));
     use std::os::unix::thread::JoinHandleExt;
@@ -236,7 +242,7 @@ fn signal_contexts_unwind_from_the_ucontext_and_through_the_trampoline() {
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_min_stack_thread(arg: *mut c_void) -> *mut c_void {
+extern "C" fn uw_min_stack_thread(arg: *mut c_void) -> *mut c_void {
     (lib().c_top)(uw_callback, arg);
     black_box(arg)
 }
@@ -269,13 +275,22 @@ fn a_thread_with_the_minimum_stack_unwinds_to_its_start() {
     assert!(
         has_run(
             &names,
-            &["c_leaf", "c_alloca", "c_mid", "c_top", "uw_min_stack_thread"]
+            &[
+                "c_leaf",
+                "c_alloca",
+                "c_mid",
+                "c_top",
+                "uw_min_stack_thread"
+            ]
         ),
         "{names:?}"
     );
     // uw_min_stack_thread is called by glibc's start_thread, called by clone3, where the
     // return address is undefined: the chain ends there, two frames later.
-    let at = names.iter().position(|n| n == "uw_min_stack_thread").unwrap();
+    let at = names
+        .iter()
+        .position(|n| n == "uw_min_stack_thread")
+        .unwrap();
     assert!(c.n <= at + 3, "{names:?}");
 }
 
@@ -285,7 +300,7 @@ const PAINT: u8 = 0xa5;
 
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_measure_warm() -> usize {
+extern "C" fn uw_measure_warm() -> usize {
     let mut frames = [0u64; 64];
     let n = backtrace(&mut frames, 0..0);
     black_box(&frames);
@@ -296,7 +311,7 @@ pub extern "C" fn uw_measure_warm() -> usize {
 /// path of an unwind.
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn uw_measure_cold() -> usize {
+extern "C" fn uw_measure_cold() -> usize {
     let mut frames = [0u64; 64];
     let n = backtrace(&mut frames, 0..0);
     black_box(&frames);
@@ -402,7 +417,7 @@ fn a_pc_in_a_plt_entry_finds_its_return_address_before_and_after_the_push() {
             ..Regs::default()
         };
         let mut out = [0u64; 8];
-        let n = backtrace_from(&regs, &mut out);
+        let n = backtrace_from(&regs, &mut out, 0..0);
         assert!(n >= 2, "offset {offset}: {:?}", &out[..n]);
         assert_eq!(out[1], ret, "offset {offset}");
     }
@@ -427,7 +442,7 @@ fn registers_that_make_no_sense_give_a_short_chain_and_never_a_crash() {
         rsp: &out as *const _ as u64,
         ..Regs::default()
     };
-    assert_eq!(backtrace_from(&regs, &mut out), 1);
+    assert_eq!(backtrace_from(&regs, &mut out, 0..0), 1);
     // Real code, with the stack pointer in unmapped memory (just past a page unmapped here).
     // SAFETY: maps then unmaps a page of our own.
     let hole = unsafe {
@@ -450,13 +465,13 @@ fn registers_that_make_no_sense_give_a_short_chain_and_never_a_crash() {
             rbp: sp,
             ..Regs::default()
         };
-        assert_eq!(backtrace_from(&regs, &mut out), 1, "sp {sp:#x}");
+        assert_eq!(backtrace_from(&regs, &mut out, 0..0), 1, "sp {sp:#x}");
     }
     // Junk everywhere: program counters in real code, stacks of random words (some pointing
     // back into the buffer, some into code), random frame pointers.
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
     let mut buf = vec![0u64; 4096];
-    let libc_code = libc::malloc as usize as u64;
+    let libc_code = libc::malloc as *const () as usize as u64;
     for round in 0..3000 {
         let b = buf.as_ptr() as u64;
         for w in buf.iter_mut() {
@@ -486,7 +501,7 @@ fn registers_that_make_no_sense_give_a_short_chain_and_never_a_crash() {
             r14: pick(&mut s),
             r15: pick(&mut s),
         };
-        let n = backtrace_from(&regs, &mut out);
+        let n = backtrace_from(&regs, &mut out, 0..0);
         assert!((1..=64).contains(&n));
     }
     black_box(&buf);
@@ -502,7 +517,7 @@ fn errno_is_kept() {
         ..Regs::default()
     };
     let mut out = [0u64; 8];
-    backtrace_from(&regs, &mut out);
+    backtrace_from(&regs, &mut out, 0..0);
     backtrace(&mut out, 0..0);
     // SAFETY: as above.
     assert_eq!(unsafe { *libc::__errno_location() }, 1234);

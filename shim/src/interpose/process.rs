@@ -1,6 +1,7 @@
 //! Process-level events: `__libc_start_main` and `exit` (to learn the exit status), `_exit`/`_Exit` (which skip the library
 //! destructor, so the log is finished here; unlike `exit`, no atexit handler of the program
-//! runs), and `dlopen` (new modules for symbolization).
+//! runs), `dlopen` (new modules for symbolization and for the unwinder) and `dlclose` (the
+//! unwinder must stop reading an object before it is unmapped).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -42,9 +43,17 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
         if let Some(tr) = tracker() {
             let _in = Inside::enter();
             tr.modules.scan(&tr.log);
+            waitshim_unwind::refresh();
         }
     }
     h
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let _in = Inside::enter();
+    // SAFETY: forwarding, while the unwinder's table leaves out what the call may unmap.
+    waitshim_unwind::around_unload(|| unsafe { real::dlclose(handle) })
 }
 
 type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;

@@ -17,8 +17,8 @@ use std::sync::Mutex;
 
 use crossbeam_skiplist::SkipMap;
 use waitshim_format::{
-    end_reason, note_level, origin, CounterValue, Note, ObjectCreate, ObjectDestroy, ObjectKind,
-    ObjectName, ObjectsChurned, RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
+    end_reason, origin, CounterValue, ObjectCreate, ObjectDestroy, ObjectKind, ObjectName,
+    ObjectsChurned, RunEnd, RunStart, ThreadExit, ThreadName, ThreadStart,
 };
 
 use crate::chain::{self, Chains};
@@ -205,22 +205,11 @@ pub fn init() {
     crate::real::resolve_fast_paths();
     crate::real::init_single_threaded();
     threads::check_tid_offset();
-    let unwinder_note = chain::init();
+    chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;
     match build(config, ppid) {
         Ok(tr) => {
-            if let Some(n) = unwinder_note {
-                crate::diag::line(n);
-                tr.log.write(
-                    &Note {
-                        ns: now_ns(),
-                        level: note_level::WARNING,
-                        text: n.into(),
-                    }
-                    .into(),
-                );
-            }
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             register_thread(tr, None);
             crate::policy::init(tr, tr.config.policy.as_deref());
@@ -333,7 +322,6 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     }
     tr.by_tid[tid as usize % TID_INDEX]
         .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
-    crate::livestack::prepare(rec);
     tr.live.fetch_add(1, Ordering::Relaxed);
     let b = birth.unwrap_or(Birth {
         parent: 0,
@@ -407,8 +395,7 @@ pub fn thread_exited() {
             );
         }
         // A thread being joined: its exit ends the join's episode, as the one the joiner waited
-        // for. Where it "released" is always the thread's exit, so no chain is unwound for it
-        // (libunwind would set up, and tear down, a per-thread cache of 256 KiB to say so).
+        // for. Where it "released" is always the thread's exit, so no chain is unwound for it.
         let pthread = rec.pthread.load(Ordering::Relaxed);
         if let Some(e) = tr.objects.get(&pthread) {
             let obj = e.value().0;

@@ -99,7 +99,9 @@ pub fn symbol(addr: u64) -> Option<(String, u64, u64)> {
         }
         let s = &*(sym as *const ElfSym);
         let start = info.dli_saddr as u64;
-        let name = CStr::from_ptr(info.dli_sname).to_string_lossy().into_owned();
+        let name = CStr::from_ptr(info.dli_sname)
+            .to_string_lossy()
+            .into_owned();
         Some((name, start, s.st_size))
     }
 }
@@ -125,5 +127,6 @@ pub fn names(frames: &[u64], first_exact: bool) -> Vec<String> {
 
 /// Whether `want` appears in `have` in this order, one right after the other.
 pub fn has_run(have: &[String], want: &[&str]) -> bool {
-    have.windows(want.len()).any(|w| w.iter().zip(want).all(|(a, b)| a == b))
+    have.windows(want.len())
+        .any(|w| w.iter().zip(want).all(|(a, b)| a == b))
 }
