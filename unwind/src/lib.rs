@@ -99,7 +99,14 @@ pub fn backtrace(out: &mut [u64], skip: Range<u64>) -> usize {
         r14,
         r15,
     };
-    walk(Frame::from(&regs), &Window::here(rsp), out, skip)
+    let win = Window::here(rsp);
+    let (n, lost) = walk(Frame::from(&regs), &win, out, skip.clone());
+    // Code loaded since the table was built (by glibc itself, or by a constructor that a
+    // dlopen runs before it returns): build it again and start over.
+    if lost && modules::refresh_if_loaded() {
+        return walk(Frame::from(&regs), &win, out, skip).0;
+    }
+    n
 }
 
 /// The frames of the context a signal interrupted (`ucontext` as passed to an `SA_SIGINFO`
@@ -136,12 +143,14 @@ pub unsafe fn backtrace_from_ucontext(
 pub fn backtrace_from(regs: &Regs, out: &mut [u64], skip: Range<u64>) -> usize {
     let _errno = KeepErrno::new();
     let own_sp = &_errno as *const KeepErrno as u64;
-    walk(Frame::from(regs), &Window::here(own_sp), out, skip)
+    walk(Frame::from(regs), &Window::here(own_sp), out, skip).0
 }
 
-fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> usize {
+/// Unwinds from `f` into `out`: the count written, and whether the chain ended at a program
+/// counter in no object of the table.
+fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> (usize, bool) {
     let Some(reader) = modules::read() else {
-        return 0;
+        return (0, false);
     };
     let table = reader.table();
     let mut n = 0;
@@ -165,10 +174,10 @@ fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> usize 
                 f = next;
                 exact = signal;
             }
-            None => break,
+            None => return (n, table.find(look).is_none()),
         }
     }
-    n
+    (n, false)
 }
 
 /// The caller's frame of `f`, whose code is at `look`, and whether `f` is a signal frame.

@@ -20,7 +20,7 @@
 //! still reads an older table.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Readable segments remembered per object; objects have 4 or 5 `PT_LOAD`s in practice.
 const MAX_SEGS: usize = 8;
@@ -217,27 +217,49 @@ fn now_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// The dynamic loader's count of objects loaded so far (`dlpi_adds`) when the published table
+/// was read: objects loaded without `dlopen` (by glibc itself) or before `dlopen` returned (by
+/// a constructor) show as a different count.
+static TABLE_ADDS: AtomicU64 = AtomicU64::new(0);
+
+/// The loaded objects, and the loader's count of objects loaded so far.
+struct Collected {
+    mods: Vec<Module>,
+    adds: u64,
+}
+
+/// Whether `dl_iterate_phdr` passed an info with the `dlpi_adds` field (glibc always does).
+fn has_adds(size: libc::size_t) -> bool {
+    size >= std::mem::offset_of!(libc::dl_phdr_info, dlpi_subs)
+}
+
 /// Reads the loaded objects (not in a signal handler: allocates, and `dl_iterate_phdr` locks).
-fn collect() -> Vec<Module> {
-    let mut found: Vec<Module> = Vec::new();
+fn collect() -> Collected {
+    let mut found = Collected {
+        mods: Vec::new(),
+        adds: 0,
+    };
     // SAFETY: `visit` follows dl_iterate_phdr's callback contract and fills `found`.
     unsafe {
         libc::dl_iterate_phdr(
             Some(visit),
-            &mut found as *mut Vec<Module> as *mut libc::c_void,
+            &mut found as *mut Collected as *mut libc::c_void,
         )
     };
-    found.sort_by_key(|m| m.text_lo);
+    found.mods.sort_by_key(|m| m.text_lo);
     found
 }
 
 unsafe extern "C" fn visit(
     info: *mut libc::dl_phdr_info,
-    _size: libc::size_t,
+    size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info and our Vec as data.
-    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<Module>)) };
+    // SAFETY: dl_iterate_phdr passes a valid info and our Collected as data.
+    let (info, out) = unsafe { (&*info, &mut *(data as *mut Collected)) };
+    if has_adds(size) {
+        out.adds = info.dlpi_adds;
+    }
     let bias = info.dlpi_addr;
     let mut m = Module {
         text_lo: u64::MAX,
@@ -274,8 +296,37 @@ unsafe extern "C" fn visit(
             (m.hdr, m.table, m.count) = (hdr, table, count);
         }
     }
-    out.push(m);
+    out.mods.push(m);
     0
+}
+
+/// The loader's count of objects loaded so far (one `dl_iterate_phdr` step).
+fn loader_adds() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        if has_adds(size) {
+            // SAFETY: dl_iterate_phdr passes a valid info and our u64 as data.
+            unsafe { *(data as *mut u64) = (*info).dlpi_adds };
+        }
+        1
+    }
+    let mut adds = 0u64;
+    // SAFETY: `first` follows the callback contract and writes only `adds`.
+    unsafe { libc::dl_iterate_phdr(Some(first), &mut adds as *mut u64 as *mut libc::c_void) };
+    adds
+}
+
+/// Builds the table again if objects were loaded since it was read (not in a signal
+/// handler). Whether it did.
+pub(crate) fn refresh_if_loaded() -> bool {
+    if loader_adds() == TABLE_ADDS.load(Ordering::Relaxed) {
+        return false;
+    }
+    refresh();
+    true
 }
 
 /// The search table of the `.eh_frame_hdr` at `hdr`: its address and entry count, when the
@@ -303,13 +354,15 @@ fn search_table(m: &Module, hdr: u64, len: u64) -> Option<(u64, u64)> {
 /// Builds the table from the objects loaded now and publishes it. Not for signal handlers.
 pub fn refresh() {
     let mut lock = BuilderLock::take();
-    let mods = collect();
-    publish(lock.builder(), mods);
+    let found = collect();
+    publish(lock.builder(), found);
 }
 
 /// Publishes a table of `mods` (only the permanent ones while an unload is under way).
 /// Returns the slot published before.
-fn publish(b: &mut Builder, mut mods: Vec<Module>) -> *mut Slot {
+fn publish(b: &mut Builder, found: Collected) -> *mut Slot {
+    let mut mods = found.mods;
+    TABLE_ADDS.store(found.adds, Ordering::Relaxed);
     if b.permanent.is_empty() {
         b.permanent = mods.iter().map(|m| m.text_lo).collect();
     }
@@ -388,15 +441,15 @@ pub fn around_unload<R>(unload: impl FnOnce() -> R) -> R {
         let mut lock = BuilderLock::take();
         let b = lock.builder();
         b.unloading += 1;
-        let mods = collect();
-        publish(b, mods);
+        let found = collect();
+        publish(b, found);
     }
     drain();
     let r = unload();
     let mut lock = BuilderLock::take();
     let b = lock.builder();
     b.unloading -= 1;
-    let mods = collect();
-    publish(b, mods);
+    let found = collect();
+    publish(b, found);
     r
 }

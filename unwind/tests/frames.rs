@@ -13,7 +13,7 @@ use waitshim_unwind::{backtrace, backtrace_from, backtrace_from_ucontext, Regs};
 
 fn lib() -> &'static CLib {
     static LIB: OnceLock<CLib> = OnceLock::new();
-    LIB.get_or_init(|| common::load("frames"))
+    LIB.get_or_init(|| common::load("frames", true))
 }
 
 /// A chain captured into a buffer of 64 frames.
@@ -109,6 +109,23 @@ fn c_frames_through_the_plt_and_an_rbp_based_frame_come_in_call_order() {
                 "c_top",
                 "uw_into_c"
             ]
+        ),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn code_loaded_after_the_table_was_built_is_found_by_a_capture() {
+    // Loaded without telling the unwinder, as glibc's own loads or a library loaded by a
+    // constructor during a dlopen: the capture sees it is missing and builds the table again.
+    let late = common::load("late", false);
+    let mut c = Chain::new();
+    (late.c_top)(uw_callback, &mut c as *mut Chain as *mut c_void);
+    let names = c.names();
+    assert!(
+        has_run(
+            &names,
+            &["uw_callback", "c_leaf", "c_alloca", "c_mid", "c_top"]
         ),
         "{names:?}"
     );

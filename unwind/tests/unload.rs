@@ -33,7 +33,7 @@ fn unloads() {
 }
 
 fn an_unloaded_library_is_out_of_the_table_before_it_is_unmapped() {
-    let lib = common::load("unload");
+    let lib = common::load("unload", true);
     // SAFETY: only the address of the symbol is taken.
     let leaf = unsafe { libc::dlsym(lib.handle, c"c_leaf".as_ptr()) } as u64;
     let ret = frames_at_entry as *const () as usize as u64 + 1;
@@ -65,7 +65,7 @@ fn loads_and_unloads_while_other_threads_unwind_neither_crash_nor_hang() {
             })
         })
         .collect();
-    let lib = common::load("churn");
+    let lib = common::load("churn", true);
     // SAFETY: nothing of the library is in use; the loop below loads it again each time.
     assert_eq!(around_unload(|| unsafe { libc::dlclose(lib.handle) }), 0);
     let path = lib.path;

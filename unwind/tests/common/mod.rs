@@ -22,8 +22,9 @@ pub struct CLib {
 unsafe impl Sync for CLib {}
 unsafe impl Send for CLib {}
 
-/// Compiles `c/frames.c` into a shared library named `name` and loads it.
-pub fn load(name: &str) -> CLib {
+/// Compiles `c/frames.c` into a shared library named `name`, loads it and, with `refresh`,
+/// rebuilds the unwinder's module table (as the shim does after `dlopen`).
+pub fn load(name: &str, refresh: bool) -> CLib {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/frames.c");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let path = dir.join(format!("{name}-{}.so", std::process::id()));
@@ -59,7 +60,9 @@ pub fn load(name: &str) -> CLib {
             )),
             path,
         };
-        waitshim_unwind::refresh();
+        if refresh {
+            waitshim_unwind::refresh();
+        }
         lib
     }
 }
