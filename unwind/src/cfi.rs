@@ -152,8 +152,8 @@ pub(crate) struct Expr {
 }
 
 /// Rules are kept small (8 bytes) because the CFA program keeps four rows on the stack: offsets
-/// are 32-bit, and an expression is named by its offset from the object's `.eh_frame_hdr` (the
-/// row's `base`) and its length.
+/// are 32-bit, and an expression is named by its offset from the object's `.eh_frame_hdr` (see
+/// [`expr`]) and its length.
 ///
 /// Where a register of the caller is (DWARF register rules; registers are the tracked slots of
 /// [`crate::regs`]).
@@ -192,31 +192,27 @@ pub(crate) enum Cfa {
 pub(crate) struct Row {
     pub cfa: Cfa,
     pub regs: [Rule; NREG],
-    /// Where expression offsets count from.
-    pub base: u64,
 }
 
-impl Row {
-    #[inline]
-    pub fn expr(&self, off: i32, len: u16) -> Expr {
-        Expr {
-            at: self.base.wrapping_add(off as i64 as u64),
-            len: u32::from(len),
-        }
+/// The expression of a rule of object `m`.
+#[inline]
+pub(crate) fn expr(m: &Module, off: i32, len: u16) -> Expr {
+    Expr {
+        at: m.hdr.wrapping_add(off as i64 as u64),
+        len: u32::from(len),
     }
 }
 
 impl Row {
     /// Before a CIE's instructions: callee-saved registers keep their values, the stack
     /// pointer is the CFA, the return address is unknown until the CIE says where it is.
-    fn start(base: u64) -> Row {
+    fn start() -> Row {
         let mut regs = [Rule::Same; NREG];
         regs[RSP] = Rule::Val(0);
         regs[RIP] = Rule::Undefined;
         Row {
             cfa: Cfa::Unknown,
             regs,
-            base,
         }
     }
 }
@@ -321,6 +317,8 @@ const REMEMBER: usize = 2;
 /// Runs CFA instructions: the CIE's from the start row, then the FDE's up to `target`.
 struct Program<'a> {
     cie: &'a Cie,
+    /// Where expression offsets count from: the object's `.eh_frame_hdr`.
+    base: u64,
     row: Row,
     init: Row,
     saved: [Row; REMEMBER],
@@ -459,13 +457,13 @@ impl Program<'_> {
                         None
                     }
                     0x0f => {
-                        let (off, len) = c.block(self.row.base)?;
+                        let (off, len) = c.block(self.base)?;
                         self.row.cfa = Cfa::Expr { off, len };
                         None
                     }
                     0x10 | 0x16 => {
                         let reg = c.uleb()?;
-                        let (off, len) = c.block(self.row.base)?;
+                        let (off, len) = c.block(self.base)?;
                         self.set(
                             reg,
                             if op == 0x10 {
@@ -545,9 +543,10 @@ pub(crate) fn row_at(m: &Module, pc: u64) -> Option<(Row, bool)> {
     }
     let mut prog = Program {
         cie: &cie,
-        row: Row::start(m.hdr),
-        init: Row::start(m.hdr),
-        saved: [Row::start(m.hdr); REMEMBER],
+        base: m.hdr,
+        row: Row::start(),
+        init: Row::start(),
+        saved: [Row::start(); REMEMBER],
         depth: 0,
     };
     prog.run(Cursor::new(cie.insns.0, cie.insns.1), begin, u64::MAX)?;

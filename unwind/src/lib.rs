@@ -29,8 +29,8 @@ use std::ops::Range;
 use cache::Packed;
 use cfi::{Cfa, Row, Rule};
 use mem::Window;
-use modules::Table;
 pub use modules::{around_unload, refresh};
+use modules::{Module, Table};
 pub use regs::Regs;
 use regs::{Frame, NREG, RIP, RSP};
 
@@ -198,7 +198,7 @@ fn step_decoding(t: &Table, f: &Frame, look: u64, win: &Window) -> Option<(Frame
             cache::put(look, t.gen, p);
         }
     }
-    let next = apply(&row, f, win)?;
+    let next = apply(&row, m, f, win)?;
     // A signal frame's caller may be on another stack (the handler ran on an altstack).
     if !signal && next.v[RSP] <= f.v[RSP] {
         return None;
@@ -231,10 +231,10 @@ fn apply_packed(p: Packed, f: &Frame, win: &Window) -> Option<Frame> {
     Some(next)
 }
 
-fn apply(row: &Row, f: &Frame, win: &Window) -> Option<Frame> {
+fn apply(row: &Row, m: &Module, f: &Frame, win: &Window) -> Option<Frame> {
     let cfa = match row.cfa {
         Cfa::Reg(s, off) => f.get(s as usize)?.wrapping_add(off as i64 as u64),
-        Cfa::Expr { off, len } => expr::eval(row.expr(off, len), f, None, win)?,
+        Cfa::Expr { off, len } => expr::eval(cfi::expr(m, off, len), f, None, win)?,
         Cfa::Unknown => return None,
     };
     let mut next = Frame {
@@ -249,9 +249,9 @@ fn apply(row: &Row, f: &Frame, win: &Window) -> Option<Frame> {
             Rule::Val(o) => Some(cfa.wrapping_add(o as i64 as u64)),
             Rule::Reg(s) => f.get(s as usize),
             Rule::AtExpr { off, len } => {
-                expr::eval(row.expr(off, len), f, Some(cfa), win).and_then(|a| win.read(a))
+                expr::eval(cfi::expr(m, off, len), f, Some(cfa), win).and_then(|a| win.read(a))
             }
-            Rule::ValExpr { off, len } => expr::eval(row.expr(off, len), f, Some(cfa), win),
+            Rule::ValExpr { off, len } => expr::eval(cfi::expr(m, off, len), f, Some(cfa), win),
         };
         if let Some(v) = v {
             next.set(slot, v);
