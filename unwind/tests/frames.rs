@@ -415,8 +415,9 @@ fn a_pc_in_a_plt_entry_finds_its_return_address_before_and_after_the_push() {
     let lib = lib();
     let (plt, size) = plt_of(&lib.path);
     assert!(size >= 32, "no PLT entry");
+    // SAFETY: Dl_info is plain pointers, for which zero is a valid value; dladdr on a function
+    // of the library fills it.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    // SAFETY: dladdr on a function of the library fills `info`.
     assert_ne!(
         unsafe { libc::dladdr(lib.c_top as *const c_void, &mut info) },
         0
