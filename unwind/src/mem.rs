@@ -5,16 +5,21 @@
 //! made up) goes through `process_vm_readv` on the own pid, which fails with EFAULT instead of
 //! faulting and involves no file descriptor.
 //!
-//! The window comes from the thread's stack bounds, worked out once per thread outside signal
-//! handlers and kept in initial-exec TLS (one `%fs` load, no `__tls_get_addr`, which may
-//! allocate):
-//! - a thread glibc created: `pthread_getattr_np`, whose range (guard page excluded) is mapped
-//!   as a whole: glibc maps it in one piece, or the program handed it over as its stack;
-//! - the main thread: up to `__libc_stack_end` (all frames lie below it), down to the stack
-//!   pointer of the unwind, which must lie within `RLIMIT_STACK` (at most 1 GiB) below that
-//!   end: the kernel places no mapping there, and the stack mapping, which only grows, covers
-//!   everything from any stack pointer the thread has used up to its top.
-//!   (`pthread_getattr_np` would open `/proc/self/maps` for the main thread.)
+//! The window runs from the unwind's own stack pointer up to the high end of the calling
+//! thread's stack, when that stack pointer lies within the thread's stack bounds: everything
+//! between a stack pointer the thread runs on and the top of its stack is mapped (a guard page
+//! a program put at the bottom of a stack it handed over lies below). The bounds are worked
+//! out once per thread outside signal handlers and kept in initial-exec TLS (one `%fs` load, no
+//! `__tls_get_addr`, which may allocate):
+//! - a thread glibc created: `pthread_getattr_np`;
+//! - the main thread: up to `__libc_stack_end` (all frames lie below it), down to
+//!   `RLIMIT_STACK` (at most 1 GiB) below it, where the kernel places no other mapping; the
+//!   stack mapping only grows, so it covers everything from any stack pointer the thread has
+//!   used up to its top. (`pthread_getattr_np` would open `/proc/self/maps` for the main
+//!   thread.)
+//!
+//! An unwind whose own stack pointer is elsewhere (a handler on an altstack, a coroutine) has an
+//! empty window: every read goes through the kernel.
 
 use std::arch::{asm, global_asm};
 
@@ -36,12 +41,10 @@ const HI: usize = 8;
 const STATE: usize = 16;
 
 const UNKNOWN_YET: u64 = 0;
-/// The whole range is mapped (a thread glibc created).
-const WHOLE: u64 = 1;
-/// Mapped from any stack pointer inside the range up to its high end (the main thread).
-const ABOVE_SP: u64 = 2;
+/// Bounds known: mapped from any stack pointer inside them up to their high end.
+const KNOWN: u64 = 1;
 /// No bounds to be had: every read goes through the kernel.
-const NONE: u64 = 3;
+const NONE: u64 = 2;
 
 #[inline(always)]
 fn tls_offset() -> u64 {
@@ -111,7 +114,7 @@ fn bounds(sp: u64) -> (u64, u64, u64) {
         };
         let lo = end.saturating_sub(cap);
         return if sp > lo && sp < end {
-            (lo, end, ABOVE_SP)
+            (lo, end, KNOWN)
         } else {
             // A coroutine stack of the main thread, or a child forked from another thread.
             (0, 0, NONE)
@@ -130,7 +133,7 @@ fn bounds(sp: u64) -> (u64, u64, u64) {
         libc::pthread_attr_destroy(&mut attr);
         let lo = addr as u64;
         match lo.checked_add(size as u64) {
-            Some(hi) if ok && size > 0 => (lo, hi, WHOLE),
+            Some(hi) if ok && size > 0 => (lo, hi, KNOWN),
             _ => (0, 0, NONE),
         }
     }
@@ -148,8 +151,7 @@ impl Window {
     pub fn here(own_sp: u64) -> Window {
         let (lo, hi) = (tls_get(LO), tls_get(HI));
         match tls_get(STATE) {
-            WHOLE => Window { lo, hi },
-            ABOVE_SP if own_sp > lo && own_sp < hi => Window { lo: own_sp, hi },
+            KNOWN if own_sp > lo && own_sp < hi => Window { lo: own_sp, hi },
             _ => Window::EMPTY,
         }
     }

@@ -525,6 +525,59 @@ fn registers_that_make_no_sense_give_a_short_chain_and_never_a_crash() {
     black_box(&buf);
 }
 
+/// A stack handed over to a thread, whose lowest page the program made its own guard.
+static GUARD: AtomicU64 = AtomicU64::new(0);
+static GUARD_FRAMES: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn guarded_thread(_: *mut c_void) -> *mut c_void {
+    let mut out = [0u64; 8];
+    // Learn the stack bounds (they include the guard page), then unwind a context whose stack
+    // pointer lies in the guard page.
+    backtrace(&mut out, 0..0);
+    let guard = GUARD.load(Ordering::Relaxed);
+    let regs = Regs {
+        rip: lib().c_top as usize as u64 + 4,
+        rsp: guard + 64,
+        rbp: guard + 128,
+        ..Regs::default()
+    };
+    GUARD_FRAMES.store(backtrace_from(&regs, &mut out, 0..0), Ordering::Relaxed);
+    std::ptr::null_mut()
+}
+
+#[test]
+fn a_stack_pointer_in_the_guard_page_of_a_handed_over_stack_ends_the_chain() {
+    lib();
+    let size = 256 * 1024;
+    // SAFETY: a private mapping of our own, its lowest page made inaccessible, used as the
+    // thread's stack until it is joined, then unmapped.
+    unsafe {
+        let mem = libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(mem, libc::MAP_FAILED);
+        assert_eq!(libc::mprotect(mem, 4096, libc::PROT_NONE), 0);
+        GUARD.store(mem as u64, Ordering::Relaxed);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstack(&mut attr, mem, size);
+        let mut t: libc::pthread_t = 0;
+        assert_eq!(
+            libc::pthread_create(&mut t, &attr, guarded_thread, std::ptr::null_mut()),
+            0
+        );
+        libc::pthread_join(t, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        libc::munmap(mem, size);
+    }
+    assert_eq!(GUARD_FRAMES.load(Ordering::Relaxed), 1);
+}
+
 #[test]
 fn errno_is_kept() {
     // SAFETY: errno is thread-local.
