@@ -4,7 +4,8 @@
 //! Direct-mapped by program counter; only rows of the common shape are kept: the CFA is rsp or
 //! rbp plus a multiple of 8, the return address at CFA − 8, the stack pointer = CFA, and each
 //! other tracked register either unchanged or saved at CFA − 8k (k ≤ 128). Such a row packs
-//! into one word. Each entry is a seqlock: a reader that sees the sequence odd or changed takes
+//! into one word, and so does the row of a chain's last frame (the return address undefined),
+//! so that the end of a chain costs no decoding either. Each entry is a seqlock: a reader that sees the sequence odd or changed takes
 //! it as a miss, a writer that finds it odd (another writer, or the code a signal handler
 //! interrupted) leaves it alone, so nobody ever waits. Entries carry the generation of the
 //! module table they were decoded with: code unloaded and replaced at the same address is
@@ -40,13 +41,15 @@ fn entry(pc: u64) -> &'static Entry {
 }
 
 /// A row of the common shape, packed: bits 0–12 the CFA offset / 8, bit 13 set when the CFA
-/// is rbp-based, bit 14 marks a valid word, then from bit 16 one byte per register slot other
-/// than rsp and rip: 0 unchanged, else the (negative) offset / 8 of its save slot from the CFA.
+/// is rbp-based, bit 14 marks a valid word, bit 15 the end of a chain (nothing else set), then
+/// from bit 16 one byte per register slot other than rsp and rip: 0 unchanged, else the
+/// (negative) offset / 8 of its save slot from the CFA.
 #[derive(Clone, Copy)]
 pub(crate) struct Packed(u64);
 
 const VALID: u64 = 1 << 14;
 const CFA_RBP: u64 = 1 << 13;
+const END: u64 = 1 << 15;
 
 /// Byte position of each register slot (rsp and rip have none).
 #[inline]
@@ -60,6 +63,9 @@ fn byte_of(slot: usize) -> Option<u32> {
 
 impl Packed {
     pub fn pack(row: &Row) -> Option<Packed> {
+        if matches!(row.regs[RIP], Rule::Undefined) {
+            return Some(Packed(VALID | END));
+        }
         let mut w = VALID;
         match row.cfa {
             Cfa::Reg(s, off) if (s as usize == RSP || s as usize == RBP) && off >= 0 => {
@@ -86,6 +92,12 @@ impl Packed {
             w |= u64::from(k as i8 as u8) << (16 + 8 * b);
         }
         Some(Packed(w))
+    }
+
+    /// The frame is the last of its chain.
+    #[inline]
+    pub fn end(self) -> bool {
+        self.0 & END != 0
     }
 
     /// CFA register slot and offset.

@@ -210,6 +210,9 @@ fn step_decoding(t: &Table, f: &Frame, look: u64, win: &Window) -> Option<(Frame
 
 #[inline]
 fn apply_packed(p: Packed, f: &Frame, win: &Window) -> Option<Frame> {
+    if p.end() {
+        return None;
+    }
     let (reg, off) = p.cfa();
     let cfa = f.get(reg)?.wrapping_add(off);
     if cfa <= f.v[RSP] {

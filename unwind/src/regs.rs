@@ -23,11 +23,12 @@ pub(crate) fn dwarf_slot(n: u64) -> Option<usize> {
     })
 }
 
-/// Register values of one frame, with which of them are known.
+/// Register values of one frame, with which of them are known (a whole word: frames are
+/// copied as words, and a byte written just before its word is read stalls the copy).
 #[derive(Clone, Copy)]
 pub(crate) struct Frame {
     pub v: [u64; NREG],
-    pub known: u8,
+    pub known: u64,
 }
 
 impl Frame {
@@ -60,7 +61,7 @@ impl From<&Regs> for Frame {
     fn from(r: &Regs) -> Frame {
         Frame {
             v: [r.rbx, r.rbp, r.rsp, r.r12, r.r13, r.r14, r.r15, r.rip],
-            known: u8::MAX,
+            known: (1 << NREG) - 1,
         }
     }
 }
