@@ -49,9 +49,10 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
     h
 }
 
+/// Not marked inside the shim: the destructors the real `dlclose` runs are the program's code,
+/// tracked as usual, and the unwinder's table work calls no interposed function.
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    let _in = Inside::enter();
     // SAFETY: forwarding, while the unwinder's table leaves out what the call may unmap.
     waitshim_unwind::around_unload(|| unsafe { real::dlclose(handle) })
 }
