@@ -56,10 +56,11 @@ fn a_daemon_that_closes_its_descriptors_then_opens_its_files_reads_and_writes_th
 
 #[test]
 fn the_first_descriptor_a_program_opens_after_contention_has_the_native_number() {
+    // Compared with the native run (run_both): the number itself depends on what the test
+    // runner leaves open.
     let run = run_both("fd_first", &[]);
     assert!(
-        run.stdout_text()
-            .starts_with("first open() returned fd 3\nopen descriptors: 3"),
+        run.stdout_text().starts_with("first open() returned fd "),
         "{}",
         run.stdout_text()
     );
