@@ -358,9 +358,9 @@ pub fn refresh() {
     publish(lock.builder(), found);
 }
 
-/// Publishes a table of `mods` (only the permanent ones while an unload is under way).
-/// Returns the slot published before.
-fn publish(b: &mut Builder, found: Collected) -> *mut Slot {
+/// Publishes a table of the objects found (only the permanent ones while an unload is under
+/// way).
+fn publish(b: &mut Builder, found: Collected) {
     let mut mods = found.mods;
     TABLE_ADDS.store(found.adds, Ordering::Relaxed);
     if b.permanent.is_empty() {
@@ -381,7 +381,7 @@ fn publish(b: &mut Builder, found: Collected) -> *mut Slot {
         // readers back off before touching its table; `old` came from Box::into_raw.
         drop(unsafe { Box::from_raw(old) });
     }
-    CURRENT.swap(slot as *const Slot as *mut Slot, Ordering::SeqCst)
+    CURRENT.store(slot as *const Slot as *mut Slot, Ordering::SeqCst);
 }
 
 /// A slot that is not published and has no reader: from the pool, waiting up to [`DRAIN_NS`]
