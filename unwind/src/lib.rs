@@ -15,9 +15,10 @@
 //!   whose program counter is in no loaded object or whose rules cannot be followed, and at
 //!   any inconsistency (a caller's stack pointer not above its callee's).
 //!
-//! The module table is built with [`refresh`] outside signal handlers (at start and after each
-//! `dlopen`; [`backtrace`], which is for ordinary code, also builds it when it finds code the
-//! loader added since), and unloads must go through [`around_unload`].
+//! The module table is built with [`refresh`] outside signal handlers (at start; after each
+//! `dlopen` [`refresh_if_loaded`] does it if the loader added objects; [`backtrace`], which is
+//! for ordinary code, also does it when it finds code the loader added since), and unloads must
+//! go through [`around_unload`].
 
 mod cache;
 mod cfi;
@@ -31,7 +32,7 @@ use std::ops::Range;
 use cache::Packed;
 use cfi::{Cfa, Row, Rule};
 use mem::Window;
-pub use modules::{around_unload, refresh};
+pub use modules::{around_unload, refresh, refresh_if_loaded};
 use modules::{Module, Table};
 pub use regs::Regs;
 use regs::{Frame, NREG, RIP, RSP};

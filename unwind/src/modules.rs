@@ -320,8 +320,9 @@ fn loader_adds() -> u64 {
 }
 
 /// Builds the table again if objects were loaded since it was read (not in a signal
-/// handler). Whether it did.
-pub(crate) fn refresh_if_loaded() -> bool {
+/// handler): after a `dlopen`, which often only finds its object loaded already. Whether it
+/// did.
+pub fn refresh_if_loaded() -> bool {
     if loader_adds() == TABLE_ADDS.load(Ordering::Relaxed) {
         return false;
     }

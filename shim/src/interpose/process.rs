@@ -43,7 +43,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
         if let Some(tr) = tracker() {
             let _in = Inside::enter();
             tr.modules.scan(&tr.log);
-            waitshim_unwind::refresh();
+            waitshim_unwind::refresh_if_loaded();
         }
     }
     h
