@@ -66,7 +66,6 @@ runs=$((10#$runs)) warmup=$((10#$warmup))
 ensure_packages pigz
 
 if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
-    ensure_packages libunwind-dev
     say "building waitshim (cargo build --release)"
     cargo build --release --workspace --quiet
 fi

@@ -8,8 +8,6 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$WAITSHIM_ROOT"
 
-ensure_packages libunwind-dev
-
 say "building waitshim (cargo build --release)"
 cargo build --release --workspace --quiet
 

@@ -2,9 +2,8 @@
 # The project's test command (README; CI runs it through .ci/run).
 #
 # On a fresh Debian 12 machine with Rust and gcc: installs the missing system
-# packages (libunwind-dev: the shim dlopens libunwind.so.8 at run time; g++ for
-# the C++ fixture; pigz for the real-program tests; tmux to drive the live
-# view in a terminal), then builds, runs every
+# packages (g++ for the C++ fixture; pigz for the real-program tests; tmux to
+# drive the live view in a terminal), then builds, runs every
 # test, and checks clippy and formatting. Stops at the first failing step and
 # names it.
 set -euo pipefail
@@ -32,7 +31,7 @@ trap on_exit EXIT
 
 step "system packages"
 ensure_compilers
-ensure_packages libunwind-dev pigz tmux
+ensure_packages pigz tmux
 
 step "Rust components (clippy, rustfmt)"
 ensure_rust_components

@@ -5,19 +5,18 @@
 //!   its stack is scanned for return addresses (words that point just after a call instruction
 //!   in code). A signal would make many of those calls return early with EINTR.
 //! - A **running** holder is asked through a signal (`stack_signal` in the policy, default
-//!   `SIGRTMAX-4`): its handler unwinds its own stack with libunwind into a mailbox of its thread
-//!   record, and the waiter interns the frames as a chain.
+//!   `SIGRTMAX-4`): its handler unwinds the context the signal interrupted (the unwinder takes
+//!   no lock and allocates nothing) into a mailbox of its thread record, and the waiter interns
+//!   the frames as a chain.
 //!
 //! The signal is taken only if the program has no handler of its own for it (nor ignores it). A
-//! thread is asked only once it has unwound outside a handler (libunwind allocates its per-thread
-//! cache at the first unwind, and malloc must not run in a handler). A holder that does not
-//! answer (it blocks the signal) is not asked again until it has answered.
+//! holder that does not answer (it blocks the signal) is not asked again until it has answered.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use crate::chain::{self, MAX_DEPTH};
 use crate::procmaps;
-use crate::track::threads::{inside_now, own_record, Inside, ThreadRec};
+use crate::track::threads::{own_record, ThreadRec};
 use crate::track::Tracker;
 
 /// The signal in use, 0 when live stacks by signal are unavailable.
@@ -42,8 +41,6 @@ const SCAN_BYTES: usize = 64 * 1024;
 /// A thread's mailbox for stack requests.
 pub struct StackBox {
     state: AtomicU32,
-    /// The thread has unwound once outside a handler: it may be asked.
-    ready: AtomicBool,
     len: AtomicU32,
     frames: [AtomicU64; MAX_DEPTH],
 }
@@ -52,7 +49,6 @@ impl Default for StackBox {
     fn default() -> Self {
         StackBox {
             state: AtomicU32::new(IDLE),
-            ready: AtomicBool::new(false),
             len: AtomicU32::new(0),
             frames: std::array::from_fn(|_| AtomicU64::new(0)),
         }
@@ -60,44 +56,16 @@ impl Default for StackBox {
 }
 
 impl StackBox {
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
-    }
-
     /// For a new thread reusing the record of one that ended.
     pub fn reset(&self) {
         self.state.store(IDLE, Ordering::Release);
-        self.ready.store(false, Ordering::Release);
         self.len.store(0, Ordering::Relaxed);
-    }
-}
-
-/// Whether live stacks by signal are in use.
-#[inline]
-pub fn in_use() -> bool {
-    SIGNAL.load(Ordering::Relaxed) != 0
-}
-
-/// Prepares the calling thread to be asked (called inside the shim, outside any handler): one
-/// unwind, so that libunwind's per-thread state exists before a handler needs it.
-pub fn prepare(t: &ThreadRec) {
-    if in_use() && !t.stack.ready.load(Ordering::Relaxed) {
-        let mut frames = [0u64; MAX_DEPTH];
-        chain::capture(4, &mut frames);
-        t.stack.ready.store(true, Ordering::Release);
     }
 }
 
 /// A policy asks for live stacks: take the signal (once).
 pub fn setup(tr: &Tracker, spec: &str) {
     if SIGNAL.load(Ordering::Relaxed) != 0 {
-        return;
-    }
-    if !chain::signal_safe() {
-        crate::service::say(
-            tr,
-            "holder_live_stack needs libunwind (libunwind8) to unwind a running holder; only holders blocked in a system call get a stack",
-        );
         return;
     }
     let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
@@ -124,9 +92,9 @@ pub fn setup(tr: &Tracker, spec: &str) {
     }
 }
 
-/// The holder's side: unwind into the mailbox. Only atomics and libunwind's `unw_backtrace`
-/// (whose per-thread state `prepare` made).
-extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+/// The holder's side: unwind the interrupted context into the mailbox. Only atomics and the
+/// unwinder, which is async-signal-safe and keeps errno.
+extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let p = own_record();
     if p.is_null() {
         return;
@@ -142,21 +110,9 @@ extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *m
     {
         return;
     }
-    // Interrupted inside the shim, the thread may be in libunwind already, holding its lock:
-    // unwinding again would deadlock. Not prepared: libunwind would allocate. No stack then.
-    let mut n = 0;
     let mut frames = [0u64; MAX_DEPTH];
-    if !inside_now() && b.ready.load(Ordering::Acquire) {
-        // SAFETY: errno is thread-local; kept for the interrupted code.
-        let errno = unsafe { *libc::__errno_location() };
-        // libunwind locks with pthread_mutex_lock: those calls must go straight to glibc.
-        // Entering and leaving only writes this thread's TLS words.
-        let inside = Inside::enter();
-        n = chain::capture(MAX_DEPTH, &mut frames);
-        drop(inside);
-        // SAFETY: as above.
-        unsafe { *libc::__errno_location() = errno };
-    }
+    // SAFETY: `ctx` is the ucontext the kernel passed to this SA_SIGINFO handler.
+    let n = unsafe { chain::capture_interrupted(ctx, &mut frames) };
     for (slot, &f) in b.frames.iter().zip(&frames[..n]) {
         slot.store(f, Ordering::Relaxed);
     }
@@ -274,7 +230,7 @@ pub fn ask(tr: &Tracker, holder: u32) -> Option<(u32, u8)> {
 
 fn by_signal(tr: &Tracker, rec: &ThreadRec, holder: u32) -> Option<u32> {
     let sig = SIGNAL.load(Ordering::Relaxed);
-    if sig == 0 || !rec.stack.ready.load(Ordering::Acquire) {
+    if sig == 0 {
         return None;
     }
     if !crate::signals::still_ours(sig, on_signal) {

@@ -145,6 +145,7 @@ real_fns! {
     pthread_join: fn(t: pthread_t, r: *mut *mut c_void) -> c_int;
     pthread_setname_np: fn(t: pthread_t, n: *const c_char) -> c_int;
     dlopen: fn(f: *const c_char, flags: c_int) -> *mut c_void;
+    dlclose: fn(h: *mut c_void) -> c_int;
 }
 
 /// `pthread_exit`, `exit` and `_exit` do not return, which the table's macro cannot express.

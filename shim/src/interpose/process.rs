@@ -1,7 +1,8 @@
 //! Process-level events: `__libc_start_main` and `exit` (to learn the exit status), `_exit`/`_Exit` (which skip the library
 //! destructor, so the log is finished here; unlike `exit`, no atexit handler of the program
-//! runs), `dlopen` (new modules for symbolization), and the `exec` family (the log ends with
-//! the program it was written for).
+//! runs), `dlopen` (new modules for symbolization and for the unwinder), `dlclose` (the
+//! unwinder must stop reading an object before it is unmapped), and the `exec` family (the log
+//! ends with the program it was written for).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -43,6 +44,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
         if let Some(tr) = tracker() {
             let _in = Inside::enter();
             tr.modules.scan(&tr.log);
+            waitshim_unwind::refresh_if_loaded();
         }
     }
     h
@@ -174,6 +176,14 @@ pub unsafe extern "C" fn execle() {
 #[no_mangle]
 pub unsafe extern "C" fn execlp() {
     std::arch::naked_asm!("jmp {}", sym waitshim_execlp)
+}
+
+/// Not marked inside the shim: the destructors the real `dlclose` runs are the program's code,
+/// tracked as usual, and the unwinder's table work calls no interposed function.
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    // SAFETY: forwarding, while the unwinder's table leaves out what the call may unmap.
+    waitshim_unwind::around_unload(|| unsafe { real::dlclose(handle) })
 }
 
 type MainFn = unsafe extern "C" fn(c_int, *mut *mut c_char, *mut *mut c_char) -> c_int;

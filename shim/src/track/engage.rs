@@ -167,10 +167,6 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
 
 #[inline(never)]
 fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
-    if crate::livestack::in_use() && !t.stack.is_ready() {
-        let _in = Inside::enter();
-        crate::livestack::prepare(t);
-    }
     if flags & HOLDER_CHAINS != 0 {
         if let Some(tr) = tracker() {
             let _in = Inside::enter();

@@ -229,22 +229,11 @@ pub fn init() {
     crate::real::resolve_all();
     crate::real::init_single_threaded();
     threads::check_tid_offset();
-    let unwinder_note = chain::init();
+    chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;
     match build(config, ppid) {
         Ok(tr) => {
-            if let Some(n) = unwinder_note {
-                crate::diag::line(n);
-                tr.log.write(
-                    &Note {
-                        ns: now_ns(),
-                        level: note_level::WARNING,
-                        text: n.into(),
-                    }
-                    .into(),
-                );
-            }
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             register_thread(tr, None);
             crate::policy::init(tr, tr.config.policy.as_deref());
@@ -356,7 +345,6 @@ fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option<Birth>) {
     }
     tr.by_tid[tid as usize % TID_INDEX]
         .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
-    crate::livestack::prepare(rec);
     tr.live.fetch_add(1, Ordering::Relaxed);
     let b = birth.unwrap_or(Birth {
         parent: 0,
@@ -430,8 +418,7 @@ pub fn thread_exited() {
             );
         }
         // A thread being joined: its exit ends the join's episode, as the one the joiner waited
-        // for. Where it "released" is always the thread's exit, so no chain is unwound for it
-        // (libunwind would set up, and tear down, a per-thread cache of 256 KiB to say so).
+        // for. Where it "released" is always the thread's exit, so no chain is unwound for it.
         let pthread = rec.pthread.load(Ordering::Relaxed);
         if let Some(obj) = tr.objects.get(pthread) {
             if obj.kind == ObjectKind::Thread

@@ -575,12 +575,6 @@ pub fn set_record(rec: *const ThreadRec) {
     set_mode(raw::get(raw::MODE));
 }
 
-/// Whether the calling thread is inside the shim now (a signal handler asks: the code it
-/// interrupted may hold the shim's or libunwind's locks).
-pub fn inside_now() -> bool {
-    raw::get(raw::MODE) == MODE_INSIDE
-}
-
 pub fn mark_exited() {
     set_mode(MODE_EXITED);
 }
