@@ -411,6 +411,11 @@ impl Running {
         logs_in(self.dir())
     }
 
+    /// What the program wrote on stdout so far.
+    pub fn stdout_now(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.snapshot()).into_owned()
+    }
+
     /// Waits until the program's stdout contains `needle`; fails the test after `POLL_DEADLINE`.
     pub fn wait_for_stdout(&self, needle: &str) {
         let deadline = Instant::now() + POLL_DEADLINE;
