@@ -35,7 +35,15 @@ fn own() -> std::ops::Range<u64> {
 /// Frames of the current thread, innermost first, without the shim's own frames. Not in a
 /// signal handler (see [`capture_interrupted`]).
 pub fn capture(depth: usize, out: &mut [u64; MAX_DEPTH]) -> usize {
-    waitshim_unwind::backtrace(&mut out[..depth.min(MAX_DEPTH)], own())
+    let out = &mut out[..depth.min(MAX_DEPTH)];
+    let switched = crate::track::threads::switched_from();
+    if switched.is_null() {
+        waitshim_unwind::backtrace(out, own())
+    } else {
+        // On the shim's spare stack: from where the thread left its own (`crate::stack`).
+        // SAFETY: the registers live in the frame of `stack::switched`, which runs this.
+        waitshim_unwind::backtrace_from(unsafe { &*switched }, out, own())
+    }
 }
 
 /// Frames of the code a signal interrupted, from the handler's `ucontext`, without the shim's

@@ -28,6 +28,7 @@ mod procmaps;
 mod real;
 mod service;
 mod signals;
+mod stack;
 mod symbols;
 mod track;
 

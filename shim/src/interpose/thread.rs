@@ -57,7 +57,7 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: forwarding.
         return unsafe { real::pthread_create(th, attr, routine, arg) };
     };
-    let start = {
+    let start = crate::stack::roomy(|| {
         let _in = Inside::enter();
         Box::into_raw(Box::new(Start {
             routine,
@@ -66,7 +66,7 @@ pub unsafe extern "C" fn pthread_create(
             chain: tr.chain(t),
             created_ns: now_ns(),
         }))
-    };
+    });
     // SAFETY: forwarding, with our trampoline and its argument in place of the caller's.
     let r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
     let _in = Inside::enter();

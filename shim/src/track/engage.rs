@@ -50,9 +50,18 @@ pub fn engaged_with(
     }
 }
 
-#[cold]
-#[inline(never)]
 fn engaged_uncached(
+    t: &ThreadRec,
+    addr: usize,
+    kind: ObjectKind,
+    subtype: fn(usize) -> u32,
+    edges: bool,
+) {
+    crate::stack::roomy(|| engaged_uncached_here(t, addr, kind, subtype, edges))
+}
+
+#[inline(always)]
+fn engaged_uncached_here(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
@@ -165,8 +174,12 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
     true
 }
 
-#[inline(never)]
 fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
+    crate::stack::roomy(|| took_contended_here(t, obj, flags, n))
+}
+
+#[inline(always)]
+fn took_contended_here(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
     if flags & HOLDER_CHAINS != 0 {
         if let Some(tr) = tracker() {
             let _in = Inside::enter();
@@ -285,9 +298,12 @@ fn hold_ended(t: &ThreadRec, obj: &ObjEntry) {
     }
 }
 
-#[cold]
-#[inline(never)]
 fn release_with_episode(t: &ThreadRec, obj: &ObjEntry) {
+    crate::stack::roomy(|| release_with_episode_here(t, obj))
+}
+
+#[inline(always)]
+fn release_with_episode_here(t: &ThreadRec, obj: &ObjEntry) {
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let chain = tr.chain(t);
@@ -370,6 +386,17 @@ pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Sid
 
 /// As [`wait_begin`], for a wait called from `site` (its chain may be reused without unwinding).
 pub fn wait_begin_at(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &'static ObjEntry,
+    side: Side,
+    site: CallSite,
+) -> Wait {
+    crate::stack::roomy(|| wait_begin_at_here(tr, t, obj, side, site))
+}
+
+#[inline(always)]
+fn wait_begin_at_here(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -488,6 +515,18 @@ fn waited_untracked(
     waited_ns: u64,
     key: u16,
 ) {
+    crate::stack::roomy(|| waited_untracked_here(tr, t, obj, site, waited_ns, key))
+}
+
+#[inline(always)]
+fn waited_untracked_here(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &ObjEntry,
+    site: CallSite,
+    waited_ns: u64,
+    key: u16,
+) {
     if obj.flags() & CONTENDED == 0 {
         obj.set_flag(CONTENDED);
     }
@@ -558,6 +597,11 @@ pub fn wait_abandoned() {
 
 /// A wait slice expired and the thread waits on: look for a wait-for cycle again.
 pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
+    crate::stack::roomy(|| wait_check_here(tr, t, w))
+}
+
+#[inline(always)]
+fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     let now = deadlock::find_cycle(tr, t);
     if let (Some(prev), Some(cur)) = (&w.suspect, &now) {
         if prev == cur {
@@ -616,6 +660,17 @@ pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
 pub fn wait_end_reacquired(
     tr: &Tracker,
     t: &ThreadRec,
+    w: Wait,
+    outcome: Outcome,
+    reacquire_ns: Option<u64>,
+) -> (super::waits::Ended, Option<(u32, u32)>) {
+    crate::stack::roomy(|| wait_end_reacquired_here(tr, t, w, outcome, reacquire_ns))
+}
+
+#[inline(always)]
+fn wait_end_reacquired_here(
+    tr: &Tracker,
+    t: &ThreadRec,
     mut w: Wait,
     outcome: Outcome,
     reacquire_ns: Option<u64>,
@@ -669,6 +724,11 @@ pub fn wait_end_reacquired(
 /// An init function called from `site` returned `r` for the object at `addr`: on success, a
 /// new generation of it.
 pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
+    crate::stack::roomy(|| initialised_here(r, addr, kind, subtype, site))
+}
+
+#[inline(always)]
+fn initialised_here(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
     if r == 0 {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
             let _in = Inside::enter();
@@ -679,6 +739,11 @@ pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, 
 
 /// A destroy function returned `r` for the object at `addr`: on success, that generation ends.
 pub fn destroyed(r: libc::c_int, addr: usize) {
+    crate::stack::roomy(|| destroyed_here(r, addr))
+}
+
+#[inline(always)]
+fn destroyed_here(r: libc::c_int, addr: usize) {
     if r == 0 {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
             let _in = Inside::enter();
@@ -689,6 +754,11 @@ pub fn destroyed(r: libc::c_int, addr: usize) {
 
 /// An attempt to acquire without waiting found the object busy.
 pub fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    crate::stack::roomy(|| busy_here(t, addr, kind, subtype))
+}
+
+#[inline(always)]
+fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, kind, subtype(addr));
@@ -698,6 +768,11 @@ pub fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> 
 
 /// An acquisition returned an error the caller must see (owner died, not recoverable...).
 pub fn failed(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+    crate::stack::roomy(|| failed_here(t, addr, kind, subtype))
+}
+
+#[inline(always)]
+fn failed_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, kind, subtype(addr));

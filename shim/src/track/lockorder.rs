@@ -121,6 +121,10 @@ impl Held {
     #[cold]
     #[inline(never)]
     pub fn note_edges(&mut self, t: &ThreadRec, obj: &'static ObjEntry) {
+        crate::stack::roomy(|| self.note_edges_here(t, obj))
+    }
+
+    fn note_edges_here(&mut self, t: &ThreadRec, obj: &'static ObjEntry) {
         let Some(tr) = tracker() else { return };
         let to = node(obj);
         for i in 0..self.len {

@@ -310,6 +310,11 @@ fn retire_record(rec: &'static ThreadRec, now: u64) {
 /// Registers the calling thread and points its thread-local at its record (a new one, or one a
 /// thread that ended left).
 pub fn register_thread(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec {
+    crate::stack::roomy(|| register_thread_here(tr, birth))
+}
+
+#[inline(always)]
+fn register_thread_here(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec {
     let rec: &'static ThreadRec =
         retired_record(now_ns()).unwrap_or_else(|| Box::leak(Box::new(ThreadRec::new())));
     attach_thread(tr, rec, birth);
@@ -384,6 +389,11 @@ pub fn adopt_current_thread() -> Option<&'static ThreadRec> {
 
 /// The calling thread ends: add its counts, record its name and exit, and stop tracking it.
 pub fn thread_exited() {
+    crate::stack::roomy(|| thread_exited_here())
+}
+
+#[inline(always)]
+fn thread_exited_here() {
     let p = threads::own_record();
     if p.is_null() {
         threads::mark_exited();
@@ -489,6 +499,17 @@ extern "C" fn fork_child() {
 
 /// The process ends (`exit`, return from main, or `_exit`): write what is left and close the log.
 pub fn finish(reason: u8) {
+    // In a signal handler nothing may allocate (finding the stack's bounds the first time
+    // does): the handler's path writes little (see `finish_in_handler`).
+    if threads::in_handler() {
+        finish_here(reason)
+    } else {
+        crate::stack::roomy(|| finish_here(reason))
+    }
+}
+
+#[inline(always)]
+fn finish_here(reason: u8) {
     let Some(tr) = tracker() else { return };
     // A vfork child shares our memory but must not end the parent's log.
     if getpid() != tr.pid || tr.finished.swap(true, Ordering::AcqRel) {
@@ -793,6 +814,16 @@ impl Tracker {
         if let Some((_, obj)) = t.cached(addr) {
             return obj;
         }
+        crate::stack::roomy(|| self.object_uncached(t, addr, kind, subtype))
+    }
+
+    fn object_uncached(
+        &self,
+        t: &ThreadRec,
+        addr: usize,
+        kind: ObjectKind,
+        subtype: u32,
+    ) -> &'static ObjEntry {
         let obj = match self.objects.get(addr) {
             Some(obj) => obj,
             None => {

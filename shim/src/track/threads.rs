@@ -494,7 +494,8 @@ pub struct ThreadRef(pub &'static ThreadRec);
 /// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
 /// is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability state
 /// plus one while the shim runs its own work with cancellation disabled (see [`Inside`]), 0
-/// otherwise.
+/// otherwise; `SWITCHED` points at the registers the thread's work left its own stack with,
+/// while it runs on the shim's spare stack (see `crate::stack`).
 mod raw {
     use std::arch::{asm, global_asm};
 
@@ -505,9 +506,9 @@ mod raw {
         ".globl waitshim_thread_words",
         ".hidden waitshim_thread_words",
         ".type waitshim_thread_words, @object",
-        ".size waitshim_thread_words, 32",
+        ".size waitshim_thread_words, 40",
         "waitshim_thread_words:",
-        ".zero 32",
+        ".zero 40",
         ".popsection",
     );
 
@@ -515,6 +516,7 @@ mod raw {
     pub const REC: usize = 8;
     pub const MODE: usize = 16;
     pub const CANCEL: usize = 24;
+    pub const SWITCHED: usize = 32;
 
     #[inline(always)]
     fn offset() -> usize {
@@ -589,6 +591,16 @@ pub fn enter_handler() -> usize {
 
 pub fn leave_handler(prev: usize) {
     set_mode(prev);
+}
+
+/// The registers the calling thread left its own stack with, while the shim's work runs on a
+/// spare stack (null otherwise): chains are unwound from there.
+pub fn switched_from() -> *const waitshim_unwind::Regs {
+    raw::get(raw::SWITCHED) as *const waitshim_unwind::Regs
+}
+
+pub fn set_switched_from(regs: *const waitshim_unwind::Regs) {
+    raw::set(raw::SWITCHED, regs as usize);
 }
 
 /// Whether the calling thread runs a signal handler of the program now.
