@@ -389,7 +389,7 @@ pub fn adopt_current_thread() -> Option<&'static ThreadRec> {
 
 /// The calling thread ends: add its counts, record its name and exit, and stop tracking it.
 pub fn thread_exited() {
-    crate::stack::roomy(|| thread_exited_here())
+    crate::stack::roomy(thread_exited_here)
 }
 
 #[inline(always)]
