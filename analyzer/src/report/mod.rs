@@ -92,8 +92,8 @@ impl Default for Options {
 /// Something the reader of a report must know about how complete it is.
 #[derive(Debug, Clone)]
 pub struct Warning {
-    /// `damage`, `ending`, `read-error`, `no-start`, `unknown-records`, `limits`, `dropped`,
-    /// `shim-warning`, `shim-note`, `symbols`.
+    /// `damage`, `ending`, `next-log`, `read-error`, `no-start`, `unknown-records`, `limits`,
+    /// `dropped`, `shim-warning`, `shim-note`, `symbols`.
     pub kind: &'static str,
     pub message: String,
     pub offset: Option<u64>,
@@ -152,6 +152,15 @@ fn policy_limits(o: &Overflow) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// What to say of a file that holds a second log from offset `at` on.
+pub fn next_log_text(at: u64) -> String {
+    format!(
+        "another log starts at offset {at} (logs joined with cat?): this is the report of the \
+         first one only; read the second with `tail -c +{} FILE > second.log`",
+        at.saturating_add(1)
+    )
 }
 
 /// Records sharing the same outermost / innermost frames of their waiter chains.
@@ -311,6 +320,12 @@ impl<'a> Ctx<'a> {
                     .into(),
             )),
             Ending::Clean => {}
+        }
+        if let Some(at) = s.next_log {
+            w.push(Warning {
+                offset: Some(at),
+                ..Warning::new("next-log", next_log_text(at))
+            });
         }
         for d in &s.damage {
             w.push(Warning {

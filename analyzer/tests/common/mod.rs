@@ -379,3 +379,30 @@ pub fn load_segments(elf: &goblin::elf::Elf) -> Vec<Segment> {
         })
         .collect()
 }
+
+/// A frame as any writer could write it: type `ty`, `body` as given, a valid checksum. For
+/// records of a newer writer: types this analyzer does not know, or fields appended to a known
+/// record.
+pub fn raw_frame(ty: u16, body: &[u8]) -> Vec<u8> {
+    let len = body.len() as u32;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&ty.to_le_bytes());
+    h.update(&len.to_le_bytes());
+    h.update(body);
+    let mut f = Vec::new();
+    f.extend(frame::FRAME_TAG.to_le_bytes());
+    f.extend(ty.to_le_bytes());
+    f.extend(len.to_le_bytes());
+    f.extend(h.finalize().to_le_bytes());
+    f.extend(body);
+    f.resize(f.len().next_multiple_of(4), 0);
+    f
+}
+
+/// A record's body with `extra` bytes of fields a newer minor version appended.
+pub fn extended_body(rec: &Record, extra: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    rec.encode_body(&mut body);
+    body.extend((0..extra).map(|i| i as u8 | 0x80));
+    body
+}

@@ -1,0 +1,189 @@
+//! What the analyzer makes of inputs it was not written for: records of a newer shim, two logs
+//! joined in one file.
+
+mod common;
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+use waitshim_analyze::top::follow::Follower;
+use waitshim_analyze::top::state::LiveState;
+use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
+use waitshim_format::*;
+
+fn no_symbols() -> Options {
+    Options {
+        symbols: false,
+        ..Options::default()
+    }
+}
+
+fn counters(object_id: u64, contended: u64) -> Record {
+    Counters {
+        object_id,
+        ns: T0 + 500 * MS,
+        acquisitions: 10 * contended,
+        contended,
+        wait_total_ns: contended * MS,
+        max_waiters: 2,
+        ..Counters::default()
+    }
+    .into()
+}
+
+/// What a shim of a newer minor version writes: a counters record with 44 bytes of fields this
+/// analyzer does not know appended, and a record of a type it does not know at all.
+fn newer_frames() -> Vec<u8> {
+    let mut bytes = raw_frame(10, &extended_body(&counters(1, 4), 44));
+    bytes.extend(raw_frame(999, &[7; 61]));
+    bytes
+}
+
+fn warning_kinds(j: &Value) -> Vec<String> {
+    j["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w["kind"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn analyzer() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_waitshim-analyze"))
+}
+
+#[test]
+fn records_of_a_newer_shim_are_stepped_over_without_damage() {
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    b.bytes[10] = 9; // minor version 9: newer than this analyzer
+    b.mutex(1, 0x7000, 0).mutex(2, 0x8000, 0);
+    b.bytes.extend(newer_frames());
+    b.push(counters(2, 3));
+    b.end(900 * MS, 1);
+
+    let a = analyze_bytes(&b.bytes, Path::new("newer.log")).expect("a log");
+    let j = json_report(&a, &no_symbols());
+    assert_eq!(j["damage"]["stretches"], 0, "{j:#}");
+    assert_eq!(j["ending"], "clean");
+    assert_eq!(j["records_read"], 7);
+    let kinds = warning_kinds(&j);
+    assert!(kinds.contains(&"unknown-records".to_string()), "{kinds:?}");
+    assert!(!kinds.contains(&"damage".to_string()), "{kinds:?}");
+    // The extended record is read for the fields this analyzer knows; the one after it too.
+    assert_eq!(j["objects"][0]["counters"]["contended"], 4);
+    assert_eq!(j["objects"][1]["counters"]["contended"], 3);
+    let t = text_report(&a, &no_symbols());
+    assert!(!t.contains("damaged"), "{t}");
+    assert!(
+        t.contains("1 records of types this analyzer does not know were skipped"),
+        "{t}"
+    );
+}
+
+#[test]
+fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("growing.log");
+    // The shim maps its file ahead of what it has written: the log ends in zeros.
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    b.mutex(1, 0x7000, 0).mutex(2, 0x8000, 0);
+    let written = b.bytes.len() as u64;
+    let mut bytes = b.bytes.clone();
+    bytes.resize(bytes.len() + (64 << 10), 0);
+    std::fs::write(&path, &bytes).expect("write");
+
+    let mut follower = Follower::open(&path).expect("a log");
+    let mut state = LiveState::new();
+    follower.poll(true, u64::MAX, |r| state.add(r)).expect("poll");
+    assert_eq!(follower.records, 3);
+
+    // The program goes on and writes, in place, records of its newer format; later one this
+    // analyzer knows in full. Each look resumes where the previous one stopped.
+    let newer = newer_frames();
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open");
+    file.seek(SeekFrom::Start(written)).expect("seek");
+    file.write_all(&newer).expect("write");
+    follower.poll(true, u64::MAX, |r| state.add(r)).expect("poll");
+    assert_eq!(follower.records, 5);
+    assert_eq!(follower.offset(), written + newer.len() as u64);
+    let mut known = LogBuilder { bytes: Vec::new() };
+    known.push(counters(2, 3));
+    file.write_all(&known.bytes).expect("write");
+    follower.poll(true, u64::MAX, |r| state.add(r)).expect("poll");
+    assert_eq!(follower.damage_count, 0, "no damage reported");
+    assert_eq!(follower.records, 6);
+    assert_eq!(state.objects[&1].contended, 4);
+    assert_eq!(state.objects[&2].contended, 3);
+
+    // The run ends: `top --once` shows it, without damage.
+    let mut end = LogBuilder { bytes: Vec::new() };
+    end.end(900 * MS, 1);
+    file.write_all(&end.bytes).expect("write");
+    let out = analyzer()
+        .args(["top", "--once", "--no-symbols"])
+        .arg(&path)
+        .output()
+        .expect("run top");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert!(screen.contains("mutex#1"), "{screen}");
+    assert!(!screen.contains("damaged"), "{screen}");
+}
+
+#[test]
+fn two_logs_joined_with_cat_are_reported_as_the_first_with_a_warning() {
+    let mut first = convoy_log();
+    first.end(3000 * MS, 7);
+    let mut second = LogBuilder::started("/nonexistent/other", &["other"]);
+    for tid in 1000..1100 {
+        second.thread(tid, "");
+    }
+    second.end(100 * MS, 0);
+    let at = first.bytes.len();
+    let mut joined = first.bytes.clone();
+    joined.extend(&second.bytes);
+
+    let a = analyze_bytes(&joined, Path::new("joined.log")).expect("a log");
+    let j = json_report(&a, &no_symbols());
+    assert_eq!(j["run"]["threads_seen"], 9, "the first run's threads only");
+    assert_eq!(j["run"]["duration_ns"], 3000 * MS);
+    assert_eq!(j["damage"]["stretches"], 0);
+    let w = j["warnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|w| w["kind"] == "next-log")
+        .unwrap_or_else(|| panic!("no next-log warning: {:#}", j["warnings"]));
+    assert_eq!(w["offset"], at);
+    let t = text_report(&a, &no_symbols());
+    let line = format!(
+        "WARNING: another log starts at offset {at} (logs joined with cat?): this is the report \
+         of the first one only; read the second with `tail -c +{} FILE > second.log`",
+        at + 1
+    );
+    assert!(t.contains(&line), "{t}");
+    // What the warning says to do reads the second log.
+    let b = analyze_bytes(&joined[at..], Path::new("second.log")).expect("a log");
+    assert_eq!(json_report(&b, &no_symbols())["run"]["threads_seen"], 100);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("joined.log");
+    std::fs::write(&path, &joined).expect("write");
+    let out = analyzer()
+        .args(["top", "--once", "--no-symbols"])
+        .arg(&path)
+        .output()
+        .expect("run top");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains(&format!("another log starts at offset {at}")),
+        "{screen}"
+    );
+    assert!(!screen.contains("damaged"), "{screen}");
+}
