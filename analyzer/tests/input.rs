@@ -97,7 +97,9 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
 
     let mut follower = Follower::open(&path).expect("a log");
     let mut state = LiveState::new();
-    follower.poll(true, u64::MAX, |r| state.add(r)).expect("poll");
+    follower
+        .poll(true, u64::MAX, |r| state.add(r))
+        .expect("poll");
     assert_eq!(follower.records, 3);
 
     // The program goes on and writes, in place, records of its newer format; later one this
@@ -109,13 +111,17 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
         .expect("open");
     file.seek(SeekFrom::Start(written)).expect("seek");
     file.write_all(&newer).expect("write");
-    follower.poll(true, u64::MAX, |r| state.add(r)).expect("poll");
+    follower
+        .poll(true, u64::MAX, |r| state.add(r))
+        .expect("poll");
     assert_eq!(follower.records, 5);
     assert_eq!(follower.offset(), written + newer.len() as u64);
     let mut known = LogBuilder { bytes: Vec::new() };
     known.push(counters(2, 3));
     file.write_all(&known.bytes).expect("write");
-    follower.poll(true, u64::MAX, |r| state.add(r)).expect("poll");
+    follower
+        .poll(true, u64::MAX, |r| state.add(r))
+        .expect("poll");
     assert_eq!(follower.damage_count, 0, "no damage reported");
     assert_eq!(follower.records, 6);
     assert_eq!(state.objects[&1].contended, 4);

@@ -288,8 +288,8 @@ impl<R: Read> FrameReader<R> {
         {
             self.fill(total + FILE_MAGIC.len())?;
             let rest = self.rest();
-            if let Some(at) =
-                (end..padded_end).find(|&i| rest.get(i..).is_some_and(|r| r.starts_with(FILE_MAGIC)))
+            if let Some(at) = (end..padded_end)
+                .find(|&i| rest.get(i..).is_some_and(|r| r.starts_with(FILE_MAGIC)))
             {
                 return Ok(Ok(Some(at)));
             }

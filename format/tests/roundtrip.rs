@@ -242,7 +242,10 @@ fn frames_of_a_newer_writer_are_stepped_over_by_their_own_length() {
             frame_len(&sample()[0]) as u64
         ]
     );
-    assert!(lens[0] > frame_len(&note) as u64, "longer than this version's note");
+    assert!(
+        lens[0] > frame_len(&note) as u64,
+        "longer than this version's note"
+    );
     let records: Vec<&Record> = items
         .iter()
         .filter_map(|i| match i {
