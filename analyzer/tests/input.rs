@@ -193,3 +193,83 @@ fn two_logs_joined_with_cat_are_reported_as_the_first_with_a_warning() {
     );
     assert!(!screen.contains("damaged"), "{screen}");
 }
+
+/// A log whose one module is the file at `path`, with an object created in it.
+fn log_naming_module(path: &str) -> LogBuilder {
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    b.push(Module {
+        module_id: 1,
+        base: APP_BASE,
+        build_id: vec![1; 20],
+        path: path.into(),
+        segments: vec![Segment {
+            vaddr: 0,
+            memsz: 0x10_0000,
+        }],
+    });
+    b.chain(1, &[APP_BASE + 0x1234]);
+    b.mutex(1, 0x7000, 1).counters(1, 10, 2, 5 * MS);
+    b.end(900 * MS, 1);
+    b
+}
+
+#[test]
+fn module_paths_that_are_not_regular_files_are_named_and_never_opened() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().expect("utf-8")).expect("path");
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let zero_link = dir.path().join("libzero.so");
+    std::os::unix::fs::symlink("/dev/zero", &zero_link).expect("symlink");
+    let subdir = dir.path().join("lib");
+    std::fs::create_dir(&subdir).expect("mkdir");
+    let cases = [
+        ("/dev/zero".to_string(), "a character device"),
+        ("/dev/urandom".to_string(), "a character device"),
+        (fifo.display().to_string(), "a FIFO"),
+        (zero_link.display().to_string(), "a character device"),
+        (subdir.display().to_string(), "a directory"),
+    ];
+    for (path, what) in cases {
+        let log = log_naming_module(&path).write(dir.path(), "crafted.log");
+        let why = format!("{path}: not a regular file but {what}: not opened");
+        for mode in ["--json", "--sort=hwm"] {
+            let r = run_analyzer(
+                &[mode.as_ref(), log.as_os_str()],
+                std::time::Duration::from_secs(20),
+            );
+            assert_eq!(r.code, Some(0), "{path}: {}", r.stderr);
+            assert!(r.stdout.contains(&why), "{path}:\n{}", r.stdout);
+            assert!(r.max_rss_kb < 64 << 10, "{path}: {} KiB", r.max_rss_kb);
+        }
+        let r = run_analyzer(
+            &["top".as_ref(), "--once".as_ref(), log.as_os_str()],
+            std::time::Duration::from_secs(20),
+        );
+        assert_eq!(r.code, Some(0), "{path}: {}", r.stderr);
+        assert!(r.stdout.contains("mutex#1"), "{path}:\n{}", r.stdout);
+    }
+}
+
+#[test]
+fn a_module_file_that_is_not_elf_is_named_with_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A file that claims to be empty and reads as a process's memory.
+    let log = log_naming_module("/proc/self/mem").write(dir.path(), "crafted.log");
+    let r = run_analyzer(
+        &["--json".as_ref(), log.as_os_str()],
+        std::time::Duration::from_secs(20),
+    );
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let j: Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let s = &j["logs"][0]["symbols"][0];
+    assert_eq!(s["path"], "/proc/self/mem");
+    assert_eq!(s["ok"], false);
+    assert!(
+        s["status"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("not a readable ELF file")),
+        "{s}"
+    );
+}

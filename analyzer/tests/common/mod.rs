@@ -406,3 +406,56 @@ pub fn extended_body(rec: &Record, extra: usize) -> Vec<u8> {
     body.extend((0..extra).map(|i| i as u8 | 0x80));
     body
 }
+
+/// How a run of the analyzer binary ended.
+pub struct Bounded {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Peak resident memory of the process, in KiB.
+    pub max_rss_kb: u64,
+}
+
+/// Runs `waitshim-analyze ARGS`, killing it if it has not ended after `limit` (then the test
+/// fails: the analyzer hung). Its output goes to files, so that a large report cannot block it.
+pub fn run_analyzer(args: &[&std::ffi::OsStr], limit: std::time::Duration) -> Bounded {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_waitshim-analyze"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(&err).expect("stderr file"))
+        .spawn()
+        .expect("run waitshim-analyze");
+    let pid = child.id() as libc::pid_t;
+    let deadline = std::time::Instant::now() + limit;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: waits for our own child only, with valid pointers to locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            break;
+        }
+        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kills and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::wait4(pid, &mut status, 0, &mut usage);
+            }
+            panic!("waitshim-analyze {args:?} still running after {limit:?}: it hangs");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let status = std::process::ExitStatus::from_raw(status);
+    Bounded {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&std::fs::read(&out).unwrap_or_default()).into_owned(),
+        stderr: String::from_utf8_lossy(&std::fs::read(&err).unwrap_or_default()).into_owned(),
+        max_rss_kb: usage.ru_maxrss as u64,
+    }
+}
