@@ -167,7 +167,9 @@ pub fn basename(path: &str) -> &str {
 /// Why a module's symbols could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModuleStatus {
-    Ok { dwarf: bool },
+    Ok {
+        dwarf: bool,
+    },
     Disabled,
     Missing(String),
     BuildIdMismatch,
@@ -199,9 +201,9 @@ impl ModuleStatus {
                 "too large to read for symbols ({size} bytes; the limit is {} MiB)",
                 MAX_ELF_BYTES >> 20
             ),
-            ModuleStatus::TooMany => format!(
-                "not opened: the log names more than {MAX_MODULE_FILES} module files"
-            ),
+            ModuleStatus::TooMany => {
+                format!("not opened: the log names more than {MAX_MODULE_FILES} module files")
+            }
         }
     }
 
