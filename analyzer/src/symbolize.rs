@@ -76,9 +76,7 @@ impl Frame {
 
     /// Frames inside the shim itself: never shown, they are how the call was observed.
     pub fn is_shim(&self) -> bool {
-        self.module
-            .as_ref()
-            .is_some_and(|p| p.ends_with("libwaitshim.so"))
+        self.module.as_deref().is_some_and(is_shim_path)
     }
 
     /// Frames of the C runtime, the dynamic loader and the shim.
@@ -158,6 +156,11 @@ impl Frame {
             (None, None) => self.module_label(),
         }
     }
+}
+
+/// Whether a module is the shim itself.
+fn is_shim_path(path: &str) -> bool {
+    path.ends_with("libwaitshim.so")
 }
 
 pub fn basename(path: &str) -> &str {
@@ -370,6 +373,37 @@ impl Symbolizer {
                 m.loaded = Some(l);
             }
             Err(status) => m.status = status,
+        }
+    }
+
+    /// Opens the files of the modules that contain any of `addrs` (as [`Symbolizer::frames`]
+    /// takes them), so that [`Symbolizer::module_status`] is complete before anything is
+    /// symbolized.
+    pub fn open_modules(&mut self, addrs: impl Iterator<Item = (u64, bool)>) {
+        if !self.enabled {
+            return;
+        }
+        let mut left = self.modules.iter().filter(|m| !m.attempted).count();
+        for (addr, return_address) in addrs {
+            if left == 0 {
+                break;
+            }
+            let probe = if return_address {
+                addr.saturating_sub(1)
+            } else {
+                addr
+            };
+            let Some(i) = self.module_of(probe) else {
+                continue;
+            };
+            let wanted = self
+                .modules
+                .get(i)
+                .is_some_and(|m| !m.attempted && !is_shim_path(&m.path));
+            if wanted {
+                self.load(i);
+                left -= 1;
+            }
         }
     }
 

@@ -115,8 +115,17 @@ fn json_report_follows_the_schema() {
         j["chains"]["10"][0]["addr"],
         format!("{:#x}", APP_BASE + 0x2010)
     );
-    let doc = waitshim_analyze::report::json::document(vec![j]);
+    // The document the command writes, as it makes it, holds the same report.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = b.write(dir.path(), "test.log");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = waitshim_analyze::run(&[path], &Options::default(), true, &mut out, &mut err);
+    assert_eq!(code, 0);
+    let doc: Value = serde_json::from_slice(&out).expect("JSON");
     assert_eq!(doc["schema"], "waitshim-report/1");
+    let mut streamed = doc["logs"][0].clone();
+    streamed["file"] = j["file"].clone();
+    assert_eq!(streamed, j);
 }
 
 #[test]
