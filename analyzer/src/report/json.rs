@@ -737,7 +737,12 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
     let m = ctx.model;
     let p = &m.policy;
     let mut ids = BTreeSet::new();
-    ids.extend(m.deadlocks.iter().flat_map(|d| &d.cycle).map(|e| e.wait_chain));
+    ids.extend(
+        m.deadlocks
+            .iter()
+            .flat_map(|d| &d.cycle)
+            .map(|e| e.wait_chain),
+    );
     for c in &ctx.inversions.cycles {
         for edge in c.edges().filter_map(|key| m.lock_order.get(&key)) {
             ids.extend(edge.witnesses.iter().map(|w| w.chain_id));
@@ -757,7 +762,12 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
     ids.extend(m.churned.values().map(|c| c.chain_id));
     ids.extend(m.threads.values().map(|t| t.chain_id));
     ids.extend(p.wait_events.iter().map(|e| e.chain_id));
-    ids.extend(p.waiter_chains.iter().flat_map(|c| &c.waiters).map(|w| w.chain_id));
+    ids.extend(
+        p.waiter_chains
+            .iter()
+            .flat_map(|c| &c.waiters)
+            .map(|w| w.chain_id),
+    );
     ids.extend(p.holder_stacks.iter().map(|h| h.chain_id));
     ids.remove(&0);
     ids
