@@ -10,6 +10,7 @@ pub mod read;
 pub mod report;
 pub mod request;
 pub mod symbolize;
+pub mod table;
 pub mod top;
 
 use std::io::Write;
@@ -30,6 +31,7 @@ pub struct Analysis {
 pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
     let mut model = model::Model::new();
     let summary = read::read_log(path, |r| model.add(r))?;
+    model.finish();
     Ok(Analysis { summary, model })
 }
 
@@ -37,6 +39,7 @@ pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
 pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, read::ReadError> {
     let mut model = model::Model::new();
     let summary = read::read_from(bytes, name, |r| model.add(r))?;
+    model.finish();
     Ok(Analysis { summary, model })
 }
 

@@ -273,3 +273,60 @@ fn a_module_file_that_is_not_elf_is_named_with_why() {
         "{s}"
     );
 }
+
+#[test]
+fn oversized_names_texts_and_lists_are_cut_and_the_limits_warning_counts_them() {
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    b.mutex(1, 0x7000, 0);
+    b.push(ThreadName {
+        tid: 100,
+        ns: T0,
+        name: "n".repeat(100_000),
+    });
+    b.push(Note {
+        ns: T0,
+        level: note_level::WARNING,
+        text: "x".repeat(900_000),
+    });
+    b.push(Deadlock {
+        ns: T0,
+        detected_by: 1,
+        cycle: (0..5000)
+            .map(|i| DeadlockEdge {
+                tid: i,
+                object_id: u64::from(i),
+                wait_chain: 0,
+                holder_tid: i + 1,
+            })
+            .collect(),
+    });
+    b.push(Module {
+        module_id: 1,
+        base: APP_BASE,
+        build_id: vec![7; 1000],
+        path: "/nonexistent/app".into(),
+        segments: vec![Segment { vaddr: 0, memsz: 1 }; 1000],
+    });
+    let a = analyze_bytes(&b.bytes, Path::new("big.log")).expect("a log");
+    assert_eq!(
+        a.model
+            .threads
+            .get(&100)
+            .and_then(|t| t.name.as_ref())
+            .map(String::len),
+        Some(256)
+    );
+    assert_eq!(a.model.notes[0].text.len(), 4096);
+    assert_eq!(a.model.deadlocks[0].cycle.len(), 1024);
+    assert_eq!(a.model.modules[&1].segments.len(), 64);
+    assert_eq!(a.model.modules[&1].build_id.len(), 64);
+    let t = text_report(&a, &no_symbols());
+    assert!(
+        t.contains("4 records with a name, path, text or list cut"),
+        "{t}"
+    );
+    assert!(
+        t.contains("... 960 more threads of the cycle not shown (all are in the JSON report)"),
+        "{t}"
+    );
+}

@@ -8,7 +8,7 @@
 //! whole document.
 
 use std::cell::RefCell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::io::Write;
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
@@ -25,6 +25,7 @@ use crate::model::{
     snapshot_source_name, ContentionRecord, Model, Object, Thread, WaitEventGroup,
 };
 use crate::symbolize::Frame;
+use crate::table::Values as TableValues;
 use crate::Analysis;
 
 pub const SCHEMA: &str = "waitshim-report/1";
@@ -70,31 +71,29 @@ impl<I: Iterator, T: Serialize> Serialize for Each<'_, '_, I, T> {
     }
 }
 
-/// A JSON object of counts by name, in the order given; a name given twice keeps its first
-/// place and its last count.
+/// A JSON object of counts by name, in the order given.
 #[derive(Default)]
 struct Counts(Vec<(String, u64)>);
 
 impl Counts {
-    fn add(&mut self, index: &mut HashMap<String, usize>, name: String, n: u64) {
-        match index.get(&name) {
-            Some(&i) => self.0[i].1 = n,
-            None => {
-                index.insert(name.clone(), self.0.len());
-                self.0.push((name, n));
+    /// Counts whose names may repeat: a name keeps its first place and its last count. For
+    /// lists as short as what the model keeps of them.
+    fn deduplicated(counts: impl Iterator<Item = (String, u64)>) -> Self {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for (name, n) in counts {
+            match out.iter_mut().find(|(k, _)| *k == name) {
+                Some(slot) => slot.1 = n,
+                None => out.push((name, n)),
             }
         }
+        Counts(out)
     }
 }
 
+/// Counts whose names are distinct.
 impl FromIterator<(String, u64)> for Counts {
     fn from_iter<T: IntoIterator<Item = (String, u64)>>(iter: T) -> Self {
-        let mut counts = Counts::default();
-        let mut index = HashMap::new();
-        for (name, n) in iter {
-            counts.add(&mut index, name, n);
-        }
-        counts
+        Counts(iter.into_iter().collect())
     }
 }
 
@@ -427,7 +426,7 @@ fn counters(o: &Object) -> Option<Counts> {
         .map(|(name, n)| (name.to_string(), n))
     });
     let kind = o
-        .kind_counters
+        .kind_counters()
         .iter()
         .filter(|&&(key, _)| !is_ended_key(key))
         .map(|&(key, n)| (kind_counter_json(key), n));
@@ -448,7 +447,7 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             _ => "unknown",
         }),
         addr: c.map(|c| addr(c.addr)),
-        name: o.name.clone(),
+        name: o.name().map(str::to_string),
         created_at_ns: c.map(|c| m.rel(c.ns)),
         created_by_tid: c.map(|c| c.tid),
         creation_chain: c.map(|c| c.chain_id),
@@ -466,7 +465,7 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             .map(|(e, n)| (errno_name(e), n))
             .collect(),
         wait_sites: o
-            .wait_sites
+            .wait_sites()
             .values()
             .map(|w| WaitSiteJson {
                 chain_id: w.chain_id,
@@ -585,12 +584,11 @@ fn by_rule(key: (u32, u32, u64), g: &WaitEventGroup) -> ByRuleJson {
     let (version, rule, object_id) = key;
     let mut not_ended = 0;
     let mut ended = Counts::default();
-    let mut index = HashMap::new();
     // Events written before their wait ended (code 0) are counted apart; codes this analyzer
     // does not know by `key_N`.
     for &(code, n) in &g.reasons {
         match reason_json(code) {
-            Some(name) => ended.add(&mut index, name, n),
+            Some(name) => ended.0.push((name, n)),
             None => not_ended += n,
         }
     }
@@ -757,7 +755,7 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
     }
     for o in m.objects.values() {
         ids.extend(o.create.iter().map(|c| c.chain_id));
-        ids.extend(o.wait_sites.keys());
+        ids.extend(o.wait_sites().keys());
     }
     ids.extend(m.churned.values().map(|c| c.chain_id));
     ids.extend(m.threads.values().map(|t| t.chain_id));
@@ -793,17 +791,11 @@ struct LogJson<'c, 'a> {
     contention_records: Each<'c, 'a, std::vec::IntoIter<&'a ContentionRecord>, RecordJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     groups: Option<Vec<GroupJson>>,
-    objects: Each<'c, 'a, Values<'a, u64, Object>, ObjectJson>,
+    objects: Each<'c, 'a, TableValues<'a, u64, Object>, ObjectJson>,
     short_lived_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsChurned>, ShortLivedJson>,
-    threads: Each<'c, 'a, Values<'a, u32, Thread>, ThreadJson>,
-    policy: PolicyJson<
-        Each<'c, 'a, Iter<'a, PolicyVersion>, VersionJson<'a>>,
-        Each<'c, 'a, Values<'a, (u32, u32), RuleStats>, RuleJson<'a>>,
-    >,
-    wait_events: WaitEventsJson<
-        Each<'c, 'a, Iter<'a, WaitEvent>, WaitEventJson>,
-        Each<'c, 'a, ByRuleIter<'a>, ByRuleJson>,
-    >,
+    threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
+    policy: PolicyJson<Versions<'c, 'a>, Rules<'c, 'a>>,
+    wait_events: WaitEventsJson<Events<'c, 'a>, ByRule<'c, 'a>>,
     waiter_chains: Listed<Each<'c, 'a, Iter<'a, WaiterChains>, WaiterChainsJson>>,
     holder_stacks: Listed<Each<'c, 'a, Iter<'a, HolderStack>, HolderStackJson>>,
     snapshots: Listed<Each<'c, 'a, Iter<'a, Snapshot>, SnapshotJson>>,
@@ -813,6 +805,10 @@ struct LogJson<'c, 'a> {
 }
 
 type ByRuleIter<'a> = std::collections::btree_map::Iter<'a, (u32, u32, u64), WaitEventGroup>;
+type Versions<'c, 'a> = Each<'c, 'a, Iter<'a, PolicyVersion>, VersionJson<'a>>;
+type Rules<'c, 'a> = Each<'c, 'a, Values<'a, (u32, u32), RuleStats>, RuleJson<'a>>;
+type Events<'c, 'a> = Each<'c, 'a, Iter<'a, WaitEvent>, WaitEventJson>;
+type ByRule<'c, 'a> = Each<'c, 'a, ByRuleIter<'a>, ByRuleJson>;
 
 fn deadlock(ctx: &mut Ctx<'_>, d: &Deadlock) -> DeadlockJson {
     DeadlockJson {
@@ -840,11 +836,12 @@ fn short_lived(ctx: &mut Ctx<'_>, c: &ObjectsChurned) -> ShortLivedJson {
         acquisitions: c.acquisitions,
         lifetime_total_ns: c.lifetime_total_ns,
         lifetime_max_ns: c.lifetime_max_ns,
-        counters: c
-            .counters
-            .iter()
-            .map(|v| (kind_counter_json(v.key), v.value))
-            .collect(),
+        // The shim writes each key once; a damaged record may not.
+        counters: Counts::deduplicated(
+            c.counters
+                .iter()
+                .map(|v| (kind_counter_json(v.key), v.value)),
+        ),
         created_at: ctx.sym.site(m, c.chain_id).map(FrameJson::from),
     }
 }

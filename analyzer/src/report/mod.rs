@@ -252,7 +252,7 @@ impl<'a> Ctx<'a> {
             return format!("object#{object_id} (not in the log)");
         };
         let mut s = format!("{}#{}", o.kind_name(), object_id);
-        if let Some(name) = &o.name {
+        if let Some(name) = o.name() {
             s.push_str(&format!(" \"{name}\""));
         }
         if let Some(c) = &o.create {
@@ -388,7 +388,8 @@ impl<'a> Ctx<'a> {
                 parts.push(format!(
                     "not stored: {} chains, {} threads, {} objects, {} wait sites, {} contention \
                      records, {} modules, {} history entries, {} lock-order edges; {} chains cut \
-                     to their innermost frames; {} objects with kind counters cut",
+                     to their innermost frames; {} objects with kind counters cut; {} records \
+                     with a name, path, text or list cut",
                     o.chains,
                     o.threads,
                     o.objects,
@@ -398,7 +399,8 @@ impl<'a> Ctx<'a> {
                     o.history,
                     o.lock_order_edges,
                     o.chain_frames_cut,
-                    o.kind_values_cut
+                    o.kind_values_cut,
+                    o.cut
                 ));
             }
             if o.policy_any() {

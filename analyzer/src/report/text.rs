@@ -808,7 +808,9 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
         let heads = columns(kind);
         let table: Vec<Option<Vec<String>>> = rows
             .iter()
-            .map(|o| (o.counters.is_some() || !o.kind_counters.is_empty()).then(|| cells(kind, o)))
+            .map(|o| {
+                (o.counters.is_some() || !o.kind_counters().is_empty()).then(|| cells(kind, o))
+            })
             .collect();
         // Each column as wide as its widest cell (at least 8), so that every kind's table aligns.
         let mut widths: Vec<usize> = heads.iter().map(|h| h.chars().count().max(8)).collect();
@@ -965,7 +967,7 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
     let mut objs: Vec<_> = m
         .objects
         .values()
-        .filter(|o| !o.wait_sites.is_empty())
+        .filter(|o| !o.wait_sites().is_empty())
         .collect();
     if objs.is_empty() {
         return;
@@ -980,7 +982,7 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
     for o in objs.into_iter().take(MAX_WAIT_SITE_OBJECTS) {
         let label = ctx.object_label(o.object_id);
         let _ = writeln!(out, "\n  {label}");
-        let mut sites: Vec<_> = o.wait_sites.values().collect();
+        let mut sites: Vec<_> = o.wait_sites().values().collect();
         sites.sort_by(|a, b| {
             b.wait_total_ns
                 .cmp(&a.wait_total_ns)

@@ -412,50 +412,49 @@ pub struct Bounded {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
-    /// Peak resident memory of the process, in KiB.
+    /// Peak resident memory of the process, in KiB, as last seen while it ran (its `VmHWM`,
+    /// read every few milliseconds: `wait4`'s `ru_maxrss` would count the memory of this test
+    /// process that spawned it).
     pub max_rss_kb: u64,
+}
+
+/// The peak resident memory of a running process, in KiB, if it can be read.
+fn vm_hwm_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Runs `waitshim-analyze ARGS`, killing it if it has not ended after `limit` (then the test
 /// fails: the analyzer hung). Its output goes to files, so that a large report cannot block it.
 pub fn run_analyzer(args: &[&std::ffi::OsStr], limit: std::time::Duration) -> Bounded {
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_waitshim-analyze"))
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_waitshim-analyze"))
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::fs::File::create(&out).expect("stdout file"))
         .stderr(std::fs::File::create(&err).expect("stderr file"))
         .spawn()
         .expect("run waitshim-analyze");
-    let pid = child.id() as libc::pid_t;
     let deadline = std::time::Instant::now() + limit;
-    let mut status = 0;
-    // SAFETY: rusage is plain data that wait4 fills in.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: waits for our own child only, with valid pointers to locals.
-        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
-        if r == pid {
-            break;
+    let mut max_rss_kb = 0;
+    let status = loop {
+        max_rss_kb = max_rss_kb.max(vm_hwm_kb(child.id()).unwrap_or(0));
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
-        assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
         if std::time::Instant::now() > deadline {
-            // SAFETY: kills and reaps our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::wait4(pid, &mut status, 0, &mut usage);
-            }
+            let _ = child.kill();
+            let _ = child.wait();
             panic!("waitshim-analyze {args:?} still running after {limit:?}: it hangs");
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    let status = std::process::ExitStatus::from_raw(status);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
     Bounded {
         code: status.code(),
         stdout: String::from_utf8_lossy(&std::fs::read(&out).unwrap_or_default()).into_owned(),
         stderr: String::from_utf8_lossy(&std::fs::read(&err).unwrap_or_default()).into_owned(),
-        max_rss_kb: usage.ru_maxrss as u64,
+        max_rss_kb,
     }
 }
