@@ -116,7 +116,7 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
         .expect("poll");
     assert_eq!(follower.records, 5);
     assert_eq!(follower.offset(), written + newer.len() as u64);
-    let mut known = LogBuilder { bytes: Vec::new() };
+    let mut known = LogBuilder::new_empty();
     known.push(counters(2, 3));
     file.write_all(&known.bytes).expect("write");
     follower
@@ -128,7 +128,7 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     assert_eq!(state.objects[&2].contended, 3);
 
     // The run ends: `top --once` shows it, without damage.
-    let mut end = LogBuilder { bytes: Vec::new() };
+    let mut end = LogBuilder::new_empty();
     end.end(900 * MS, 1);
     file.write_all(&end.bytes).expect("write");
     let out = analyzer()

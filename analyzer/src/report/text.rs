@@ -42,6 +42,8 @@ const MAX_WAIT_SITE_OBJECTS: usize = 100;
 const MAX_DEADLOCKS_SHOWN: usize = 100;
 const MAX_CYCLE_SHOWN: usize = 64;
 const MAX_ORPHAN_RULES_SHOWN: usize = 50;
+/// Records shown per commonality group (the highest first).
+const MAX_GROUP_RECORDS_SHOWN: usize = 10;
 /// How the first frame of the program's own code is marked in a holder's stack.
 const USER_MARK: &str = "   <- first frame of the program";
 
@@ -538,11 +540,18 @@ fn records(ctx: &mut Ctx<'_>, out: &mut String) {
                 fmt_ns(g.total_elapsed_ns),
                 g.max_level
             );
-            for id in &g.records {
+            for id in g.records.iter().take(MAX_GROUP_RECORDS_SHOWN) {
                 if let Some(r) = ctx.model.records.get(id) {
                     rank += 1;
                     record(ctx, rank, r, out);
                 }
+            }
+            if g.records.len() > MAX_GROUP_RECORDS_SHOWN {
+                let _ = writeln!(
+                    out,
+                    "\n... {} more records in this group (all are in the JSON report)",
+                    g.records.len() - MAX_GROUP_RECORDS_SHOWN
+                );
             }
         }
         return;

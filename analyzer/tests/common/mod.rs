@@ -20,6 +20,11 @@ impl LogBuilder {
         }
     }
 
+    /// Frames only, without the file header: to be put into a log.
+    pub fn new_empty() -> Self {
+        LogBuilder { bytes: Vec::new() }
+    }
+
     /// A log that starts like every real one: the run start record.
     pub fn started(exe: &str, args: &[&str]) -> Self {
         let mut b = Self::new();
