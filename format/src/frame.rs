@@ -306,20 +306,25 @@ impl<R: Read> FrameReader<R> {
             if rest.is_empty() {
                 return Ok(true);
             }
-            let groups = rest
-                .chunks_exact(4)
-                .take_while(|g| g.iter().all(|&b| b == 0))
-                .count();
-            if groups == 0 {
-                // Fewer than 4 bytes are left only at the end of the file.
-                if rest.len() < 4 && rest.iter().all(|&b| b == 0) {
-                    let n = rest.len();
-                    self.advance(n);
-                    return Ok(true);
+            // Most of a long tail is zeros: a test over the whole chunk first, which the
+            // compiler vectorizes, then the search for where they stop.
+            let first = if rest.iter().all(|&b| b == 0) {
+                None
+            } else {
+                rest.iter().position(|&b| b != 0)
+            };
+            match first {
+                Some(i) => {
+                    self.advance(i & !3);
+                    return Ok(false);
                 }
-                return Ok(false);
+                // All zeros: whole groups, or all of it at the end of the file (`fill` stops
+                // short of 64 KiB only there).
+                None => {
+                    let n = if self.eof { rest.len() } else { rest.len() & !3 };
+                    self.advance(n);
+                }
             }
-            self.advance(groups * 4);
         }
     }
 
