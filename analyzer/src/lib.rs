@@ -1,7 +1,9 @@
 //! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
 //! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`]
-//! ([`lockorder`] finds the potential deadlocks the reports show). [`top`] follows a log live,
-//! [`request`] asks a running program for a snapshot of its data.
+//! ([`lockorder`] finds the potential deadlocks the reports show; the model keeps its largest
+//! collections in [`table`]s). [`top`] follows a log live, [`request`] asks a running program
+//! for a snapshot of its data. Logs come from anywhere: any input gives an error or a report,
+//! in memory that grows with the run's objects, threads and chains, never with its events.
 
 pub mod lockorder;
 pub mod model;

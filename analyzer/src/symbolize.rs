@@ -679,7 +679,7 @@ fn file_kind(t: std::fs::FileType) -> &'static str {
 /// (checked before opening, and again on the opened file, since the path can change in
 /// between), without blocking (a FIFO would wait for a writer for ever), and only as many
 /// bytes as it had when opened, at most [`MAX_ELF_BYTES`] (`/dev/zero` would never end).
-pub fn read_elf_bytes(path: &Path) -> Result<Vec<u8>, ModuleStatus> {
+fn read_elf_bytes(path: &Path) -> Result<Vec<u8>, ModuleStatus> {
     let meta = std::fs::metadata(path).map_err(|e| ModuleStatus::Missing(e.to_string()))?;
     if !meta.file_type().is_file() {
         return Err(ModuleStatus::NotRegular(file_kind(meta.file_type())));
