@@ -321,7 +321,11 @@ impl<R: Read> FrameReader<R> {
                 // All zeros: whole groups, or all of it at the end of the file (`fill` stops
                 // short of 64 KiB only there).
                 None => {
-                    let n = if self.eof { rest.len() } else { rest.len() & !3 };
+                    let n = if self.eof {
+                        rest.len()
+                    } else {
+                        rest.len() & !3
+                    };
                     self.advance(n);
                 }
             }
