@@ -1,7 +1,9 @@
 //! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
 //! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`]
-//! ([`lockorder`] finds the potential deadlocks the reports show). [`top`] follows a log live,
-//! [`request`] asks a running program for a snapshot of its data.
+//! ([`lockorder`] finds the potential deadlocks the reports show; the model keeps its largest
+//! collections in [`table`]s). [`top`] follows a log live, [`request`] asks a running program
+//! for a snapshot of its data. Logs come from anywhere: any input gives an error or a report,
+//! in memory that grows with the run's objects, threads and chains, never with its events.
 
 pub mod lockorder;
 pub mod model;
@@ -10,6 +12,7 @@ pub mod read;
 pub mod report;
 pub mod request;
 pub mod symbolize;
+pub mod table;
 pub mod top;
 
 use std::io::Write;
@@ -30,6 +33,7 @@ pub struct Analysis {
 pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
     let mut model = model::Model::new();
     let summary = read::read_log(path, |r| model.add(r))?;
+    model.finish();
     Ok(Analysis { summary, model })
 }
 
@@ -37,6 +41,7 @@ pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
 pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, read::ReadError> {
     let mut model = model::Model::new();
     let summary = read::read_from(bytes, name, |r| model.add(r))?;
+    model.finish();
     Ok(Analysis { summary, model })
 }
 
@@ -46,10 +51,10 @@ pub fn text_report(a: &Analysis, opts: &Options) -> String {
     report::text::render(&mut ctx)
 }
 
-/// The JSON report of one analysed log (one element of the document's `logs`).
+/// The JSON report of one analysed log (one element of the document's `logs`), as a value: for
+/// tests and small logs (`run` writes reports as they are made).
 pub fn json_report(a: &Analysis, opts: &Options) -> serde_json::Value {
-    let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);
-    report::json::render(&mut ctx)
+    report::json::render(report::Ctx::new(&a.summary, &a.model, opts))
 }
 
 /// Reports on every file, each in its own section (or element of `logs`), one file at a time so
@@ -63,31 +68,27 @@ pub fn run(
     err: &mut dyn Write,
 ) -> i32 {
     let mut code = 0;
-    let mut logs = Vec::new();
-    let mut first = true;
-    for path in paths {
-        match analyze(path) {
-            Ok(a) => {
-                if json {
-                    logs.push(json_report(&a, opts));
-                } else {
-                    let sep = if first { "" } else { "\n\n" };
-                    first = false;
-                    if write!(out, "{sep}{}", text_report(&a, opts)).is_err() {
-                        return code;
-                    }
-                }
-            }
-            Err(e) => {
-                let _ = writeln!(err, "waitshim-analyze: {e}");
-                code = EXIT_BAD_INPUT;
+    let mut analyses = paths.iter().filter_map(|path| match analyze(path) {
+        Ok(a) => Some(a),
+        Err(e) => {
+            let _ = writeln!(err, "waitshim-analyze: {e}");
+            code = EXIT_BAD_INPUT;
+            None
+        }
+    });
+    if json {
+        // A reader that went away (`| head`) ends the report, not the exit status.
+        let _ = report::json::write_document(out, &mut analyses, opts);
+    } else {
+        let mut first = true;
+        for a in &mut analyses {
+            let sep = if first { "" } else { "\n\n" };
+            first = false;
+            if write!(out, "{sep}{}", text_report(&a, opts)).is_err() {
+                break;
             }
         }
     }
-    if json {
-        let doc = report::json::document(logs);
-        let text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-        let _ = writeln!(out, "{text}");
-    }
+    drop(analyses);
     code
 }

@@ -96,9 +96,9 @@ pub fn find(model: &Model) -> Inversions {
         }
     }
     let (raw, stopped, depth_limited) = Johnson::new(&adj).run();
+    // Cycles that broke (a wait with a deadline gave up) were no deadlock.
     let deadlock_sets: Vec<BTreeSet<u64>> = model
-        .deadlocks
-        .iter()
+        .real_deadlocks()
         .map(|d| d.cycle.iter().map(|e| e.object_id).collect())
         .collect();
     let mut cycles: Vec<PotentialDeadlock> = raw

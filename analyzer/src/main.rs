@@ -36,7 +36,8 @@ struct Cli {
     /// Print one JSON document (schema waitshim-report/1, see analyzer/JSON.md) instead of text.
     #[arg(long)]
     json: bool,
-    /// List every tracked object in the per-object table, not only those with activity.
+    /// List every tracked object in the per-object table, not only those with activity (at most
+    /// 1000 rows per kind, those with the most wait; --json lists them all).
     #[arg(long)]
     all_objects: bool,
     /// Do not open the program's binaries: show chains as module+offset.

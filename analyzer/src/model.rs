@@ -7,6 +7,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::table::Table;
+
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
@@ -14,12 +16,29 @@ use waitshim_format::{
     RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
 };
 
-/// Most items of one kind kept per log; beyond this they are counted, not stored.
+/// Most objects, threads and chains kept per log; beyond this they are counted, not stored.
 pub const MAX_STORED: usize = 1_000_000;
-/// Frames kept per chain: deeper chains are cut (the shim records far fewer).
-pub const MAX_CHAIN_FRAMES: usize = 256;
-/// Highwater rises, deadlocks and notes kept per log.
+/// Contention records kept per log: the shim folds similar episodes into one record, so a run
+/// has far fewer; beyond this they are counted, not stored.
+pub const MAX_RECORDS: usize = 100_000;
+/// Modules kept per log (a process maps a few hundred), and segments kept per module (an ELF
+/// file has a handful).
+pub const MAX_MODULES: usize = 10_000;
+pub const MAX_SEGMENTS: usize = 64;
+/// Frames kept per chain: deeper chains are cut (the shim records at most 64).
+pub const MAX_CHAIN_FRAMES: usize = 64;
+/// Highwater rises and notes kept per log.
 const MAX_HISTORY: usize = 10_000;
+/// Deadlocks kept per log (a program that deadlocks hangs), and threads kept per cycle.
+pub const MAX_DEADLOCKS: usize = 1_000;
+pub const MAX_CYCLE_EDGES: usize = 1_024;
+/// Waiters kept per contention record (the shim lists 32).
+pub const MAX_RECORD_WAITERS: usize = 64;
+/// Bytes kept of a thread's or object's name, of a module's path and build-id, of a note.
+pub const MAX_NAME: usize = 256;
+pub const MAX_PATH: usize = 4096;
+pub const MAX_BUILD_ID: usize = 64;
+pub const MAX_NOTE: usize = 4096;
 /// Kind-specific counter values kept per object (the shim writes about a dozen keys).
 pub const MAX_KIND_VALUES: usize = 64;
 /// Distinct lock-order edges kept per log.
@@ -176,6 +195,16 @@ pub fn snapshot_source_name(source: u8) -> &'static str {
     }
 }
 
+/// Cuts `list` to at most `max` items, freeing the rest. Whether it was cut.
+fn cut_list<T>(list: &mut Vec<T>, max: usize) -> bool {
+    if list.len() <= max {
+        return false;
+    }
+    list.truncate(max);
+    list.shrink_to_fit();
+    true
+}
+
 /// Cuts `s` to at most `max` bytes, on a character boundary. Whether it was cut.
 fn cut_string(s: &mut String, max: usize) -> bool {
     if s.len() <= max {
@@ -186,6 +215,7 @@ fn cut_string(s: &mut String, max: usize) -> bool {
         end -= 1;
     }
     s.truncate(end);
+    s.shrink_to_fit();
     true
 }
 
@@ -207,17 +237,47 @@ pub struct Object {
     pub object_id: u64,
     /// Absent when only later records about the object survived (damage).
     pub create: Option<ObjectCreate>,
-    pub name: Option<String>,
     pub destroy_ns: Option<u64>,
     /// The latest cumulative counters.
     pub counters: Option<Counters>,
+    /// What only some objects have (a name, contended waits), apart: a run's many objects that
+    /// were never contended cost a pointer for it.
+    pub extra: Option<Box<ObjectExtra>>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ObjectExtra {
+    pub name: Option<String>,
     /// Latest cumulative wait site per waiter chain.
     pub wait_sites: BTreeMap<u32, WaitSite>,
     /// The latest kind-specific counters and reason codes ([`counter`] key, value), by key.
     pub kind_counters: Vec<(u16, u64)>,
 }
 
+static NO_WAIT_SITES: BTreeMap<u32, WaitSite> = BTreeMap::new();
+
 impl Object {
+    /// The name given through the C API.
+    pub fn name(&self) -> Option<&str> {
+        self.extra.as_ref()?.name.as_deref()
+    }
+
+    /// Where threads waited on it: the latest cumulative wait site per waiter chain.
+    pub fn wait_sites(&self) -> &BTreeMap<u32, WaitSite> {
+        self.extra
+            .as_ref()
+            .map_or(&NO_WAIT_SITES, |x| &x.wait_sites)
+    }
+
+    /// The latest kind-specific counters and reason codes ([`counter`] key, value), by key.
+    pub fn kind_counters(&self) -> &[(u16, u64)] {
+        self.extra.as_ref().map_or(&[], |x| &x.kind_counters)
+    }
+
+    fn extra(&mut self) -> &mut ObjectExtra {
+        self.extra.get_or_insert_with(Default::default)
+    }
+
     pub fn kind(&self) -> Option<ObjectKind> {
         self.create
             .as_ref()
@@ -238,9 +298,10 @@ impl Object {
 
     /// A kind-specific counter or reason count; 0 when the log has none.
     pub fn kind_counter(&self, key: u16) -> u64 {
-        self.kind_counters
+        let values = self.kind_counters();
+        values
             .binary_search_by_key(&key, |&(k, _)| k)
-            .map_or(0, |i| self.kind_counters[i].1)
+            .map_or(0, |i| values[i].1)
     }
 
     /// How the object's waits ended: (JSON name, text name, count), non-zero counts only.
@@ -254,7 +315,7 @@ impl Object {
 
     /// The errnos that ended the object's waits in error: (errno, count), by errno.
     pub fn ended_errnos(&self) -> Vec<(u16, u64)> {
-        self.kind_counters
+        self.kind_counters()
             .iter()
             .filter_map(|&(k, n)| counter::errno_of(k).map(|e| (e, n)))
             .filter(|&(_, n)| n > 0)
@@ -265,13 +326,13 @@ impl Object {
     pub fn has_activity(&self) -> bool {
         self.counters.as_ref().is_some_and(|c| {
             c.acquisitions > 0 || c.contended > 0 || c.busy > 0 || c.timeouts > 0 || c.errors > 0
-        }) || !self.wait_sites.is_empty()
-            || self.kind_counters.iter().any(|&(_, v)| v > 0)
+        }) || !self.wait_sites().is_empty()
+            || self.kind_counters().iter().any(|&(_, v)| v > 0)
     }
 
     pub fn was_contended(&self) -> bool {
         self.counters.as_ref().is_some_and(|c| c.contended > 0)
-            || !self.wait_sites.is_empty()
+            || !self.wait_sites().is_empty()
             || self.kind_counter(counter::READ_CONTENDED) > 0
     }
 
@@ -284,7 +345,7 @@ impl Object {
         let cut = values.len() > MAX_KIND_VALUES;
         values.truncate(MAX_KIND_VALUES);
         values.shrink_to_fit();
-        self.kind_counters = values;
+        self.extra().kind_counters = values;
         cut
     }
 }
@@ -490,6 +551,10 @@ pub struct Overflow {
     pub snapshots_unlisted: u64,
     /// Short-lived object records of (kind, creation chain) pairs beyond [`MAX_CHURN_SITES`].
     pub churn_sites: u64,
+    /// Records kept with a name, path or text cut to [`MAX_NAME`], [`MAX_PATH`] or
+    /// [`MAX_NOTE`] bytes, or a list cut to what is kept of it (segments, threads of a
+    /// deadlock, waiters of a contention record, counters of short-lived objects).
+    pub cut: u64,
 }
 
 impl Overflow {
@@ -524,6 +589,7 @@ impl Overflow {
             + self.chain_frames_cut
             + self.lock_order_edges
             + self.kind_values_cut
+            + self.cut
             > 0
     }
 }
@@ -536,11 +602,12 @@ pub struct Model {
     pub exec: Option<Exec>,
     pub modules: BTreeMap<u32, Module>,
     pub chains: HashMap<u32, Vec<u64>>,
-    pub threads: BTreeMap<u32, Thread>,
-    pub objects: BTreeMap<u64, Object>,
+    pub threads: Table<u32, Thread>,
+    pub objects: Table<u64, Object>,
     pub records: BTreeMap<u64, ContentionRecord>,
     /// Every rise of the global highwater mark, in log order.
     pub highwater: Vec<Highwater>,
+    /// The first [`MAX_DEADLOCKS`] deadlocks, in log order.
     pub deadlocks: Vec<Deadlock>,
     /// How a recorded wait-for cycle broke after all (a timed wait gave up), by the `ns` of its
     /// [`Deadlock`]: the first thread of it to stop waiting.
@@ -565,6 +632,13 @@ pub struct Model {
 impl Model {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Done with adding records: puts back in order what came out of order, and frees the
+    /// room kept for more. (A model not finished reports the same, with more work.)
+    pub fn finish(&mut self) {
+        self.objects.finish();
+        self.threads.finish();
     }
 
     /// Monotonic time the run started; 0 when the start record is missing.
@@ -658,7 +732,7 @@ impl Model {
                 self.overflow.threads += 1;
                 return None;
             }
-            self.threads.insert(
+            self.threads.insert_new(
                 tid,
                 Thread {
                     tid,
@@ -675,7 +749,7 @@ impl Model {
                 self.overflow.objects += 1;
                 return None;
             }
-            self.objects.insert(
+            self.objects.insert_new(
                 object_id,
                 Object {
                     object_id,
@@ -688,7 +762,7 @@ impl Model {
 
     fn record(&mut self, record_id: u64, object_id: u64) -> Option<&mut ContentionRecord> {
         if !self.records.contains_key(&record_id) {
-            if self.records.len() >= MAX_STORED {
+            if self.records.len() >= MAX_RECORDS {
                 self.overflow.contention_records += 1;
                 return None;
             }
@@ -726,14 +800,20 @@ impl Model {
                 self.seen(r.ns);
                 self.run_end = Some(r);
             }
-            Record::Exec(e) => {
+            Record::Exec(mut e) => {
                 self.seen(e.ns);
+                let cut = cut_string(&mut e.path, MAX_PATH);
+                self.count_cut(cut);
                 self.exec = Some(e);
             }
-            Record::Module(m) => {
-                if self.modules.len() >= MAX_STORED && !self.modules.contains_key(&m.module_id) {
+            Record::Module(mut m) => {
+                if self.modules.len() >= MAX_MODULES && !self.modules.contains_key(&m.module_id) {
                     self.overflow.modules += 1;
                 } else {
+                    let mut cut = cut_string(&mut m.path, MAX_PATH);
+                    cut |= cut_list(&mut m.build_id, MAX_BUILD_ID);
+                    cut |= cut_list(&mut m.segments, MAX_SEGMENTS);
+                    self.count_cut(cut);
                     self.modules.insert(m.module_id, m);
                 }
             }
@@ -759,11 +839,13 @@ impl Model {
                     t.is_main = s.is_main != 0;
                 }
             }
-            Record::ThreadName(n) => {
+            Record::ThreadName(mut n) => {
                 self.seen(n.ns);
+                let cut = cut_string(&mut n.name, MAX_NAME);
                 if let Some(t) = self.thread(n.tid) {
                     t.name = Some(n.name);
                 }
+                self.count_cut(cut);
             }
             Record::ThreadExit(e) => {
                 self.seen(e.ns);
@@ -779,10 +861,12 @@ impl Model {
                 }
                 self.thread(tid);
             }
-            Record::ObjectName(n) => {
+            Record::ObjectName(mut n) => {
+                let cut = cut_string(&mut n.name, MAX_NAME);
                 if let Some(o) = self.object(n.object_id) {
-                    o.name = Some(n.name);
+                    o.extra().name = Some(n.name);
                 }
+                self.count_cut(cut);
             }
             Record::ObjectDestroy(d) => {
                 self.seen(d.ns);
@@ -801,8 +885,8 @@ impl Model {
                 let Some(o) = self.object(w.object_id) else {
                     return;
                 };
-                if o.wait_sites.contains_key(&w.chain_id) || !full {
-                    if o.wait_sites.insert(w.chain_id, w).is_none() {
+                if o.wait_sites().contains_key(&w.chain_id) || !full {
+                    if o.extra().wait_sites.insert(w.chain_id, w).is_none() {
                         self.wait_site_count += 1;
                     }
                 } else {
@@ -819,8 +903,10 @@ impl Model {
                 self.thread(holder);
                 self.thread(waiter);
             }
-            Record::ContentionClose(c) => {
+            Record::ContentionClose(mut c) => {
                 self.seen(c.ns);
+                let cut = cut_list(&mut c.waiters, MAX_RECORD_WAITERS);
+                self.count_cut(cut);
                 let object_id = c.object_id;
                 if let Some(r) = self.record(c.record_id, c.object_id) {
                     r.close = Some(c);
@@ -831,9 +917,15 @@ impl Model {
                 self.seen(h.ns);
                 Self::push_history(&mut self.highwater, h, &mut self.overflow.history);
             }
-            Record::Deadlock(d) => {
+            Record::Deadlock(mut d) => {
                 self.seen(d.ns);
-                Self::push_history(&mut self.deadlocks, d, &mut self.overflow.history);
+                if self.deadlocks.len() < MAX_DEADLOCKS {
+                    let cut = cut_list(&mut d.cycle, MAX_CYCLE_EDGES);
+                    self.count_cut(cut);
+                    self.deadlocks.push(d);
+                } else {
+                    self.overflow.history += 1;
+                }
             }
             Record::DeadlockBroken(b) => {
                 self.seen(b.ns);
@@ -841,8 +933,10 @@ impl Model {
                     self.deadlocks_broken.entry(b.deadlock_ns).or_insert(b);
                 }
             }
-            Record::Note(n) => {
+            Record::Note(mut n) => {
                 self.seen(n.ns);
+                let cut = cut_string(&mut n.text, MAX_NOTE);
+                self.count_cut(cut);
                 Self::push_history(&mut self.notes, n, &mut self.overflow.history);
             }
             Record::KindCounters(k) => {
@@ -922,27 +1016,37 @@ impl Model {
                     &mut self.overflow.snapshots_unlisted,
                 );
             }
-            Record::ObjectsQuiet(q) => {
+            Record::ObjectsQuiet(mut q) => {
                 self.seen(q.ns);
                 let key = (q.kind, q.chain_id);
                 if q.count == 0 {
                     self.quiet.remove(&key);
                 } else if self.quiet.contains_key(&key) || self.quiet.len() < MAX_CHURN_SITES {
+                    let cut = cut_list(&mut q.counters, MAX_KIND_VALUES);
+                    self.count_cut(cut);
                     self.quiet.insert(key, q);
                 } else {
                     self.overflow.churn_sites += 1;
                 }
             }
-            Record::ObjectsChurned(c) => {
+            Record::ObjectsChurned(mut c) => {
                 self.seen(c.ns);
                 let key = (c.kind, c.chain_id);
                 if self.churned.contains_key(&key) || self.churned.len() < MAX_CHURN_SITES {
+                    let cut = cut_list(&mut c.counters, MAX_KIND_VALUES);
+                    self.count_cut(cut);
                     self.churned.insert(key, c);
                 } else {
                     self.overflow.churn_sites += 1;
                 }
             }
             Record::Unknown { .. } => {}
+        }
+    }
+
+    fn count_cut(&mut self, cut: bool) {
+        if cut {
+            self.overflow.cut += 1;
         }
     }
 

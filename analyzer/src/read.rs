@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use waitshim_format::{frame_len, DecodeError, FrameReader, Item, OpenError, Record};
+use waitshim_format::{DecodeError, FrameReader, Item, OpenError, Record};
 
 /// Damaged stretches kept for the report; more are counted but not listed.
 const MAX_DAMAGE_LISTED: usize = 100;
@@ -55,6 +55,9 @@ pub struct ReadSummary {
     pub unknown_records: u64,
     /// An I/O error that stopped reading before the end of the file.
     pub io_error: Option<String>,
+    /// Where the file header of another log starts (logs joined with `cat`): reading stopped
+    /// there, and this summary is of the first log only.
+    pub next_log: Option<u64>,
 }
 
 /// The file cannot be read as a log at all.
@@ -105,12 +108,17 @@ pub fn read_from(
         records: 0,
         unknown_records: 0,
         io_error: None,
+        next_log: None,
     };
     loop {
         match reader.next_item() {
-            Ok(Some(Item::Record { offset, record })) => {
+            Ok(Some(Item::Record {
+                offset,
+                len,
+                record,
+            })) => {
                 summary.records += 1;
-                summary.end_offset = offset.saturating_add(frame_len(&record) as u64);
+                summary.end_offset = offset.saturating_add(len);
                 if matches!(record, Record::Unknown { .. }) {
                     summary.unknown_records += 1;
                 }
@@ -141,6 +149,10 @@ pub fn read_from(
     summary.ending = match reader.ending() {
         waitshim_format::Ending::Unwritten => Ending::Unwritten,
         waitshim_format::Ending::Truncated => Ending::Truncated,
+        waitshim_format::Ending::NextLog { offset } => {
+            summary.next_log = Some(offset);
+            Ending::Clean
+        }
         waitshim_format::Ending::Clean | waitshim_format::Ending::Open => Ending::Clean,
     };
     Ok(summary)

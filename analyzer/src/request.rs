@@ -221,6 +221,7 @@ pub fn run(opts: &RequestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
             return EXIT_FAILED;
         }
     };
+    model.finish();
     let analysis = Analysis { summary, model };
     let _ = write!(out, "\n{}", crate::text_report(&analysis, &opts.report));
     0

@@ -2,10 +2,15 @@
 //! from the binaries the log names. Every lookup degrades instead of failing: a module that is gone,
 //! rebuilt (build-id differs) or stripped still gives `module+0xoffset`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use goblin::elf::Elf;
+use object::{Object as _, ObjectSection as _};
 
 use crate::model::Model;
 
@@ -14,8 +19,12 @@ const NT_GNU_BUILD_ID: u32 = 3;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
 const STB_GLOBAL: u8 = 1;
-/// Binaries larger than this are not read for symbols (they would be loaded whole).
-const MAX_ELF_BYTES: u64 = 2 << 30;
+/// Binaries larger than this are not read for symbols (they are read whole); the debug sections
+/// of one module are decompressed up to this many bytes in all.
+pub const MAX_ELF_BYTES: u64 = 1 << 30;
+/// Distinct module files opened per log: a process maps a few hundred at most, and each costs a
+/// read of its file; more only come from a damaged or hostile log.
+pub const MAX_MODULE_FILES: usize = 1000;
 /// Where Debian installs separate debug files, named by build-id.
 const DEBUG_ROOT: &str = "/usr/lib/debug/.build-id";
 /// Inline frames kept per physical frame: bounds what damaged debug info can cost.
@@ -67,9 +76,7 @@ impl Frame {
 
     /// Frames inside the shim itself: never shown, they are how the call was observed.
     pub fn is_shim(&self) -> bool {
-        self.module
-            .as_ref()
-            .is_some_and(|p| p.ends_with("libwaitshim.so"))
+        self.module.as_deref().is_some_and(is_shim_path)
     }
 
     /// Frames of the C runtime, the dynamic loader and the shim.
@@ -151,6 +158,11 @@ impl Frame {
     }
 }
 
+/// Whether a module is the shim itself.
+fn is_shim_path(path: &str) -> bool {
+    path.ends_with("libwaitshim.so")
+}
+
 pub fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -158,11 +170,20 @@ pub fn basename(path: &str) -> &str {
 /// Why a module's symbols could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModuleStatus {
-    Ok { dwarf: bool },
+    Ok {
+        dwarf: bool,
+    },
     Disabled,
     Missing(String),
     BuildIdMismatch,
     NotElf(String),
+    /// The path names something else than a regular file (a FIFO, a device, a directory): it
+    /// is not opened, since reading it could block for ever or never end.
+    NotRegular(&'static str),
+    /// Larger than [`MAX_ELF_BYTES`] (its size).
+    TooLarge(u64),
+    /// Not opened: the log names more than [`MAX_MODULE_FILES`] files.
+    TooMany,
 }
 
 impl ModuleStatus {
@@ -176,6 +197,16 @@ impl ModuleStatus {
                 "build-id differs from the log: the file was rebuilt since the run".into()
             }
             ModuleStatus::NotElf(why) => format!("not a readable ELF file ({why})"),
+            ModuleStatus::NotRegular(what) => {
+                format!("not a regular file but {what}: not opened")
+            }
+            ModuleStatus::TooLarge(size) => format!(
+                "too large to read for symbols ({size} bytes; the limit is {} MiB)",
+                MAX_ELF_BYTES >> 20
+            ),
+            ModuleStatus::TooMany => {
+                format!("not opened: the log names more than {MAX_MODULE_FILES} module files")
+            }
         }
     }
 
@@ -190,10 +221,13 @@ struct Sym {
     name: String,
 }
 
+/// What DWARF is read through: sections copied out of the file, shared by reference count.
+type DwarfReader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
+
 struct Loaded {
     symbols: Vec<Sym>,
     /// DWARF sources, the binary first, then its separate debug file.
-    dwarf: Vec<addr2line::Loader>,
+    dwarf: Vec<addr2line::Context<DwarfReader>>,
 }
 
 struct ModuleMap {
@@ -201,19 +235,54 @@ struct ModuleMap {
     base: u64,
     path: String,
     build_id: Vec<u8>,
-    /// Absolute address ranges of the module's segments.
-    ranges: Vec<(u64, u64)>,
     status: ModuleStatus,
-    loaded: Option<Loaded>,
+    loaded: Option<Rc<Loaded>>,
     attempted: bool,
 }
+
+/// Addresses symbolized and kept for reuse at most, and chain sites: the caches start afresh
+/// when full, so that symbolizing millions of distinct chains stays within a fixed memory.
+const MAX_CACHED: usize = 1 << 16;
 
 /// Symbolizes addresses of one log's modules; caches per module and per address.
 pub struct Symbolizer {
     enabled: bool,
     modules: Vec<ModuleMap>,
+    /// Which module each address range belongs to, by range start: ranges do not overlap, a
+    /// later module's segment having replaced what it covers of earlier ones.
+    ranges: BTreeMap<u64, (u64, usize)>,
+    /// Files read, by path and build-id, with what came of it: modules of a log that name the
+    /// same file share it, and at most [`MAX_MODULE_FILES`] are read.
+    files: HashMap<(String, Vec<u8>), Result<Rc<Loaded>, ModuleStatus>>,
     /// The logical frames of an address (see [`Symbolizer::frames`]).
     cache: HashMap<(u64, bool), Vec<Frame>>,
+    /// The site of a chain (see [`Symbolizer::site`]).
+    sites: HashMap<u32, Option<Frame>>,
+}
+
+/// Gives `[lo, hi)` to module `m` in a map of non-overlapping ranges, cutting what earlier
+/// ranges had of it.
+fn paint(ranges: &mut BTreeMap<u64, (u64, usize)>, lo: u64, hi: u64, m: usize) {
+    if lo >= hi {
+        return;
+    }
+    if let Some((&start, &(end, owner))) = ranges.range(..lo).next_back() {
+        if end > lo {
+            ranges.insert(start, (lo, owner));
+            if end > hi {
+                ranges.insert(hi, (end, owner));
+            }
+        }
+    }
+    let covered: Vec<u64> = ranges.range(lo..hi).map(|(&start, _)| start).collect();
+    for start in covered {
+        if let Some((end, owner)) = ranges.remove(&start) {
+            if end > hi {
+                ranges.insert(hi, (end, owner));
+            }
+        }
+    }
+    ranges.insert(lo, (hi, m));
 }
 
 impl Symbolizer {
@@ -224,44 +293,41 @@ impl Symbolizer {
             .as_ref()
             .map(|r| r.exe.clone())
             .unwrap_or_default();
-        let modules = model
-            .modules
-            .values()
-            .map(|m| {
-                let ranges = m
-                    .segments
-                    .iter()
-                    .map(|s| {
-                        let lo = m.base.wrapping_add(s.vaddr);
-                        (lo, lo.saturating_add(s.memsz))
-                    })
-                    .collect();
-                // The main program may be logged without a path: the run's exe names it.
-                let path = if m.path.is_empty() {
-                    exe.clone()
+        let mut ranges = BTreeMap::new();
+        let mut modules = Vec::new();
+        for (i, m) in model.modules.values().enumerate() {
+            // Later modules win: an address range reused after dlclose belongs to the newer one.
+            for s in &m.segments {
+                let lo = m.base.wrapping_add(s.vaddr);
+                paint(&mut ranges, lo, lo.saturating_add(s.memsz), i);
+            }
+            // The main program may be logged without a path: the run's exe names it.
+            let path = if m.path.is_empty() {
+                exe.clone()
+            } else {
+                m.path.clone()
+            };
+            modules.push(ModuleMap {
+                module_id: m.module_id,
+                base: m.base,
+                path,
+                build_id: m.build_id.clone(),
+                status: if enabled {
+                    ModuleStatus::Ok { dwarf: false }
                 } else {
-                    m.path.clone()
-                };
-                ModuleMap {
-                    module_id: m.module_id,
-                    base: m.base,
-                    path,
-                    build_id: m.build_id.clone(),
-                    ranges,
-                    status: if enabled {
-                        ModuleStatus::Ok { dwarf: false }
-                    } else {
-                        ModuleStatus::Disabled
-                    },
-                    loaded: None,
-                    attempted: false,
-                }
-            })
-            .collect();
+                    ModuleStatus::Disabled
+                },
+                loaded: None,
+                attempted: false,
+            });
+        }
         Symbolizer {
             enabled,
             modules,
+            ranges,
+            files: HashMap::new(),
             cache: HashMap::new(),
+            sites: HashMap::new(),
         }
     }
 
@@ -272,6 +338,73 @@ impl Symbolizer {
             .filter(|m| m.attempted || !self.enabled)
             .map(|m| (m.module_id, m.path.clone(), m.status.clone()))
             .collect()
+    }
+
+    /// The module whose segment contains `probe`.
+    fn module_of(&self, probe: u64) -> Option<usize> {
+        let (_, &(end, m)) = self.ranges.range(..=probe).next_back()?;
+        (probe < end).then_some(m)
+    }
+
+    /// Reads module `i`'s file, once per distinct file.
+    fn load(&mut self, i: usize) {
+        let Some(m) = self.modules.get_mut(i) else {
+            return;
+        };
+        m.attempted = true;
+        let key = (m.path.clone(), m.build_id.clone());
+        let loaded = match self.files.get(&key) {
+            Some(l) => l.clone(),
+            None => {
+                let l = if self.files.len() >= MAX_MODULE_FILES {
+                    Err(ModuleStatus::TooMany)
+                } else {
+                    load_module(&m.path, &m.build_id).map(Rc::new)
+                };
+                self.files.insert(key, l.clone());
+                l
+            }
+        };
+        match loaded {
+            Ok(l) => {
+                m.status = ModuleStatus::Ok {
+                    dwarf: !l.dwarf.is_empty(),
+                };
+                m.loaded = Some(l);
+            }
+            Err(status) => m.status = status,
+        }
+    }
+
+    /// Opens the files of the modules that contain any of `addrs` (as [`Symbolizer::frames`]
+    /// takes them), so that [`Symbolizer::module_status`] is complete before anything is
+    /// symbolized.
+    pub fn open_modules(&mut self, addrs: impl Iterator<Item = (u64, bool)>) {
+        if !self.enabled {
+            return;
+        }
+        let mut left = self.modules.iter().filter(|m| !m.attempted).count();
+        for (addr, return_address) in addrs {
+            if left == 0 {
+                break;
+            }
+            let probe = if return_address {
+                addr.saturating_sub(1)
+            } else {
+                addr
+            };
+            let Some(i) = self.module_of(probe) else {
+                continue;
+            };
+            let wanted = self
+                .modules
+                .get(i)
+                .is_some_and(|m| !m.attempted && !is_shim_path(&m.path));
+            if wanted {
+                self.load(i);
+                left -= 1;
+            }
+        }
     }
 
     /// The logical frames of one address, innermost first: the functions inlined at it (marked
@@ -293,39 +426,32 @@ impl Symbolizer {
             ..Frame::default()
         };
         let mut frames = Vec::new();
-        // Later modules win: an address range reused after dlclose belongs to the newer one.
-        let found = self
-            .modules
-            .iter()
-            .rposition(|m| m.ranges.iter().any(|&(lo, hi)| probe >= lo && probe < hi));
-        if let Some(m) = found.and_then(|i| self.modules.get_mut(i)) {
-            frame.module = Some(m.path.clone());
-            frame.module_offset = Some(addr.wrapping_sub(m.base));
+        if let Some(i) = self.module_of(probe) {
+            let (path, base, attempted) = match self.modules.get(i) {
+                Some(m) => (m.path.clone(), m.base, m.attempted),
+                None => (String::new(), 0, true),
+            };
+            frame.module = Some(path);
+            frame.module_offset = Some(addr.wrapping_sub(base));
             // The shim's own frames are never shown: no need to read its symbols.
             if self.enabled && !frame.is_shim() {
-                if !m.attempted {
-                    m.attempted = true;
-                    match load_module(&m.path, &m.build_id) {
-                        Ok(l) => {
-                            m.status = ModuleStatus::Ok {
-                                dwarf: !l.dwarf.is_empty(),
-                            };
-                            m.loaded = Some(l);
-                        }
-                        Err(status) => m.status = status,
-                    }
+                if !attempted {
+                    self.load(i);
                 }
-                if let Some(l) = &m.loaded {
+                if let Some(l) = self.modules.get(i).and_then(|m| m.loaded.as_ref()) {
                     frames = resolve(
                         l,
-                        probe.wrapping_sub(m.base),
-                        addr.wrapping_sub(m.base),
+                        probe.wrapping_sub(base),
+                        addr.wrapping_sub(base),
                         &mut frame,
                     );
                 }
             }
         }
         frames.push(frame);
+        if self.cache.len() >= MAX_CACHED {
+            self.cache.clear();
+        }
         self.cache.insert((addr, return_address), frames.clone());
         frames
     }
@@ -357,7 +483,19 @@ impl Symbolizer {
     /// Where the chain happened, in the program's terms (see [`site_frame`]): where an object
     /// was created, a thread started, a waiter waited or a holder released.
     pub fn site(&mut self, model: &Model, chain_id: u32) -> Option<Frame> {
-        site_frame(&self.chain(model, chain_id)).cloned()
+        if let Some(site) = self.sites.get(&chain_id) {
+            return site.clone();
+        }
+        let site = site_frame(&self.chain(model, chain_id)).cloned();
+        // A chain a live log has not shown yet may come later.
+        if !model.chains.contains_key(&chain_id) {
+            return site;
+        }
+        if self.sites.len() >= MAX_CACHED {
+            self.sites.clear();
+        }
+        self.sites.insert(chain_id, site.clone());
+        site
     }
 }
 
@@ -420,9 +558,11 @@ struct DwarfFrame {
 
 /// The inline chain DWARF gives for `probe`, innermost first, the physical function last; empty
 /// when the debug info has nothing there or cannot be read.
-fn dwarf_frames(dwarf: &addr2line::Loader, probe: u64) -> Vec<DwarfFrame> {
+fn dwarf_frames(dwarf: &addr2line::Context<DwarfReader>, probe: u64) -> Vec<DwarfFrame> {
     let mut out = Vec::new();
-    if let Ok(mut iter) = dwarf.find_frames(probe) {
+    // Split DWARF (`.dwo`, `.dwp` files) is not followed: their paths come from the binary,
+    // which may be anything.
+    if let Ok(mut iter) = dwarf.find_frames(probe).skip_all_loads() {
         loop {
             match iter.next() {
                 Ok(Some(f)) => {
@@ -518,12 +658,125 @@ fn debug_file_path(build_id: &[u8]) -> Option<PathBuf> {
     )
 }
 
+/// What a file that is not a regular one is, in words.
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+/// Reads a binary named by a log, which can name anything: only a regular file is opened
+/// (checked before opening, and again on the opened file, since the path can change in
+/// between), without blocking (a FIFO would wait for a writer for ever), and only as many
+/// bytes as it had when opened, at most [`MAX_ELF_BYTES`] (`/dev/zero` would never end).
 fn read_elf_bytes(path: &Path) -> Result<Vec<u8>, ModuleStatus> {
     let meta = std::fs::metadata(path).map_err(|e| ModuleStatus::Missing(e.to_string()))?;
-    if meta.len() > MAX_ELF_BYTES {
-        return Err(ModuleStatus::NotElf("file too large".into()));
+    if !meta.file_type().is_file() {
+        return Err(ModuleStatus::NotRegular(file_kind(meta.file_type())));
     }
-    std::fs::read(path).map_err(|e| ModuleStatus::Missing(e.to_string()))
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| ModuleStatus::Missing(e.to_string()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| ModuleStatus::Missing(e.to_string()))?;
+    if !meta.file_type().is_file() {
+        return Err(ModuleStatus::NotRegular(file_kind(meta.file_type())));
+    }
+    if meta.len() > MAX_ELF_BYTES {
+        return Err(ModuleStatus::TooLarge(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    bytes
+        .try_reserve_exact(meta.len() as usize)
+        .map_err(|e| ModuleStatus::Missing(e.to_string()))?;
+    file.take(meta.len())
+        .read_to_end(&mut bytes)
+        .map_err(|e| ModuleStatus::Missing(e.to_string()))?;
+    Ok(bytes)
+}
+
+/// One DWARF section of `file`, decompressed if need be, within `budget` bytes of
+/// decompressed data left for the module (a compressed section can claim any size). A section
+/// that is absent, damaged or over the budget is empty: lookups then find nothing in it.
+fn dwarf_section(file: &object::File<'_>, name: &str, budget: &mut u64) -> Rc<[u8]> {
+    let empty: Rc<[u8]> = Rc::from(&[][..]);
+    let Some(section) = file.section_by_name(name) else {
+        return empty;
+    };
+    let Ok(c) = section.compressed_data() else {
+        return empty;
+    };
+    if c.format == object::CompressionFormat::None {
+        return Rc::from(c.data);
+    }
+    if c.uncompressed_size > *budget {
+        return empty;
+    }
+    *budget -= c.uncompressed_size;
+    let size = c.uncompressed_size as usize;
+    let data = match c.format {
+        // Inflates into a buffer of the size the header claims, never beyond it.
+        object::CompressionFormat::Zlib => c.decompress().ok().map(|d| d.into_owned()),
+        object::CompressionFormat::Zstandard => zstd(c.data, size),
+        _ => None,
+    };
+    data.filter(|d| d.len() == size)
+        .map_or(empty, |d| Rc::from(d.into_boxed_slice()))
+}
+
+/// Zstandard frames decompressed into at most `size` bytes (one more tells the data lied).
+fn zstd(mut input: &[u8], size: usize) -> Option<Vec<u8>> {
+    use ruzstd::decoding::errors::{FrameDecoderError, ReadFrameHeaderError};
+    let mut out = Vec::new();
+    while !input.is_empty() && out.len() <= size {
+        let decoder = match ruzstd::decoding::StreamingDecoder::new(&mut input) {
+            Ok(d) => d,
+            Err(FrameDecoderError::ReadFrameHeaderError(ReadFrameHeaderError::SkipFrame {
+                length,
+                ..
+            })) => {
+                input = input.get(length as usize..)?;
+                continue;
+            }
+            Err(_) => return None,
+        };
+        let room = (size + 1 - out.len()) as u64;
+        decoder.take(room).read_to_end(&mut out).ok()?;
+    }
+    Some(out)
+}
+
+/// The DWARF of an ELF image, if it has any that can be read.
+fn dwarf_context(bytes: &[u8]) -> Option<addr2line::Context<DwarfReader>> {
+    let file = object::File::parse(bytes).ok()?;
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let mut budget = MAX_ELF_BYTES;
+    let mut dwarf = gimli::Dwarf::load(|id| -> Result<DwarfReader, gimli::Error> {
+        Ok(gimli::EndianRcSlice::new(
+            dwarf_section(&file, id.name(), &mut budget),
+            endian,
+        ))
+    })
+    .ok()?;
+    dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
+    addr2line::Context::from_dwarf(dwarf).ok()
 }
 
 /// Function symbols of one symbol table, sorted by address, one per address (sized, global
@@ -570,8 +823,7 @@ fn has_debug_info(elf: &Elf<'_>) -> bool {
 }
 
 fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatus> {
-    let path = Path::new(path);
-    let bytes = read_elf_bytes(path)?;
+    let bytes = read_elf_bytes(Path::new(path))?;
     let elf = Elf::parse(&bytes).map_err(|e| ModuleStatus::NotElf(e.to_string()))?;
     let file_build_id = build_id(&elf, &bytes);
     if let Some(id) = &file_build_id {
@@ -582,21 +834,17 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
     let mut symbols = function_symbols(&elf, false);
     let mut dwarf = Vec::new();
     if has_debug_info(&elf) {
-        if let Ok(l) = addr2line::Loader::new(path) {
-            dwarf.push(l);
-        }
+        dwarf.extend(dwarf_context(&bytes));
     }
     let id = file_build_id.unwrap_or_else(|| logged_build_id.to_vec());
-    if let Some(debug_path) = debug_file_path(&id).filter(|p| p.is_file()) {
+    if let Some(debug_path) = debug_file_path(&id) {
         if let Ok(debug_bytes) = read_elf_bytes(&debug_path) {
             if let Ok(debug_elf) = Elf::parse(&debug_bytes) {
                 if symbols.is_empty() {
                     symbols = function_symbols(&debug_elf, false);
                 }
                 if has_debug_info(&debug_elf) {
-                    if let Ok(l) = addr2line::Loader::new(&debug_path) {
-                        dwarf.push(l);
-                    }
+                    dwarf.extend(dwarf_context(&debug_bytes));
                 }
             }
         }

@@ -1,14 +1,23 @@
-//! Property test: any log — random records with extreme values, then random damage — goes through
-//! the whole analyzer (read, model, symbolize, text and JSON reports) without a panic. Runs a
-//! bounded number of cases so the test suite stays a few seconds long.
+//! Hostile logs. A property test: any log — random records with extreme values, then random
+//! damage — goes through the whole analyzer (read, model, symbolize, text and JSON reports)
+//! without a panic. Then a real log, the convoy fixture run under the shim
+//! (`data/convoy-real.log`), cut at every offset, its bits flipped, ranges overwritten, frames
+//! claiming huge lengths and counts added, joined with other logs, followed by zeros: every case
+//! within a time limit (a hang fails the test), reported without a panic. Last, the analyzer
+//! binary on a crafted log that asks for as much memory as the model keeps: its peak memory
+//! stays under a stated limit. Module paths that are not regular files are in `input.rs`.
+//! Each part runs a bounded number of cases, so that the whole file takes seconds.
 
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use waitshim_analyze::{analyze_bytes, json_report, lockorder, text_report, Options, SortKey};
+use waitshim_format::frame::{FRAME_HEADER_LEN, MAX_BODY_LEN};
 use waitshim_format::*;
 
 /// Times: mostly plausible, sometimes anything (a damaged log can claim any value).
@@ -507,12 +516,15 @@ fn sort_key() -> impl Strategy<Value = SortKey> {
     ]
 }
 
+/// Both reports of a log, if it is one: the text, and the JSON as the command writes it.
 fn analyze_everything(bytes: &[u8], opts: &Options) {
     if let Ok(a) = analyze_bytes(bytes, Path::new("fuzz.log")) {
         let t = text_report(&a, opts);
         assert!(t.starts_with("waitshim report: fuzz.log"));
-        let j = json_report(&a, opts);
-        assert!(serde_json::to_string(&j).is_ok());
+        let mut json = Vec::new();
+        waitshim_analyze::report::json::write_document(&mut json, std::iter::once(a), opts)
+            .expect("write JSON");
+        assert!(serde_json::from_slice::<serde_json::Value>(&json).is_ok());
     }
 }
 
@@ -646,5 +658,437 @@ proptest! {
     #[test]
     fn random_bytes_are_refused_or_reported(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
         analyze_everything(&bytes, &Options::default());
+    }
+}
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
+}
+
+/// A real log: the convoy fixture (4 threads) run under the shim.
+fn real_log() -> Vec<u8> {
+    std::fs::read(data().join("convoy-real.log")).expect("tests/data/convoy-real.log")
+}
+
+/// A case that takes longer than this hangs.
+const CASE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Runs `report` on each case on a thread of its own, and fails naming the case if one panics
+/// or does not end within [`CASE_LIMIT`].
+fn each_within_limit(cases: Vec<(String, Vec<u8>)>, report: fn(&[u8])) {
+    let names: Vec<String> = cases.iter().map(|(n, _)| n.clone()).collect();
+    let (tx, rx) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        for (i, (_, bytes)) in cases.iter().enumerate() {
+            report(bytes);
+            if tx.send(i).is_err() {
+                return;
+            }
+        }
+    });
+    for name in &names {
+        match rx.recv_timeout(CASE_LIMIT) {
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("case {name} still running after {CASE_LIMIT:?}: a hang")
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // The worker panicked on this case: show its message.
+                eprintln!("case {name} panicked");
+                if let Err(e) = worker.join() {
+                    std::panic::resume_unwind(e);
+                }
+                return;
+            }
+        }
+    }
+    worker.join().expect("worker");
+}
+
+fn without_symbols(bytes: &[u8]) {
+    analyze_everything(
+        bytes,
+        &Options {
+            symbols: false,
+            ..Options::default()
+        },
+    );
+}
+
+fn with_symbols(bytes: &[u8]) {
+    analyze_everything(bytes, &Options::default());
+}
+
+/// A small deterministic generator, so that every run tries the same cases.
+struct Xorshift(u64);
+
+impl Xorshift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[test]
+fn a_real_log_cut_at_every_offset_is_reported() {
+    let log = real_log();
+    let cases = (0..=log.len())
+        .map(|n| (format!("cut at {n}"), log[..n].to_vec()))
+        .collect();
+    each_within_limit(cases, without_symbols);
+}
+
+#[test]
+fn a_real_log_with_bits_flipped_is_reported() {
+    let log = real_log();
+    let mut rng = Xorshift(0x9e37_79b9_7f4a_7c15);
+    let mut cases = Vec::new();
+    // Every bit of the file header, then single bits anywhere, then several at once.
+    for bit in 0..FILE_HEADER_LEN * 8 {
+        let mut b = log.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        cases.push((format!("header bit {bit}"), b));
+    }
+    for _ in 0..1500 {
+        let mut b = log.clone();
+        let bit = rng.below(b.len() * 8);
+        b[bit / 8] ^= 1 << (bit % 8);
+        cases.push((format!("bit {bit}"), b));
+    }
+    for round in 0..300 {
+        let mut b = log.clone();
+        for _ in 0..1 + rng.below(16) {
+            let at = rng.below(b.len());
+            b[at] ^= 1 << rng.below(8);
+        }
+        cases.push((format!("several bits, round {round}"), b));
+    }
+    each_within_limit(cases, without_symbols);
+}
+
+#[test]
+fn a_real_log_with_ranges_overwritten_is_reported() {
+    let log = real_log();
+    let mut rng = Xorshift(0x2545_f491_4f6c_dd1d);
+    let mut cases = Vec::new();
+    for round in 0..600 {
+        let mut b = log.clone();
+        let at = rng.below(b.len());
+        let len = 1 + rng.below(256).min(b.len() - at - 1);
+        let how = rng.below(4);
+        match how {
+            0 => b[at..at + len].fill(0),
+            1 => b[at..at + len].fill(0xff),
+            2 => b[at..at + len]
+                .iter_mut()
+                .for_each(|x| *x = rng.next() as u8),
+            // Bytes of elsewhere in the log: whole frames where they do not belong.
+            _ => {
+                let from = rng.below(log.len() - len);
+                b[at..at + len].copy_from_slice(&log[from..from + len]);
+            }
+        }
+        cases.push((
+            format!("{len} bytes at {at} overwritten ({how}), round {round}"),
+            b,
+        ));
+    }
+    each_within_limit(cases, without_symbols);
+}
+
+/// A frame with a valid checksum whose body claims `claim` items or bytes in its first list or
+/// string, with `body` bytes after the claim.
+fn claiming(ty: u16, prefix: &[u8], claim: u32, body: usize) -> Vec<u8> {
+    let mut b = prefix.to_vec();
+    b.extend(claim.to_le_bytes());
+    b.resize(b.len() + body, 0xa5);
+    common::raw_frame(ty, &b)
+}
+
+/// Frames that claim more than they hold, or the most a frame can hold.
+fn huge_frames() -> Vec<(String, Vec<u8>)> {
+    let id = 7u64.to_le_bytes();
+    let mut frames = vec![
+        // A chain of u32::MAX frames, a module path of 4 GiB, a deadlock of u32::MAX threads.
+        (
+            "chain claims 4G frames".into(),
+            claiming(3, &7u32.to_le_bytes(), u32::MAX, 64),
+        ),
+        (
+            "module path claims 4 GiB".into(),
+            claiming(
+                2,
+                &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+                u32::MAX,
+                64,
+            ),
+        ),
+        (
+            "note claims 4 GiB".into(),
+            claiming(17, &[1; 9], u32::MAX, 16),
+        ),
+        (
+            "deadlock claims 4G threads".into(),
+            claiming(15, &[1; 12], u32::MAX, 24),
+        ),
+        (
+            "kind counters claim 4G values".into(),
+            claiming(18, &[id, id].concat(), u32::MAX, 10),
+        ),
+    ];
+    // A frame header claiming a body longer than any frame: damage.
+    let mut long = common::raw_frame(17, &[0; 16]);
+    long[4..8].copy_from_slice(&(MAX_BODY_LEN as u32 + 1).to_le_bytes());
+    frames.push(("body longer than any frame".into(), long));
+    let mut longest = common::raw_frame(17, &[0; 16]);
+    longest[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    frames.push(("body of 4 GiB".into(), longest));
+    // The largest valid frames: a chain, a deadlock and a contention record as long as a
+    // frame can be, with valid checksums.
+    let n = (MAX_BODY_LEN - 8) / 8;
+    let mut rec = common::LogBuilder::new_empty();
+    rec.push(Chain {
+        chain_id: 9,
+        frames: (0..n as u64).collect(),
+    });
+    frames.push(("largest chain".into(), rec.bytes));
+    let mut rec = common::LogBuilder::new_empty();
+    rec.push(Deadlock {
+        ns: 1,
+        detected_by: 1,
+        cycle: (0..(MAX_BODY_LEN - 16) / 20)
+            .map(|i| DeadlockEdge {
+                tid: i as u32,
+                object_id: i as u64,
+                wait_chain: 9,
+                holder_tid: i as u32 + 1,
+            })
+            .collect(),
+    });
+    frames.push(("largest deadlock".into(), rec.bytes));
+    let mut rec = common::LogBuilder::new_empty();
+    rec.push(ContentionClose {
+        record_id: 1,
+        object_id: 1,
+        waiters: (0..(MAX_BODY_LEN - 64) / 16)
+            .map(|i| WaiterRef {
+                tid: i as u32,
+                chain_id: 9,
+                wait_ns: 1,
+            })
+            .collect(),
+        ..ContentionClose::default()
+    });
+    frames.push(("largest contention record".into(), rec.bytes));
+    assert!(frames
+        .iter()
+        .all(|(_, f)| f.len() <= MAX_BODY_LEN + FRAME_HEADER_LEN + 3));
+    frames
+}
+
+#[test]
+fn frames_claiming_huge_lengths_and_counts_are_reported() {
+    let log = real_log();
+    let mut cases = Vec::new();
+    for (what, frame) in huge_frames() {
+        // After the header, in the middle (at the first frame boundary past it), at the end.
+        let mid = frame_boundary_after(&log, log.len() / 2);
+        for (place, at) in [
+            ("start", FILE_HEADER_LEN),
+            ("middle", mid),
+            ("end", log.len()),
+        ] {
+            let mut b = log[..at].to_vec();
+            b.extend(&frame);
+            b.extend(&log[at..]);
+            cases.push((format!("{what} at the {place}"), b));
+        }
+    }
+    each_within_limit(cases, without_symbols);
+}
+
+/// The offset of the first frame that starts at or after `at`.
+fn frame_boundary_after(log: &[u8], at: usize) -> usize {
+    let mut reader = FrameReader::new(log).expect("a log");
+    while let Ok(Some(item)) = reader.next_item() {
+        if let Item::Record { offset, .. } = item {
+            if offset as usize >= at {
+                return offset as usize;
+            }
+        }
+    }
+    log.len()
+}
+
+#[test]
+fn logs_joined_and_logs_followed_by_zeros_are_reported() {
+    let log = real_log();
+    let golden = std::fs::read(data().join("golden.log")).expect("golden.log");
+    let mut cases = vec![
+        ("two real logs".to_string(), [&log[..], &log[..]].concat()),
+        (
+            "a real log and another".into(),
+            [&log[..], &golden[..]].concat(),
+        ),
+        (
+            "two headers".into(),
+            [&log[..FILE_HEADER_LEN], &log[..FILE_HEADER_LEN]].concat(),
+        ),
+        (
+            "a real log and a header".into(),
+            [&log[..], &log[..FILE_HEADER_LEN]].concat(),
+        ),
+        (
+            "a real log and zeros".into(),
+            [&log[..], &[0; 1 << 16][..]].concat(),
+        ),
+        (
+            "zeros then another log".into(),
+            [&log[..], &[0; 999][..], &golden[..]].concat(),
+        ),
+    ];
+    for n in (FILE_HEADER_LEN..log.len()).step_by(37) {
+        cases.push((
+            format!("cut at {n}, then another log"),
+            [&log[..n], &golden[..]].concat(),
+        ));
+        cases.push((
+            format!("cut at {n}, then zeros"),
+            [&log[..n], &[0; 4096][..]].concat(),
+        ));
+    }
+    let mut middle = log.clone();
+    let half = middle.len() / 2;
+    middle[half..half + 512].fill(0);
+    cases.push(("512 zeros in the middle".into(), middle));
+    each_within_limit(cases.clone(), without_symbols);
+    // The binaries the real log names exist on the machine that made it, and some (libc)
+    // everywhere: symbolize a few of these too.
+    each_within_limit(cases.into_iter().take(6).collect(), with_symbols);
+}
+
+/// Objects (and as many threads and chains) of [`memory_hungry_log`].
+const HUNGRY: u32 = 10_000;
+/// What the analyzer may use at most on [`memory_hungry_log`], in KiB (it uses about 60 MiB).
+const HUNGRY_LIMIT_KB: u64 = 160 << 10;
+
+/// A log that asks the model for as much memory as it keeps per item, in every collection:
+/// objects with a name, a wait site, every kind counter and counters, each created at a chain
+/// of its own deeper than kept; named threads; contention records with more waiters than kept;
+/// deadlocks of more threads than kept; long notes; lock-order edges with more witnesses than
+/// kept. About 40 MB.
+fn memory_hungry_log() -> Vec<u8> {
+    let mut b = common::LogBuilder::started("/nonexistent/app", &["app"]);
+    let long = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+    for i in 1..=HUNGRY {
+        let id = u64::from(i);
+        b.chain(
+            i,
+            &(0..100)
+                .map(|f| 0x5555_0000_0000 + id * 1000 + f)
+                .collect::<Vec<_>>(),
+        );
+        b.push(ThreadStart {
+            tid: i,
+            parent_tid: 1,
+            ns: common::T0,
+            start_routine: 0x5555_0000_0000 + id,
+            chain_id: i,
+            is_main: 0,
+        });
+        b.push(ThreadName {
+            tid: i,
+            ns: common::T0,
+            name: long('t', 300),
+        });
+        b.object(ObjectKind::Mutex, id, 0x7000_0000 + id * 64, i);
+        b.push(ObjectName {
+            object_id: id,
+            name: long('o', 300),
+        });
+        b.push(WaitSite {
+            object_id: id,
+            chain_id: i,
+            count: 1,
+            wait_total_ns: 1,
+            wait_max_ns: 1,
+        });
+        b.kind_counters(id, &(0..80).map(|k| (k, u64::from(k))).collect::<Vec<_>>());
+        b.counters(id, 10, 5, id);
+        for w in 0..10 {
+            b.lock_order(id, id + 1, w, i);
+        }
+    }
+    for r in 1..=u64::from(HUNGRY / 10) {
+        b.open(r, r, 3, 10, (1, 1));
+        b.push(ContentionClose {
+            record_id: r,
+            object_id: r,
+            ns: common::T0 + 20,
+            level: 3,
+            elapsed_ns: 10,
+            threads_tried: 100,
+            holder_tid: 2,
+            holder_chain: 2,
+            waiters: (0..100)
+                .map(|t| WaiterRef {
+                    tid: t,
+                    chain_id: t,
+                    wait_ns: 5,
+                })
+                .collect(),
+            waiters_total: 100,
+            coalesced: 0,
+        });
+    }
+    for _ in 0..100 {
+        b.push(Deadlock {
+            ns: common::T0,
+            detected_by: 1,
+            cycle: (0..2000)
+                .map(|t| DeadlockEdge {
+                    tid: t,
+                    object_id: u64::from(t),
+                    wait_chain: t,
+                    holder_tid: t + 1,
+                })
+                .collect(),
+        });
+    }
+    for _ in 0..1000 {
+        b.push(Note {
+            ns: common::T0,
+            level: note_level::WARNING,
+            text: long('n', 10_000),
+        });
+    }
+    b.end(1000 * common::MS, 3);
+    b.bytes
+}
+
+#[test]
+fn memory_stays_within_its_limit_on_a_log_built_to_fill_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("hungry.log");
+    std::fs::write(&log, memory_hungry_log()).expect("write");
+    for mode in ["--json", "--sort=hwm", "--sort=outer:2"] {
+        let r = common::run_analyzer(&[mode.as_ref(), log.as_os_str()], Duration::from_secs(300));
+        assert_eq!(r.code, Some(0), "{}", r.stderr);
+        eprintln!("{mode}: peak {} KiB", r.max_rss_kb);
+        assert!(r.max_rss_kb > 0, "the analyzer's memory was not seen");
+        assert!(
+            r.max_rss_kb < HUNGRY_LIMIT_KB,
+            "{mode}: peak {} KiB, over the {HUNGRY_LIMIT_KB} KiB limit",
+            r.max_rss_kb
+        );
+        assert!(r
+            .stdout
+            .contains("records with a name, path, text or list cut"));
     }
 }

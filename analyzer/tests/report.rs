@@ -115,8 +115,17 @@ fn json_report_follows_the_schema() {
         j["chains"]["10"][0]["addr"],
         format!("{:#x}", APP_BASE + 0x2010)
     );
-    let doc = waitshim_analyze::report::json::document(vec![j]);
+    // The document the command writes, as it makes it, holds the same report.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = b.write(dir.path(), "test.log");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = waitshim_analyze::run(&[path], &Options::default(), true, &mut out, &mut err);
+    assert_eq!(code, 0);
+    let doc: Value = serde_json::from_slice(&out).expect("JSON");
     assert_eq!(doc["schema"], "waitshim-report/1");
+    let mut streamed = doc["logs"][0].clone();
+    streamed["file"] = j["file"].clone();
+    assert_eq!(streamed, j);
 }
 
 #[test]
@@ -489,4 +498,34 @@ fn an_opener_that_turned_out_to_be_the_holder_is_not_listed_as_a_waiter() {
     );
     assert!(rec.contains("waiters (0):"), "{rec}");
     assert!(!rec.contains("waited at:"), "{rec}");
+}
+
+#[test]
+fn text_of_many_objects_and_threads_shows_the_busiest_thousand_and_counts_the_rest() {
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    for tid in 1..=1500u32 {
+        b.thread(tid, "");
+    }
+    for id in 1..=1500u64 {
+        b.mutex(id, 0x1000 * id, 0);
+        b.counters(id, 10, 1, id * MS);
+        b.push(WaitSite {
+            object_id: id,
+            chain_id: 0,
+            count: 1,
+            wait_total_ns: id * MS,
+            wait_max_ns: id * MS,
+        });
+    }
+    b.end(3000 * MS, 1);
+    let r = text(&b, &Options::default());
+    assert!(r.contains("  MUTEXES (1500)"), "{r}");
+    assert!(r.contains("  ... 500 more with less wait (all are in the JSON report)"));
+    assert!(r.contains("mutex#1500"), "the busiest is shown");
+    assert!(!r.contains("mutex#1 "), "the least busy is not");
+    assert!(r.contains("  ... 500 more threads (all are in the JSON report)"));
+    assert!(r.contains("  ... 1400 more objects with less wait (all are in the JSON report)"));
+    let j = json(&b, &Options::default());
+    assert_eq!(j["objects"].as_array().map(Vec::len), Some(1500));
+    assert_eq!(j["threads"].as_array().map(Vec::len), Some(1500));
 }

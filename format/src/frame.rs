@@ -80,8 +80,13 @@ pub fn file_header() -> [u8; FILE_HEADER_LEN] {
 /// What the reader found at one place in the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Item {
+    /// A record, and where its frame lies: `len` is the frame's length in the file (header,
+    /// body and padding), so the next frame starts at `offset + len`. That holds for a record of
+    /// a type this reader does not know and for one a newer writer extended with fields at its
+    /// end, whose re-encoding ([`frame_len`]) would be shorter.
     Record {
         offset: u64,
+        len: u64,
         record: Record,
     },
     /// Bytes that could not be read as frames; reading resumed after them.
@@ -103,6 +108,10 @@ pub enum Ending {
     Unwritten,
     /// The file ends in the middle of a frame.
     Truncated,
+    /// The file header of another log starts at `offset` (logs joined with `cat`): the reader
+    /// stops there, at the end of the first log. A new reader over the bytes from `offset` reads
+    /// the next one.
+    NextLog { offset: u64 },
 }
 
 /// Streams frames from any reader in bounded memory (at most a couple of maximal frames).
@@ -160,16 +169,11 @@ impl<R: Read> FrameReader<R> {
         if major != VERSION_MAJOR {
             return Err(OpenError::TooNew(major));
         }
-        Ok(FrameReader {
+        Ok(Self::at(
             src,
-            buf: Vec::new(),
-            start: 0,
-            offset: FILE_HEADER_LEN as u64,
-            eof: false,
-            ending: Ending::Open,
-            unwritten_at: 0,
-            version_minor: u16::from_le_bytes([h[10], h[11]]),
-        })
+            FILE_HEADER_LEN as u64,
+            u16::from_le_bytes([h[10], h[11]]),
+        ))
     }
 
     /// Continues reading a log at a frame boundary found by an earlier reader
@@ -208,6 +212,10 @@ impl<R: Read> FrameReader<R> {
         self.buf.len() - self.start
     }
 
+    fn rest(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
     /// Makes `n` bytes available from `start` unless the file ends first.
     fn fill(&mut self, n: usize) -> std::io::Result<()> {
         if self.start > 0 && (self.start >= self.buf.len() / 2 || self.buf.len() + n > 4 << 20) {
@@ -239,6 +247,11 @@ impl<R: Read> FrameReader<R> {
         self.offset += n as u64;
     }
 
+    /// Whether another log's file header starts here.
+    fn at_magic(&self) -> bool {
+        self.rest().starts_with(FILE_MAGIC)
+    }
+
     /// Checks the frame at `start`: Ok(Some(total_len)) if valid, Ok(None) if the file ends
     /// inside it, Err if it is not a valid frame.
     fn check_frame(&mut self) -> std::io::Result<Result<Option<usize>, DecodeError>> {
@@ -265,24 +278,56 @@ impl<R: Read> FrameReader<R> {
         if crc(ty, len as u32, body) != want {
             return Ok(Err(DecodeError::BadChecksum));
         }
-        Ok(Ok(Some(total.min(self.avail()))))
+        // Writers pad with zeros. Padding that is not can be the start of another log whose
+        // predecessor was cut inside this frame's padding: the frame then ends there.
+        let end = FRAME_HEADER_LEN + len;
+        let padded_end = total.min(self.avail());
+        if self.buf[self.start + end..self.start + padded_end]
+            .iter()
+            .any(|&b| b != 0)
+        {
+            self.fill(total + FILE_MAGIC.len())?;
+            let rest = self.rest();
+            if let Some(at) = (end..padded_end)
+                .find(|&i| rest.get(i..).is_some_and(|r| r.starts_with(FILE_MAGIC)))
+            {
+                return Ok(Ok(Some(at)));
+            }
+        }
+        Ok(Ok(Some(padded_end)))
     }
 
-    /// True when everything from `start` to end of file is zero (unwritten space).
-    fn rest_is_zero(&mut self) -> std::io::Result<bool> {
-        self.unwritten_at = self.offset;
+    /// Skips 4-byte groups of zeros (unwritten space) from `start`. True when they run to the
+    /// end of the file; false when something else follows them.
+    fn skip_zeros(&mut self) -> std::io::Result<bool> {
         loop {
-            if self.buf[self.start..].iter().any(|&b| b != 0) {
-                return Ok(false);
-            }
-            if self.eof {
-                return Ok(true);
-            }
-            let n = self.avail();
-            self.advance(n);
             self.fill(64 << 10)?;
-            if self.avail() == 0 && self.eof {
+            let rest = self.rest();
+            if rest.is_empty() {
                 return Ok(true);
+            }
+            // Most of a long tail is zeros: a test over the whole chunk first, which the
+            // compiler vectorizes, then the search for where they stop.
+            let first = if rest.iter().all(|&b| b == 0) {
+                None
+            } else {
+                rest.iter().position(|&b| b != 0)
+            };
+            match first {
+                Some(i) => {
+                    self.advance(i & !3);
+                    return Ok(false);
+                }
+                // All zeros: whole groups, or all of it at the end of the file (`fill` stops
+                // short of 64 KiB only there).
+                None => {
+                    let n = if self.eof {
+                        rest.len()
+                    } else {
+                        rest.len() & !3
+                    };
+                    self.advance(n);
+                }
             }
         }
     }
@@ -301,7 +346,11 @@ impl<R: Read> FrameReader<R> {
                 let body =
                     &self.buf[self.start + FRAME_HEADER_LEN..self.start + FRAME_HEADER_LEN + len];
                 let item = match Record::decode_body(ty, body) {
-                    Ok(record) => Item::Record { offset, record },
+                    Ok(record) => Item::Record {
+                        offset,
+                        len: total as u64,
+                        record,
+                    },
                     Err(what) => Item::Damage {
                         offset,
                         len: total as u64,
@@ -311,11 +360,28 @@ impl<R: Read> FrameReader<R> {
                 self.advance(total);
                 Ok(Some(item))
             }
+            // The file ends here or inside a frame; what is left of it is all in the buffer
+            // (`fill` stops short only at the end of the file).
             Ok(None) => {
-                if self.avail() == 0 {
+                let rest = self.rest();
+                let magic = rest.windows(FILE_MAGIC.len()).position(|w| w == FILE_MAGIC);
+                if rest.is_empty() {
                     self.ending = Ending::Clean;
-                } else if self.rest_is_zero()? {
+                } else if rest.iter().all(|&b| b == 0) {
+                    self.unwritten_at = offset;
                     self.ending = Ending::Unwritten;
+                } else if let Some(at) = magic {
+                    // The last frame of this log was cut short, and another log follows it.
+                    if at == 0 {
+                        self.ending = Ending::NextLog { offset };
+                        return Ok(None);
+                    }
+                    self.advance(at);
+                    return Ok(Some(Item::Damage {
+                        offset,
+                        len: at as u64,
+                        what: DecodeError::CutShort,
+                    }));
                 } else {
                     self.ending = Ending::Truncated;
                 }
@@ -324,14 +390,23 @@ impl<R: Read> FrameReader<R> {
                 Ok(None)
             }
             Err(what) => {
-                let tag_zero = self.buf[self.start] == 0 && self.buf[self.start + 1] == 0;
-                if tag_zero && self.rest_is_zero()? {
-                    self.ending = Ending::Unwritten;
-                    let n = self.avail();
-                    self.advance(n);
+                if self.at_magic() {
+                    self.ending = Ending::NextLog { offset };
                     return Ok(None);
                 }
-                let skipped = self.resync()?;
+                let tag_zero = self.buf[self.start] == 0 && self.buf[self.start + 1] == 0;
+                let mut check_here = false;
+                if tag_zero {
+                    self.unwritten_at = offset;
+                    if self.skip_zeros()? {
+                        self.ending = Ending::Unwritten;
+                        return Ok(None);
+                    }
+                    // Something follows the zeros: a frame published after this one, or the
+                    // header of another log.
+                    check_here = self.offset > offset;
+                }
+                self.resync(check_here)?;
                 let what = if tag_zero {
                     DecodeError::Unwritten
                 } else {
@@ -339,33 +414,37 @@ impl<R: Read> FrameReader<R> {
                 };
                 Ok(Some(Item::Damage {
                     offset,
-                    len: skipped,
+                    len: self.offset - offset,
                     what,
                 }))
             }
         }
     }
 
-    /// Skips forward, 4 bytes at a time, to the next valid frame or the end. Returns bytes skipped.
-    fn resync(&mut self) -> std::io::Result<u64> {
-        let from = self.offset;
+    /// Moves forward, 4 bytes at a time, to the next valid frame, or to the header of another
+    /// log (at any byte: the log before it may end in a frame cut short), or to the last bytes
+    /// of the file, too few for a frame. `check_here`: `start` itself may be where to stop.
+    fn resync(&mut self, mut check_here: bool) -> std::io::Result<()> {
         loop {
-            self.advance(4.min(self.avail()));
-            if self.avail() < FRAME_HEADER_LEN {
+            if check_here {
                 self.fill(FRAME_HEADER_LEN)?;
-                if self.avail() < FRAME_HEADER_LEN {
-                    break;
+                if self.at_magic() || self.avail() < FRAME_HEADER_LEN {
+                    return Ok(());
+                }
+                let tag = u16::from_le_bytes([self.buf[self.start], self.buf[self.start + 1]]);
+                if tag == FRAME_TAG && matches!(self.check_frame()?, Ok(Some(_))) {
+                    return Ok(());
                 }
             }
-            let h = &self.buf[self.start..self.start + 2];
-            if u16::from_le_bytes([h[0], h[1]]) != FRAME_TAG {
-                continue;
-            }
-            if let Ok(Some(_)) = self.check_frame()? {
-                break;
-            }
+            check_here = true;
+            self.fill(FRAME_HEADER_LEN)?;
+            let rest = self.rest();
+            let step = (1..4)
+                .find(|&i| rest.get(i..).is_some_and(|r| r.starts_with(FILE_MAGIC)))
+                .unwrap_or(4)
+                .min(rest.len());
+            self.advance(step);
         }
-        Ok(self.offset - from)
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! A log is a 16-byte header (`WAITSHIM`, major and minor version) followed by checksummed,
 //! length-framed records ([`frame`]). Records are typed ([`record::Record`]); a reader skips types
-//! it does not know, and each record's fields are only ever extended at the end.
+//! it does not know, and each record's fields are only ever extended at the end: the frame reader
+//! hands out each record with its frame's offset and length in the file, so that a reader can
+//! step over what it does not understand.
 
 pub mod frame;
 pub mod record;
@@ -32,6 +34,9 @@ pub enum DecodeError {
     BadChecksum,
     /// Space reserved by the writer that was never filled (the process died while writing).
     Unwritten,
+    /// A frame that stops where another log's file header starts (logs joined with `cat`, the
+    /// first one cut short).
+    CutShort,
 }
 
 impl std::fmt::Display for DecodeError {
@@ -42,6 +47,7 @@ impl std::fmt::Display for DecodeError {
             DecodeError::BadTag => "no frame marker",
             DecodeError::BadChecksum => "checksum mismatch",
             DecodeError::Unwritten => "space reserved but never written",
+            DecodeError::CutShort => "record cut short by the start of another log",
         })
     }
 }

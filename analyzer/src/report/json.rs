@@ -1,51 +1,431 @@
 //! The JSON report: one document, schema `waitshim-report/1`, documented field by field in
-//! `analyzer/JSON.md`. Fields are only ever added; a field whose value is unknown is `null`.
+//! `analyzer/JSON.md`; each of its objects is a struct here, fields in the documented order.
+//! Fields are only ever added; a field whose value is unknown is `null`.
+//!
+//! The report is written as it is made: the lists that grow with the log (objects, threads,
+//! contention records, chains, ...) are [`Each`] lists, whose elements are made one at a time
+//! while the serializer writes them, so that memory holds the model and one element, never the
+//! whole document.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::io::Write;
 
-use serde_json::{json, Map, Value};
-use waitshim_format::{end_reason, origin, ObjectKind};
+use serde::ser::{SerializeMap, SerializeSeq, Serializer};
+use serde::Serialize;
+use waitshim_format::{
+    end_reason, origin, Deadlock, Highwater, HolderStack, Module, ObjectKind, ObjectsChurned, ObjectsQuiet,
+    PolicyVersion, RuleStats, Snapshot, WaitEvent, WaiterChains,
+};
 
-use super::Ctx;
+use super::{Ctx, Options, Warning};
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_json, errno_name, is_ended_key, kind_counter_json, reason_json,
-    snapshot_source_name, Object, WaitEventGroup,
+    snapshot_source_name, ContentionRecord, Model, Object, Thread, WaitEventGroup,
 };
 use crate::symbolize::Frame;
+use crate::table::Values as TableValues;
+use crate::Analysis;
 
 pub const SCHEMA: &str = "waitshim-report/1";
 
 /// Addresses are strings (`"0x55d0c0ffee00"`): 64-bit values do not survive JSON readers that
 /// use doubles.
-fn addr(a: u64) -> Value {
-    Value::String(format!("{a:#x}"))
+fn addr(a: u64) -> String {
+    format!("{a:#x}")
 }
 
-fn frame(f: &Frame) -> Value {
-    json!({
-        "addr": addr(f.addr),
-        "function": f.function,
-        "offset": f.offset,
-        "file": f.file,
-        "line": f.line,
-        "module": f.module,
-        "module_offset": f.module_offset,
-        "inlined": f.inlined,
-    })
+/// A chain id, `None` (`null`) for 0: no chain.
+fn chain_ref(id: u32) -> Option<u32> {
+    (id != 0).then_some(id)
 }
 
-fn opt_frame(f: Option<Frame>) -> Value {
-    f.as_ref().map_or(Value::Null, frame)
+/// A JSON array whose elements `make` builds from each of `items`, one at a time while the
+/// array is written. It can be written once: the items are consumed.
+struct Each<'c, 'a, I: Iterator, T> {
+    ctx: &'c RefCell<Ctx<'a>>,
+    items: RefCell<Option<I>>,
+    make: fn(&mut Ctx<'a>, I::Item) -> T,
+}
+
+impl<'c, 'a, I: Iterator, T: Serialize> Each<'c, 'a, I, T> {
+    fn new(ctx: &'c RefCell<Ctx<'a>>, items: I, make: fn(&mut Ctx<'a>, I::Item) -> T) -> Self {
+        Each {
+            ctx,
+            items: RefCell::new(Some(items)),
+            make,
+        }
+    }
+}
+
+impl<I: Iterator, T: Serialize> Serialize for Each<'_, '_, I, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        let items = self.items.borrow_mut().take();
+        for item in items.into_iter().flatten() {
+            let element = (self.make)(&mut self.ctx.borrow_mut(), item);
+            seq.serialize_element(&element)?;
+        }
+        seq.end()
+    }
+}
+
+/// A JSON object of counts by name, in the order given.
+#[derive(Default)]
+struct Counts(Vec<(String, u64)>);
+
+impl Counts {
+    /// Counts whose names may repeat: a name keeps its first place and its last count. For
+    /// lists as short as what the model keeps of them.
+    fn deduplicated(counts: impl Iterator<Item = (String, u64)>) -> Self {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for (name, n) in counts {
+            match out.iter_mut().find(|(k, _)| *k == name) {
+                Some(slot) => slot.1 = n,
+                None => out.push((name, n)),
+            }
+        }
+        Counts(out)
+    }
+}
+
+/// Counts whose names are distinct.
+impl FromIterator<(String, u64)> for Counts {
+    fn from_iter<T: IntoIterator<Item = (String, u64)>>(iter: T) -> Self {
+        Counts(iter.into_iter().collect())
+    }
+}
+
+impl Serialize for Counts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (name, n) in &self.0 {
+            map.serialize_entry(name, n)?;
+        }
+        map.end()
+    }
+}
+
+/// FRAME.
+#[derive(Serialize)]
+struct FrameJson {
+    addr: String,
+    function: Option<String>,
+    offset: Option<u64>,
+    file: Option<String>,
+    line: Option<u32>,
+    module: Option<String>,
+    module_offset: Option<u64>,
+    inlined: bool,
+}
+
+impl From<Frame> for FrameJson {
+    fn from(f: Frame) -> Self {
+        FrameJson {
+            addr: addr(f.addr),
+            function: f.function,
+            offset: f.offset,
+            file: f.file,
+            line: f.line,
+            module: f.module,
+            module_offset: f.module_offset,
+            inlined: f.inlined,
+        }
+    }
+}
+
+/// WARNING.
+#[derive(Serialize)]
+struct WarningJson {
+    kind: &'static str,
+    message: String,
+    offset: Option<u64>,
+    bytes: Option<u64>,
+}
+
+impl From<Warning> for WarningJson {
+    fn from(w: Warning) -> Self {
+        WarningJson {
+            kind: w.kind,
+            message: w.message,
+            offset: w.offset,
+            bytes: w.bytes,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct DamageJson {
+    stretches: u64,
+    bytes: u64,
+}
+
+/// RUN's `end`.
+#[derive(Serialize)]
+struct EndJson {
+    at_ns: u64,
+    reason: &'static str,
+    exit_status: Option<i64>,
+    exec_path: Option<String>,
+    hwm: u32,
+    dropped: u64,
+}
+
+/// RUN.
+#[derive(Serialize)]
+struct RunJson {
+    pid: Option<u32>,
+    ppid: Option<u32>,
+    exe: Option<String>,
+    cmdline: Option<Vec<String>>,
+    shim_version: Option<String>,
+    ncpus: Option<u32>,
+    start_realtime_ns: Option<u64>,
+    start_mono_ns: Option<u64>,
+    duration_ns: u64,
+    duration_is_lower_bound: bool,
+    end: Option<EndJson>,
+    threads_seen: usize,
+    objects_tracked: usize,
+    objects_contended: usize,
+    objects_churned: u64,
+    objects_quiet: u64,
+}
+
+fn run(m: &Model) -> RunJson {
+    let r = m.run.as_ref();
+    let (duration_ns, duration_is_lower_bound) = m.duration_ns();
+    RunJson {
+        pid: r.map(|r| r.pid),
+        ppid: r.map(|r| r.ppid),
+        exe: r.map(|r| r.exe.clone()),
+        cmdline: r.map(|r| r.cmdline.clone()),
+        shim_version: r.map(|r| r.shim_version.clone()),
+        ncpus: r.map(|r| r.ncpus),
+        start_realtime_ns: r.map(|r| r.realtime_ns),
+        start_mono_ns: r.map(|r| r.mono_ns),
+        duration_ns,
+        duration_is_lower_bound,
+        end: m.run_end.as_ref().map(|e| EndJson {
+            at_ns: m.rel(e.ns),
+            reason: match e.reason {
+                end_reason::EXIT => "exit",
+                end_reason::UNDERSCORE_EXIT => "_exit",
+                end_reason::EXEC => "exec",
+                _ => "unknown",
+            },
+            exit_status: (e.exit_status >= 0).then_some(e.exit_status),
+            exec_path: (e.reason == end_reason::EXEC)
+                .then(|| m.exec.as_ref().map(|x| x.path.clone()))
+                .flatten(),
+            hwm: e.hwm,
+            dropped: e.dropped,
+        }),
+        threads_seen: m.threads.len(),
+        objects_tracked: m.objects.len(),
+        objects_contended: m.contended_objects(),
+        objects_churned: m.objects_churned(),
+        objects_quiet: m.objects_quiet(),
+    }
+}
+
+/// An element of HIGHWATER's `history`.
+#[derive(Serialize)]
+struct RiseJson {
+    at_ns: u64,
+    hwm: u32,
+    object_id: u64,
+    tid: u32,
+}
+
+/// HIGHWATER.
+#[derive(Serialize)]
+struct HighwaterJson<H> {
+    hwm: u32,
+    object_id: Option<u64>,
+    tid: Option<u32>,
+    at_ns: Option<u64>,
+    history: H,
+}
+
+/// An element of DEADLOCK's `cycle`.
+#[derive(Serialize)]
+struct DeadlockEdgeJson {
+    tid: u32,
+    object_id: u64,
+    wait_chain: u32,
+    holder_tid: u32,
+}
+
+/// DEADLOCK.
+#[derive(Serialize)]
+struct DeadlockJson {
+    at_ns: u64,
+    detected_by: u32,
+    broken: Option<BrokenJson>,
+    cycle: Vec<DeadlockEdgeJson>,
+}
+
+/// DEADLOCK's `broken`.
+#[derive(Serialize)]
+struct BrokenJson {
+    tid: u32,
+    at_ns: u64,
+    ended: Option<String>,
+}
+
+/// LOCK_ORDER.
+#[derive(Serialize)]
+struct LockOrderJson {
+    edges: usize,
+    potential_deadlocks: usize,
+    search: &'static str,
+    max_cycles: usize,
+    max_cycle_length: usize,
+    long_cycles_skipped: bool,
+}
+
+/// An element of EDGE's `witnesses`.
+#[derive(Serialize)]
+struct WitnessJson {
+    tid: u32,
+    chain: u32,
+    at_ns: u64,
+}
+
+/// EDGE.
+#[derive(Serialize)]
+struct EdgeJson {
+    from: u64,
+    to: u64,
+    tid: Option<u32>,
+    chain: Option<u32>,
+    witnesses: Vec<WitnessJson>,
+    more_witnesses: u64,
+}
+
+/// POTENTIAL_DEADLOCK.
+#[derive(Serialize)]
+struct PotentialDeadlockJson {
+    cycle: Vec<u64>,
+    deadlocked: bool,
+    edges: Vec<EdgeJson>,
+}
+
+/// RECORD's `opened_by`.
+#[derive(Serialize)]
+struct OpenedByJson {
+    tid: u32,
+    chain_id: u32,
+}
+
+/// An element of RECORD's `waiters`.
+#[derive(Serialize)]
+struct RecordWaiterJson {
+    tid: u32,
+    chain_id: u32,
+    wait_ns: u64,
+}
+
+/// RECORD.
+#[derive(Serialize)]
+struct RecordJson {
+    record_id: u64,
+    object_id: u64,
+    state: &'static str,
+    level: u32,
+    reason: Option<&'static str>,
+    opened_at_ns: Option<u64>,
+    closed_at_ns: Option<u64>,
+    elapsed_ns: u64,
+    elapsed_is_lower_bound: bool,
+    threads_tried: Option<u32>,
+    holder_tid: Option<u32>,
+    holder_chain: Option<u32>,
+    opened_by: Option<OpenedByJson>,
+    waiters: Vec<RecordWaiterJson>,
+    waiters_total: Option<u32>,
+    coalesced: u32,
+}
+
+fn record(m: &Model, r: &ContentionRecord) -> RecordJson {
+    RecordJson {
+        record_id: r.record_id,
+        object_id: r.object_id,
+        state: if r.still_open() { "open" } else { "complete" },
+        level: r.level(),
+        reason: r.reason(),
+        opened_at_ns: r.opened_ns().map(|ns| m.rel(ns)),
+        closed_at_ns: r.close.as_ref().map(|c| m.rel(c.ns)),
+        elapsed_ns: r.elapsed_ns(m.last_ns),
+        elapsed_is_lower_bound: r.still_open(),
+        threads_tried: r.close.as_ref().map(|c| c.threads_tried),
+        holder_tid: r.holder_tid(),
+        holder_chain: r.close.as_ref().map(|c| c.holder_chain),
+        opened_by: r.open.as_ref().map(|o| OpenedByJson {
+            tid: o.waiter_tid,
+            chain_id: o.waiter_chain,
+        }),
+        waiters: r
+            .close
+            .iter()
+            .flat_map(|c| &c.waiters)
+            .map(|w| RecordWaiterJson {
+                tid: w.tid,
+                chain_id: w.chain_id,
+                wait_ns: w.wait_ns,
+            })
+            .collect(),
+        waiters_total: r.close.as_ref().map(|c| c.waiters_total),
+        coalesced: r.close.as_ref().map_or(0, |c| c.coalesced),
+    }
+}
+
+/// GROUP.
+#[derive(Serialize)]
+struct GroupJson {
+    frames: Vec<String>,
+    records: Vec<u64>,
+    total_elapsed_ns: u64,
+    max_level: u32,
+}
+
+/// An element of OBJECT's `wait_sites`.
+#[derive(Serialize)]
+struct WaitSiteJson {
+    chain_id: u32,
+    count: u64,
+    wait_total_ns: u64,
+    wait_max_ns: u64,
+}
+
+/// OBJECT.
+#[derive(Serialize)]
+struct ObjectJson {
+    object_id: u64,
+    kind: Option<&'static str>,
+    subtype: Option<u32>,
+    origin: Option<&'static str>,
+    addr: Option<String>,
+    name: Option<String>,
+    created_at_ns: Option<u64>,
+    created_by_tid: Option<u32>,
+    creation_chain: Option<u32>,
+    creation_site: Option<FrameJson>,
+    destroyed_at_ns: Option<u64>,
+    counters: Option<Counts>,
+    ended: Counts,
+    ended_errors: Counts,
+    wait_sites: Vec<WaitSiteJson>,
 }
 
 /// An object's counters: those every object has (when the log has its `Counters` record), then
 /// the kind-specific ones its `KindCounters` record holds, by name (`key_N` for keys this
-/// analyzer does not know). Reason codes are in `ended`, not here.
-fn counters(o: &Object) -> Value {
-    let mut map = Map::new();
-    if let Some(k) = &o.counters {
-        for (name, v) in [
+/// analyzer does not know); `None` when it has neither. Reason codes are in `ended`, not here.
+fn counters(o: &Object) -> Option<Counts> {
+    let common = o.counters.iter().flat_map(|k| {
+        [
             ("acquisitions", k.acquisitions),
             ("contended", k.contended),
             ("owner_changes", k.owner_changes),
@@ -58,543 +438,736 @@ fn counters(o: &Object) -> Value {
             ("hold_max_ns", k.hold_max_ns),
             ("hold_samples", k.hold_samples),
             ("max_waiters", u64::from(k.max_waiters)),
-        ] {
-            map.insert(name.into(), json!(v));
-        }
-    }
-    for &(key, v) in &o.kind_counters {
-        if is_ended_key(key) {
-            continue;
-        }
-        map.insert(kind_counter_json(key), json!(v));
-    }
-    if map.is_empty() {
-        Value::Null
-    } else {
-        Value::Object(map)
+        ]
+        .map(|(name, n)| (name.to_string(), n))
+    });
+    let kind = o
+        .kind_counters()
+        .iter()
+        .filter(|&&(key, _)| !is_ended_key(key))
+        .map(|&(key, n)| (kind_counter_json(key), n));
+    let counts: Counts = common.chain(kind).collect();
+    (!counts.0.is_empty()).then_some(counts)
+}
+
+fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
+    let c = o.create.as_ref();
+    let m = ctx.model;
+    ObjectJson {
+        object_id: o.object_id,
+        kind: o.kind().map(ObjectKind::name),
+        subtype: c.map(|c| c.subtype),
+        origin: c.map(|c| match c.origin {
+            origin::INIT => "init",
+            origin::FIRST_USE => "first_use",
+            _ => "unknown",
+        }),
+        addr: c.map(|c| addr(c.addr)),
+        name: o.name().map(str::to_string),
+        created_at_ns: c.map(|c| m.rel(c.ns)),
+        created_by_tid: c.map(|c| c.tid),
+        creation_chain: c.map(|c| c.chain_id),
+        creation_site: ctx.creation_site(o.object_id).map(FrameJson::from),
+        destroyed_at_ns: o.destroy_ns.map(|ns| m.rel(ns)),
+        counters: counters(o),
+        ended: o
+            .ended()
+            .into_iter()
+            .map(|(name, _, n)| (name.to_string(), n))
+            .collect(),
+        ended_errors: o
+            .ended_errnos()
+            .into_iter()
+            .map(|(e, n)| (errno_name(e), n))
+            .collect(),
+        wait_sites: o
+            .wait_sites()
+            .values()
+            .map(|w| WaitSiteJson {
+                chain_id: w.chain_id,
+                count: w.count,
+                wait_total_ns: w.wait_total_ns,
+                wait_max_ns: w.wait_max_ns,
+            })
+            .collect(),
     }
 }
 
-/// A chain id, `null` for 0 (no chain); a chain it names is added to `chains_used`.
-fn chain_ref(id: u32, chains_used: &mut BTreeSet<u32>) -> Value {
-    if id == 0 {
-        Value::Null
-    } else {
-        chains_used.insert(id);
-        json!(id)
+/// SHORT_LIVED.
+#[derive(Serialize)]
+struct ShortLivedJson {
+    kind: String,
+    chain_id: u32,
+    count: u64,
+    acquisitions: u64,
+    lifetime_total_ns: u64,
+    lifetime_max_ns: u64,
+    counters: Counts,
+    created_at: Option<FrameJson>,
+}
+
+/// QUIET.
+#[derive(Serialize)]
+struct QuietJson {
+    kind: String,
+    chain_id: u32,
+    count: u64,
+    acquisitions: u64,
+    owner_changes: u64,
+    counters: Counts,
+    created_at: Option<FrameJson>,
+}
+
+fn quiet(ctx: &mut Ctx<'_>, q: &ObjectsQuiet) -> QuietJson {
+    let m = ctx.model;
+    QuietJson {
+        kind: churn_kind_json(q.kind),
+        chain_id: q.chain_id,
+        count: q.count,
+        acquisitions: q.acquisitions,
+        owner_changes: q.owner_changes,
+        counters: Counts::deduplicated(
+            q.counters
+                .iter()
+                .map(|v| (kind_counter_json(v.key), v.value)),
+        ),
+        created_at: ctx.sym.site(m, q.chain_id).map(FrameJson::from),
     }
 }
 
-/// How a (version, rule, object)'s wait events ended: reason name → count (`key_N` for codes
-/// this analyzer does not know); events written before their wait ended are in `not_ended`.
-fn group_ended(g: &WaitEventGroup) -> (Map<String, Value>, u64) {
-    let mut ended = Map::new();
+/// THREAD.
+#[derive(Serialize)]
+struct ThreadJson {
+    tid: u32,
+    parent_tid: Option<u32>,
+    name: Option<String>,
+    is_main: bool,
+    start_ns: Option<u64>,
+    exit_ns: Option<u64>,
+    start_routine: Option<FrameJson>,
+    creation_chain: Option<u32>,
+    created_at: Option<FrameJson>,
+}
+
+fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
+    let m = ctx.model;
+    ThreadJson {
+        tid: t.tid,
+        parent_tid: t.start_ns.map(|_| t.parent_tid),
+        name: t.name.clone(),
+        is_main: t.is_main,
+        start_ns: t.start_ns.map(|ns| m.rel(ns)),
+        exit_ns: t.exit_ns.map(|ns| m.rel(ns)),
+        start_routine: (t.start_routine != 0)
+            .then(|| FrameJson::from(ctx.sym.frame(t.start_routine, false))),
+        creation_chain: chain_ref(t.chain_id),
+        created_at: if t.chain_id != 0 {
+            ctx.sym.site(m, t.chain_id).map(FrameJson::from)
+        } else {
+            None
+        },
+    }
+}
+
+/// An element of POLICY's `versions`.
+#[derive(Serialize)]
+struct VersionJson<'m> {
+    version: u32,
+    at_ns: u64,
+    source: &'m str,
+    builtin: bool,
+    text: &'m str,
+    rules: &'m [String],
+}
+
+/// An element of POLICY's `rules`.
+#[derive(Serialize)]
+struct RuleJson<'m> {
+    version: u32,
+    rule: u32,
+    summary: Option<&'m str>,
+    requests: u64,
+    acted: u64,
+    suppressed: u64,
+}
+
+/// POLICY.
+#[derive(Serialize)]
+struct PolicyJson<V, R> {
+    versions: V,
+    rules: R,
+}
+
+/// An element of WAIT_EVENTS' `listed`.
+#[derive(Serialize)]
+struct WaitEventJson {
+    object_id: u64,
+    tid: u32,
+    at_ns: u64,
+    wait_ns: u64,
+    waiters: u32,
+    reason: Option<String>,
+    version: u32,
+    rule: u32,
+    chain: Option<u32>,
+}
+
+/// An element of WAIT_EVENTS' `by_rule`.
+#[derive(Serialize)]
+struct ByRuleJson {
+    version: u32,
+    rule: u32,
+    object_id: u64,
+    count: u64,
+    wait_total_ns: u64,
+    wait_max_ns: u64,
+    ended: Counts,
+    not_ended: u64,
+}
+
+fn by_rule(key: (u32, u32, u64), g: &WaitEventGroup) -> ByRuleJson {
+    let (version, rule, object_id) = key;
     let mut not_ended = 0;
+    let mut ended = Counts::default();
+    // Events written before their wait ended (code 0) are counted apart; codes this analyzer
+    // does not know by `key_N`.
     for &(code, n) in &g.reasons {
         match reason_json(code) {
-            Some(name) => {
-                ended.insert(name, json!(n));
-            }
+            Some(name) => ended.0.push((name, n)),
             None => not_ended += n,
         }
     }
-    (ended, not_ended)
+    ByRuleJson {
+        version,
+        rule,
+        object_id,
+        count: g.count,
+        wait_total_ns: g.wait_total_ns,
+        wait_max_ns: g.wait_max_ns,
+        ended,
+        not_ended,
+    }
 }
 
-/// `policy`, `wait_events`, `waiter_chains`, `holder_stacks` and `snapshots`: the policy in
-/// force and what its rules collected, with the chains they name added to `chains_used`.
-fn policy(ctx: &mut Ctx<'_>, chains_used: &mut BTreeSet<u32>) -> Vec<(&'static str, Value)> {
+/// WAIT_EVENTS, WAITER_CHAINS, HOLDER_STACKS and SNAPSHOTS: a count and the first ones.
+#[derive(Serialize)]
+struct Listed<L> {
+    total: u64,
+    listed: L,
+}
+
+/// WAIT_EVENTS.
+#[derive(Serialize)]
+struct WaitEventsJson<L, B> {
+    total: u64,
+    listed: L,
+    by_rule: B,
+}
+
+/// An element of WAITER_CHAINS' `listed` `waiters`.
+#[derive(Serialize)]
+struct ChainWaiterJson {
+    tid: u32,
+    chain: Option<u32>,
+    wait_ns: u64,
+}
+
+/// An element of WAITER_CHAINS' `listed`.
+#[derive(Serialize)]
+struct WaiterChainsJson {
+    object_id: u64,
+    at_ns: u64,
+    version: u32,
+    rule: u32,
+    waiters: Vec<ChainWaiterJson>,
+}
+
+/// An element of HOLDER_STACKS' `listed`.
+#[derive(Serialize)]
+struct HolderStackJson {
+    object_id: u64,
+    at_ns: u64,
+    holder_tid: u32,
+    waiter_tid: u32,
+    version: u32,
+    rule: u32,
+    live: bool,
+    how: &'static str,
+    chain: Option<u32>,
+    function: Option<String>,
+}
+
+/// An element of SNAPSHOTS' `listed`.
+#[derive(Serialize)]
+struct SnapshotJson {
+    seq: u64,
+    at_ns: u64,
+    source: &'static str,
+    requester_pid: Option<u32>,
+}
+
+/// MODULE.
+#[derive(Serialize)]
+struct ModuleJson<'m> {
+    module_id: u32,
+    path: &'m str,
+    base: String,
+    build_id: String,
+}
+
+/// SYMBOLS.
+#[derive(Serialize)]
+struct SymbolsJson {
+    module_id: u32,
+    path: String,
+    ok: bool,
+    status: String,
+}
+
+/// `chains`: each chain a report names, symbolized while it is written.
+struct ChainsJson<'c, 'a> {
+    ctx: &'c RefCell<Ctx<'a>>,
+    ids: BTreeSet<u32>,
+}
+
+impl Serialize for ChainsJson<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        for &id in &self.ids {
+            let mut ctx = self.ctx.borrow_mut();
+            let m = ctx.model;
+            if !m.chains.contains_key(&id) {
+                continue;
+            }
+            let frames: Vec<FrameJson> = ctx
+                .sym
+                .chain(m, id)
+                .into_iter()
+                .map(FrameJson::from)
+                .collect();
+            map.serialize_entry(&id.to_string(), &frames)?;
+        }
+        map.end()
+    }
+}
+
+/// `symbols`: read when it is written, after every chain was symbolized.
+struct SymbolsList<'c, 'a>(&'c RefCell<Ctx<'a>>);
+
+impl Serialize for SymbolsList<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let list: Vec<SymbolsJson> = self
+            .0
+            .borrow()
+            .sym
+            .module_status()
+            .into_iter()
+            .map(|(module_id, path, status)| SymbolsJson {
+                module_id,
+                ok: status.is_ok(),
+                status: status.describe(),
+                path,
+            })
+            .collect();
+        list.serialize(s)
+    }
+}
+
+/// Every chain the report of one log names, which `chains` lists: the chains of deadlocks,
+/// potential deadlocks, contention records, objects' creations and wait sites, short-lived
+/// objects, threads' creations and what the policy rules collected.
+fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
     let m = ctx.model;
     let p = &m.policy;
-    let rel = |ns: u64| m.rel(ns);
-
-    let versions: Vec<Value> = p
-        .versions
-        .iter()
-        .map(|v| {
-            json!({
-                "version": v.version,
-                "at_ns": rel(v.ns),
-                "source": v.source,
-                "builtin": v.source.is_empty(),
-                "text": v.text,
-                "rules": v.rules,
-            })
-        })
-        .collect();
-    let rules: Vec<Value> = p
-        .rule_stats
-        .values()
-        .map(|r| {
-            json!({
-                "version": r.version,
-                "rule": r.rule,
-                "summary": p.rule_summary(r.version, r.rule),
-                "requests": r.requests,
-                "acted": r.acted,
-                "suppressed": r.suppressed,
-            })
-        })
-        .collect();
-
-    let events: Vec<Value> = p
-        .wait_events
-        .iter()
-        .map(|e| {
-            json!({
-                "object_id": e.object_id,
-                "tid": e.tid,
-                "at_ns": rel(e.ns),
-                "wait_ns": e.wait_ns,
-                "waiters": e.waiters,
-                "reason": reason_json(e.reason),
-                "version": e.version,
-                "rule": e.rule,
-                "chain": chain_ref(e.chain_id, chains_used),
-            })
-        })
-        .collect();
-    let by_rule: Vec<Value> = p
-        .wait_event_groups
-        .iter()
-        .map(|(&(version, rule, object_id), g)| {
-            let (ended, not_ended) = group_ended(g);
-            json!({
-                "version": version,
-                "rule": rule,
-                "object_id": object_id,
-                "count": g.count,
-                "wait_total_ns": g.wait_total_ns,
-                "wait_max_ns": g.wait_max_ns,
-                "ended": ended,
-                "not_ended": not_ended,
-            })
-        })
-        .collect();
-
-    let waiter_chains: Vec<Value> = p
-        .waiter_chains
-        .iter()
-        .map(|c| {
-            json!({
-                "object_id": c.object_id,
-                "at_ns": rel(c.ns),
-                "version": c.version,
-                "rule": c.rule,
-                "waiters": c.waiters.iter().map(|w| json!({
-                    "tid": w.tid,
-                    "chain": chain_ref(w.chain_id, chains_used),
-                    "wait_ns": w.wait_ns,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-
-    let mut holder_stacks = Vec::new();
-    for h in &p.holder_stacks {
-        let function = ctx.user_function(h.chain_id);
-        holder_stacks.push(json!({
-            "object_id": h.object_id,
-            "at_ns": rel(h.ns),
-            "holder_tid": h.holder_tid,
-            "waiter_tid": h.waiter_tid,
-            "version": h.version,
-            "rule": h.rule,
-            "live": h.live != 0,
-            "how": match h.live {
-                0 => "acquired",
-                1 => "signal",
-                _ => "scanned",
-            },
-            "chain": chain_ref(h.chain_id, chains_used),
-            "function": function,
-        }));
+    let mut ids = BTreeSet::new();
+    ids.extend(
+        m.deadlocks
+            .iter()
+            .flat_map(|d| &d.cycle)
+            .map(|e| e.wait_chain),
+    );
+    for c in &ctx.inversions.cycles {
+        for edge in c.edges().filter_map(|key| m.lock_order.get(&key)) {
+            ids.extend(edge.witnesses.iter().map(|w| w.chain_id));
+        }
     }
-
-    let snapshots: Vec<Value> = p
-        .snapshots
-        .iter()
-        .map(|s| {
-            json!({
-                "seq": s.seq,
-                "at_ns": rel(s.ns),
-                "source": snapshot_source_name(s.source),
-                "requester_pid": (s.requester_pid != 0).then_some(s.requester_pid),
-            })
-        })
-        .collect();
-
-    vec![
-        ("policy", json!({"versions": versions, "rules": rules})),
-        (
-            "wait_events",
-            json!({"total": p.wait_events_total, "listed": events, "by_rule": by_rule}),
-        ),
-        (
-            "waiter_chains",
-            json!({"total": p.waiter_chains_total, "listed": waiter_chains}),
-        ),
-        (
-            "holder_stacks",
-            json!({"total": p.holder_stacks_total, "listed": holder_stacks}),
-        ),
-        (
-            "snapshots",
-            json!({"total": p.snapshots_total, "listed": snapshots}),
-        ),
-    ]
+    for r in m.records.values() {
+        if let Some(c) = &r.close {
+            ids.insert(c.holder_chain);
+            ids.extend(c.waiters.iter().map(|w| w.chain_id));
+        }
+        ids.extend(r.open.iter().map(|o| o.waiter_chain));
+    }
+    for o in m.objects.values() {
+        ids.extend(o.create.iter().map(|c| c.chain_id));
+        ids.extend(o.wait_sites().keys());
+    }
+    ids.extend(m.churned.values().map(|c| c.chain_id));
+    ids.extend(m.threads.values().map(|t| t.chain_id));
+    ids.extend(p.wait_events.iter().map(|e| e.chain_id));
+    ids.extend(
+        p.waiter_chains
+            .iter()
+            .flat_map(|c| &c.waiters)
+            .map(|w| w.chain_id),
+    );
+    ids.extend(p.holder_stacks.iter().map(|h| h.chain_id));
+    ids.remove(&0);
+    ids
 }
 
-/// The report of one log.
-pub fn render(ctx: &mut Ctx<'_>) -> Value {
+type Iter<'a, T> = std::slice::Iter<'a, T>;
+type Values<'a, K, V> = std::collections::btree_map::Values<'a, K, V>;
+
+/// LOG: the report of one log.
+#[derive(Serialize)]
+struct LogJson<'c, 'a> {
+    file: String,
+    warnings: Vec<WarningJson>,
+    ending: &'static str,
+    damage: DamageJson,
+    records_read: u64,
+    run: RunJson,
+    highwater: HighwaterJson<Each<'c, 'a, Iter<'a, Highwater>, RiseJson>>,
+    deadlocks: Each<'c, 'a, Iter<'a, Deadlock>, DeadlockJson>,
+    lock_order: LockOrderJson,
+    potential_deadlocks: Vec<PotentialDeadlockJson>,
+    sort: String,
+    contention_records: Each<'c, 'a, std::vec::IntoIter<&'a ContentionRecord>, RecordJson>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    groups: Option<Vec<GroupJson>>,
+    objects: Each<'c, 'a, TableValues<'a, u64, Object>, ObjectJson>,
+    short_lived_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsChurned>, ShortLivedJson>,
+    quiet_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsQuiet>, QuietJson>,
+    threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
+    policy: PolicyJson<Versions<'c, 'a>, Rules<'c, 'a>>,
+    wait_events: WaitEventsJson<Events<'c, 'a>, ByRule<'c, 'a>>,
+    waiter_chains: Listed<Each<'c, 'a, Iter<'a, WaiterChains>, WaiterChainsJson>>,
+    holder_stacks: Listed<Each<'c, 'a, Iter<'a, HolderStack>, HolderStackJson>>,
+    snapshots: Listed<Each<'c, 'a, Iter<'a, Snapshot>, SnapshotJson>>,
+    chains: ChainsJson<'c, 'a>,
+    modules: Each<'c, 'a, Values<'a, u32, Module>, ModuleJson<'a>>,
+    symbols: SymbolsList<'c, 'a>,
+}
+
+type ByRuleIter<'a> = std::collections::btree_map::Iter<'a, (u32, u32, u64), WaitEventGroup>;
+type Versions<'c, 'a> = Each<'c, 'a, Iter<'a, PolicyVersion>, VersionJson<'a>>;
+type Rules<'c, 'a> = Each<'c, 'a, Values<'a, (u32, u32), RuleStats>, RuleJson<'a>>;
+type Events<'c, 'a> = Each<'c, 'a, Iter<'a, WaitEvent>, WaitEventJson>;
+type ByRule<'c, 'a> = Each<'c, 'a, ByRuleIter<'a>, ByRuleJson>;
+
+fn deadlock(ctx: &mut Ctx<'_>, d: &Deadlock) -> DeadlockJson {
     let m = ctx.model;
-    let rel = |ns: u64| m.rel(ns);
-    let mut chains_used: BTreeSet<u32> = BTreeSet::new();
-
-    let (duration, lower_bound) = m.duration_ns();
-    let run = json!({
-        "pid": m.run.as_ref().map(|r| r.pid),
-        "ppid": m.run.as_ref().map(|r| r.ppid),
-        "exe": m.run.as_ref().map(|r| r.exe.clone()),
-        "cmdline": m.run.as_ref().map(|r| r.cmdline.clone()),
-        "shim_version": m.run.as_ref().map(|r| r.shim_version.clone()),
-        "ncpus": m.run.as_ref().map(|r| r.ncpus),
-        "start_realtime_ns": m.run.as_ref().map(|r| r.realtime_ns),
-        "start_mono_ns": m.run.as_ref().map(|r| r.mono_ns),
-        "duration_ns": duration,
-        "duration_is_lower_bound": lower_bound,
-        "end": m.run_end.as_ref().map(|e| json!({
-            "at_ns": rel(e.ns),
-            "reason": match e.reason {
-                end_reason::EXIT => "exit",
-                end_reason::UNDERSCORE_EXIT => "_exit",
-                end_reason::EXEC => "exec",
-                _ => "unknown",
-            },
-            "exec_path": (e.reason == end_reason::EXEC)
-                .then(|| m.exec.as_ref().map(|x| x.path.clone()))
-                .flatten(),
-            "exit_status": (e.exit_status >= 0).then_some(e.exit_status),
-            "hwm": e.hwm,
-            "dropped": e.dropped,
-        })),
-        "threads_seen": m.threads.len(),
-        "objects_tracked": m.objects.len(),
-        "objects_contended": m.contended_objects(),
-        "objects_churned": m.objects_churned(),
-        "objects_quiet": m.objects_quiet(),
-    });
-
-    let final_hw = m.final_highwater().cloned();
-    let highwater = json!({
-        "hwm": m.hwm(),
-        "object_id": final_hw.as_ref().map(|h| h.object_id),
-        "tid": final_hw.as_ref().map(|h| h.tid),
-        "at_ns": final_hw.as_ref().map(|h| rel(h.ns)),
-        "history": m.highwater.iter().map(|h| json!({
-            "at_ns": rel(h.ns),
-            "hwm": h.hwm,
-            "object_id": h.object_id,
-            "tid": h.tid,
-        })).collect::<Vec<_>>(),
-    });
-
-    let deadlocks: Vec<Value> = m
-        .deadlocks
-        .iter()
-        .map(|d| {
-            let broken = m.broken(d).map(|b| {
-                json!({
-                    "tid": b.tid,
-                    "at_ns": rel(b.ns),
-                    "ended": crate::model::reason_json(b.outcome),
-                })
-            });
-            json!({
-                "at_ns": rel(d.ns),
-                "detected_by": d.detected_by,
-                "broken": broken,
-                "cycle": d.cycle.iter().map(|e| {
-                    chains_used.insert(e.wait_chain);
-                    json!({
-                        "tid": e.tid,
-                        "object_id": e.object_id,
-                        "wait_chain": e.wait_chain,
-                        "holder_tid": e.holder_tid,
-                    })
-                }).collect::<Vec<_>>(),
+    DeadlockJson {
+        at_ns: m.rel(d.ns),
+        detected_by: d.detected_by,
+        broken: m.broken(d).map(|b| BrokenJson {
+            tid: b.tid,
+            at_ns: m.rel(b.ns),
+            ended: crate::model::reason_json(b.outcome),
+        }),
+        cycle: d
+            .cycle
+            .iter()
+            .map(|e| DeadlockEdgeJson {
+                tid: e.tid,
+                object_id: e.object_id,
+                wait_chain: e.wait_chain,
+                holder_tid: e.holder_tid,
             })
-        })
-        .collect();
+            .collect(),
+    }
+}
 
-    let potential_deadlocks: Vec<Value> = ctx
+fn short_lived(ctx: &mut Ctx<'_>, c: &ObjectsChurned) -> ShortLivedJson {
+    let m = ctx.model;
+    ShortLivedJson {
+        kind: churn_kind_json(c.kind),
+        chain_id: c.chain_id,
+        count: c.count,
+        acquisitions: c.acquisitions,
+        lifetime_total_ns: c.lifetime_total_ns,
+        lifetime_max_ns: c.lifetime_max_ns,
+        // The shim writes each key once; a damaged record may not.
+        counters: Counts::deduplicated(
+            c.counters
+                .iter()
+                .map(|v| (kind_counter_json(v.key), v.value)),
+        ),
+        created_at: ctx.sym.site(m, c.chain_id).map(FrameJson::from),
+    }
+}
+
+fn version<'a>(ctx: &mut Ctx<'a>, v: &'a PolicyVersion) -> VersionJson<'a> {
+    VersionJson {
+        version: v.version,
+        at_ns: ctx.model.rel(v.ns),
+        source: &v.source,
+        builtin: v.source.is_empty(),
+        text: &v.text,
+        rules: &v.rules,
+    }
+}
+
+fn rule<'a>(ctx: &mut Ctx<'a>, r: &'a RuleStats) -> RuleJson<'a> {
+    let m: &'a Model = ctx.model;
+    RuleJson {
+        version: r.version,
+        rule: r.rule,
+        summary: m.policy.rule_summary(r.version, r.rule),
+        requests: r.requests,
+        acted: r.acted,
+        suppressed: r.suppressed,
+    }
+}
+
+fn wait_event(ctx: &mut Ctx<'_>, e: &WaitEvent) -> WaitEventJson {
+    WaitEventJson {
+        object_id: e.object_id,
+        tid: e.tid,
+        at_ns: ctx.model.rel(e.ns),
+        wait_ns: e.wait_ns,
+        waiters: e.waiters,
+        reason: reason_json(e.reason),
+        version: e.version,
+        rule: e.rule,
+        chain: chain_ref(e.chain_id),
+    }
+}
+
+fn waiter_chains(ctx: &mut Ctx<'_>, c: &WaiterChains) -> WaiterChainsJson {
+    WaiterChainsJson {
+        object_id: c.object_id,
+        at_ns: ctx.model.rel(c.ns),
+        version: c.version,
+        rule: c.rule,
+        waiters: c
+            .waiters
+            .iter()
+            .map(|w| ChainWaiterJson {
+                tid: w.tid,
+                chain: chain_ref(w.chain_id),
+                wait_ns: w.wait_ns,
+            })
+            .collect(),
+    }
+}
+
+fn holder_stack(ctx: &mut Ctx<'_>, h: &HolderStack) -> HolderStackJson {
+    HolderStackJson {
+        object_id: h.object_id,
+        at_ns: ctx.model.rel(h.ns),
+        holder_tid: h.holder_tid,
+        waiter_tid: h.waiter_tid,
+        version: h.version,
+        rule: h.rule,
+        live: h.live != 0,
+        how: match h.live {
+            0 => "acquired",
+            1 => "signal",
+            _ => "scanned",
+        },
+        chain: chain_ref(h.chain_id),
+        function: ctx.user_function(h.chain_id),
+    }
+}
+
+fn snapshot(ctx: &mut Ctx<'_>, s: &Snapshot) -> SnapshotJson {
+    SnapshotJson {
+        seq: s.seq,
+        at_ns: ctx.model.rel(s.ns),
+        source: snapshot_source_name(s.source),
+        requester_pid: (s.requester_pid != 0).then_some(s.requester_pid),
+    }
+}
+
+fn module<'a>(_: &mut Ctx<'a>, md: &'a Module) -> ModuleJson<'a> {
+    ModuleJson {
+        module_id: md.module_id,
+        path: &md.path,
+        base: addr(md.base),
+        build_id: md.build_id.iter().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+/// The report of one log, ready to be written. The binaries its chains name are opened first:
+/// the warnings, written before anything else, say which could not be used.
+fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
+    let mut x = ctx.borrow_mut();
+    let m: &'a Model = x.model;
+    let chains = chains_named(&x);
+    let addrs = chains
+        .iter()
+        .filter_map(|id| m.chains.get(id))
+        .flatten()
+        .map(|&a| (a, true));
+    let routines = m
+        .threads
+        .values()
+        .filter(|t| t.start_routine != 0)
+        .map(|t| (t.start_routine, false));
+    x.sym.open_modules(addrs.chain(routines));
+
+    let p = &m.policy;
+    let final_hw = m.final_highwater();
+    let potential_deadlocks = x
         .inversions
         .cycles
         .iter()
-        .map(|p| {
-            let edges: Vec<Value> = p
+        .map(|c| PotentialDeadlockJson {
+            cycle: c.cycle.clone(),
+            deadlocked: c.deadlocked,
+            edges: c
                 .edges()
                 .filter_map(|key| m.lock_order.get(&key))
-                .map(|e| {
-                    for w in &e.witnesses {
-                        chains_used.insert(w.chain_id);
-                    }
-                    let first = e.witnesses.first();
-                    json!({
-                        "from": e.from,
-                        "to": e.to,
-                        "tid": first.map(|w| w.tid),
-                        "chain": first.map(|w| w.chain_id),
-                        "witnesses": e.witnesses.iter().map(|w| json!({
-                            "tid": w.tid,
-                            "chain": w.chain_id,
-                            "at_ns": rel(w.ns),
-                        })).collect::<Vec<_>>(),
-                        "more_witnesses": e.more_witnesses,
-                    })
+                .map(|e| EdgeJson {
+                    from: e.from,
+                    to: e.to,
+                    tid: e.witnesses.first().map(|w| w.tid),
+                    chain: e.witnesses.first().map(|w| w.chain_id),
+                    witnesses: e
+                        .witnesses
+                        .iter()
+                        .map(|w| WitnessJson {
+                            tid: w.tid,
+                            chain: w.chain_id,
+                            at_ns: m.rel(w.ns),
+                        })
+                        .collect(),
+                    more_witnesses: e.more_witnesses,
                 })
-                .collect();
-            json!({
-                "cycle": p.cycle,
-                "deadlocked": p.deadlocked,
-                "edges": edges,
-            })
+                .collect(),
         })
         .collect();
-    let lock_order = json!({
-        "edges": m.lock_order.len(),
-        "potential_deadlocks": ctx.inversions.cycles.len(),
-        "search": ctx.inversions.stopped.map_or("complete", Stopped::as_str),
-        "max_cycles": MAX_CYCLES,
-        "max_cycle_length": MAX_CYCLE_LEN,
-        "long_cycles_skipped": ctx.inversions.depth_limited,
-    });
-
-    let records: Vec<Value> = ctx
-        .sorted_records()
-        .into_iter()
-        .map(|r| {
-            let mut waiters = Vec::new();
-            if let Some(c) = &r.close {
-                chains_used.insert(c.holder_chain);
-                for w in &c.waiters {
-                    chains_used.insert(w.chain_id);
-                    waiters.push(json!({"tid": w.tid, "chain_id": w.chain_id, "wait_ns": w.wait_ns}));
-                }
-            }
-            if let Some(o) = &r.open {
-                chains_used.insert(o.waiter_chain);
-            }
-            json!({
-                "record_id": r.record_id,
-                "object_id": r.object_id,
-                "state": if r.still_open() { "open" } else { "complete" },
-                "level": r.level(),
-                "reason": r.reason(),
-                "opened_at_ns": r.opened_ns().map(rel),
-                "closed_at_ns": r.close.as_ref().map(|c| rel(c.ns)),
-                "elapsed_ns": r.elapsed_ns(m.last_ns),
-                "elapsed_is_lower_bound": r.still_open(),
-                "threads_tried": r.close.as_ref().map(|c| c.threads_tried),
-                "holder_tid": r.holder_tid(),
-                "holder_chain": r.close.as_ref().map(|c| c.holder_chain),
-                "opened_by": r.open.as_ref().map(|o| json!({"tid": o.waiter_tid, "chain_id": o.waiter_chain})),
-                "waiters": waiters,
-                "waiters_total": r.close.as_ref().map(|c| c.waiters_total),
-                "coalesced": r.close.as_ref().map_or(0, |c| c.coalesced),
+    let groups = x.groups().map(|gs| {
+        gs.into_iter()
+            .map(|g| GroupJson {
+                frames: g.frames,
+                records: g.records,
+                total_elapsed_ns: g.total_elapsed_ns,
+                max_level: g.max_level,
             })
-        })
-        .collect();
-
-    let groups = ctx.groups().map(|gs| {
-        gs.iter()
-            .map(|g| {
-                json!({
-                    "frames": g.frames,
-                    "records": g.records,
-                    "total_elapsed_ns": g.total_elapsed_ns,
-                    "max_level": g.max_level,
-                })
-            })
-            .collect::<Vec<_>>()
+            .collect()
     });
-
-    let mut objects = Vec::new();
-    for o in m.objects.values() {
-        let site = ctx.creation_site(o.object_id);
-        let c = o.create.as_ref();
-        if let Some(c) = c {
-            chains_used.insert(c.chain_id);
-        }
-        for w in o.wait_sites.keys() {
-            chains_used.insert(*w);
-        }
-        objects.push(json!({
-            "object_id": o.object_id,
-            "kind": o.kind().map(ObjectKind::name),
-            "subtype": c.map(|c| c.subtype),
-            "origin": c.map(|c| match c.origin {
-                origin::INIT => "init",
-                origin::FIRST_USE => "first_use",
-                _ => "unknown",
+    LogJson {
+        file: x.summary.path.display().to_string(),
+        warnings: x.warnings().into_iter().map(From::from).collect(),
+        ending: x.summary.ending.as_str(),
+        damage: DamageJson {
+            stretches: x.summary.damage_count,
+            bytes: x.summary.damage_bytes,
+        },
+        records_read: x.summary.records,
+        run: run(m),
+        highwater: HighwaterJson {
+            hwm: m.hwm(),
+            object_id: final_hw.map(|h| h.object_id),
+            tid: final_hw.map(|h| h.tid),
+            at_ns: final_hw.map(|h| m.rel(h.ns)),
+            history: Each::new(ctx, m.highwater.iter(), |ctx, h| RiseJson {
+                at_ns: ctx.model.rel(h.ns),
+                hwm: h.hwm,
+                object_id: h.object_id,
+                tid: h.tid,
             }),
-            "addr": c.map(|c| addr(c.addr)),
-            "name": o.name,
-            "created_at_ns": c.map(|c| rel(c.ns)),
-            "created_by_tid": c.map(|c| c.tid),
-            "creation_chain": c.map(|c| c.chain_id),
-            "creation_site": opt_frame(site),
-            "destroyed_at_ns": o.destroy_ns.map(rel),
-            "counters": counters(o),
-            "ended": o.ended().into_iter().map(|(name, _, n)| (name.to_string(), json!(n))).collect::<Map<String, Value>>(),
-            "ended_errors": o.ended_errnos().into_iter().map(|(e, n)| (errno_name(e), json!(n))).collect::<Map<String, Value>>(),
-            "wait_sites": o.wait_sites.values().map(|w| json!({
-                "chain_id": w.chain_id,
-                "count": w.count,
-                "wait_total_ns": w.wait_total_ns,
-                "wait_max_ns": w.wait_max_ns,
-            })).collect::<Vec<_>>(),
-        }));
+        },
+        deadlocks: Each::new(ctx, m.deadlocks.iter(), deadlock),
+        lock_order: LockOrderJson {
+            edges: m.lock_order.len(),
+            potential_deadlocks: x.inversions.cycles.len(),
+            search: x.inversions.stopped.map_or("complete", Stopped::as_str),
+            max_cycles: MAX_CYCLES,
+            max_cycle_length: MAX_CYCLE_LEN,
+            long_cycles_skipped: x.inversions.depth_limited,
+        },
+        potential_deadlocks,
+        sort: x.opts.sort.to_string(),
+        contention_records: Each::new(ctx, x.sorted_records().into_iter(), |ctx, r| {
+            record(ctx.model, r)
+        }),
+        groups,
+        objects: Each::new(ctx, m.objects.values(), object),
+        short_lived_objects: Each::new(ctx, m.churned_by_count().into_iter(), short_lived),
+        quiet_objects: Each::new(ctx, m.quiet_by_count().into_iter(), quiet),
+        threads: Each::new(ctx, m.threads.values(), thread),
+        policy: PolicyJson {
+            versions: Each::new(ctx, p.versions.iter(), version),
+            rules: Each::new(ctx, p.rule_stats.values(), rule),
+        },
+        wait_events: WaitEventsJson {
+            total: p.wait_events_total,
+            listed: Each::new(ctx, p.wait_events.iter(), wait_event),
+            by_rule: Each::new(ctx, p.wait_event_groups.iter(), |_, (&k, g)| by_rule(k, g)),
+        },
+        waiter_chains: Listed {
+            total: p.waiter_chains_total,
+            listed: Each::new(ctx, p.waiter_chains.iter(), waiter_chains),
+        },
+        holder_stacks: Listed {
+            total: p.holder_stacks_total,
+            listed: Each::new(ctx, p.holder_stacks.iter(), holder_stack),
+        },
+        snapshots: Listed {
+            total: p.snapshots_total,
+            listed: Each::new(ctx, p.snapshots.iter(), snapshot),
+        },
+        chains: ChainsJson { ctx, ids: chains },
+        modules: Each::new(ctx, m.modules.values(), module),
+        symbols: SymbolsList(ctx),
     }
-
-    let mut short_lived = Vec::new();
-    for c in m.churned_by_count() {
-        chains_used.insert(c.chain_id);
-        let site = ctx.sym.site(m, c.chain_id);
-        short_lived.push(json!({
-            "kind": churn_kind_json(c.kind),
-            "chain_id": c.chain_id,
-            "count": c.count,
-            "acquisitions": c.acquisitions,
-            "lifetime_total_ns": c.lifetime_total_ns,
-            "lifetime_max_ns": c.lifetime_max_ns,
-            "counters": c
-                .counters
-                .iter()
-                .map(|v| (kind_counter_json(v.key), json!(v.value)))
-                .collect::<Map<String, Value>>(),
-            "created_at": opt_frame(site),
-        }));
-    }
-
-    let mut quiet_objects = Vec::new();
-    for q in m.quiet_by_count() {
-        chains_used.insert(q.chain_id);
-        let site = ctx.sym.site(m, q.chain_id);
-        quiet_objects.push(json!({
-            "kind": churn_kind_json(q.kind),
-            "chain_id": q.chain_id,
-            "count": q.count,
-            "acquisitions": q.acquisitions,
-            "owner_changes": q.owner_changes,
-            "counters": q
-                .counters
-                .iter()
-                .map(|v| (kind_counter_json(v.key), json!(v.value)))
-                .collect::<Map<String, Value>>(),
-            "created_at": opt_frame(site),
-        }));
-    }
-
-    let mut threads = Vec::new();
-    for t in m.threads.values() {
-        let routine = (t.start_routine != 0).then(|| ctx.sym.frame(t.start_routine, false));
-        let created = if t.chain_id != 0 {
-            chains_used.insert(t.chain_id);
-            ctx.sym.site(m, t.chain_id)
-        } else {
-            None
-        };
-        threads.push(json!({
-            "tid": t.tid,
-            "parent_tid": t.start_ns.map(|_| t.parent_tid),
-            "name": t.name,
-            "is_main": t.is_main,
-            "start_ns": t.start_ns.map(rel),
-            "exit_ns": t.exit_ns.map(rel),
-            "start_routine": opt_frame(routine),
-            "creation_chain": (t.chain_id != 0).then_some(t.chain_id),
-            "created_at": opt_frame(created),
-        }));
-    }
-
-    let policy = policy(ctx, &mut chains_used);
-
-    let mut chains = Map::new();
-    chains_used.remove(&0);
-    for id in chains_used {
-        if m.chains.contains_key(&id) {
-            let frames: Vec<Value> = ctx.sym.chain(m, id).iter().map(frame).collect();
-            chains.insert(id.to_string(), Value::Array(frames));
-        }
-    }
-
-    let modules: Vec<Value> = m
-        .modules
-        .values()
-        .map(|md| {
-            json!({
-                "module_id": md.module_id,
-                "path": md.path,
-                "base": addr(md.base),
-                "build_id": md.build_id.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-            })
-        })
-        .collect();
-    let symbols: Vec<Value> = ctx
-        .sym
-        .module_status()
-        .into_iter()
-        .map(|(id, path, status)| {
-            json!({"module_id": id, "path": path, "ok": status.is_ok(), "status": status.describe()})
-        })
-        .collect();
-
-    // Warnings last: symbolizing above found the binaries that could not be used.
-    let warnings: Vec<Value> = ctx
-        .warnings()
-        .into_iter()
-        .map(
-            |w| json!({"kind": w.kind, "message": w.message, "offset": w.offset, "bytes": w.bytes}),
-        )
-        .collect();
-
-    let mut log = Map::new();
-    log.insert("file".into(), json!(ctx.summary.path.display().to_string()));
-    log.insert("warnings".into(), Value::Array(warnings));
-    log.insert("ending".into(), json!(ctx.summary.ending.as_str()));
-    log.insert(
-        "damage".into(),
-        json!({"stretches": ctx.summary.damage_count, "bytes": ctx.summary.damage_bytes}),
-    );
-    log.insert("records_read".into(), json!(ctx.summary.records));
-    log.insert("run".into(), run);
-    log.insert("highwater".into(), highwater);
-    log.insert("deadlocks".into(), Value::Array(deadlocks));
-    log.insert("lock_order".into(), lock_order);
-    log.insert(
-        "potential_deadlocks".into(),
-        Value::Array(potential_deadlocks),
-    );
-    log.insert("sort".into(), json!(ctx.opts.sort.to_string()));
-    log.insert("contention_records".into(), Value::Array(records));
-    if let Some(g) = groups {
-        log.insert("groups".into(), Value::Array(g));
-    }
-    log.insert("objects".into(), Value::Array(objects));
-    log.insert("short_lived_objects".into(), Value::Array(short_lived));
-    log.insert("quiet_objects".into(), Value::Array(quiet_objects));
-    log.insert("threads".into(), Value::Array(threads));
-    for (key, value) in policy {
-        log.insert(key.into(), value);
-    }
-    log.insert("chains".into(), Value::Object(chains));
-    log.insert("modules".into(), Value::Array(modules));
-    log.insert("symbols".into(), Value::Array(symbols));
-    Value::Object(log)
 }
 
-/// The whole document around the per-log reports.
-pub fn document(logs: Vec<Value>) -> Value {
-    json!({"schema": SCHEMA, "logs": logs})
+/// The report of one log as a JSON value (one element of the document's `logs`). For small
+/// logs and tests: [`write_document`] writes the reports of logs of any size.
+pub fn render(ctx: Ctx<'_>) -> serde_json::Value {
+    let ctx = RefCell::new(ctx);
+    serde_json::to_value(log(&ctx)).unwrap_or_default()
+}
+
+/// The document's `logs`: the report of each analysis, made and written one after the other.
+struct Logs<'o, I> {
+    analyses: RefCell<Option<I>>,
+    opts: &'o Options,
+}
+
+impl<I: Iterator<Item = Analysis>> Serialize for Logs<'_, I> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        let analyses = self.analyses.borrow_mut().take();
+        for a in analyses.into_iter().flatten() {
+            let ctx = RefCell::new(Ctx::new(&a.summary, &a.model, self.opts));
+            seq.serialize_element(&log(&ctx))?;
+        }
+        seq.end()
+    }
+}
+
+/// The document.
+#[derive(Serialize)]
+#[serde(bound = "")]
+struct Document<'o, I: Iterator<Item = Analysis>> {
+    schema: &'static str,
+    logs: Logs<'o, I>,
+}
+
+/// Writes the whole document, `{"schema": ..., "logs": [...]}`, indented, with a report for
+/// each analysis `analyses` gives: each is read, reported and dropped before the next.
+pub fn write_document(
+    out: &mut dyn Write,
+    analyses: impl Iterator<Item = Analysis>,
+    opts: &Options,
+) -> std::io::Result<()> {
+    let mut w = std::io::BufWriter::new(out);
+    let mut ser = serde_json::Serializer::pretty(&mut w);
+    Document {
+        schema: SCHEMA,
+        logs: Logs {
+            analyses: RefCell::new(Some(analyses)),
+            opts,
+        },
+    }
+    .serialize(&mut ser)
+    .map_err(std::io::Error::from)?;
+    writeln!(w)?;
+    w.flush()
 }

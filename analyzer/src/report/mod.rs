@@ -92,8 +92,8 @@ impl Default for Options {
 /// Something the reader of a report must know about how complete it is.
 #[derive(Debug, Clone)]
 pub struct Warning {
-    /// `damage`, `ending`, `read-error`, `no-start`, `unknown-records`, `limits`, `dropped`,
-    /// `shim-warning`, `shim-note`, `symbols`.
+    /// `damage`, `ending`, `next-log`, `read-error`, `no-start`, `unknown-records`, `limits`,
+    /// `dropped`, `shim-warning`, `shim-note`, `symbols`.
     pub kind: &'static str,
     pub message: String,
     pub offset: Option<u64>,
@@ -152,6 +152,15 @@ fn policy_limits(o: &Overflow) -> String {
         }
     }
     parts.join("; ")
+}
+
+/// What to say of a file that holds a second log from offset `at` on.
+pub fn next_log_text(at: u64) -> String {
+    format!(
+        "another log starts at offset {at} (logs joined with cat?): this is the report of the \
+         first one only; read the second with `tail -c +{} FILE > second.log`",
+        at.saturating_add(1)
+    )
 }
 
 /// Records sharing the same outermost / innermost frames of their waiter chains.
@@ -243,7 +252,7 @@ impl<'a> Ctx<'a> {
             return format!("object#{object_id} (not in the log)");
         };
         let mut s = format!("{}#{}", o.kind_name(), object_id);
-        if let Some(name) = &o.name {
+        if let Some(name) = o.name() {
             s.push_str(&format!(" \"{name}\""));
         }
         if let Some(c) = &o.create {
@@ -312,6 +321,12 @@ impl<'a> Ctx<'a> {
             )),
             Ending::Clean => {}
         }
+        if let Some(at) = s.next_log {
+            w.push(Warning {
+                offset: Some(at),
+                ..Warning::new("next-log", next_log_text(at))
+            });
+        }
         for d in &s.damage {
             w.push(Warning {
                 offset: Some(d.offset),
@@ -373,7 +388,8 @@ impl<'a> Ctx<'a> {
                 parts.push(format!(
                     "not stored: {} chains, {} threads, {} objects, {} wait sites, {} contention \
                      records, {} modules, {} history entries, {} lock-order edges; {} chains cut \
-                     to their innermost frames; {} objects with kind counters cut",
+                     to their innermost frames; {} objects with kind counters cut; {} records \
+                     with a name, path, text or list cut",
                     o.chains,
                     o.threads,
                     o.objects,
@@ -383,7 +399,8 @@ impl<'a> Ctx<'a> {
                     o.history,
                     o.lock_order_edges,
                     o.chain_frames_cut,
-                    o.kind_values_cut
+                    o.kind_values_cut,
+                    o.cut
                 ));
             }
             if o.policy_any() {

@@ -33,6 +33,17 @@ const MAX_HOLDER_STACKS: usize = 8;
 /// Waiter-chain records shown per object, and waiting threads shown per record.
 const MAX_WAITER_SETS: usize = 3;
 const MAX_WAITERS_SHOWN: usize = 16;
+/// Rows of each per-object table, threads, objects in the wait-site section, deadlocks and
+/// threads of a deadlock's cycle, and statistics of undescribed rules shown: the busiest first
+/// where there is an order. The JSON report has them all; a text of a million rows is read by
+/// nobody, and would cost memory in proportion.
+const MAX_ROWS_SHOWN: usize = 1000;
+const MAX_WAIT_SITE_OBJECTS: usize = 100;
+const MAX_DEADLOCKS_SHOWN: usize = 100;
+const MAX_CYCLE_SHOWN: usize = 64;
+const MAX_ORPHAN_RULES_SHOWN: usize = 50;
+/// Records shown per commonality group (the highest first).
+const MAX_GROUP_RECORDS_SHOWN: usize = 10;
 /// How the first frame of the program's own code is marked in a holder's stack.
 const USER_MARK: &str = "   <- first frame of the program";
 
@@ -285,7 +296,7 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
     let real: Vec<&Deadlock> = m.real_deadlocks().collect();
     if !real.is_empty() {
         let _ = writeln!(out, "\nDEADLOCKS ({})", real.len());
-        for (i, d) in real.iter().enumerate() {
+        for (i, d) in real.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
             let _ = writeln!(
                 out,
                 "\nDEADLOCK {} (detected at {} by thread {}): {} and can never proceed",
@@ -295,6 +306,13 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
                 crate::report::cycle_words(d.cycle.len())
             );
             cycle(ctx, d, out);
+        }
+        if real.len() > MAX_DEADLOCKS_SHOWN {
+            let _ = writeln!(
+                out,
+                "\n... {} more deadlocks not shown (all are in the JSON report)",
+                real.len() - MAX_DEADLOCKS_SHOWN
+            );
         }
     }
     let broken: Vec<(&Deadlock, &DeadlockBroken)> = m
@@ -311,7 +329,7 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
          gave up; without the deadline, a deadlock)",
         broken.len()
     );
-    for (i, (d, b)) in broken.iter().enumerate() {
+    for (i, (d, b)) in broken.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
         let _ = writeln!(
             out,
             "\nCYCLE {} (closed at {} by thread {}): {}; broken after {} when {} stopped \
@@ -329,33 +347,51 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
         );
         cycle(ctx, d, out);
     }
+    if broken.len() > MAX_DEADLOCKS_SHOWN {
+        let _ = writeln!(
+            out,
+            "\n... {} more broken cycles not shown (all are in the JSON report)",
+            broken.len() - MAX_DEADLOCKS_SHOWN
+        );
+    }
 }
 
 /// The threads and objects of a wait-for cycle, and each thread's wait chain.
 fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
     let m = ctx.model;
+    let shown = &d.cycle[..d.cycle.len().min(MAX_CYCLE_SHOWN)];
     let mut cycle = String::from("  cycle: ");
-    for e in &d.cycle {
+    for e in shown {
         let kind = m
             .objects
             .get(&e.object_id)
             .map_or("object", |o| o.kind_name());
         let _ = write!(cycle, "thread {} → {kind}#{} → ", e.tid, e.object_id);
     }
+    if shown.len() < d.cycle.len() {
+        let _ = write!(cycle, "... ({} more) → ", d.cycle.len() - shown.len());
+    }
     if let Some(first) = d.cycle.first() {
         let _ = write!(cycle, "thread {}", first.tid);
     }
     let _ = writeln!(out, "{cycle}");
-    for e in &d.cycle {
+    for e in shown {
         let who = ctx.thread_label(e.tid);
         let what = ctx.object_label(e.object_id);
         let holder = ctx.thread_label(e.holder_tid);
         let _ = writeln!(out, "  {who} waits for {what}, held by {holder}");
     }
-    for e in &d.cycle {
+    for e in shown {
         let who = ctx.thread_label(e.tid);
         let _ = writeln!(out, "  wait chain of {who}:");
         chain(ctx, e.wait_chain, "    ", out);
+    }
+    if shown.len() < d.cycle.len() {
+        let _ = writeln!(
+            out,
+            "  ... {} more threads of the cycle not shown (all are in the JSON report)",
+            d.cycle.len() - shown.len()
+        );
     }
 }
 
@@ -577,11 +613,18 @@ fn records(ctx: &mut Ctx<'_>, out: &mut String) {
                 fmt_ns(g.total_elapsed_ns),
                 g.max_level
             );
-            for id in &g.records {
+            for id in g.records.iter().take(MAX_GROUP_RECORDS_SHOWN) {
                 if let Some(r) = ctx.model.records.get(id) {
                     rank += 1;
                     record(ctx, rank, r, out);
                 }
+            }
+            if g.records.len() > MAX_GROUP_RECORDS_SHOWN {
+                let _ = writeln!(
+                    out,
+                    "\n... {} more records in this group (all are in the JSON report)",
+                    g.records.len() - MAX_GROUP_RECORDS_SHOWN
+                );
             }
         }
         return;
@@ -838,14 +881,18 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
         m.objects.len()
     );
     for (kind, title, note) in TABLES {
-        let rows: Vec<&Object> = objs.iter().copied().filter(|o| o.kind() == kind).collect();
+        let mut rows: Vec<&Object> = objs.iter().copied().filter(|o| o.kind() == kind).collect();
         if rows.is_empty() {
             continue;
         }
+        let count = rows.len();
+        rows.truncate(MAX_ROWS_SHOWN);
         let heads = columns(kind);
         let table: Vec<Option<Vec<String>>> = rows
             .iter()
-            .map(|o| (o.counters.is_some() || !o.kind_counters.is_empty()).then(|| cells(kind, o)))
+            .map(|o| {
+                (o.counters.is_some() || !o.kind_counters().is_empty()).then(|| cells(kind, o))
+            })
             .collect();
         // Each column as wide as its widest cell (at least 8), so that every kind's table aligns.
         let mut widths: Vec<usize> = heads.iter().map(|h| h.chars().count().max(8)).collect();
@@ -862,7 +909,7 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             }
             l
         };
-        let _ = writeln!(out, "\n  {title} ({}{note})", rows.len());
+        let _ = writeln!(out, "\n  {title} ({count}{note})");
         let _ = writeln!(
             out,
             "{}  object",
@@ -905,6 +952,13 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
                     .collect();
                 let _ = writeln!(out, "      waits ended: {}", list.join(", "));
             }
+        }
+        if count > rows.len() {
+            let _ = writeln!(
+                out,
+                "  ... {} more with less wait (all are in the JSON report)",
+                count - rows.len()
+            );
         }
     }
 }
@@ -1035,7 +1089,7 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
     let mut objs: Vec<_> = m
         .objects
         .values()
-        .filter(|o| !o.wait_sites.is_empty())
+        .filter(|o| !o.wait_sites().is_empty())
         .collect();
     if objs.is_empty() {
         return;
@@ -1046,10 +1100,11 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
             .then(a.object_id.cmp(&b.object_id))
     });
     let _ = writeln!(out, "\nWHERE THREADS WAIT");
-    for o in objs {
+    let more = objs.len().saturating_sub(MAX_WAIT_SITE_OBJECTS);
+    for o in objs.into_iter().take(MAX_WAIT_SITE_OBJECTS) {
         let label = ctx.object_label(o.object_id);
         let _ = writeln!(out, "\n  {label}");
-        let mut sites: Vec<_> = o.wait_sites.values().collect();
+        let mut sites: Vec<_> = o.wait_sites().values().collect();
         sites.sort_by(|a, b| {
             b.wait_total_ns
                 .cmp(&a.wait_total_ns)
@@ -1073,6 +1128,12 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
             );
         }
     }
+    if more > 0 {
+        let _ = writeln!(
+            out,
+            "\n  ... {more} more objects with less wait (all are in the JSON report)"
+        );
+    }
 }
 
 fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
@@ -1086,7 +1147,7 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
         "  {:>8}  {:<16} {:>10} {:>10}  {:<32} created at",
         "tid", "name", "started", "lifetime", "start routine"
     );
-    for t in m.threads.values() {
+    for t in m.threads.values().take(MAX_ROWS_SHOWN) {
         let name = t.name.clone().unwrap_or_default();
         let started = t.start_ns.map_or("-".into(), |s| fmt_ns(m.rel(s)));
         let lifetime = match (t.start_ns, t.exit_ns) {
@@ -1110,6 +1171,13 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
             out,
             "  {:>8}  {:<16} {:>10} {:>10}  {:<32} {created}",
             t.tid, name, started, lifetime, routine
+        );
+    }
+    if m.threads.len() > MAX_ROWS_SHOWN {
+        let _ = writeln!(
+            out,
+            "  ... {} more threads (all are in the JSON report)",
+            m.threads.len() - MAX_ROWS_SHOWN
         );
     }
 }
@@ -1191,7 +1259,7 @@ fn policy_section(ctx: &mut Ctx<'_>, out: &mut String) {
         .collect();
     if !orphans.is_empty() {
         let _ = writeln!(out, "  statistics of rules the log does not describe:");
-        for r in orphans {
+        for r in orphans.iter().take(MAX_ORPHAN_RULES_SHOWN) {
             let _ = writeln!(
                 out,
                 "    version {} rule {}: requests {}, acted {}, max_waiters suppressed {}",
@@ -1200,6 +1268,13 @@ fn policy_section(ctx: &mut Ctx<'_>, out: &mut String) {
                 r.requests,
                 r.acted,
                 r.suppressed
+            );
+        }
+        if orphans.len() > MAX_ORPHAN_RULES_SHOWN {
+            let _ = writeln!(
+                out,
+                "    ... {} more (all are in the JSON report)",
+                orphans.len() - MAX_ORPHAN_RULES_SHOWN
             );
         }
     }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use waitshim_format::frame::FRAME_HEADER_LEN;
-use waitshim_format::{frame_len, DecodeError, FrameReader, Item, OpenError, Record};
+use waitshim_format::{DecodeError, Ending, FrameReader, Item, OpenError, Record};
 
 use crate::read::ReadError;
 
@@ -38,6 +38,8 @@ pub struct Follower {
     /// Damaged stretches skipped so far, and their bytes.
     pub damage_count: u64,
     pub damage_bytes: u64,
+    /// Where another log's file header was found (logs joined with `cat`): reading stops there.
+    pub next_log: Option<u64>,
 }
 
 /// What one call to [`Follower::poll`] did.
@@ -80,6 +82,7 @@ impl Follower {
             records: 0,
             damage_count: 0,
             damage_bytes: 0,
+            next_log: None,
         })
     }
 
@@ -108,7 +111,7 @@ impl Follower {
         let len = self.file.metadata()?.len();
         let mut progress = Progress::default();
         loop {
-            if self.next >= len {
+            if self.next >= len || self.next_log.is_some() {
                 progress.caught_up = true;
                 return Ok(progress);
             }
@@ -124,8 +127,12 @@ impl Follower {
             let mut wait_here = false;
             while let Some(item) = reader.next_item()? {
                 match item {
-                    Item::Record { offset, record } => {
-                        self.next = offset + frame_len(&record) as u64;
+                    Item::Record {
+                        offset,
+                        len,
+                        record,
+                    } => {
+                        self.next = offset + len;
                         self.records += 1;
                         sink(record);
                     }
@@ -153,10 +160,14 @@ impl Follower {
                     }
                 }
             }
+            if let Ending::NextLog { offset } = reader.ending() {
+                self.next = offset;
+                self.next_log = Some(offset);
+            }
             progress.bytes += self.next - start;
             // Stop at an unpublished frame, at the end of what is written (the rest is zeros or
             // a frame still being written), or when nothing could be read.
-            if wait_here || !more_after_window || self.next == start {
+            if wait_here || !more_after_window || self.next == start || self.next_log.is_some() {
                 progress.caught_up = true;
                 return Ok(progress);
             }

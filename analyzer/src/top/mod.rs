@@ -446,6 +446,9 @@ impl Top {
         if let Some(e) = &self.io_error {
             notes.push(e.clone());
         }
+        if let Some(at) = self.follower.next_log {
+            notes.push(crate::report::next_log_text(at));
+        }
         if !self.caught_up {
             notes.push(format!(
                 "reading the log: {} MiB so far",

@@ -20,6 +20,11 @@ impl LogBuilder {
         }
     }
 
+    /// Frames only, without the file header: to be put into a log.
+    pub fn new_empty() -> Self {
+        LogBuilder { bytes: Vec::new() }
+    }
+
     /// A log that starts like every real one: the run start record.
     pub fn started(exe: &str, args: &[&str]) -> Self {
         let mut b = Self::new();
@@ -378,4 +383,83 @@ pub fn load_segments(elf: &goblin::elf::Elf) -> Vec<Segment> {
             memsz: p.p_memsz,
         })
         .collect()
+}
+
+/// A frame as any writer could write it: type `ty`, `body` as given, a valid checksum. For
+/// records of a newer writer: types this analyzer does not know, or fields appended to a known
+/// record.
+pub fn raw_frame(ty: u16, body: &[u8]) -> Vec<u8> {
+    let len = body.len() as u32;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&ty.to_le_bytes());
+    h.update(&len.to_le_bytes());
+    h.update(body);
+    let mut f = Vec::new();
+    f.extend(frame::FRAME_TAG.to_le_bytes());
+    f.extend(ty.to_le_bytes());
+    f.extend(len.to_le_bytes());
+    f.extend(h.finalize().to_le_bytes());
+    f.extend(body);
+    f.resize(f.len().next_multiple_of(4), 0);
+    f
+}
+
+/// A record's body with `extra` bytes of fields a newer minor version appended.
+pub fn extended_body(rec: &Record, extra: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    rec.encode_body(&mut body);
+    body.extend((0..extra).map(|i| i as u8 | 0x80));
+    body
+}
+
+/// How a run of the analyzer binary ended.
+pub struct Bounded {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// Peak resident memory of the process, in KiB, as last seen while it ran (its `VmHWM`,
+    /// read every few milliseconds: `wait4`'s `ru_maxrss` would count the memory of this test
+    /// process that spawned it).
+    pub max_rss_kb: u64,
+}
+
+/// The peak resident memory of a running process, in KiB, if it can be read.
+fn vm_hwm_kb(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Runs `waitshim-analyze ARGS`, killing it if it has not ended after `limit` (then the test
+/// fails: the analyzer hung). Its output goes to files, so that a large report cannot block it.
+pub fn run_analyzer(args: &[&std::ffi::OsStr], limit: std::time::Duration) -> Bounded {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, err) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_waitshim-analyze"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(&err).expect("stderr file"))
+        .spawn()
+        .expect("run waitshim-analyze");
+    let deadline = std::time::Instant::now() + limit;
+    let mut max_rss_kb = 0;
+    let status = loop {
+        max_rss_kb = max_rss_kb.max(vm_hwm_kb(child.id()).unwrap_or(0));
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("waitshim-analyze {args:?} still running after {limit:?}: it hangs");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    };
+    Bounded {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&std::fs::read(&out).unwrap_or_default()).into_owned(),
+        stderr: String::from_utf8_lossy(&std::fs::read(&err).unwrap_or_default()).into_owned(),
+        max_rss_kb,
+    }
 }
