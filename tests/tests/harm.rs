@@ -519,3 +519,81 @@ fn a_contended_lock_on_a_small_stack_takes_little_of_it() {
         "{m}"
     );
 }
+
+/// Under `ulimit -n 4`, 5 or 6 the program's own opens give what they give natively: the shim
+/// keeps no descriptor below the program's range (its log took descriptor 3, and the unwinder's
+/// pipe 3 and 4, so the program's open failed), and the contention is recorded all the same.
+#[test]
+fn a_program_with_almost_no_descriptors_opens_what_it_opens_natively() {
+    for limit in [4, 5, 6] {
+        let native = Launch::fixture("nofile")
+            .native()
+            .rlimit(libc::RLIMIT_NOFILE, limit)
+            .run();
+        native.assert_success();
+        let run = Launch::fixture("nofile")
+            .rlimit(libc::RLIMIT_NOFILE, limit)
+            .run();
+        run.assert_success();
+        assert_eq!(run.stdout_text(), native.stdout_text(), "ulimit -n {limit}");
+        let a = run.analyze();
+        let log = a.log(0);
+        let m = log
+            .objects()
+            .into_iter()
+            .find(|o| o["kind"] == "mutex")
+            .expect("the mutex");
+        assert!(log.counter(m, "acquisitions") >= 150_000, "{m}");
+    }
+}
+
+/// A disk that fills while the program runs (a 2 MiB tmpfs): the program runs exactly as
+/// natively, the log keeps what was written before and its end says how much was lost, and the
+/// shim's line at exit says the log is incomplete (it said "log written").
+#[test]
+fn a_full_disk_stops_the_log_not_the_program() {
+    let mount = tempfile::tempdir().expect("mount point");
+    let dir = mount.path();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=2m", "tmpfs"])
+        .arg(dir)
+        .status()
+        .expect("run mount (this test mounts a 2 MiB tmpfs: it needs root, as CI has)");
+    assert!(status.success(), "mount a tmpfs at {}", dir.display());
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(dir);
+    let native = Launch::fixture("log_heavy").native().run();
+    native.assert_success();
+    let run = Launch::fixture("log_heavy")
+        .log_to(dir.join("waitshim.%p.log"))
+        .loud()
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    let err = run.stderr_text();
+    assert!(
+        err.contains("log incomplete (") && err.contains("the disk is full"),
+        "{err}"
+    );
+    let logs: Vec<_> = fs::read_dir(dir)
+        .expect("tmpfs")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let a = waitshim_tests::analyze(&logs, &[]);
+    let log = a.log(0);
+    let end = &log.run()["end"];
+    assert_eq!(end["exit_status"], 0, "{end}");
+    assert!(end["dropped"].as_u64().unwrap_or(0) > 0, "{end}");
+    assert!(
+        log.warning_text().contains("the disk is full"),
+        "{}",
+        log.warning_text()
+    );
+}

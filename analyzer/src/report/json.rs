@@ -14,8 +14,8 @@ use std::io::Write;
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
 use waitshim_format::{
-    end_reason, origin, Deadlock, Highwater, HolderStack, Module, ObjectKind, ObjectsChurned, ObjectsQuiet,
-    PolicyVersion, RuleStats, Snapshot, WaitEvent, WaiterChains,
+    end_reason, origin, Deadlock, Highwater, HolderStack, Module, ObjectKind, ObjectsChurned,
+    ObjectsQuiet, PolicyVersion, RuleStats, Snapshot, WaitEvent, WaiterChains,
 };
 
 use super::{Ctx, Options, Warning};
