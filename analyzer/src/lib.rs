@@ -5,6 +5,7 @@
 //! for a snapshot of its data. Logs come from anywhere: any input gives an error or a report,
 //! in memory that grows with the run's objects, threads and chains, never with its events.
 
+pub mod crossproc;
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;
@@ -68,6 +69,22 @@ pub fn run(
     err: &mut dyn Write,
 ) -> i32 {
     let mut code = 0;
+    let mut with_cross;
+    let mut opts = opts;
+    if paths.len() > 1 {
+        // A light first pass: the waits each log ended with, for deadlocks across processes.
+        let waits: Vec<crossproc::Wait> = paths
+            .iter()
+            .filter_map(|p| crossproc::open_waits(p))
+            .flatten()
+            .collect();
+        let cycles = crossproc::cycles(&waits);
+        if !cycles.is_empty() {
+            with_cross = opts.clone();
+            with_cross.cross_process = cycles;
+            opts = &with_cross;
+        }
+    }
     let mut analyses = paths.iter().filter_map(|path| match analyze(path) {
         Ok(a) => Some(a),
         Err(e) => {

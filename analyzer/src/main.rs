@@ -159,6 +159,7 @@ fn main() {
                 top: cli.top,
                 all_objects: cli.all_objects,
                 symbols: !cli.no_symbols,
+                ..Options::default()
             };
             waitshim_analyze::run(&cli.files, &opts, cli.json, out, err)
         }

@@ -12,12 +12,14 @@ use crate::table::Table;
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
-    ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, PolicyVersion, Record, RuleStats,
-    RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
+    ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, OpenWaits, PolicyVersion, Record,
+    RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
 };
 
 /// Most objects, threads and chains kept per log; beyond this they are counted, not stored.
 pub const MAX_STORED: usize = 1_000_000;
+/// Waits in progress listed at most (one per thread, so far more than a program has).
+pub const MAX_OPEN_WAITS: usize = 10_000;
 /// Contention records kept per log: the shim folds similar episodes into one record, so a run
 /// has far fewer; beyond this they are counted, not stored.
 pub const MAX_RECORDS: usize = 100_000;
@@ -598,6 +600,9 @@ impl Overflow {
 pub struct Model {
     pub run: Option<RunStart>,
     pub run_end: Option<RunEnd>,
+    /// The contended waits in progress at the log's last look (the last `OpenWaits` record):
+    /// the threads still waiting when the log ended, and for what.
+    pub open_waits: Option<OpenWaits>,
     /// The program the process replaced this one with, when the log ends with an exec.
     pub exec: Option<Exec>,
     pub modules: BTreeMap<u32, Module>,
@@ -799,6 +804,12 @@ impl Model {
             Record::RunEnd(r) => {
                 self.seen(r.ns);
                 self.run_end = Some(r);
+            }
+            Record::OpenWaits(mut w) => {
+                self.seen(w.ns);
+                let cut = cut_list(&mut w.waits, MAX_OPEN_WAITS);
+                self.count_cut(cut);
+                self.open_waits = Some(w);
             }
             Record::Exec(mut e) => {
                 self.seen(e.ns);

@@ -547,7 +547,7 @@ proptest! {
         for d in &damages {
             apply(&mut bytes, d);
         }
-        analyze_everything(&bytes, &Options { sort, top, all_objects, symbols });
+        analyze_everything(&bytes, &Options { sort, top, all_objects, symbols, ..Options::default() });
     }
 
     #[test]

@@ -276,6 +276,17 @@ fn golden_log() -> Vec<u8> {
             counters: vec![],
         });
     }
+    // A thread still waiting at the last look, for an object a thread of another process held.
+    b.push(OpenWaits {
+        ns: T0 + 2995 * MS,
+        waits: vec![OpenWait {
+            tid: 103,
+            object_id: 3,
+            since_ns: T0 + 2950 * MS,
+            chain_id: 12,
+            holder_tid: 99999,
+        }],
+    });
     // An exec that failed: the program went on (the end record says how it ended).
     b.push(Exec {
         ns: T0 + 800 * MS,

@@ -623,6 +623,30 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// One wait in progress (see [`OpenWaits`]).
+    pub struct OpenWait {
+        pub tid: u32,
+        pub object_id: u64,
+        /// When the wait began.
+        pub since_ns: u64,
+        pub chain_id: u32,
+        /// The thread holding the object then, 0 if none or unknown: for a mutex shared between
+        /// processes, a thread of another process (kernel tids are unique across processes).
+        pub holder_tid: u32,
+    }
+}
+
+wire_struct! {
+    /// The contended waits in progress at `ns` (written at each flush that finds some, or finds
+    /// none after a record that listed some): the last one in a log says which threads were
+    /// still waiting, and for what, when the log ended.
+    pub struct OpenWaits {
+        pub ns: u64,
+        pub waits: Vec<OpenWait>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -693,4 +717,5 @@ records! {
     DeadlockBroken = 28,
     Exec = 29,
     ObjectsQuiet = 30,
+    OpenWaits = 31,
 }

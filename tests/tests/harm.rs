@@ -5,7 +5,7 @@
 use std::fs;
 use std::time::Duration;
 
-use waitshim_tests::{fixture, line_of, run_both, Launch};
+use waitshim_tests::{fixture, frame_is, line_of, run_both, Launch};
 
 /// A thread cancelled while blocked in pthread_mutex_lock (not a cancellation point) takes the
 /// mutex, finishes its critical section and unlocks it before the cancellation acts, as
@@ -595,5 +595,125 @@ fn a_full_disk_stops_the_log_not_the_program() {
         log.warning_text().contains("the disk is full"),
         "{}",
         log.warning_text()
+    );
+}
+
+/// A lost wake-up: the program exits while a thread still waits on a condition variable that
+/// is never signalled. The report lists that wait as still in progress, with its chain and how
+/// long it lasted (it showed a cond with 0 waits).
+#[test]
+fn a_wait_still_in_progress_at_exit_is_reported_with_its_chain() {
+    let run = run_both("lost_wakeup", &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+    let open = &log.0["open_waits"]["waits"];
+    let waits = open.as_array().expect("open_waits");
+    assert_eq!(waits.len(), 1, "{open}");
+    let w = &waits[0];
+    assert_eq!(log.thread_name(&w["tid"]), Some("consumer"));
+    let cond = log.object(&w["object_id"]);
+    assert!(
+        frame_is(
+            &cond["creation_site"],
+            "lost_wakeup.c",
+            line_of("lost_wakeup.c", "init-cond")
+        ),
+        "{cond}"
+    );
+    assert!(log.chain_has(
+        &w["chain_id"],
+        "lost_wakeup.c",
+        line_of("lost_wakeup.c", "consumer-wait")
+    ));
+    let waited = w["waited_ns"].as_u64().expect("waited_ns");
+    assert!((250_000_000..5_000_000_000).contains(&waited), "{waited}");
+    assert!(
+        a.text
+            .contains("STILL WAITING (1: threads waiting when the program ended)"),
+        "{}",
+        a.text
+    );
+}
+
+/// Two single-threaded processes deadlock over mutexes they share: each log shows its thread
+/// still waiting for the mutex a thread of the other process holds (a single-threaded process
+/// was never flushed: its log did not show the wait), and the two logs read together show the
+/// deadlock across the processes.
+#[test]
+fn a_deadlock_between_two_processes_shows_when_their_logs_are_read_together() {
+    let running = Launch::fixture("pshared_deadlock").spawn();
+    running.wait_for_stdout("child ");
+    let pid_of = |word: &str| -> i32 {
+        let out = running.stdout_now();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(word))
+            .unwrap_or_else(|| panic!("no {word} line in {out:?}"));
+        line[word.len()..].trim().parse().expect("pid")
+    };
+    let (parent, child) = (pid_of("parent "), pid_of("child "));
+    // Both logs show the waits (each waiting thread writes its own log), or the test fails.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let analysis = loop {
+        let logs = running.logs();
+        if logs.len() == 2 {
+            let a = waitshim_tests::analyze(&logs, &[]);
+            let open = |i: usize| {
+                a.log(i).0["open_waits"]["waits"]
+                    .as_array()
+                    .is_some_and(|w| w.len() == 1)
+            };
+            if open(0) && open(1) {
+                break a;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the logs did not show both waits: {logs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // SAFETY: killing the fixture's forked child, which would otherwise wait for ever.
+    unsafe { libc::kill(child, libc::SIGKILL) };
+    let _ = running.kill();
+    for i in 0..2 {
+        let log = analysis.log(i);
+        let pid = log.run()["pid"].as_i64().expect("pid") as i32;
+        let other = if pid == parent { child } else { parent };
+        let w = &log.0["open_waits"]["waits"][0];
+        assert_eq!(w["holder_tid"], other, "pid {pid}: {w}");
+        assert_eq!(w["holder_in_process"], false, "{w}");
+        let tag = if pid == parent {
+            "parent-waits-b"
+        } else {
+            "child-waits-a"
+        };
+        assert!(
+            log.chain_has(
+                &w["chain_id"],
+                "pshared_deadlock.c",
+                line_of("pshared_deadlock.c", tag)
+            ),
+            "pid {pid}: {w}"
+        );
+        let cross = log.0["cross_process_deadlocks"].as_array().expect("cross");
+        assert_eq!(cross.len(), 1, "pid {pid}: {cross:?}");
+        let pids: Vec<i64> = cross[0]["waits"]
+            .as_array()
+            .expect("waits")
+            .iter()
+            .map(|w| w["pid"].as_i64().unwrap_or(0))
+            .collect();
+        assert_eq!(pids.len(), 2);
+        assert!(pids.contains(&i64::from(parent)) && pids.contains(&i64::from(child)));
+    }
+    assert_eq!(
+        analysis
+            .text
+            .matches("DEADLOCK ACROSS PROCESSES 1 (pids")
+            .count(),
+        2,
+        "{}",
+        analysis.text
     );
 }

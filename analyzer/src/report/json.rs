@@ -506,6 +506,91 @@ struct ShortLivedJson {
     created_at: Option<FrameJson>,
 }
 
+/// An element of OPEN_WAITS's `waits`.
+#[derive(Serialize)]
+struct OpenWaitJson {
+    tid: u32,
+    object_id: u64,
+    since_ns: u64,
+    waited_ns: u64,
+    chain_id: u32,
+    holder_tid: Option<u32>,
+    holder_in_process: bool,
+}
+
+/// OPEN_WAITS.
+#[derive(Serialize)]
+struct OpenWaitsJson {
+    at_ns: Option<u64>,
+    waits: Vec<OpenWaitJson>,
+}
+
+fn open_waits(ctx: &Ctx<'_>) -> OpenWaitsJson {
+    let m = ctx.model;
+    let Some(o) = m.open_waits.as_ref() else {
+        return OpenWaitsJson {
+            at_ns: None,
+            waits: Vec::new(),
+        };
+    };
+    OpenWaitsJson {
+        at_ns: Some(m.rel(o.ns)),
+        waits: o
+            .waits
+            .iter()
+            .map(|w| OpenWaitJson {
+                tid: w.tid,
+                object_id: w.object_id,
+                since_ns: m.rel(w.since_ns),
+                waited_ns: o.ns.saturating_sub(w.since_ns),
+                chain_id: w.chain_id,
+                holder_tid: (w.holder_tid != 0).then_some(w.holder_tid),
+                holder_in_process: m.threads.get(&w.holder_tid).is_some(),
+            })
+            .collect(),
+    }
+}
+
+/// An element of a CROSS_DEADLOCK's `waits`.
+#[derive(Serialize)]
+struct CrossWaitJson {
+    pid: u32,
+    tid: u32,
+    object_id: u64,
+    holder_tid: u32,
+    log: String,
+}
+
+/// CROSS_DEADLOCK.
+#[derive(Serialize)]
+struct CrossDeadlockJson {
+    waits: Vec<CrossWaitJson>,
+}
+
+fn cross_process(ctx: &Ctx<'_>) -> Vec<CrossDeadlockJson> {
+    let Some(pid) = ctx.model.run.as_ref().map(|r| r.pid) else {
+        return Vec::new();
+    };
+    ctx.opts
+        .cross_process
+        .iter()
+        .filter(|c| c.involves(pid))
+        .map(|c| CrossDeadlockJson {
+            waits: c
+                .waits
+                .iter()
+                .map(|w| CrossWaitJson {
+                    pid: w.pid,
+                    tid: w.tid,
+                    object_id: w.object_id,
+                    holder_tid: w.holder_tid,
+                    log: w.log.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// QUIET.
 #[derive(Serialize)]
 struct QuietJson {
@@ -803,6 +888,12 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
         ids.extend(o.wait_sites().keys());
     }
     ids.extend(m.churned.values().map(|c| c.chain_id));
+    ids.extend(m.quiet.values().map(|q| q.chain_id));
+    ids.extend(
+        m.open_waits
+            .iter()
+            .flat_map(|o| o.waits.iter().map(|w| w.chain_id)),
+    );
     ids.extend(m.threads.values().map(|t| t.chain_id));
     ids.extend(p.wait_events.iter().map(|e| e.chain_id));
     ids.extend(
@@ -830,6 +921,8 @@ struct LogJson<'c, 'a> {
     run: RunJson,
     highwater: HighwaterJson<Each<'c, 'a, Iter<'a, Highwater>, RiseJson>>,
     deadlocks: Each<'c, 'a, Iter<'a, Deadlock>, DeadlockJson>,
+    open_waits: OpenWaitsJson,
+    cross_process_deadlocks: Vec<CrossDeadlockJson>,
     lock_order: LockOrderJson,
     potential_deadlocks: Vec<PotentialDeadlockJson>,
     sort: String,
@@ -1072,6 +1165,8 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             }),
         },
         deadlocks: Each::new(ctx, m.deadlocks.iter(), deadlock),
+        open_waits: open_waits(&x),
+        cross_process_deadlocks: cross_process(&x),
         lock_order: LockOrderJson {
             edges: m.lock_order.len(),
             potential_deadlocks: x.inversions.cycles.len(),

@@ -76,6 +76,9 @@ pub struct Options {
     pub all_objects: bool,
     /// Open the binaries named in the log to symbolize chains.
     pub symbols: bool,
+    /// Deadlocks across the processes of the logs reported together (see
+    /// [`crate::crossproc`]): each report shows those of its own process.
+    pub cross_process: Vec<crate::crossproc::Cycle>,
 }
 
 impl Default for Options {
@@ -85,6 +88,7 @@ impl Default for Options {
             top: 20,
             all_objects: false,
             symbols: true,
+            cross_process: Vec::new(),
         }
     }
 }

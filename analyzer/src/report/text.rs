@@ -62,6 +62,8 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         );
     } else {
         deadlocks(ctx, &mut body);
+        still_waiting(ctx, &mut body);
+        cross_process(ctx, &mut body);
         potential_deadlocks(ctx, &mut body);
         records(ctx, &mut body);
         collected(ctx, &mut body);
@@ -353,6 +355,100 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
             "\n... {} more broken cycles not shown (all are in the JSON report)",
             broken.len() - MAX_DEADLOCKS_SHOWN
         );
+    }
+}
+
+/// Waits still in progress when the log ended (its last look at them): what a program that
+/// hangs was waiting for, and who held it.
+fn still_waiting(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let Some(open) = m.open_waits.as_ref().filter(|o| !o.waits.is_empty()) else {
+        return;
+    };
+    let end = m.last_ns;
+    let when = match &m.run_end {
+        Some(_) => "when the program ended".to_string(),
+        None => format!(
+            "at the log's last look, {} before its end",
+            fmt_ns(end.saturating_sub(open.ns))
+        ),
+    };
+    let _ = writeln!(
+        out,
+        "\nSTILL WAITING ({}: threads waiting {when})",
+        open.waits.len()
+    );
+    for w in open.waits.iter().take(MAX_DEADLOCKS_SHOWN) {
+        let who = ctx.thread_label(w.tid);
+        let what = ctx.object_label(w.object_id);
+        let holder = match w.holder_tid {
+            0 => String::new(),
+            h if m.threads.get(&h).is_some() => format!(", held by {}", ctx.thread_label(h)),
+            h => format!(", held by thread {h}, not a thread of this process (the object is shared with another process)"),
+        };
+        let _ = writeln!(
+            out,
+            "\n  {who} waits for {what}{holder}, for {} so far",
+            fmt_ns(open.ns.saturating_sub(w.since_ns))
+        );
+        chain(ctx, w.chain_id, "    ", out);
+    }
+    if open.waits.len() > MAX_DEADLOCKS_SHOWN {
+        let _ = writeln!(
+            out,
+            "\n  ... {} more (all are in the JSON report)",
+            open.waits.len() - MAX_DEADLOCKS_SHOWN
+        );
+    }
+}
+
+/// Deadlocks through this process and others (found by reading their logs together).
+fn cross_process(ctx: &mut Ctx<'_>, out: &mut String) {
+    let Some(pid) = ctx.model.run.as_ref().map(|r| r.pid) else {
+        return;
+    };
+    let cycles: Vec<crate::crossproc::Cycle> = ctx
+        .opts
+        .cross_process
+        .iter()
+        .filter(|c| c.involves(pid))
+        .cloned()
+        .collect();
+    if cycles.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nDEADLOCKS ACROSS PROCESSES ({}: threads of this process and of others, in the logs \
+         read with it, wait for each other over objects they share)",
+        cycles.len()
+    );
+    for (i, c) in cycles.iter().enumerate() {
+        let pids: Vec<String> = c.waits.iter().map(|w| w.pid.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "\nDEADLOCK ACROSS PROCESSES {} (pids {}): {} threads wait for each other and can never proceed",
+            i + 1,
+            pids.join(", "),
+            c.waits.len()
+        );
+        for w in &c.waits {
+            let what = if w.pid == pid {
+                ctx.object_label(w.object_id)
+            } else {
+                format!("object#{} of {}", w.object_id, w.log)
+            };
+            let who = if w.pid == pid {
+                ctx.thread_label(w.tid)
+            } else {
+                format!("thread {} (pid {})", w.tid, w.pid)
+            };
+            let _ = writeln!(
+                out,
+                "  {who} waits for {what}, held by thread {}",
+                w.holder_tid
+            );
+        }
     }
 }
 

@@ -232,6 +232,7 @@ impl LiveState {
             | Record::WaitEvent(_)
             | Record::WaitEventReason(_)
             | Record::Exec(_)
+            | Record::OpenWaits(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.

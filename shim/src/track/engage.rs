@@ -612,6 +612,10 @@ fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     if let Some(act) = &mut w.act {
         crate::policy::on_wait_check(tr, t, w.obj, act, w.start);
     }
+    // A process with no thread of the shim (single-threaded until now: one that waits on a
+    // mutex it shares with another process) is flushed by its waiting thread, so that its log
+    // shows the wait even if it never ends.
+    tr.maybe_flush(now_ns());
 }
 
 /// How a wait ended (the reason code kept per object).

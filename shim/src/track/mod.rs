@@ -71,6 +71,8 @@ pub struct Tracker {
     quiet_written: AtomicU64,
     /// The sums of quiet objects last written, per (kind, creation chain).
     quiet_sums: Mutex<HashMap<(u8, u32), QuietSum>>,
+    /// The last flush found contended waits in progress (and wrote them).
+    waits_were_open: AtomicBool,
 }
 
 /// Live objects that never mattered on their own (never contended, named, or in a written
@@ -205,6 +207,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         churn_changed: AtomicBool::new(false),
         quiet_written: AtomicU64::new(0),
         quiet_sums: Mutex::new(HashMap::new()),
+        waits_were_open: AtomicBool::new(false),
     }));
     tr.modules.scan(&tr.log);
     Ok(tr)
@@ -943,6 +946,39 @@ impl Tracker {
         self.churn_changed.store(true, Ordering::Relaxed);
     }
 
+    /// Writes the contended waits in progress, with who holds what they wait for, when there
+    /// are some or were some at the last flush: a program that hangs (a lost wake-up, a mutex
+    /// shared with a process that stopped) is killed with its threads still waiting, and the
+    /// log must say for what, and since when.
+    fn write_open_waits(&self, now: u64) {
+        let mut waits = Vec::new();
+        for e in self.threads.iter() {
+            let t = e.value().0;
+            let p = t.waiting_on.load(Ordering::Acquire);
+            if p.is_null() {
+                continue;
+            }
+            // SAFETY: tracking entries are leaked and never freed.
+            let obj: &ObjEntry = unsafe { &*p };
+            let Some(object_id) = self.try_id_of(obj) else {
+                continue;
+            };
+            waits.push(waitshim_format::OpenWait {
+                tid: t.tid(),
+                object_id,
+                since_ns: t.wait_start.load(Ordering::Relaxed),
+                chain_id: t.wait_chain.load(Ordering::Relaxed),
+                holder_tid: obj.holder(true),
+            });
+        }
+        let open = !waits.is_empty();
+        if open || self.waits_were_open.load(Ordering::Relaxed) {
+            self.log
+                .write(&waitshim_format::OpenWaits { ns: now, waits }.into());
+        }
+        self.waits_were_open.store(open, Ordering::Relaxed);
+    }
+
     /// Writes the sums of quiet objects (see [`QUIET_WRITTEN_MAX`]) that changed since they were
     /// last written, and a count of 0 for those none of which is left.
     fn write_quiet(&self, now_sums: HashMap<(u8, u32), QuietSum>, now: u64) {
@@ -1221,6 +1257,7 @@ impl Tracker {
         });
         self.write_churned(now);
         self.write_quiet(quiet, now);
+        self.write_open_waits(now);
         self.last_flush.store(now, Ordering::Relaxed);
         self.flushing.store(false, Ordering::Release);
     }
