@@ -321,6 +321,7 @@ fn kind_plural(k: ObjectKind) -> &'static str {
         ObjectKind::Spin => "spinlocks",
         ObjectKind::Barrier => "barriers",
         ObjectKind::Thread => "thread joins",
+        ObjectKind::Futex => "futexes",
     }
 }
 
