@@ -610,3 +610,28 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
     }
     Ok(Loaded { symbols, dwarf })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_in(file: &str, module: &str) -> Frame {
+        Frame {
+            addr: 0x1234,
+            file: Some(file.into()),
+            module: Some(module.into()),
+            ..Frame::default()
+        }
+    }
+
+    #[test]
+    fn rust_standard_library_frames_are_not_the_programs_own_code() {
+        let std_lock = frame_in(
+            "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/std/src/sys/sync/mutex/futex.rs",
+            "/home/u/app/target/release/app",
+        );
+        assert!(!std_lock.is_user());
+        assert!(frame_in("/home/u/app/src/main.rs", "/home/u/app/target/release/app").is_user());
+        assert!(frame_in("src/main.rs", "/home/u/app/target/release/app").is_user());
+    }
+}
