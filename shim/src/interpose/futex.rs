@@ -73,13 +73,16 @@ pub fn resolve() {
     if !SYSCALL.available() {
         return;
     }
-    // SAFETY: the C side's hook word, only ever accessed atomically.
+    // SAFETY: the C side's hook, a pointer-sized and pointer-aligned word (the layout of an
+    // AtomicUsize), only ever accessed atomically.
     unsafe { waitshim_syscall_hook.store(tracked as Hook as usize, Ordering::Release) };
     REAL.store(SYSCALL.resolved(), Ordering::Release);
 }
 
-/// `long syscall(long number, ...)`: see the module comment. r11 is free at a call boundary and
-/// carries no argument.
+/// `long syscall(long number, ...)`: see the module comment. Only r11 (free at a call boundary,
+/// never an argument) and the flags change before the jump: every argument register, `al` (the
+/// vector register count of a variadic call) and the stack arguments reach glibc or
+/// `c/syscall.c` as the caller left them.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn syscall() {
@@ -228,11 +231,11 @@ fn outcome(r: c_long, e: c_int) -> Option<Outcome> {
 /// `FUTEX_WAIT`, `FUTEX_WAIT_BITSET`.
 fn wait(a: &[c_long; 6]) -> c_long {
     let caller_errno = errno();
-    let tracked = match (current(), tracker()) {
+    let waiter = match (current(), tracker()) {
         (Some(t), Some(tr)) if will_sleep(tr, a) => Some((t, tr)),
         _ => None,
     };
-    let Some((t, tr)) = tracked else {
+    let Some((t, tr)) = waiter else {
         set_errno(caller_errno);
         return forward(SYS_FUTEX, a);
     };
