@@ -3,7 +3,7 @@
 //! mutex's, and every call of `syscall` returns what glibc returns, with the same errno.
 
 use serde_json::Value;
-use waitshim_tests::{line_of, run_both, run_semantics, LogReport};
+use waitshim_tests::{compile_c, line_of, run_both, run_semantics, Launch, LogReport};
 
 const RUST: &str = "rust_mutex.rs";
 const C: &str = "futex_semantics.c";
@@ -179,4 +179,70 @@ fn futex_calls_return_as_natively_and_the_report_shows_what_slept_and_how_it_end
         .count();
     assert_eq!(futexes, 3, "{:?}", log.objects());
     assert!(a.text.contains("FUTEXES (3"), "{}", a.text);
+}
+
+/// A program that forbids `process_vm_readv` with a seccomp filter (EPERM), which the shim uses to
+/// look at a futex word before a wait: it runs as natively, and its waits are still reported
+/// (the stale one still not as a wait: the kernel's EAGAIN tells).
+#[test]
+fn a_seccomp_filter_refusing_process_vm_readv_changes_nothing_and_waits_still_show() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let exe = compile_c(
+        dir.path(),
+        "no_peeking",
+        r#"
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/futex.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+static int word;
+int main(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {4, f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+        return 1;
+    struct timespec t = {0, 20000000};
+    for (int i = 0; i < 3; i++) {
+        errno = 0;
+        long r = syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &t, NULL, 0);
+        printf("wait %d: %ld %d\n", i, r, errno);
+    }
+    errno = 0;
+    long r = syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 1, &t, NULL, 0);
+    printf("stale: %ld %d\n", r, errno);
+    return 0;
+}
+"#,
+    );
+    let native = Launch::program(&exe).native().run();
+    native.assert_success();
+    let run = Launch::program(&exe).run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    assert_eq!(
+        run.stdout_text(),
+        "wait 0: -1 110\nwait 1: -1 110\nwait 2: -1 110\nstale: -1 11\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let futexes: Vec<_> = log
+        .objects()
+        .into_iter()
+        .filter(|o| o["kind"] == "futex")
+        .collect();
+    assert_eq!(futexes.len(), 1, "{futexes:?}");
+    assert_eq!(log.counter(futexes[0], "contended"), 3, "{}", futexes[0]);
+    assert_eq!(ended(futexes[0], "timed_out"), 3, "{}", futexes[0]);
 }

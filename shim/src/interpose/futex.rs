@@ -55,6 +55,9 @@ static SYSCALL: RealFn = RealFn::new(b"syscall\0");
 static REAL: AtomicUsize = AtomicUsize::new(0);
 /// Whether a futex object was ever registered: until then a wake has nothing to look up.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+/// Whether `process_vm_readv` answers: cleared the first time it is refused (a seccomp filter
+/// returning an errno), after which waits are no longer looked at beforehand.
+static PEEK: AtomicBool = AtomicBool::new(true);
 
 /// [`tracked`]'s type: `hook_fn` in `c/syscall.c`.
 type Hook = unsafe extern "C" fn(c_long, *const [c_long; 6], usize) -> c_long;
@@ -169,6 +172,9 @@ fn will_sleep(tr: &Tracker, a: &[c_long; 6]) -> bool {
     if op & libc::FUTEX_CMD_MASK == libc::FUTEX_WAIT_BITSET && a[5] as u32 == 0 {
         return false;
     }
+    if !PEEK.load(Ordering::Relaxed) {
+        return true;
+    }
     let mut word: u32 = 0;
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -208,9 +214,12 @@ fn will_sleep(tr: &Tracker, a: &[c_long; 6]) -> bool {
         )
     };
     if n < 0 {
-        // Unmapped (EFAULT), or the kernel would not say (a seccomp filter may refuse the call):
-        // then it is taken for a wait.
-        return errno() != libc::EFAULT;
+        if errno() == libc::EFAULT {
+            return false;
+        }
+        // Refused: the wait is taken for one, as are all later ones.
+        PEEK.store(false, Ordering::Relaxed);
+        return true;
     }
     n as usize == want
         && word == a[2] as u32
