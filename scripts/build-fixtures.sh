@@ -6,16 +6,18 @@
 # the fixtures' build flags live:
 #   C:        cc  -O1 -g -pthread                 fixtures/X.c   -> OUTDIR/X
 #   C++:      c++ -O1 -g -pthread -std=c++20      fixtures/X.cpp -> OUTDIR/X
+#   Rust:     rustc -O -g --edition 2021          fixtures/X.rs  -> OUTDIR/X
 #   library:  cc  -O1 -g -pthread -shared -fPIC   fixtures/dlopen_lib.c -> OUTDIR/libdlock.so
 #             cc  -O1 -g -pthread -shared -fPIC   fixtures/counting_interposer.c -> OUTDIR/libcounting.so
 # (`dlopen` builds both dlopen_main and libdlock.so; `counting` builds libcounting.so.) CC and CXX override the
-# compilers. Outputs newer than both their source and this script are kept.
+# compilers, RUSTC the Rust one. Outputs newer than both their source and this script are kept.
 set -euo pipefail
 
 CFLAGS_FIXTURE=(-O1 -g -pthread -I"$(cd "$(dirname "${BASH_SOURCE[0]}")/../include" && pwd)")
 CXXFLAGS_FIXTURE=(-O1 -g -pthread -std=c++20)
 CC="${CC:-cc}"
 CXX="${CXX:-c++}"
+RUSTC="${RUSTC:-rustc}"
 
 [ $# -ge 1 ] || {
     echo "usage: $0 OUTDIR [NAME...]" >&2
@@ -29,7 +31,7 @@ mkdir -p "$out"
 
 names=("$@")
 if [ "${#names[@]}" -eq 0 ]; then
-    for f in "$src_dir"/*.c "$src_dir"/*.cpp; do
+    for f in "$src_dir"/*.c "$src_dir"/*.cpp "$src_dir"/*.rs; do
         n="$(basename "${f%.*}")"
         [ "$n" = dlopen_lib ] && continue
         [ "$n" = counting_interposer ] && n=counting
@@ -54,6 +56,7 @@ status=0
 for n in "${names[@]}"; do
     n="${n%.c}"
     n="${n%.cpp}"
+    n="${n%.rs}"
     case "$n" in
     dlopen | dlopen_main | dlopen_lib)
         build "$src_dir/dlopen_lib.c" "$out/libdlock.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC || status=1
@@ -67,6 +70,8 @@ for n in "${names[@]}"; do
             build "$src_dir/$n.c" "$out/$n" "$CC" "${CFLAGS_FIXTURE[@]}" || status=1
         elif [ -f "$src_dir/$n.cpp" ]; then
             build "$src_dir/$n.cpp" "$out/$n" "$CXX" "${CXXFLAGS_FIXTURE[@]}" || status=1
+        elif [ -f "$src_dir/$n.rs" ]; then
+            build "$src_dir/$n.rs" "$out/$n" "$RUSTC" -O -g --edition 2021 || status=1
         else
             echo "build-fixtures: no fixture named '$n'" >&2
             status=1

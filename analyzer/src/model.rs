@@ -87,7 +87,7 @@ pub const ENDED: [(u16, &str, &str); 10] = [
 ];
 
 /// Kind-specific counters: the [`counter`] key and its JSON name.
-pub const KIND_COUNTERS: [(u16, &str); 11] = [
+pub const KIND_COUNTERS: [(u16, &str); 12] = [
     (counter::SIGNALS, "signals"),
     (counter::BROADCASTS, "broadcasts"),
     (counter::REACQUIRE_WAIT_TOTAL_NS, "reacquire_wait_total_ns"),
@@ -99,6 +99,7 @@ pub const KIND_COUNTERS: [(u16, &str); 11] = [
     (counter::READ_WAIT_MAX_NS, "read_wait_max_ns"),
     (counter::READ_MAX_WAITERS, "read_max_waiters"),
     (counter::ROUNDS, "rounds"),
+    (counter::WAKES, "wakes"),
 ];
 
 /// The JSON name of a kind-specific counter (`posts`), `key_N` for one this analyzer does not

@@ -44,6 +44,9 @@ const LANGUAGE_RUNTIME_MODULES: &[&str] = &["libstdc++", "libgcc_s", "libc++"];
 /// still the library's (`std::mutex::lock`, `__gthread_mutex_lock`).
 const SYSTEM_HEADER_DIRS: &[&str] = &["/usr/include/", "/usr/lib/gcc/", "/usr/local/include/"];
 const SYSTEM_HEADER_PARTS: &[&str] = &["/c++/", "/bits/"];
+/// Rust's standard library, compiled into every Rust program: its debug info names its sources
+/// under `/rustc/<commit>/library/` (`std::sync::Mutex::lock`, the futex wait under it).
+const RUST_LIBRARY_SOURCE: &str = "/rustc/";
 
 /// One symbolized frame. Everything but `addr` is optional: it is what could be found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,13 +87,14 @@ impl Frame {
         self.is_shim() || self.module_is(RUNTIME_MODULES)
     }
 
-    /// Code whose source is a system or compiler header (`/usr/include/c++/13/bits/std_mutex.h`),
-    /// wherever it was compiled into.
+    /// Code whose source is a system or compiler header (`/usr/include/c++/13/bits/std_mutex.h`)
+    /// or Rust's standard library, wherever it was compiled into.
     pub fn is_system_source(&self) -> bool {
         let Some(file) = self.file.as_deref() else {
             return false;
         };
-        SYSTEM_HEADER_DIRS.iter().any(|d| file.starts_with(d))
+        file.starts_with(RUST_LIBRARY_SOURCE)
+            || SYSTEM_HEADER_DIRS.iter().any(|d| file.starts_with(d))
             || SYSTEM_HEADER_PARTS.iter().any(|p| file.contains(p))
             || basename(file).starts_with("gthr-")
             || basename(file) == "gthr.h"
@@ -853,4 +857,29 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
         symbols = function_symbols(&elf, true);
     }
     Ok(Loaded { symbols, dwarf })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_in(file: &str, module: &str) -> Frame {
+        Frame {
+            addr: 0x1234,
+            file: Some(file.into()),
+            module: Some(module.into()),
+            ..Frame::default()
+        }
+    }
+
+    #[test]
+    fn rust_standard_library_frames_are_not_the_programs_own_code() {
+        let std_lock = frame_in(
+            "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/std/src/sys/sync/mutex/futex.rs",
+            "/home/u/app/target/release/app",
+        );
+        assert!(!std_lock.is_user());
+        assert!(frame_in("/home/u/app/src/main.rs", "/home/u/app/target/release/app").is_user());
+        assert!(frame_in("src/main.rs", "/home/u/app/target/release/app").is_user());
+    }
 }

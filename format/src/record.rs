@@ -16,6 +16,9 @@ pub enum ObjectKind {
     Spin = 5,
     Barrier = 6,
     Thread = 7,
+    /// A futex word the program waits on through `syscall(SYS_futex, ...)` (Rust's `std::sync`,
+    /// libstdc++'s atomic waits, hand-written futexes): no owner the shim can see.
+    Futex = 8,
 }
 
 impl ObjectKind {
@@ -28,6 +31,7 @@ impl ObjectKind {
             5 => Self::Spin,
             6 => Self::Barrier,
             7 => Self::Thread,
+            8 => Self::Futex,
             _ => return None,
         })
     }
@@ -40,6 +44,7 @@ impl ObjectKind {
             Self::Spin => "spinlock",
             Self::Barrier => "barrier",
             Self::Thread => "thread",
+            Self::Futex => "futex",
         }
     }
 }
@@ -79,7 +84,7 @@ pub mod counter {
     // How waits ended (reason codes).
     /// The object was acquired (mutex, rwlock, semaphore, spinlock, join).
     pub const ENDED_ACQUIRED: u16 = 1;
-    /// A condition variable wait ended after `pthread_cond_signal`.
+    /// A condition variable wait ended after `pthread_cond_signal`; a futex wait was woken.
     pub const ENDED_SIGNALLED: u16 = 2;
     /// A condition variable wait ended after `pthread_cond_broadcast`.
     pub const ENDED_BROADCAST: u16 = 3;
@@ -139,6 +144,10 @@ pub mod counter {
     // Barriers.
     /// Rounds completed (the last arriver released the others).
     pub const ROUNDS: u16 = 50;
+
+    // Futexes.
+    /// `FUTEX_WAKE` calls that woke at least one waiter.
+    pub const WAKES: u16 = 60;
 }
 
 /// How a run ended.

@@ -38,7 +38,7 @@
 //!
 //! | field | value | selects |
 //! |---|---|---|
-//! | `kind` | string or list of `mutex`, `rwlock`, `cond`, `semaphore` (`sem`), `spinlock` (`spin`), `barrier`, `thread` (`join`: waits in `pthread_join`) | objects of these kinds |
+//! | `kind` | string or list of `mutex`, `rwlock`, `cond`, `semaphore` (`sem`), `spinlock` (`spin`), `barrier`, `thread` (`join`: waits in `pthread_join`), `futex` (waits in `syscall(SYS_futex, ...)`) | objects of these kinds |
 //! | `object_addr` | `"0x…"` string, integer, or a list of them | objects at these addresses |
 //! | `object_name` | glob | objects named so through `waitshim_name_object` |
 //! | `creation_site` | glob | objects whose creation (or first-use) call chain has a frame whose function symbol matches, e.g. `"db_*"` |
@@ -340,7 +340,7 @@ pub fn action_names(bits: u32) -> Vec<&'static str> {
 }
 
 /// Every kind, as written in policy files (the canonical names are [`ObjectKind::name`]).
-pub const KINDS: [ObjectKind; 7] = [
+pub const KINDS: [ObjectKind; 8] = [
     ObjectKind::Mutex,
     ObjectKind::RwLock,
     ObjectKind::Cond,
@@ -348,6 +348,7 @@ pub const KINDS: [ObjectKind; 7] = [
     ObjectKind::Spin,
     ObjectKind::Barrier,
     ObjectKind::Thread,
+    ObjectKind::Futex,
 ];
 
 /// The kind a policy file names, by canonical name or alias (`sem`, `spin`, `join`).

@@ -350,7 +350,7 @@ fn kind(v: &Value, path: &str) -> Result<ObjectKind, PolicyError> {
         err(
             path,
             format!(
-                "unknown kind {}; valid: mutex, rwlock, cond, semaphore (sem), spinlock (spin), barrier, thread (join)",
+                "unknown kind {}; valid: mutex, rwlock, cond, semaphore (sem), spinlock (spin), barrier, thread (join), futex",
                 quote(s)
             ),
         )
@@ -824,7 +824,7 @@ mod tests {
         );
         assert_eq!(
             rule_error("match", r#"{"kind": ["mutex", "mutx"]}"#),
-            "rules[0].match.kind[1]: unknown kind \"mutx\"; valid: mutex, rwlock, cond, semaphore (sem), spinlock (spin), barrier, thread (join)"
+            "rules[0].match.kind[1]: unknown kind \"mutx\"; valid: mutex, rwlock, cond, semaphore (sem), spinlock (spin), barrier, thread (join), futex"
         );
         assert_eq!(
             rule_error("match", r#"{"kind": []}"#),

@@ -321,6 +321,7 @@ fn kind_plural(k: ObjectKind) -> &'static str {
         ObjectKind::Spin => "spinlocks",
         ObjectKind::Barrier => "barriers",
         ObjectKind::Thread => "thread joins",
+        ObjectKind::Futex => "futexes",
     }
 }
 
@@ -619,7 +620,7 @@ mod tests {
             r#"{"rules": [
               {"name": "named", "match": {"object_name": "jobs", "thread_name": "io"}, "actions": "record"},
               {"name": "all", "when": {"min_waiters": 4}, "actions": "holder_live_stack"},
-              {"name": "late", "match": {"kind": ["cond", "sem", "barrier", "join", "spin", "mutex", "rwlock"]}, "actions": "count"}]}"#,
+              {"name": "late", "match": {"kind": ["cond", "sem", "barrier", "join", "spin", "mutex", "rwlock", "futex"]}, "actions": "count"}]}"#,
         )
         .unwrap();
         let text = explain(&p);

@@ -32,6 +32,12 @@ fn own() -> std::ops::Range<u64> {
     OWN_LO.load(Ordering::Relaxed) as u64..OWN_HI.load(Ordering::Relaxed) as u64
 }
 
+/// Whether `addr` is in the shim's own code (known once [`init`] has run): a call the shim makes
+/// itself, through a function it interposes, is not the program's.
+pub fn own_code(addr: usize) -> bool {
+    own().contains(&(addr as u64))
+}
+
 /// Frames of the current thread, innermost first, without the shim's own frames. Not in a
 /// signal handler (see [`capture_interrupted`]).
 pub fn capture(depth: usize, out: &mut [u64; MAX_DEPTH]) -> usize {

@@ -1,5 +1,5 @@
 //! Semaphores: a pool's waiters make the highwater mark, a named semaphore is one object across
-//! processes, waits that end without a post say why, C++ `std::counting_semaphore` is invisible
+//! processes, waits that end without a post say why, C++ `std::counting_semaphore` is a futex
 //! (libstdc++ does not use `sem_t`), and every `sem_*` return value and errno is unchanged.
 
 use std::collections::HashMap;
@@ -242,8 +242,10 @@ fn cxx_posix_variant(dir: &Path) -> PathBuf {
     exe
 }
 
+/// libstdc++'s `std::counting_semaphore` makes no `sem_*` call: no semaphore object. Its waits
+/// are futex waits on the counter, so the pool shows as a futex with the 4 threads waiting.
 #[test]
-fn cxx_counting_semaphore_runs_unchanged_and_is_not_seen_since_libstdcxx_uses_no_sem_t() {
+fn cxx_counting_semaphore_runs_unchanged_and_shows_as_a_futex_since_libstdcxx_uses_no_sem_t() {
     let native = Launch::fixture("sem_cxx").native().run();
     native.assert_success();
     let run = Launch::fixture("sem_cxx").run();
@@ -256,22 +258,35 @@ fn cxx_counting_semaphore_runs_unchanged_and_is_not_seen_since_libstdcxx_uses_no
     let a = run.analyze();
     assert!(a.status.success(), "analyzer: {}", a.stderr);
     let log = a.log(0);
-    // Honest: the futex-based semaphore made no sem_* call, so there is no semaphore to show.
     assert!(semaphores(&log).is_empty(), "{:?}", log.objects());
-    for r in log.records() {
-        let o = log.object(&r["object_id"]);
-        assert_ne!(o["kind"], "semaphore", "{r}");
-    }
-    // The only waits the shim can see are main's joins of its threads.
-    let hwm_object = &log.0["highwater"]["object_id"];
-    if !hwm_object.is_null() {
-        assert_eq!(
-            log.object(hwm_object)["kind"],
-            "thread",
-            "only joins may reach the highwater mark: {}",
-            log.0["highwater"]
+    let acquire = line_of("sem_cxx.cpp", "acquire-site");
+    let pool = log.object_created_at("sem_cxx.cpp", acquire);
+    assert_eq!(pool["kind"], "futex", "{pool}");
+    assert_eq!(log.hwm(), 4, "{}", log.0["highwater"]);
+    assert_eq!(log.0["highwater"]["object_id"], pool["object_id"]);
+    assert_eq!(log.counter(pool, "max_waiters"), 4, "{pool}");
+    // A release wakes every waiter: those that do not get the unit wait again.
+    let waits = log.counter(pool, "contended");
+    assert!(waits >= 4, "{pool}");
+    assert_eq!(pool["ended"]["signalled"], waits, "{pool}");
+    let top = log.records()[0];
+    assert_eq!(top["object_id"], pool["object_id"], "top record: {top}");
+    assert_eq!(top["level"], 4, "{top}");
+    let waiters = top["waiters"].as_array().expect("waiters");
+    assert_eq!(waiters.len(), 4, "{top}");
+    for w in waiters {
+        assert!(
+            log.chain_has(&w["chain_id"], "sem_cxx.cpp", acquire),
+            "{}",
+            log.chain_text(&w["chain_id"])
         );
     }
+    let release = line_of("sem_cxx.cpp", "release-site");
+    assert!(
+        log.chain_has(&top["holder_chain"], "sem_cxx.cpp", release),
+        "{}",
+        log.chain_text(&top["holder_chain"])
+    );
 
     // The same program built to use sem_t shows the pool: 4 threads waiting on it.
     let dir = tempfile::tempdir().expect("temp dir");

@@ -56,9 +56,9 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     if ctx.model.objects.is_empty() && ctx.model.churned.is_empty() && ctx.model.quiet.is_empty() {
         body.push_str(
             "\nNo sync object was seen in this run. The program made no pthread lock calls that \
-             went through libpthread: it may be statically linked, or use locks that bypass \
-             libpthread (such as Rust std's futex-based Mutex), so the shim had nothing to \
-             observe.\n",
+             went through libpthread and never slept in syscall(SYS_futex): it may be statically \
+             linked, or use locks that bypass both (Go's, futexes called by inline system \
+             calls), so the shim had nothing to observe.\n",
         );
     } else {
         deadlocks(ctx, &mut body);
@@ -739,7 +739,7 @@ fn records(ctx: &mut Ctx<'_>, out: &mut String) {
 
 /// The per-kind tables, in this order, with what their column prefixes mean; objects whose
 /// creation was lost come last.
-const TABLES: [(Option<ObjectKind>, &str, &str); 8] = [
+const TABLES: [(Option<ObjectKind>, &str, &str); 9] = [
     (Some(ObjectKind::Mutex), "MUTEXES", ""),
     (
         Some(ObjectKind::RwLock),
@@ -758,6 +758,11 @@ const TABLES: [(Option<ObjectKind>, &str, &str); 8] = [
         Some(ObjectKind::Thread),
         "THREADS JOINED",
         "; waits in pthread_join",
+    ),
+    (
+        Some(ObjectKind::Futex),
+        "FUTEXES",
+        "; waits in syscall(SYS_futex): Rust std::sync, C++ atomic waits",
     ),
     (None, "OBJECTS OF UNKNOWN KIND", "; creation record lost"),
 ];
@@ -832,6 +837,15 @@ fn columns(kind: Option<ObjectKind>) -> &'static [&'static str] {
         ],
         Some(ObjectKind::Thread) => &[
             "joins", "waited", "wait-tot", "wait-max", "waiters", "timeouts", "busy",
+        ],
+        Some(ObjectKind::Futex) => &[
+            "waits",
+            "wakes",
+            "timeouts",
+            "interrupted",
+            "waiters",
+            "wait-tot",
+            "wait-max",
         ],
     }
 }
@@ -938,6 +952,15 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
             waiters(),
             n(|c| c.timeouts),
             n(|c| c.busy),
+        ],
+        Some(ObjectKind::Futex) => vec![
+            n(|c| c.contended),
+            k(counter::WAKES),
+            n(|c| c.timeouts),
+            k(counter::ENDED_INTERRUPTED),
+            waiters(),
+            t(|c| c.wait_total_ns),
+            t(|c| c.wait_max_ns),
         ],
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod barrier;
 pub mod cond;
+pub mod futex;
 pub mod mutex;
 pub mod process;
 pub mod rwlock;
@@ -22,4 +23,5 @@ pub fn resolve_all() {
     signal::resolve();
     thread::resolve();
     process::resolve();
+    futex::resolve();
 }

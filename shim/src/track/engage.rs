@@ -442,10 +442,10 @@ fn wait_begin_at_here(
     t.waiting_on
         .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
     highwater::on_wait(tr, t, obj, n, start, chain);
-    // An object nobody holds (condition variable, semaphore, barrier) leads nowhere in the
-    // wait-for graph: a wait on it closes no cycle.
+    // An object nobody holds (condition variable, semaphore, barrier, futex) leads nowhere in
+    // the wait-for graph: a wait on it closes no cycle.
     let suspect = match obj.kind {
-        ObjectKind::Cond | ObjectKind::Semaphore | ObjectKind::Barrier => None,
+        ObjectKind::Cond | ObjectKind::Semaphore | ObjectKind::Barrier | ObjectKind::Futex => None,
         _ => deadlock::find_cycle(tr, t),
     };
     Wait {

@@ -104,7 +104,7 @@ struct Churn {
 }
 
 /// Object kinds are below this (`ObjectKind as usize`).
-const KINDS: usize = 8;
+const KINDS: usize = 9;
 /// A destroyed object's entry serves a new object only this long after, so that a thread still
 /// in the middle of a call that found it before it was destroyed (a program that destroys an
 /// object in use) is done with it. Threads' caches that point at it are no concern: they check
@@ -224,12 +224,14 @@ pub fn init() {
     }
     let _in = Inside::enter();
     crate::diag::init();
+    // Resolved even when tracing is off: the wrappers still forward, and no forward may reach
+    // `dlsym` later (in a signal handler).
+    crate::real::resolve_all();
     let config = Config::from_env();
     if config.disabled {
         STATE.store(OFF, Ordering::Release);
         return;
     }
-    crate::real::resolve_all();
     crate::real::init_single_threaded();
     threads::check_tid_offset();
     chain::init();
