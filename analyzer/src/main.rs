@@ -26,11 +26,14 @@ use waitshim_analyze::{Options, SortKey};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// Order of the lock contention records: hwm, elapsed, wait, count, or commonality groups by
-    /// the outermost / innermost N frames of the waiter chains (outer:N, inner:N).
-    #[arg(long, default_value = "hwm", value_parser = |s: &str| s.parse::<SortKey>())]
+    /// Order of the lock contention records: wait (the records of the objects threads waited
+    /// for longest first), hwm, elapsed, count, or commonality groups by the outermost /
+    /// innermost N frames of the waiter chains (outer:N, inner:N).
+    #[arg(long, default_value = "wait", value_parser = |s: &str| s.parse::<SortKey>())]
     sort: SortKey,
-    /// Number of contention records (or groups) shown.
+    /// Rows shown in each section of the text report: objects waited for, contention records
+    /// (or groups), rows of each per-object table, objects in WHERE THREADS WAIT, threads, sums
+    /// by creation site. Each cut section ends with a line saying how many more there are.
     #[arg(long, default_value_t = 20)]
     top: usize,
     /// Print one JSON document (schema waitshim-report/1, see analyzer/JSON.md) instead of text.

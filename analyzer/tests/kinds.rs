@@ -313,7 +313,7 @@ fn barrier_table_shows_rounds_and_the_spinlock_and_join_tables_their_columns() {
     );
     assert!(t.contains("\n      waits ended: released 30"), "{t}");
 
-    let t = table(&r, "  SPINLOCKS (1; spinning counts as waiting)");
+    let t = table(&r, "  SPINLOCKS (1; spinning counts as waiting");
     assert_eq!(
         heads(t),
         [
@@ -337,7 +337,10 @@ fn barrier_table_shows_rounds_and_the_spinlock_and_join_tables_their_columns() {
     );
     assert_eq!(row(t, "thread#7")[..2], ["1", "1"]);
 
-    let t = table(&r, "  MUTEXES (1)");
+    let t = table(
+        &r,
+        "  MUTEXES (1; hold-tot ~: holds that made others wait measured",
+    );
     assert_eq!(heads(t)[..3], ["acquired", "contended", "owner-chg"]);
     assert!(
         t.contains("\n      waits ended: acquired 398, owner died 2"),
@@ -350,7 +353,7 @@ fn tables_come_in_kind_order_under_one_objects_heading() {
     let r = text(&every_kind_log());
     let order = [
         "OBJECTS (7 with activity of 7 tracked, sorted by total wait; one table per kind)",
-        "  MUTEXES (1)",
+        "  MUTEXES (1",
         "  RWLOCKS (1",
         "  CONDITION VARIABLES (1)",
         "  SEMAPHORES (1)",

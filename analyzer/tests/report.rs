@@ -36,7 +36,7 @@ fn pos(hay: &str, needle: &str) -> usize {
 fn convoy_of_seven_waiters_is_the_first_record() {
     let mut b = convoy_log();
     b.end(3000 * MS, 7);
-    let r = text(&b, &Options::default());
+    let r = text(&b, &sorted("hwm"));
     assert!(
         r.contains("highwater: 7 waiters on mutex#1 \"queue\" @0x700000001000"),
         "{r}"
@@ -254,7 +254,7 @@ fn record_without_close_is_still_open() {
         level: note_level::INFO,
         text: "still alive".into(),
     });
-    let r = text(&b, &Options::default());
+    let r = text(&b, &sorted("hwm"));
     assert!(
         r.contains("[1] HWM 8  still open when the log ended (elapsed at least 100.0 ms)"),
         "{r}"
@@ -266,7 +266,7 @@ fn record_without_close_is_still_open() {
     assert!(r.contains("ended:     no exit record"));
     assert!(r.contains("duration:  at least 2.90 s"), "{r}");
     assert!(r.contains("WARNING: shim: still alive"));
-    let j = json(&b, &Options::default());
+    let j = json(&b, &sorted("hwm"));
     assert_eq!(j["contention_records"][0]["state"], "open");
     assert_eq!(j["contention_records"][0]["elapsed_is_lower_bound"], true);
     assert_eq!(j["run"]["end"], Value::Null);
@@ -518,13 +518,33 @@ fn text_of_many_objects_and_threads_shows_the_busiest_thousand_and_counts_the_re
         });
     }
     b.end(3000 * MS, 1);
+    // By default every list shows the --top 20 with the most wait and counts the rest.
     let r = text(&b, &Options::default());
-    assert!(r.contains("  MUTEXES (1500)"), "{r}");
-    assert!(r.contains("  ... 500 more with less wait (all are in the JSON report)"));
+    assert!(r.contains("  MUTEXES (1500"), "{r}");
+    assert!(
+        r.contains("  ... 1480 more with less wait (all are in the JSON report)"),
+        "{r}"
+    );
+    assert!(
+        r.contains("  ... 1480 more threads (all are in the JSON report)"),
+        "{r}"
+    );
     assert!(r.contains("mutex#1500"), "the busiest is shown");
+    assert!(!r.contains("mutex#1480 "), "the 21st is not: {r}");
+    // --all-objects: the busiest thousand of each kind.
+    let r = text(
+        &b,
+        &Options {
+            all_objects: true,
+            ..Options::default()
+        },
+    );
+    assert!(
+        r.contains("  ... 500 more with less wait (all are in the JSON report)"),
+        "{r}"
+    );
+    assert!(r.contains("mutex#501 "), "the thousandth is shown");
     assert!(!r.contains("mutex#1 "), "the least busy is not");
-    assert!(r.contains("  ... 500 more threads (all are in the JSON report)"));
-    assert!(r.contains("  ... 1400 more objects with less wait (all are in the JSON report)"));
     let j = json(&b, &Options::default());
     assert_eq!(j["objects"].as_array().map(Vec::len), Some(1500));
     assert_eq!(j["threads"].as_array().map(Vec::len), Some(1500));

@@ -76,6 +76,8 @@ pub mod contention_reason {
     pub const EXCEEDED: u8 = 1;
     /// The waiter count reached the highwater mark while no other thread could run.
     pub const SERIALISED: u8 = 2;
+    /// The object's waiter count reached its own highest so far (below the global mark).
+    pub const OBJECT_PEAK: u8 = 3;
 }
 
 /// Keys of [`KindCounters`] values: counters that only some kinds of object have, and the
@@ -148,6 +150,19 @@ pub mod counter {
     // Futexes.
     /// `FUTEX_WAKE` calls that woke at least one waiter.
     pub const WAKES: u16 = 60;
+
+    // Holds that made others wait (mutexes, rwlocks for writing, spinlocks): each is measured
+    // (the sampled holds of the common counters, which then leave these out, would miss most of
+    // them): from its start when that was timed (the holder waited for it, or the hold was a
+    // sampled one), else from the first waiter's arrival or the previous such hold's release,
+    // whichever came later.
+    /// How many such holds, and their durations summed.
+    pub const HOLDS_WAITED_FOR: u16 = 61;
+    pub const HOLDS_WAITED_FOR_TOTAL_NS: u16 = 62;
+    /// Of those, the holds whose start was not timed: measured from the first waiter's arrival
+    /// (or the previous release), their lengths are lower bounds. How many, and their sum.
+    pub const HOLDS_WAITED_FOR_FROM_ARRIVAL: u16 = 63;
+    pub const HOLDS_WAITED_FOR_FROM_ARRIVAL_NS: u16 = 64;
 }
 
 /// How a run ended.

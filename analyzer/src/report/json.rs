@@ -441,12 +441,16 @@ fn counters(o: &Object) -> Option<Counts> {
         ]
         .map(|(name, n)| (name.to_string(), n))
     });
+    // The total hold time, scaled from the timed holds when not every hold was timed.
+    let estimate = o
+        .hold_total_estimate()
+        .map(|(ns, _)| ("hold_total_estimated_ns".to_string(), ns));
     let kind = o
         .kind_counters()
         .iter()
         .filter(|&&(key, _)| !is_ended_key(key))
         .map(|&(key, n)| (kind_counter_json(key), n));
-    let counts: Counts = common.chain(kind).collect();
+    let counts: Counts = common.chain(estimate).chain(kind).collect();
     (!counts.0.is_empty()).then_some(counts)
 }
 

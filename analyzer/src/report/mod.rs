@@ -84,7 +84,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            sort: SortKey::Hwm,
+            sort: SortKey::Wait,
             top: 20,
             all_objects: false,
             symbols: true,

@@ -26,8 +26,6 @@ const MAX_VERSIONS_SHOWN: usize = 20;
 const MAX_RULES_SHOWN: usize = 50;
 /// Objects shown in the section of what the policy collected (the JSON report has them all).
 const MAX_COLLECTED_OBJECTS: usize = 20;
-/// Creation sites of short-lived objects shown (the JSON report has them all).
-const MAX_CHURN_SITES_SHOWN: usize = 20;
 /// Distinct (holder, stack) shown per object.
 const MAX_HOLDER_STACKS: usize = 8;
 /// Waiter-chain records shown per object, and waiting threads shown per record.
@@ -44,6 +42,11 @@ const MAX_CYCLE_SHOWN: usize = 64;
 const MAX_ORPHAN_RULES_SHOWN: usize = 50;
 /// Records shown per commonality group (the highest first).
 const MAX_GROUP_RECORDS_SHOWN: usize = 10;
+/// Rows of a section: `--top`, within what any section shows at most.
+fn shown_rows(ctx: &Ctx<'_>) -> usize {
+    ctx.opts.top.clamp(1, MAX_ROWS_SHOWN)
+}
+
 /// How the first frame of the program's own code is marked in a holder's stack.
 const USER_MARK: &str = "   <- first frame of the program";
 
@@ -61,6 +64,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
              calls), so the shim had nothing to observe.\n",
         );
     } else {
+        waiting_went(ctx, &mut body);
         deadlocks(ctx, &mut body);
         still_waiting(ctx, &mut body);
         cross_process(ctx, &mut body);
@@ -358,6 +362,93 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
     }
 }
 
+/// The first finding: which objects the threads' waiting went to, most first, with the share of
+/// the threads' time it took and the call site that waited most for each.
+fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let costs = crate::findings::costs(m);
+    if costs.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nWHERE THE WAITING WENT: nowhere (no thread ever waited for another)"
+        );
+        return;
+    }
+    let total: u64 = costs.iter().map(|c| c.wait_ns).fold(0, u64::saturating_add);
+    let lives = crate::findings::thread_time(m);
+    let share = if lives > 0 {
+        format!(
+            ", {} of their {} of life",
+            percent(total as f64 / lives as f64),
+            fmt_ns(lives)
+        )
+    } else {
+        String::new()
+    };
+    let top = ctx.opts.top.max(1);
+    let _ = writeln!(
+        out,
+        "\nWHERE THE WAITING WENT (threads waited {} in all{share}; most first)",
+        fmt_ns(total)
+    );
+    let _ = writeln!(
+        out,
+        "  {:>10} {:>7} {:>9} {:>10} {:>5}  object, and where it was waited for most",
+        "waited", "share", "waits", "longest", "most"
+    );
+    for c in costs.iter().take(top) {
+        let label = ctx.object_label(c.object_id);
+        let still = if c.open_ns > 0 {
+            format!(" (still waiting: {})", fmt_ns(c.open_ns))
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>7} {:>9} {:>10} {:>5}  {label}{still}",
+            fmt_ns(c.wait_ns),
+            percent(c.share),
+            c.waits,
+            fmt_ns(c.max_wait_ns),
+            c.max_waiters
+        );
+        if let Some((chain_id, count, wait)) = c.top_site {
+            let site = ctx
+                .sym
+                .site(m, chain_id)
+                .map_or_else(|| "a site without a call chain".to_string(), |f| f.site());
+            let _ = writeln!(
+                out,
+                "  {:>46}  at {site}: {count} waits, {}",
+                "",
+                fmt_ns(wait)
+            );
+        }
+    }
+    if costs.len() > top {
+        let rest: u64 = costs[top..]
+            .iter()
+            .map(|c| c.wait_ns)
+            .fold(0, u64::saturating_add);
+        let _ = writeln!(
+            out,
+            "  ... {} more objects waited for, {} in all (--top N shows more; the JSON report has all)",
+            costs.len() - top,
+            fmt_ns(rest)
+        );
+    }
+}
+
+/// A share as a percentage, with a digit after the point below 10 %.
+fn percent(f: f64) -> String {
+    let p = f * 100.0;
+    if p >= 10.0 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
 /// Waits still in progress when the log ended (its last look at them): what a program that
 /// hangs was waiting for, and who held it.
 fn still_waiting(ctx: &mut Ctx<'_>, out: &mut String) {
@@ -610,6 +701,7 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
     if let Some(o) = &r.open {
         let why = match r.reason() {
             Some("exceeded") => "waiters rose above the highwater mark",
+            Some("object_peak") => "its waiters reached the most it ever had",
             Some(_) => "no other thread could run: the program was serialised on this object",
             None => "unknown reason",
         };
@@ -870,6 +962,12 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
     let waiters = || c.map_or_else(dash, |c| c.max_waiters.to_string());
     let k = |key: u16| o.kind_counter(key).to_string();
     let kt = |key: u16| fmt_ns(o.kind_counter(key));
+    // `~`: estimated from the timed holds (see `Object::hold_total_estimate`).
+    let hold = || match o.hold_total_estimate() {
+        Some((ns, true)) => format!("~{}", fmt_ns(ns)),
+        Some((ns, false)) => fmt_ns(ns),
+        None => c.map_or_else(dash, |_| fmt_ns(0)),
+    };
     match kind {
         Some(ObjectKind::Mutex) | None => vec![
             n(|c| c.acquisitions),
@@ -877,7 +975,7 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
             n(|c| c.owner_changes),
             t(|c| c.wait_total_ns),
             t(|c| c.wait_max_ns),
-            t(|c| c.hold_total_ns),
+            hold(),
             t(|c| c.hold_max_ns),
             n(|c| c.hold_samples),
             waiters(),
@@ -890,7 +988,7 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
             t(|c| c.wait_total_ns),
             t(|c| c.wait_max_ns),
             waiters(),
-            t(|c| c.hold_total_ns),
+            hold(),
             t(|c| c.hold_max_ns),
             k(counter::READ_ACQUISITIONS),
             share(
@@ -931,7 +1029,7 @@ fn cells(kind: Option<ObjectKind>, o: &Object) -> Vec<String> {
             contended(),
             t(|c| c.wait_total_ns),
             t(|c| c.wait_max_ns),
-            t(|c| c.hold_total_ns),
+            hold(),
             t(|c| c.hold_max_ns),
             waiters(),
             n(|c| c.busy),
@@ -1005,7 +1103,11 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             continue;
         }
         let count = rows.len();
-        rows.truncate(MAX_ROWS_SHOWN);
+        rows.truncate(if ctx.opts.all_objects {
+            MAX_ROWS_SHOWN
+        } else {
+            shown_rows(ctx)
+        });
         let heads = columns(kind);
         let table: Vec<Option<Vec<String>>> = rows
             .iter()
@@ -1028,7 +1130,20 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             }
             l
         };
-        let _ = writeln!(out, "\n  {title} ({count}{note})");
+        // A `~` in a shown row's hold total says it is estimated; the heading says how.
+        let estimated = rows
+            .iter()
+            .any(|o| matches!(o.hold_total_estimate(), Some((_, true))));
+        let est_note = match kind {
+            Some(ObjectKind::RwLock) if estimated => {
+                "; w-hold-tot ~: holds that made others wait measured, from the first waiter if their start was not timed, the others scaled from the timed ones"
+            }
+            _ if estimated => {
+                "; hold-tot ~: holds that made others wait measured, from the first waiter if their start was not timed, the others scaled from the hold-smp timed"
+            }
+            _ => "",
+        };
+        let _ = writeln!(out, "\n  {title} ({count}{note}{est_note})");
         let _ = writeln!(
             out,
             "{}  object",
@@ -1070,6 +1185,20 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
                     })
                     .collect();
                 let _ = writeln!(out, "      waits ended: {}", list.join(", "));
+            } else if let Some(c) = o.counters.as_ref().filter(|c| c.errors > 0) {
+                // Calls that failed without waiting (a relock of an error-checking mutex, an
+                // invalid deadline): their errnos.
+                let by: Vec<String> = o
+                    .ended_errnos()
+                    .iter()
+                    .map(|&(e, k)| format!("{} {k}", errno_name(e)))
+                    .collect();
+                let by = if by.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", by.join(", "))
+                };
+                let _ = writeln!(out, "      errors: {}{by}", c.errors);
             }
         }
         if count > rows.len() {
@@ -1092,7 +1221,7 @@ fn short_lived(ctx: &mut Ctx<'_>, out: &mut String) {
     let sums = m.churned_by_count();
     let rows: Vec<([String; 4], String)> = sums
         .iter()
-        .take(MAX_CHURN_SITES_SHOWN)
+        .take(shown_rows(ctx))
         .map(|c| {
             let mean = c
                 .lifetime_total_ns
@@ -1154,11 +1283,11 @@ fn short_lived(ctx: &mut Ctx<'_>, out: &mut String) {
             line(numbers.each_ref().map(String::as_str), kind)
         );
     }
-    if sums.len() > MAX_CHURN_SITES_SHOWN {
+    if sums.len() > shown_rows(ctx) {
         let _ = writeln!(
             out,
             "  ... {} more creation sites (all are in the JSON report)",
-            sums.len() - MAX_CHURN_SITES_SHOWN
+            sums.len() - shown_rows(ctx)
         );
     }
 }
@@ -1180,7 +1309,7 @@ fn quiet_objects(ctx: &mut Ctx<'_>, out: &mut String) {
         "     count   acquired  owner-chg  kind      created at"
     );
     let sums = m.quiet_by_count();
-    for q in sums.iter().take(MAX_CHURN_SITES_SHOWN) {
+    for q in sums.iter().take(shown_rows(ctx)) {
         let site = ctx
             .sym
             .site(m, q.chain_id)
@@ -1194,11 +1323,11 @@ fn quiet_objects(ctx: &mut Ctx<'_>, out: &mut String) {
             churn_kind_text(q.kind)
         );
     }
-    if sums.len() > MAX_CHURN_SITES_SHOWN {
+    if sums.len() > shown_rows(ctx) {
         let _ = writeln!(
             out,
             "  ... {} more creation sites (all are in the JSON report)",
-            sums.len() - MAX_CHURN_SITES_SHOWN
+            sums.len() - shown_rows(ctx)
         );
     }
 }
@@ -1219,8 +1348,9 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
             .then(a.object_id.cmp(&b.object_id))
     });
     let _ = writeln!(out, "\nWHERE THREADS WAIT");
-    let more = objs.len().saturating_sub(MAX_WAIT_SITE_OBJECTS);
-    for o in objs.into_iter().take(MAX_WAIT_SITE_OBJECTS) {
+    let shown = shown_rows(ctx).min(MAX_WAIT_SITE_OBJECTS);
+    let more = objs.len().saturating_sub(shown);
+    for o in objs.into_iter().take(shown) {
         let label = ctx.object_label(o.object_id);
         let _ = writeln!(out, "\n  {label}");
         let mut sites: Vec<_> = o.wait_sites().values().collect();
@@ -1266,7 +1396,8 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
         "  {:>8}  {:<16} {:>10} {:>10}  {:<32} created at",
         "tid", "name", "started", "lifetime", "start routine"
     );
-    for t in m.threads.values().take(MAX_ROWS_SHOWN) {
+    let shown = shown_rows(ctx);
+    for t in m.threads.values().take(shown) {
         let name = t.name.clone().unwrap_or_default();
         let started = t.start_ns.map_or("-".into(), |s| fmt_ns(m.rel(s)));
         let lifetime = match (t.start_ns, t.exit_ns) {
@@ -1292,11 +1423,11 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
             t.tid, name, started, lifetime, routine
         );
     }
-    if m.threads.len() > MAX_ROWS_SHOWN {
+    if m.threads.len() > shown {
         let _ = writeln!(
             out,
             "  ... {} more threads (all are in the JSON report)",
-            m.threads.len() - MAX_ROWS_SHOWN
+            m.threads.len() - shown
         );
     }
 }

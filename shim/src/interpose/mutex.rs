@@ -333,8 +333,13 @@ unsafe fn timed(
         other => {
             let r = pass(m, ts);
             if let Some(t) = other {
-                if r == 0 || r == EOWNERDEAD {
-                    engage::engaged(t, m as usize, KIND, subtype);
+                match r {
+                    0 => engage::engaged(t, m as usize, KIND, subtype),
+                    ETIMEDOUT | EBUSY => {}
+                    // EINVAL for the deadline, EOWNERDEAD (acquired), ...
+                    _ => {
+                        acquired_or_failed(t, m, r);
+                    }
                 }
             }
             return r;
@@ -360,7 +365,7 @@ fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int
         // Acquired, with the previous owner dead: the program must make it consistent.
         engage::engaged(t, m as usize, KIND, subtype);
     }
-    engage::failed(t, m as usize, KIND, subtype);
+    engage::failed(t, m as usize, KIND, subtype, r);
     r
 }
 
@@ -440,7 +445,15 @@ unsafe fn contended(
     let owner = glibc_mutex::owner(addr);
     if owner == t.tid() && subtype(addr) & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK {
         // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
-        return real_wait(deadline);
+        let r = real_wait(deadline);
+        if r != 0 {
+            obj.stats
+                .errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            obj.count_errno(r);
+            obj.touch();
+        }
+        return r;
     }
     engage::attempting(t, obj);
     let mut w = engage::wait_begin_at(tr, t, obj, Side::Exclusive, site);

@@ -116,7 +116,7 @@ fn tried(t: &ThreadRec, addr: usize, side: Side, r: c_int) {
         (0, Side::Shared) => read_engaged(t, addr),
         (0, Side::Exclusive) => engage::engaged_try(t, addr, KIND, subtype),
         (EBUSY, _) => engage::busy(t, addr, KIND, subtype),
-        _ => engage::failed(t, addr, KIND, subtype),
+        (e, _) => engage::failed(t, addr, KIND, subtype, e),
     }
 }
 
@@ -287,7 +287,7 @@ unsafe fn lock_busy(
                     Side::Exclusive => engage::engaged(t, addr, KIND, subtype),
                 }
             } else if r != ETIMEDOUT {
-                engage::failed(t, addr, KIND, subtype);
+                engage::failed(t, addr, KIND, subtype, r);
             }
             return r;
         }

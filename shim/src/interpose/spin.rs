@@ -120,7 +120,7 @@ pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_i
         match r {
             0 => engage::engaged_try(t, l as usize, KIND, subtype),
             EBUSY => engage::busy(t, l as usize, KIND, subtype),
-            _ => engage::failed(t, l as usize, KIND, subtype),
+            e => engage::failed(t, l as usize, KIND, subtype, e),
         }
     }
     r

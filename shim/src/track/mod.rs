@@ -415,7 +415,7 @@ fn thread_exited_here() {
         let waited = rec.waiting_on.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if !waited.is_null() {
             // SAFETY: tracking entries are leaked and never freed.
-            unsafe { &*waited }.waiters.fetch_sub(1, Ordering::AcqRel);
+            unsafe { &*waited }.waiter_left(false, 0);
             tr.blocked.fetch_sub(1, Ordering::Relaxed);
         }
         let tid = rec.tid();

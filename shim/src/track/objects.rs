@@ -70,6 +70,13 @@ pub const CONTENDED: u8 = 2;
 pub const EPISODE: u8 = 4;
 /// A policy rule with `holder_chain` selects it: acquisitions note where they happened.
 pub const HOLDER_CHAINS: u8 = 8;
+/// Its timed holds last [`TIME_ALL_HOLDS_NS`] or more on average: every hold is timed, since two
+/// clock reads are then a negligible part of one (the 1-in-64 sampling is for short holds, which
+/// they would lengthen).
+pub const TIME_ALL: u8 = 32;
+/// Mean timed hold from which every hold of an object is timed: two clock reads add well under
+/// 1 % to it.
+pub const TIME_ALL_HOLDS_NS: u64 = 20_000;
 
 /// `ObjEntry::id` of an object destroyed before it was written to the log: counted with the
 /// short-lived objects of its creation chain, never to be written on its own.
@@ -94,6 +101,9 @@ pub struct ObjEntry {
     pub owner: Padded<Owner>,
     // Contended paths only, on their own cache lines.
     pub waiters: Padded<AtomicU32>,
+    /// Locks: since when the current hold has made a thread wait (the first waiter's arrival,
+    /// or the previous waited-for release if waiters were still there), 0 if it has not.
+    pub waited_since: AtomicU64,
     /// Condition variables: when the last signal or broadcast that found waiters was sent
     /// (monotonic ns shifted left by one; low bit set for a broadcast), 0 if none was. A wait
     /// that returns judges by it whether it was woken, and how, and how long re-acquiring took.
@@ -141,7 +151,7 @@ pub struct ObjEntry {
 }
 
 /// Counter keys are below this.
-pub const EXTRA_KEYS: usize = 64;
+pub const EXTRA_KEYS: usize = 72;
 /// Distinct errnos counted apart per object (more are in the error total only).
 pub const ERRNOS: usize = 4;
 
@@ -181,6 +191,7 @@ impl ObjEntry {
             generation: AtomicU16::new(0),
             owner: Default::default(),
             waiters: Default::default(),
+            waited_since: AtomicU64::new(0),
             last_wake: AtomicU64::new(0),
             last_wait_start: AtomicU64::new(0),
             stats: Stats::default(),
@@ -228,6 +239,7 @@ impl ObjEntry {
         self.id.store(0, Ordering::Relaxed);
         let zero64 = [
             &self.owner.changes,
+            &self.waited_since,
             &self.last_wake,
             &self.last_wait_start,
             &self.stats.acquisitions,
@@ -513,11 +525,106 @@ impl ObjEntry {
         self.touch();
     }
 
+    /// Whether holds of this kind make waiters wait and are measured when they do.
+    fn holds_measured(&self) -> bool {
+        matches!(
+            self.kind,
+            ObjectKind::Mutex | ObjectKind::RwLock | ObjectKind::Spin
+        )
+    }
+
+    /// A thread begins waiting for it at `now`, its waiter count already raised: the current
+    /// hold makes a thread wait from now on, unless it already did. (The holder is told to look
+    /// at its release by the caller: a flag in `flags` would be one more write to the line every
+    /// acquisition reads, at every first waiter; it cost 4x on the contended bench.)
+    pub fn waiter_came(&self, now: u64) {
+        if self.holds_measured() && self.waited_since.load(Ordering::Relaxed) == 0 {
+            let _ = self.waited_since.compare_exchange(
+                0,
+                now.max(1),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// A waiter leaves at `now` (0: unknown, in a signal handler); `acquired`: it took the
+    /// object. Lowers the waiter count; when the last waiter took it, nobody has waited for the
+    /// hold it begins. (Atomics only.)
+    pub fn waiter_left(&self, acquired: bool, now: u64) {
+        let left = self.waiters.fetch_sub(1, Ordering::AcqRel).wrapping_sub(1);
+        if left != 0 || !acquired || !self.holds_measured() {
+            return;
+        }
+        let since = self.waited_since.load(Ordering::Acquire);
+        if since == 0
+            || self
+                .waited_since
+                .compare_exchange(since, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // A waiter that came meanwhile found the mark taken: it waits for this hold from now.
+        if self.waiters.load(Ordering::Acquire) != 0 && now != 0 {
+            let _ = self
+                .waited_since
+                .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the holder must look at its release: a thread waits or waited during the hold.
+    pub fn waited_for(&self) -> bool {
+        self.waited_since.load(Ordering::Relaxed) != 0
+    }
+
+    /// The holder releases it at `now`; `timed_since`: when the hold began, if that was timed.
+    /// If a thread waited during the hold, measures the hold and returns (length, measured from
+    /// the first waiter's arrival rather than from its start); waiters still there wait for the
+    /// next hold from now. None when nobody waited: the caller counts a timed hold as a sample.
+    pub fn waited_hold_released(&self, now: u64, timed_since: Option<u64>) -> Option<(u64, bool)> {
+        if !self.holds_measured() || self.waited_since.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let since = self.waited_since.swap(0, Ordering::AcqRel);
+        if since == 0 {
+            return None;
+        }
+        if self.waiters.load(Ordering::Acquire) != 0 {
+            let _ = self.waited_since.compare_exchange(
+                0,
+                now.max(1),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+        let (ns, from_arrival) = match timed_since {
+            Some(start) => (now.saturating_sub(start), false),
+            None => (now.saturating_sub(since), true),
+        };
+        raise(&self.stats.hold_max, ns);
+        self.add(counter::HOLDS_WAITED_FOR, 1);
+        self.add(counter::HOLDS_WAITED_FOR_TOTAL_NS, ns);
+        if from_arrival {
+            self.add(counter::HOLDS_WAITED_FOR_FROM_ARRIVAL, 1);
+            self.add(counter::HOLDS_WAITED_FOR_FROM_ARRIVAL_NS, ns);
+        }
+        Some((ns, from_arrival))
+    }
+
     pub fn held(&self, hold_ns: u64) {
         let s = &self.stats;
-        s.hold_total.fetch_add(hold_ns, Ordering::Relaxed);
+        let total = s.hold_total.fetch_add(hold_ns, Ordering::Relaxed) + hold_ns;
         raise(&s.hold_max, hold_ns);
-        s.hold_samples.fetch_add(1, Ordering::Relaxed);
+        let samples = s.hold_samples.fetch_add(1, Ordering::Relaxed) + 1;
+        let long = total / samples >= TIME_ALL_HOLDS_NS;
+        if long != (self.flags() & TIME_ALL != 0) {
+            if long {
+                self.set_flag(TIME_ALL);
+            } else {
+                self.clear_flag(TIME_ALL);
+            }
+        }
         self.touch();
     }
 
@@ -629,6 +736,13 @@ pub mod glibc_mutex {
         } else {
             v as u32
         }
+    }
+
+    /// `__count`: how many times a recursive mutex is held by its owner (0 or 1 otherwise).
+    #[inline(always)]
+    pub fn count(addr: usize) -> u32 {
+        // SAFETY: as for `owner`: the caller's mutex, read with a volatile load.
+        unsafe { std::ptr::read_volatile((addr + 4) as *const u32) }
     }
 
     /// `__lock`: 0 while the mutex is free.
@@ -745,5 +859,116 @@ pub mod glibc_barrier {
     pub fn count(addr: usize) -> u32 {
         // SAFETY: the caller's barrier, mapped while it waits on it; written only by init.
         unsafe { std::ptr::read_volatile((addr + 8) as *const u32) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock() -> ObjEntry {
+        ObjEntry::new(0x1000, ObjectKind::Mutex)
+    }
+
+    fn came(o: &ObjEntry, now: u64) {
+        o.waiters.fetch_add(1, Ordering::AcqRel);
+        o.waiter_came(now);
+    }
+
+    fn waited_for(o: &ObjEntry) -> (u64, u64, u64) {
+        let get = |key: u16| {
+            o.extra_counts()
+                .find(|&(k, _)| k == key)
+                .map_or(0, |(_, v)| v)
+        };
+        (
+            get(counter::HOLDS_WAITED_FOR),
+            get(counter::HOLDS_WAITED_FOR_TOTAL_NS),
+            get(counter::HOLDS_WAITED_FOR_FROM_ARRIVAL),
+        )
+    }
+
+    #[test]
+    fn a_hold_nobody_waited_for_is_left_to_the_samples() {
+        let o = lock();
+        assert_eq!(o.waited_hold_released(500, Some(100)), None);
+        assert_eq!(waited_for(&o), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_timed_hold_that_made_a_thread_wait_is_measured_from_its_start() {
+        let o = lock();
+        came(&o, 300);
+        assert!(o.waited_for(), "the holder must look at its release");
+        assert_eq!(o.waited_hold_released(1000, Some(100)), Some((900, false)));
+        assert_eq!(waited_for(&o), (1, 900, 0));
+        assert_eq!(o.stats.hold_max.load(Ordering::Relaxed), 900);
+    }
+
+    #[test]
+    fn an_untimed_hold_is_measured_from_the_first_waiters_arrival() {
+        let o = lock();
+        came(&o, 300);
+        came(&o, 600);
+        assert_eq!(o.waited_hold_released(1000, None), Some((700, true)));
+        assert_eq!(waited_for(&o), (1, 700, 1));
+    }
+
+    #[test]
+    fn waiters_still_there_wait_for_the_next_hold_from_the_release() {
+        let o = lock();
+        came(&o, 300);
+        came(&o, 400);
+        assert!(o.waited_hold_released(1000, None).is_some());
+        // One waiter gets it; the other waits on, for the hold that begins.
+        o.waiter_left(true, 1010);
+        assert_eq!(o.waiters.load(Ordering::Relaxed), 1);
+        assert_eq!(o.waited_hold_released(1500, Some(1010)), Some((490, false)));
+        // Another holder barged in before the last waiter: measured from the last release.
+        assert_eq!(o.waited_hold_released(1800, None), Some((300, true)));
+        assert_eq!(waited_for(&o), (3, 700 + 490 + 300, 2));
+    }
+
+    #[test]
+    fn the_last_waiter_taking_the_lock_begins_a_hold_nobody_waits_for() {
+        let o = lock();
+        came(&o, 300);
+        assert!(o.waited_hold_released(1000, None).is_some());
+        o.waiter_left(true, 1005);
+        assert!(!o.waited_for());
+        assert_eq!(o.waited_hold_released(2000, Some(1005)), None);
+    }
+
+    #[test]
+    fn a_waiter_that_gave_up_still_waited_for_the_hold() {
+        let o = lock();
+        came(&o, 300);
+        o.waiter_left(false, 0);
+        assert!(o.waited_for(), "the hold it gave up on still made it wait");
+        assert_eq!(o.waited_hold_released(1000, None), Some((700, true)));
+        assert_eq!(o.waited_hold_released(2000, None), None);
+    }
+
+    #[test]
+    fn every_hold_is_timed_while_the_timed_ones_are_long_on_average() {
+        let o = lock();
+        o.held(1_000);
+        assert_eq!(o.flags() & TIME_ALL, 0, "short holds are sampled");
+        o.held(2 * TIME_ALL_HOLDS_NS);
+        assert_ne!(o.flags() & TIME_ALL, 0, "mean 20.5 µs");
+        for _ in 0..10 {
+            o.held(500);
+        }
+        assert_eq!(o.flags() & TIME_ALL, 0, "the mean fell below the mark");
+    }
+
+    #[test]
+    fn objects_nobody_holds_are_not_measured() {
+        for kind in [ObjectKind::Cond, ObjectKind::Semaphore, ObjectKind::Barrier] {
+            let o = ObjEntry::new(0x1000, kind);
+            came(&o, 300);
+            assert!(!o.waited_for());
+            assert_eq!(o.waited_hold_released(1000, None), None);
+        }
     }
 }

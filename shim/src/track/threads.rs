@@ -114,6 +114,13 @@ impl Timed {
         }
     }
 
+    /// Whether a hold of `obj` is being timed.
+    pub fn contains(&self, obj: *const ObjEntry) -> bool {
+        self.list[..self.len]
+            .iter()
+            .any(|h| std::ptr::eq(h.obj, obj))
+    }
+
     /// Stops timing the hold of `obj` (the latest one), returning it.
     pub fn take(&mut self, obj: *const ObjEntry) -> Option<Held> {
         let i = self.list[..self.len]

@@ -1,0 +1,110 @@
+//! What the text and the JSON reports both say first: where the waiting went. Objects ranked by
+//! what their waits cost the program's threads (the total time threads spent waiting for them,
+//! waits still in progress when the log ended included), with the share of the threads' time
+//! that is, and the call site that waited most for each.
+
+use std::collections::HashMap;
+
+use crate::model::Model;
+
+/// What waiting for one object cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cost {
+    pub object_id: u64,
+    /// Time threads spent waiting for it: finished waits, plus waits still in progress at the
+    /// log's last look, until then.
+    pub wait_ns: u64,
+    /// Of which still in progress.
+    pub open_ns: u64,
+    /// Contended waits (finished and still in progress).
+    pub waits: u64,
+    pub max_wait_ns: u64,
+    /// Most threads waiting for it at once.
+    pub max_waiters: u64,
+    /// `wait_ns` as a fraction of the time every thread of the run lived (0 when unknown).
+    pub share: f64,
+    /// The call chain that waited longest in total, with its waits and total.
+    pub top_site: Option<(u32, u64, u64)>,
+}
+
+/// The threads' lives added up: from each thread's start (the run's, if unknown) to its exit
+/// (the log's end, if it did not exit), in ns.
+pub fn thread_time(m: &Model) -> u64 {
+    let start = m.start_ns();
+    let end = match &m.run_end {
+        Some(e) => e.ns,
+        None => m.last_ns,
+    };
+    m.threads
+        .values()
+        .map(|t| {
+            let from = t.start_ns.unwrap_or(start).max(start);
+            t.exit_ns.unwrap_or(end).min(end).saturating_sub(from)
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
+/// Every object threads waited for, most costly first (ties by object id).
+pub fn costs(m: &Model) -> Vec<Cost> {
+    let mut open: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    if let Some(o) = &m.open_waits {
+        for w in &o.waits {
+            let waited = o.ns.saturating_sub(w.since_ns);
+            let e = open.entry(w.object_id).or_default();
+            e.0 = e.0.saturating_add(waited);
+            e.1 += 1;
+            e.2 = e.2.max(waited);
+        }
+    }
+    let total = thread_time(m);
+    let mut out: Vec<Cost> = m
+        .objects
+        .values()
+        .filter_map(|o| {
+            let (open_ns, open_waits, open_max) =
+                open.get(&o.object_id).copied().unwrap_or_default();
+            let c = o.counters.as_ref();
+            let finished = o.wait_total_ns();
+            let wait_ns = finished.saturating_add(open_ns);
+            let waits = c.map_or(0, |c| c.contended)
+                + o.kind_counter(waitshim_format::counter::READ_CONTENDED)
+                + open_waits;
+            if wait_ns == 0 && waits == 0 {
+                return None;
+            }
+            let top_site = o
+                .wait_sites()
+                .values()
+                .max_by(|a, b| {
+                    a.wait_total_ns
+                        .cmp(&b.wait_total_ns)
+                        .then(b.chain_id.cmp(&a.chain_id))
+                })
+                .map(|s| (s.chain_id, s.count, s.wait_total_ns));
+            Some(Cost {
+                object_id: o.object_id,
+                wait_ns,
+                open_ns,
+                waits,
+                max_wait_ns: c
+                    .map_or(0, |c| c.wait_max_ns)
+                    .max(o.kind_counter(waitshim_format::counter::READ_WAIT_MAX_NS))
+                    .max(open_max),
+                max_waiters: c.map_or(0, |c| u64::from(c.max_waiters)),
+                share: if total > 0 {
+                    wait_ns as f64 / total as f64
+                } else {
+                    0.0
+                },
+                top_site,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.wait_ns
+            .cmp(&a.wait_ns)
+            .then(b.waits.cmp(&a.waits))
+            .then(a.object_id.cmp(&b.object_id))
+    });
+    out
+}
