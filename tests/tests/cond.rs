@@ -255,6 +255,32 @@ fn wakeups_after_which_the_loop_waits_again_are_spurious_and_an_unseen_wakeup_is
 }
 
 #[test]
+fn a_consumer_keeping_the_mutex_while_it_works_gets_useful_wakeups_not_spurious_ones() {
+    let run = run_both("cond_consumer", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "cond_consumer: the consumer took 20 items\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let kc = kind_counters(run.single_log());
+    let f = "cond_consumer.c";
+    // Each of the 20 waits was ended by the signal of an item the consumer then worked on, still
+    // holding the mutex, before waiting for the next.
+    let items = log.object_created_at(f, line_of(f, "init-items"));
+    assert_eq!(waits(&log, items), 20);
+    assert_eq!(kind(&kc, items, counter::SIGNALS), 20);
+    assert_eq!(kind(&kc, items, counter::ENDED_SIGNALLED), 20);
+    assert_eq!(kind(&kc, items, counter::ENDED_SPURIOUS), 0);
+    assert!(waited_at(&log, items, f, line_of(f, "consumer-wait")));
+    assert!(
+        !a.text.contains("spurious 20"),
+        "the consumer's wake-ups are reported spurious:\n{}",
+        a.text
+    );
+}
+
+#[test]
 fn a_wait_without_the_mutex_ends_in_error_and_the_report_names_the_errno() {
     let run = run_both("cond_error", &[]);
     assert_eq!(

@@ -14,7 +14,8 @@
 //! broadcast shows there).
 //!
 //! A woken wait is counted signalled or broadcast when it returns, and moved to spurious if the
-//! thread's next wait is on the same condition variable, with the mutex held all along (see
+//! thread's next wait is on the same condition variable, with the mutex held all along and
+//! almost no CPU time run in between (see
 //! [`rewaiting`]). A per-wait event a policy rule wrote at the return is written again with the
 //! new reason (`WaitEventReason`).
 //!
@@ -31,11 +32,11 @@ use libc::{
 use waitshim_format::{counter, ObjectKind, WaitEventReason};
 
 use super::mutex;
-use crate::clock::now_ns;
+use crate::clock::{now_ns, thread_cpu_ns};
 use crate::track::engage::{self, Outcome, Side, Wait};
 use crate::track::objects::{ObjEntry, AUX_BROADCASTS, AUX_SIGNALS, DEAD, EPISODE};
 use crate::track::threads::{current, current_fast, Inside, Slot, ThreadRec};
-use crate::track::waits::Woken;
+use crate::track::waits::{self, Woken};
 use crate::track::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Cond;
@@ -311,20 +312,22 @@ unsafe fn tracked_wait(
 }
 
 /// The thread's previous wait on a condition variable returned woken: if it was on `cond`
-/// with the same mutex, and the thread has held that mutex ever since, the program is waiting
-/// again at once, without having done anything the wake-up was for: that wake-up was spurious
-/// (a `while (!predicate)` loop found its predicate still false). Its wait moves to that reason.
+/// with the same mutex, the thread has held that mutex ever since and ran almost nothing
+/// ([`waits::rewait_is_spurious`]), the program is waiting again at once, without having done
+/// anything the wake-up was for: that wake-up was spurious (a `while (!predicate)` loop found
+/// its predicate still false). Its wait moves to that reason. A consumer that keeps the mutex
+/// while it works on each item it was woken for runs longer, and its wake-ups stay useful.
 fn rewaiting(tr: &Tracker, t: &ThreadRec, cond: &ObjEntry, mutex: usize) {
     // SAFETY: owning thread, inside the shim: nothing else uses `local` now.
     let Some(w) = unsafe { t.local() }.woken.take() else {
         return;
     };
-    if std::ptr::eq(w.cond, cond)
+    let same_wait = std::ptr::eq(w.cond, cond)
         && w.generation == cond.generation.load(Ordering::Relaxed)
-        && w.mutex == mutex
-        && w.acquisitions != 0
-        && acquisitions(t, mutex) == w.acquisitions
-    {
+        && w.mutex == mutex;
+    if waits::rewait_is_spurious(same_wait, w.acquisitions, acquisitions(t, mutex), || {
+        thread_cpu_ns().saturating_sub(w.returned_cpu_ns)
+    }) {
         t.waits.reclassify(cond, w.ended, counter::ENDED_SPURIOUS);
         if let Some((version, rule)) = w.event {
             tr.log.write(
@@ -404,6 +407,8 @@ impl Pending<'_> {
                 ended,
                 start,
                 event,
+                // Last: the program's own work starts here.
+                returned_cpu_ns: thread_cpu_ns(),
             });
         }
     }

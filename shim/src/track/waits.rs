@@ -56,6 +56,31 @@ pub struct Woken {
     /// did: a reason that changes is written again for that event.
     pub start: u64,
     pub event: Option<(u32, u32)>,
+    /// The thread's CPU time when the wait returned (`clock::thread_cpu_ns`).
+    pub returned_cpu_ns: u64,
+}
+
+/// CPU time a thread may run between a woken wait's return and its next wait, holding the mutex
+/// all along, for that wake-up to count as spurious: a `while (!predicate)` loop that finds its
+/// predicate false runs well under a microsecond; a consumer that keeps the mutex while it works
+/// on the item it was woken for runs longer. CPU time, not elapsed time: a thread preempted
+/// between the two is not doing anything for the wake-up either.
+pub const REWAIT_CPU_NS: u64 = 20_000;
+
+/// Whether a condition variable wait that returned woken served nothing: the thread waits again
+/// on the same condition variable with the same mutex, has not released that mutex since (its
+/// count of acquisitions is where the return left it, and known), and ran less than
+/// [`REWAIT_CPU_NS`] of CPU in between.
+pub fn rewait_is_spurious(
+    same_wait: bool,
+    acquisitions_then: u64,
+    acquisitions_now: u64,
+    cpu_since_return: impl FnOnce() -> u64,
+) -> bool {
+    same_wait
+        && acquisitions_then != 0
+        && acquisitions_now == acquisitions_then
+        && cpu_since_return() < REWAIT_CPU_NS
 }
 
 #[derive(Default)]
@@ -394,5 +419,33 @@ impl Pending {
             Some(a) => a.1 = a.1.max(v),
             None => self.maxima.push((key, v)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_that_waits_again_at_once_was_woken_for_nothing() {
+        assert!(rewait_is_spurious(true, 7, 7, || 800));
+    }
+
+    #[test]
+    fn a_consumer_working_under_the_mutex_was_woken_for_something() {
+        // It kept the mutex, but ran 200 µs on the item before waiting for the next one.
+        assert!(!rewait_is_spurious(true, 7, 7, || 200_000));
+        assert!(!rewait_is_spurious(true, 7, 7, || REWAIT_CPU_NS));
+    }
+
+    #[test]
+    fn releasing_the_mutex_or_waiting_elsewhere_is_not_spurious() {
+        let never = || -> u64 { panic!("CPU time read although the answer was known") };
+        // Took the mutex again since (its count moved).
+        assert!(!rewait_is_spurious(true, 7, 9, never));
+        // Another condition variable or mutex.
+        assert!(!rewait_is_spurious(false, 7, 7, never));
+        // The mutex's count was not known (not cached in the thread's slot).
+        assert!(!rewait_is_spurious(true, 0, 0, never));
     }
 }
