@@ -159,3 +159,38 @@ fn lock_errors_are_counted_with_their_errno() {
     assert!(a.text.contains("errors: 1 (EDEADLK 1)"), "{}", a.text);
     assert!(a.text.contains("errors: 1 (EINVAL 1)"), "{}", a.text);
 }
+
+/// A mutex tried with a deadline that passes, then an rwlock waited for with a deadline: every
+/// contention record on either names the thread that held them, not the thread that waited (a
+/// record credited main, the waiter, after the timed-out clocklock).
+#[test]
+fn records_after_a_timed_out_clocklock_name_the_thread_that_held_the_objects() {
+    let run = run_both("holders", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "holders: clocklock ETIMEDOUT, rwlock 0, lock 0\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let f = "holders.c";
+    let holder = log.0["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["name"] == "holder")
+        .expect("a thread named holder")["tid"]
+        .clone();
+    let m = log.object_created_at(f, line_of(f, "init-m"));
+    let r = log.object_created_at(f, line_of(f, "init-r"));
+    assert_eq!(log.counter(m, "timeouts"), 1);
+    assert_eq!(m["ended"]["timed_out"], 1);
+    assert_eq!(m["ended"]["acquired"], 1);
+    assert_eq!(r["ended"]["acquired"], 1);
+    for object in [m, r] {
+        let records = log.records_on(object);
+        assert!(!records.is_empty(), "no record on {object}\n{}", a.text);
+        for record in records {
+            assert_eq!(record["holder_tid"], holder, "{record}\n{}", a.text);
+        }
+    }
+}
