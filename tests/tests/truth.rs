@@ -1,7 +1,8 @@
 //! The report tells the truth first: its first screen names what cost the most, its figures
 //! agree with what the program measures itself, and errors are counted with their errno.
 
-use waitshim_tests::{line_of, run_both, Launch};
+use serde_json::Value;
+use waitshim_tests::{frame_is, line_of, run_both, Launch};
 
 /// A thread pool's start barrier (7 threads waiting for the 8th, in the first milliseconds)
 /// followed by a mutex the 8 threads queue behind for the rest of the run: the first finding and
@@ -98,7 +99,8 @@ fn a_long_hold_that_made_others_wait_is_measured() {
 }
 
 /// A C++ `std::shared_mutex` writer holds the lock 3 × 100 ms while 4 readers wait: the write
-/// side's hold time, total and longest, is what the program measured, within 5 %.
+/// side's hold time, total and longest, is what the program measured, within 5 %, and the
+/// records name the writer as holder.
 #[test]
 fn a_shared_mutex_writers_hold_time_is_what_the_program_measured() {
     let run = Launch::fixture("shared_writer").run();
@@ -113,6 +115,7 @@ fn a_shared_mutex_writers_hold_time_is_what_the_program_measured() {
         .unwrap_or_else(|| panic!("no 'writer held N ms, longest M ms' in {out:?}"));
     let a = run.analyze();
     let log = a.log(0);
+    let f = "shared_writer.cpp";
     let rwlocks: Vec<_> = log
         .objects()
         .into_iter()
@@ -132,6 +135,21 @@ fn a_shared_mutex_writers_hold_time_is_what_the_program_measured() {
         (max - longest_ms).abs() <= longest_ms * 0.05,
         "longest write hold {max:.1} ms, the program measured {longest_ms:.1} ms: {table}"
     );
+    // The readers waited while the writer held the table: each record on it names the writer
+    // (the one thread main did not start as a reader), never a reader.
+    let spawned_readers = line_of(f, "spawn-readers");
+    let writers: Vec<&Value> = log.0["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["is_main"] == false && !frame_is(&t["created_at"], f, spawned_readers))
+        .collect();
+    assert_eq!(writers.len(), 1, "{writers:?}");
+    let records = log.records_on(table);
+    assert!(!records.is_empty(), "{}", a.text);
+    for record in records {
+        assert_eq!(record["holder_tid"], writers[0]["tid"], "{record}\n{}", a.text);
+    }
 }
 
 /// Lock calls that fail without waiting are counted with their errno on their object:
