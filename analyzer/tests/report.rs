@@ -272,6 +272,43 @@ fn record_without_close_is_still_open() {
     assert_eq!(j["run"]["end"], Value::Null);
 }
 
+/// A record whose waiters waited more than once in the episode (an rwlock's readers queueing
+/// again, a barrier's next round) says how many waits by how many threads, so that its figures
+/// agree: 3 threads tried (2 waiters and the holder), 5 waits.
+#[test]
+fn a_record_with_repeated_waits_counts_waits_and_threads_apart() {
+    let mut b = convoy_log();
+    b.open(9, 1, 2, 2800 * MS, (102, 10));
+    b.push(ContentionClose {
+        record_id: 9,
+        object_id: 1,
+        ns: T0 + 2900 * MS,
+        level: 2,
+        elapsed_ns: 100 * MS,
+        threads_tried: 3,
+        holder_tid: 101,
+        holder_chain: 30,
+        waiters: [(102, 10), (103, 11)]
+            .iter()
+            .map(|&(tid, chain_id)| WaiterRef {
+                tid,
+                chain_id,
+                wait_ns: 100 * MS,
+            })
+            .collect(),
+        waiters_total: 5,
+        coalesced: 0,
+    });
+    b.end(3000 * MS, 7);
+    let r = text(&b, &sorted("elapsed"));
+    assert!(
+        r.contains("waiters (5 waits by 2 threads: a thread that waited again in the episode is listed once):"),
+        "{r}"
+    );
+    // Waits and threads agreeing need no explanation.
+    assert!(r.contains("waiters (7):"), "{r}");
+}
+
 #[test]
 fn truncated_log_gives_a_report_and_a_warning() {
     let mut b = convoy_log();

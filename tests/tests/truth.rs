@@ -148,7 +148,11 @@ fn a_shared_mutex_writers_hold_time_is_what_the_program_measured() {
     let records = log.records_on(table);
     assert!(!records.is_empty(), "{}", a.text);
     for record in records {
-        assert_eq!(record["holder_tid"], writers[0]["tid"], "{record}\n{}", a.text);
+        assert_eq!(
+            record["holder_tid"], writers[0]["tid"],
+            "{record}\n{}",
+            a.text
+        );
     }
 }
 

@@ -741,7 +741,23 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
         seen.iter().map(|(_, t)| t.len()).sum::<usize>() as u64,
         |c| u64::from(c.waiters_total),
     );
-    let _ = writeln!(out, "    waiters ({total}):");
+    // The waits, and the distinct threads that made them (the record's `threads_tried` less
+    // its holder): a thread that waited again during the episode is listed once.
+    let listed = seen.iter().map(|(_, t)| t.len()).sum::<usize>() as u64;
+    let threads = r.close.as_ref().map_or(listed, |c| {
+        u64::from(c.threads_tried)
+            .saturating_sub(u64::from(c.holder_tid != 0))
+            .max(listed)
+    });
+    if total > threads && threads > 0 {
+        let _ = writeln!(
+            out,
+            "    waiters ({total} waits by {threads} thread{}: a thread that waited again in the episode is listed once):",
+            if threads == 1 { "" } else { "s" }
+        );
+    } else {
+        let _ = writeln!(out, "    waiters ({total}):");
+    }
     if total == 0 && r.opener_was_holder() {
         // A barrier round whose waiter arrived at the same instant as the holder: the shim took
         // it for the last arrival, and glibc decided the other way (see the shim's barrier.rs).
