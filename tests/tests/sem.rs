@@ -81,6 +81,24 @@ fn pool_of_two_with_six_threads_has_four_waiting_on_the_semaphore() {
     assert!(a.text.contains("HWM 4"), "text report:\n{}", a.text);
 }
 
+/// A signal handler posts a semaphore on a thread that never used it (so the shim has nothing
+/// of it at hand there, and may neither allocate nor lock): every post is still counted.
+#[test]
+fn posts_from_a_signal_handler_on_a_thread_that_never_used_the_semaphore_are_counted() {
+    let run = Launch::fixture("handler_post").run();
+    run.assert_success();
+    assert_eq!(
+        run.stdout_text(),
+        "handler_post: 200 posts from the handler, 200 waits\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let f = "handler_post.c";
+    let sem = log.object_created_at(f, line_of(f, "sem-site"));
+    assert_eq!(log.counter(sem, "posts"), 200, "{sem}");
+    assert_eq!(log.counter(sem, "acquisitions"), 200, "{sem}");
+}
+
 #[test]
 fn named_semaphore_shared_by_two_processes_has_the_same_name_in_both_logs() {
     let run = Launch::fixture("sem_named").run();

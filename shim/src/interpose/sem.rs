@@ -33,6 +33,7 @@ use waitshim_format::{counter, ObjectKind};
 use crate::clock::now_ns;
 use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
+use crate::track::handler_counts::HANDLER_POSTS;
 use crate::track::highwater;
 use crate::track::objects::{ObjEntry, AUX_POSTS, DEAD, EPISODE};
 use crate::track::threads::{self, current, current_fast, Inside, Slot, ThreadRec};
@@ -527,20 +528,22 @@ unsafe extern "C" fn post_tracked(s: *mut sem_t) -> c_int {
     r
 }
 
-/// A post from a signal handler of the program: counted if the thread has the semaphore in its
-/// cache, which takes no allocation and no lock; otherwise, and for the episode it may end
-/// (closed by its last waiter instead), the handler's post goes untracked.
+/// A post from a signal handler of the program, counted without allocating or locking: in the
+/// thread's cache if it has the semaphore there, else in a fixed lock-free table the next flush
+/// moves to the semaphore ([`HANDLER_POSTS`]). The episode it may end is closed by its last
+/// waiter instead.
 fn posted_in_handler(addr: usize) {
     let p = threads::own_record();
-    if p.is_null() {
-        return;
+    if !p.is_null() {
+        // SAFETY: records are leaked and never freed; `cached` and `count_aux` only read the
+        // thread's cache and add to an atomic count.
+        let t = unsafe { &*p };
+        if let Some((slot, _)) = t.cached(addr) {
+            t.count_aux(slot, AUX_POSTS);
+            return;
+        }
     }
-    // SAFETY: records are leaked and never freed; `cached` and `count_aux` only read the
-    // thread's cache and add to an atomic count.
-    let t = unsafe { &*p };
-    if let Some((slot, _)) = t.cached(addr) {
-        t.count_aux(slot, AUX_POSTS);
-    }
+    HANDLER_POSTS.record(addr);
 }
 
 /// A semaphore not in the thread's cache: registered (if new) and cached; errno kept.

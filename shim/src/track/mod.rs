@@ -3,6 +3,7 @@
 
 pub mod deadlock;
 pub mod engage;
+pub mod handler_counts;
 pub mod highwater;
 pub mod lockgraph;
 pub mod lockorder;
@@ -1189,6 +1190,33 @@ impl Tracker {
         (pending, waits)
     }
 
+    /// Posts made in signal handlers on semaphores their thread had not cached
+    /// ([`handler_counts::HANDLER_POSTS`]) go to their semaphores; those not registered yet wait
+    /// for a later flush. Posts the full table could not keep are said in a note.
+    fn place_handler_posts(&self, now: u64) {
+        handler_counts::HANDLER_POSTS.drain(|addr, n| match self.objects.get(addr) {
+            Some(obj) if obj.kind == ObjectKind::Semaphore && obj.flags() & objects::DEAD == 0 => {
+                obj.add(waitshim_format::counter::POSTS, n);
+                0
+            }
+            _ => n,
+        });
+        let lost = handler_counts::HANDLER_POSTS.take_lost();
+        if lost > 0 {
+            self.log.write(
+                &Note {
+                    ns: now,
+                    level: note_level::WARNING,
+                    text: format!(
+                        "{lost} sem_post calls from signal handlers were not counted: more than \
+                         256 semaphores were posted from handlers on threads that had not used them"
+                    ),
+                }
+                .into(),
+            );
+        }
+    }
+
     /// Objects whose counters changed through contended activity are written in full. Objects
     /// whose only change is uncontended acquisitions (counted, or still in threads' caches) are
     /// written
@@ -1202,6 +1230,7 @@ impl Tracker {
             unsafe { &*p }.fold_all();
         }
         let now = now_ns();
+        self.place_handler_posts(now);
         // Edges first: the objects they name are written with them, and are no longer quiet.
         lockorder::write_edges(
             self,
