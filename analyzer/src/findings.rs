@@ -1,7 +1,9 @@
 //! What the text and the JSON reports both say first: where the waiting went. Objects ranked by
 //! what their waits cost the program's threads (the total time threads spent waiting for them,
 //! waits still in progress when the log ended included), with the share of the threads' time
-//! that is, and the call site that waited most for each.
+//! that is, and the call site that waited most for each. Joins come after the others: a
+//! thread waiting for another to finish is not contending with it, and a main thread that joins
+//! its workers would otherwise head every report.
 
 use std::collections::HashMap;
 
@@ -25,6 +27,8 @@ pub struct Cost {
     pub share: f64,
     /// The call chain that waited longest in total, with its waits and total.
     pub top_site: Option<(u32, u64, u64)>,
+    /// The object is a thread: its waits are joins, waiting for it to finish.
+    pub join: bool,
 }
 
 /// The threads' lives added up: from each thread's start (the run's, if unknown) to its exit
@@ -44,7 +48,7 @@ pub fn thread_time(m: &Model) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
-/// Every object threads waited for, most costly first (ties by object id).
+/// Every object threads waited for, most costly first (ties by object id), joins last.
 pub fn costs(m: &Model) -> Vec<Cost> {
     let mut open: HashMap<u64, (u64, u64, u64)> = HashMap::new();
     if let Some(o) = &m.open_waits {
@@ -97,12 +101,14 @@ pub fn costs(m: &Model) -> Vec<Cost> {
                     0.0
                 },
                 top_site,
+                join: o.kind() == Some(waitshim_format::ObjectKind::Thread),
             })
         })
         .collect();
     out.sort_by(|a, b| {
-        b.wait_ns
-            .cmp(&a.wait_ns)
+        a.join
+            .cmp(&b.join)
+            .then(b.wait_ns.cmp(&a.wait_ns))
             .then(b.waits.cmp(&a.waits))
             .then(a.object_id.cmp(&b.object_id))
     });

@@ -863,3 +863,21 @@ pub fn run_semantics(name: &str, min_checks: usize) -> Run {
     assert!(run.stderr.is_empty(), "stderr: {}", run.stderr_text());
     run
 }
+
+/// The path of a Debian program, installing its package if it is missing.
+pub fn debian_program(program: &str, package: &str) -> PathBuf {
+    let path = Path::new("/usr/bin").join(program);
+    if !path.is_file() {
+        let status = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source '{}' && ensure_packages {package}",
+                workspace_root().join("scripts/lib.sh").display()
+            ))
+            .status()
+            .expect("run scripts/lib.sh ensure_packages");
+        assert!(status.success(), "could not install {package}");
+    }
+    assert!(path.is_file(), "{} missing", path.display());
+    path
+}

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use serde_json::Value;
 use waitshim_format::counter;
 use waitshim_tests::{
-    frame_text, kind_counters, line_of, run_both, run_semantics, Launch, LogReport, Run,
+    debian_program, frame_text, kind_counters, line_of, run_both, run_semantics, Launch, LogReport,
+    Run,
 };
 
 /// One kind counter of `object` (0 when never counted).
@@ -440,26 +441,6 @@ fn a_thread_cancelled_in_a_cond_wait_unwinds_through_the_shim_and_its_wait_ends_
 }
 
 // Real programs, unmodified, from Debian packages.
-
-/// The path of a Debian program, installing its package if it is missing.
-fn debian_program(program: &str, package: &str) -> PathBuf {
-    let path = Path::new("/usr/bin").join(program);
-    if !path.is_file() {
-        let status = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "source '{}' && ensure_packages {package}",
-                waitshim_tests::workspace_root()
-                    .join("scripts/lib.sh")
-                    .display()
-            ))
-            .status()
-            .expect("run scripts/lib.sh ensure_packages");
-        assert!(status.success(), "could not install {package}");
-    }
-    assert!(path.is_file(), "{} missing", path.display());
-    path
-}
 
 /// A generated 20 MiB text file that compresses about 3:1: lines of words from a vocabulary of
 /// 5000 pseudo-random words, with a number; the same every run. Kept next to the built fixtures

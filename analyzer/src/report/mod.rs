@@ -21,7 +21,7 @@ pub enum SortKey {
     Hwm,
     /// Elapsed time of the episode, then level.
     Elapsed,
-    /// Total wait on the record's object, then level and elapsed.
+    /// Total wait on the record's object (joins last), then level and elapsed.
     Wait,
     /// Number of records on the record's object, then level and elapsed.
     Count,
@@ -453,11 +453,15 @@ impl<'a> Ctx<'a> {
     pub fn sorted_records(&self) -> Vec<&'a ContentionRecord> {
         let model = self.model;
         let counts = model.records_per_object();
+        // Joins after the objects threads contended for: waiting for a thread to finish is not
+        // contention (see `findings::costs`).
         let wait = |r: &ContentionRecord| {
-            model
-                .objects
-                .get(&r.object_id)
-                .map_or(0, |o| o.wait_total_ns())
+            model.objects.get(&r.object_id).map_or((true, 0), |o| {
+                (
+                    o.kind() == Some(waitshim_format::ObjectKind::Thread),
+                    u64::MAX - o.wait_total_ns(),
+                )
+            })
         };
         let count = |r: &ContentionRecord| counts.get(&r.object_id).copied().unwrap_or(0);
         let end = model.last_ns;
@@ -473,7 +477,7 @@ impl<'a> Ctx<'a> {
             SortKey::Elapsed => {
                 v.sort_by(|a, b| b.elapsed_ns(end).cmp(&a.elapsed_ns(end)).then(by_hwm(a, b)))
             }
-            SortKey::Wait => v.sort_by(|a, b| wait(b).cmp(&wait(a)).then(by_hwm(a, b))),
+            SortKey::Wait => v.sort_by(|a, b| wait(a).cmp(&wait(b)).then(by_hwm(a, b))),
             SortKey::Count => v.sort_by(|a, b| count(b).cmp(&count(a)).then(by_hwm(a, b))),
         }
         v

@@ -374,7 +374,14 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
         );
         return;
     }
-    let total: u64 = costs.iter().map(|c| c.wait_ns).fold(0, u64::saturating_add);
+    let sum = |join: bool| {
+        costs
+            .iter()
+            .filter(|c| c.join == join)
+            .map(|c| c.wait_ns)
+            .fold(0, u64::saturating_add)
+    };
+    let (total, joins) = (sum(false), sum(true));
     let lives = crate::findings::thread_time(m);
     let share = if lives > 0 {
         format!(
@@ -385,10 +392,15 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
     } else {
         String::new()
     };
+    let joined = if joins > 0 {
+        format!("; {} more in joins, listed last", fmt_ns(joins))
+    } else {
+        String::new()
+    };
     let top = ctx.opts.top.max(1);
     let _ = writeln!(
         out,
-        "\nWHERE THE WAITING WENT (threads waited {} in all{share}; most first)",
+        "\nWHERE THE WAITING WENT (threads waited {} in all{share}{joined}; most first)",
         fmt_ns(total)
     );
     let _ = writeln!(
@@ -396,7 +408,13 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
         "  {:>10} {:>7} {:>9} {:>10} {:>5}  object, and where it was waited for most",
         "waited", "share", "waits", "longest", "most"
     );
-    for c in costs.iter().take(top) {
+    for (i, c) in costs.iter().take(top).enumerate() {
+        if c.join && (i == 0 || !costs[i - 1].join) {
+            let _ = writeln!(
+                out,
+                "  joins: threads waiting for another thread to finish (not contention):"
+            );
+        }
         let label = ctx.object_label(c.object_id);
         let still = if c.open_ns > 0 {
             format!(" (still waiting: {})", fmt_ns(c.open_ns))
@@ -705,10 +723,17 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
             Some(_) => "no other thread could run: the program was serialised on this object",
             None => "unknown reason",
         };
-        let what = if r.opener_was_holder() {
-            "arrived (it then completed the round: the holder)"
-        } else {
-            "waited"
+        let barrier = m
+            .objects
+            .get(&r.object_id)
+            .and_then(|o| o.kind())
+            .is_some_and(|k| k == waitshim_format::ObjectKind::Barrier);
+        let what = match (r.opener_was_holder(), barrier) {
+            (true, true) => "arrived (it then completed the round: the holder)",
+            // The object was released as its wait began, before the episode was marked on it:
+            // the waiter took it, and its own release closed the record.
+            (true, false) => "waited (it then took the object, and its release closed the record)",
+            (false, _) => "waited",
         };
         let _ = writeln!(
             out,
