@@ -716,6 +716,11 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
     let _ = writeln!(out, "\n{head}");
     let label = ctx.object_label(r.object_id);
     let _ = writeln!(out, "    object: {label}");
+    let barrier = m
+        .objects
+        .get(&r.object_id)
+        .and_then(|o| o.kind())
+        .is_some_and(|k| k == waitshim_format::ObjectKind::Barrier);
     if let Some(o) = &r.open {
         let why = match r.reason() {
             Some("exceeded") => "waiters rose above the highwater mark",
@@ -723,11 +728,6 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
             Some(_) => "no other thread could run: the program was serialised on this object",
             None => "unknown reason",
         };
-        let barrier = m
-            .objects
-            .get(&r.object_id)
-            .and_then(|o| o.kind())
-            .is_some_and(|k| k == waitshim_format::ObjectKind::Barrier);
         let what = match (r.opener_was_holder(), barrier) {
             (true, true) => "arrived (it then completed the round: the holder)",
             // The object was released as its wait began, before the episode was marked on it:
@@ -783,7 +783,7 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
     } else {
         let _ = writeln!(out, "    waiters ({total}):");
     }
-    if total == 0 && r.opener_was_holder() {
+    if total == 0 && r.opener_was_holder() && barrier {
         // A barrier round whose waiter arrived at the same instant as the holder: the shim took
         // it for the last arrival, and glibc decided the other way (see the shim's barrier.rs).
         let _ = writeln!(
