@@ -103,6 +103,11 @@ fn barrier_with_one_slow_thread_names_the_slow_thread_as_the_one_the_others_wait
     // Nobody holds a barrier: its waits do not set the process-wide highwater mark, but the
     // barrier's own peak opens its record.
     assert_eq!(log.hwm(), 0);
+    assert!(
+        a.text.contains("highwater: 0 (no thread waited on a lock, condition variable or semaphore; barrier and join waits do not count towards it)"),
+        "{}",
+        a.text
+    );
     let r = record_on(&log, barrier);
     assert_eq!(r["level"], 3, "{r}");
     assert_eq!(r["state"], "complete", "{r}");

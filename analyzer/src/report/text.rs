@@ -174,7 +174,16 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             );
         }
         _ => {
-            let _ = writeln!(out, "highwater: {} (no thread ever waited)", m.hwm());
+            // Barrier and join waits do not count towards the mark: say so when they are all
+            // the run had.
+            let waited = crate::findings::costs(m).iter().any(|c| c.waits > 0);
+            let why = if waited {
+                "no thread waited on a lock, condition variable or semaphore; barrier and join \
+                 waits do not count towards it"
+            } else {
+                "no thread ever waited"
+            };
+            let _ = writeln!(out, "highwater: {} ({why})", m.hwm());
         }
     }
     let broken = m.deadlocks_broken.len();
