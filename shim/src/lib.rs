@@ -20,6 +20,7 @@ mod config;
 mod diag;
 #[cfg(not(test))]
 mod interpose;
+mod layout;
 mod livestack;
 mod log;
 mod modules;

@@ -204,6 +204,6 @@ pub fn init_single_threaded() {
 pub fn single_threaded() -> bool {
     let p = SINGLE_THREADED.load(Ordering::Relaxed);
     // SAFETY: a pointer to the C library's `char __libc_single_threaded`, which lives as long as
-    // the process, or to our own zero; read with a volatile load since pthread_create writes it.
-    (unsafe { std::ptr::read_volatile(p) }) != 0
+    // the process, or to our own zero; read with an atomic load since pthread_create writes it.
+    (unsafe { std::sync::atomic::AtomicU8::from_ptr(p) }).load(Ordering::Relaxed) != 0
 }

@@ -34,9 +34,9 @@ use libc::{c_int, c_uint, pthread_barrier_t, pthread_barrierattr_t};
 use waitshim_format::{counter, ObjectKind};
 
 use crate::clock::now_ns;
+use crate::layout::barrier as glibc_barrier;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::objects::glibc_barrier;
 use crate::track::threads::{current, Inside};
 use crate::track::{tracker, CallSite};
 

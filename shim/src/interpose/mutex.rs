@@ -14,9 +14,9 @@ use libc::{
 use waitshim_format::{mutex_kind, ObjectKind};
 
 use crate::clock;
+use crate::layout::mutex as glibc_mutex;
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::objects::glibc_mutex;
 use crate::track::threads::{current, current_fast, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
@@ -26,7 +26,8 @@ const KIND: ObjectKind = ObjectKind::Mutex;
 /// re-acquires its mutex).
 pub(crate) fn subtype(addr: usize) -> u32 {
     // glibc keeps type, robust and protocol bits together in `__kind`.
-    let k = glibc_mutex::kind(addr);
+    // SAFETY: `addr` is the mutex the caller is locking, initialising or waiting on: live.
+    let k = unsafe { glibc_mutex::kind(addr) };
     (k & mutex_kind::TYPE_MASK)
         | (k & (mutex_kind::ROBUST
             | mutex_kind::PRIO_INHERIT

@@ -13,9 +13,10 @@ use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec, E
 use waitshim_format::ObjectKind;
 
 use crate::clock;
+use crate::layout::rwlock as glibc_rwlock;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::objects::{glibc_rwlock, AUX_READS, EPISODE};
+use crate::track::objects::{AUX_READS, EPISODE};
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
@@ -44,7 +45,8 @@ const KIND: ObjectKind = ObjectKind::RwLock;
 
 /// The subtype of an rwlock is its preference kind (`PTHREAD_RWLOCK_PREFER_*`).
 fn subtype(addr: usize) -> u32 {
-    glibc_rwlock::preference(addr)
+    // SAFETY: `addr` is the rwlock the caller is initialising or using: live.
+    unsafe { glibc_rwlock::preference(addr) }
 }
 
 /// The timed locks check their deadline (and clock) before anything else, even on a free lock;
@@ -348,7 +350,8 @@ pub unsafe extern "C" fn pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_in
 fn read_releasing(t: &ThreadRec, addr: usize) {
     t.read_left(addr);
     if let Some((_, obj)) = t.cached(addr) {
-        if obj.flags() & EPISODE != 0 && glibc_rwlock::readers(addr) == 1 {
+        // SAFETY: the rwlock this thread is unlocking: live.
+        if obj.flags() & EPISODE != 0 && unsafe { glibc_rwlock::readers(addr) } == 1 {
             engage::released(t, obj);
         }
     }

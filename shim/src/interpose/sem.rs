@@ -462,12 +462,11 @@ unsafe fn contended(
     r
 }
 
-/// glibc's semaphore value: the low 32 bits of its 64-bit `data` word (x86-64, glibc 2.21 and
-/// later). Only read, to tell a post that will fail (EOVERFLOW at `SEM_VALUE_MAX`).
+/// The semaphore's value ([`crate::layout::sem`]). Only read, to tell a post that will fail
+/// (EOVERFLOW at `SEM_VALUE_MAX`).
 fn value(addr: usize) -> u32 {
-    // SAFETY: `addr` is the caller's semaphore, at least 8 bytes; the word changes under other
-    // threads' atomics, hence the volatile load.
-    unsafe { std::ptr::read_volatile(addr as *const u32) }
+    // SAFETY: `addr` is the semaphore the caller is posting: live.
+    unsafe { crate::layout::sem::value(addr) }
 }
 
 type PostFn = unsafe extern "C" fn(*mut sem_t) -> c_int;

@@ -12,9 +12,9 @@ use libc::{c_int, pthread_spinlock_t, EBUSY};
 use waitshim_format::ObjectKind;
 
 use crate::clock::now_ns;
+use crate::layout::spin as glibc_spin;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::objects::glibc_spin;
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 

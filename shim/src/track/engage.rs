@@ -9,12 +9,11 @@ use std::sync::atomic::Ordering;
 
 use waitshim_format::{counter, ObjectKind};
 
-use super::objects::{
-    glibc_mutex, glibc_rwlock, ObjEntry, CONTENDED, EPISODE, HOLDER_CHAINS, TIME_ALL,
-};
+use super::objects::{ObjEntry, CONTENDED, EPISODE, HOLDER_CHAINS, TIME_ALL};
 use super::threads::{current, Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
+use crate::layout::{mutex as glibc_mutex, rwlock as glibc_rwlock};
 
 /// `t` acquired the object at `addr` (exclusively) by a call that could have waited: it joins the
 /// thread's held locks, with a lock-order edge from each lock already held.
@@ -268,7 +267,8 @@ fn disengaging_slow(t: &ThreadRec, addr: usize) {
     if let Some(obj) = obj {
         let flags = obj.flags();
         // A recursive mutex's hold ends at its last unlock only.
-        let last = obj.kind != ObjectKind::Mutex || glibc_mutex::count(addr) <= 1;
+        // SAFETY: the mutex this thread is unlocking: live.
+        let last = obj.kind != ObjectKind::Mutex || unsafe { glibc_mutex::count(addr) } <= 1;
         if last && flags & CONTENDED != 0 {
             hold_ended(t, obj);
         }
@@ -401,7 +401,11 @@ impl Wait {
 /// handed it or has just passed through it.
 fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
     let owner = obj.holder(false);
-    if owner == 0 && obj.kind == ObjectKind::RwLock && glibc_rwlock::readers(obj.addr()) > 0 {
+    // SAFETY: the object the calling thread is about to wait on: live.
+    if owner == 0
+        && obj.kind == ObjectKind::RwLock
+        && unsafe { glibc_rwlock::readers(obj.addr()) } > 0
+    {
         // Held by readers: no waiter is being handed it.
         return false;
     }

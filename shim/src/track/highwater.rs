@@ -30,9 +30,10 @@ use waitshim_format::{
     contention_reason, ContentionClose, ContentionOpen, Highwater, ObjectKind, WaiterRef,
 };
 
-use super::objects::{glibc_mutex, ObjEntry, EPISODE};
+use super::objects::{ObjEntry, EPISODE};
 use super::threads::ThreadRec;
 use super::Tracker;
+use crate::layout::mutex as glibc_mutex;
 
 const COALESCE_NS: u64 = 10_000_000;
 /// Distinct waiting threads listed in one record (all waits are counted).
@@ -316,7 +317,8 @@ pub fn on_wait(
     drop(c);
     // The holder's release ends the episode: make sure that release looks at this object.
     let holder = match obj.kind {
-        ObjectKind::Mutex => glibc_mutex::owner(obj.addr()),
+        // SAFETY: the mutex the calling thread waits on: live.
+        ObjectKind::Mutex => unsafe { glibc_mutex::owner(obj.addr()) },
         // A joined thread ends the episode by exiting, a barrier's last arrival as it returns
         // (`engage::released`): no release of theirs needs to look for it.
         ObjectKind::Thread | ObjectKind::Barrier => 0,

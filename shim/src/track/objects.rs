@@ -444,19 +444,23 @@ impl ObjEntry {
     /// when free or when the kind has no owner. With `checked`, the object's memory is read
     /// through the kernel (it may have gone away).
     pub fn holder(&self, checked: bool) -> u32 {
+        use crate::layout;
+        // SAFETY (unchecked reads): without `checked`, callers ask about an object a thread is
+        // using now (waiting on it, releasing it), which is live; a registered entry's address
+        // is its object's.
         match self.kind {
-            ObjectKind::Mutex if checked => glibc_mutex::owner_checked(self.addr()),
-            ObjectKind::Mutex => glibc_mutex::owner(self.addr()),
-            ObjectKind::RwLock => glibc_rwlock::writer(self.addr(), checked),
+            ObjectKind::Mutex if checked => layout::mutex::owner_checked(self.addr()),
+            ObjectKind::Mutex => unsafe { layout::mutex::owner(self.addr()) },
+            ObjectKind::RwLock => unsafe { layout::rwlock::writer(self.addr(), checked) },
             ObjectKind::Thread => self.owner.last.load(Ordering::Relaxed),
             ObjectKind::Spin => {
                 let word = if checked {
-                    read_checked(self.addr())
+                    layout::read_checked(self.addr())
                 } else {
-                    glibc_spin::word(self.addr())
+                    unsafe { layout::spin::word(self.addr()) }
                 };
                 // Every acquisition of a spinlock goes through the shim and sets `last`.
-                if glibc_spin::is_free(word) {
+                if layout::spin::is_free(word) {
                     0
                 } else {
                     self.owner.last.load(Ordering::Relaxed)
@@ -720,145 +724,6 @@ impl AtomicMax for AtomicU32 {
     type Value = u32;
     fn at_least(&self, v: u32) -> bool {
         v > self.load(Ordering::Relaxed) && self.fetch_max(v, Ordering::Relaxed) < v
-    }
-}
-
-/// glibc's `pthread_mutex_t` layout on x86-64: `__owner` (tid of the holder) at byte 8,
-/// `__kind` at byte 16. Read as hints; the shim keeps its own owner too.
-pub mod glibc_mutex {
-    pub fn owner(addr: usize) -> u32 {
-        // SAFETY: `addr` is a mutex the calling thread is about to wait on, so it is mapped; the
-        // field is read with a volatile load because other threads write it.
-        let v = unsafe { std::ptr::read_volatile((addr + 8) as *const i32) };
-        // Robust mutexes store INT_MAX / INT_MAX-1 for inconsistent / not recoverable.
-        if v <= 0 || v >= 0x7fff_fffe {
-            0
-        } else {
-            v as u32
-        }
-    }
-
-    /// `__count`: how many times a recursive mutex is held by its owner (0 or 1 otherwise).
-    #[inline(always)]
-    pub fn count(addr: usize) -> u32 {
-        // SAFETY: as for `owner`: the caller's mutex, read with a volatile load.
-        unsafe { std::ptr::read_volatile((addr + 4) as *const u32) }
-    }
-
-    /// `__lock`: 0 while the mutex is free.
-    #[inline(always)]
-    pub fn lock_word(addr: usize) -> u32 {
-        // SAFETY: as for `owner`: the caller's mutex, read with a volatile load.
-        unsafe { std::ptr::read_volatile(addr as *const u32) }
-    }
-
-    #[inline(always)]
-    pub fn kind(addr: usize) -> u32 {
-        // SAFETY: as above; `__kind` is only written by init.
-        unsafe { std::ptr::read_volatile((addr + 16) as *const i32) as u32 }
-    }
-
-    /// Reads `__owner` of a mutex that may no longer exist (a hop of a wait-for walk): the read
-    /// goes through the kernel and fails cleanly on an unmapped address.
-    pub fn owner_checked(addr: usize) -> u32 {
-        let mut v: i32 = 0;
-        let local = libc::iovec {
-            iov_base: &mut v as *mut i32 as *mut libc::c_void,
-            iov_len: 4,
-        };
-        let remote = libc::iovec {
-            iov_base: (addr + 8) as *mut libc::c_void,
-            iov_len: 4,
-        };
-        // SAFETY: reading 4 bytes of our own address space into a local through the kernel.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-        if n != 4 || v <= 0 || v >= 0x7fff_fffe {
-            0
-        } else {
-            v as u32
-        }
-    }
-}
-
-/// Reads 4 bytes of this process's memory through the kernel: 0 if the address is unmapped.
-pub fn read_checked(addr: usize) -> u32 {
-    let mut v: u32 = 0;
-    let local = libc::iovec {
-        iov_base: &mut v as *mut u32 as *mut libc::c_void,
-        iov_len: 4,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: 4,
-    };
-    // SAFETY: reading 4 bytes of our own address space into a local through the kernel.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n == 4 {
-        v
-    } else {
-        0
-    }
-}
-
-/// glibc's `pthread_rwlock_t` on x86-64: `__readers` at byte 0 (bit 0: write phase, readers
-/// counted from bit 3), `__cur_writer` (tid of the writer holding it) at byte 24, `__flags`
-/// (reader/writer preference, the `PTHREAD_RWLOCK_PREFER_*` kind) at byte 48.
-pub mod glibc_rwlock {
-    const WRITE_PHASE: u32 = 1;
-    const READER_SHIFT: u32 = 3;
-
-    /// Readers holding the lock now (0 in a write phase, where registered readers still wait).
-    pub fn readers(addr: usize) -> u32 {
-        // SAFETY: the caller's rwlock, mapped while it unlocks it; other threads write the
-        // field, hence the volatile load.
-        let r = unsafe { std::ptr::read_volatile(addr as *const u32) };
-        if r & WRITE_PHASE != 0 {
-            0
-        } else {
-            r >> READER_SHIFT
-        }
-    }
-
-    pub fn preference(addr: usize) -> u32 {
-        // SAFETY: as for `readers`; written only by init.
-        unsafe { std::ptr::read_volatile((addr + 48) as *const u32) }
-    }
-
-    pub fn writer(addr: usize, checked: bool) -> u32 {
-        let v = if checked {
-            super::read_checked(addr + 24) as i32
-        } else {
-            // SAFETY: the rwlock the calling thread waits for is mapped; other threads write the
-            // field, hence the volatile load.
-            unsafe { std::ptr::read_volatile((addr + 24) as *const i32) }
-        };
-        v.max(0) as u32
-    }
-}
-
-/// glibc's `pthread_spinlock_t` on x86-64: an int that is 1 while free; taking it decrements
-/// it (to 0, and below while others spin on it), unlocking stores 1 again. (The generic C
-/// version elsewhere uses 0 for free; this is the x86-64 assembly one, checked empirically.)
-pub mod glibc_spin {
-    /// The lock word, read with a volatile load (other threads write it).
-    #[inline(always)]
-    pub fn word(addr: usize) -> u32 {
-        // SAFETY: the caller's spinlock, mapped while it locks it or waits on it.
-        unsafe { std::ptr::read_volatile(addr as *const u32) }
-    }
-
-    #[inline(always)]
-    pub fn is_free(word: u32) -> bool {
-        (word as i32) > 0
-    }
-}
-
-/// glibc's `struct pthread_barrier` (2.25+): `in`, `current_round`, `count` (threads per round)
-/// at byte 8, `shared`, `out`.
-pub mod glibc_barrier {
-    pub fn count(addr: usize) -> u32 {
-        // SAFETY: the caller's barrier, mapped while it waits on it; written only by init.
-        unsafe { std::ptr::read_volatile((addr + 8) as *const u32) }
     }
 }
 

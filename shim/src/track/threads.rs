@@ -771,14 +771,15 @@ pub fn own_kernel_name() -> Option<String> {
 /// (`CLONE_PARENT_SETTID`) before `pthread_create` returns, so a join can name the thread it
 /// waits for even before the thread has run.
 static TID_OFFSET: AtomicUsize = AtomicUsize::new(0);
-const GLIBC_TID_OFFSET: usize = 0x2d0;
 
 pub fn check_tid_offset() {
+    use crate::layout::pthread;
     // SAFETY: pthread_self is the calling thread's own descriptor, larger than the offset read.
     let me = unsafe { libc::pthread_self() } as usize;
-    let v = unsafe { std::ptr::read_volatile((me + GLIBC_TID_OFFSET) as *const i32) };
-    if v > 0 && v as u32 == gettid() {
-        TID_OFFSET.store(GLIBC_TID_OFFSET, Ordering::Relaxed);
+    // SAFETY: our own live descriptor.
+    let v = unsafe { pthread::tid(me, pthread::TID_OFFSET) };
+    if v > 0 && v == gettid() {
+        TID_OFFSET.store(pthread::TID_OFFSET, Ordering::Relaxed);
     }
 }
 
@@ -795,9 +796,8 @@ pub fn tid_of(th: libc::pthread_t) -> u32 {
         return 0;
     }
     // SAFETY: a descriptor pthread_create just filled in (the thread cannot have been joined
-    // yet); the field is written by the kernel, hence the volatile load.
-    let v = unsafe { std::ptr::read_volatile((th as usize + off) as *const i32) };
-    v.max(0) as u32
+    // yet).
+    unsafe { crate::layout::pthread::tid(th as usize, off) }
 }
 
 pub fn gettid() -> u32 {
