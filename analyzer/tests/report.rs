@@ -293,20 +293,23 @@ fn truncated_log_gives_a_report_and_a_warning() {
 }
 
 #[test]
-fn unwritten_tail_says_still_running_or_killed() {
+fn unwritten_tail_says_the_process_ended_without_exit_handlers_or_was_killed() {
     let mut b = convoy_log();
     b.bytes.extend(std::iter::repeat_n(0u8, 64 << 10));
     let r = text(&b, &Options::default());
     assert!(
         r.contains(
-            "WARNING: the log ends in unwritten space: the program is still running or killed"
+            "WARNING: the log ends in unwritten space, with no end record: the process ended \
+             without running its exit handlers: it made a raw exit_group system call"
         ),
         "{r}"
     );
+    assert!(r.contains("or it was killed by a signal that cannot be caught (SIGKILL"));
     assert!(r.contains("[1] HWM 7"));
     let j = json(&b, &Options::default());
     assert_eq!(j["ending"], "unwritten");
     assert_eq!(j["warnings"][0]["kind"], "ending");
+    assert_eq!(j["run"]["no_end"], "no_exit_handlers");
 }
 
 #[test]

@@ -19,6 +19,7 @@ use waitshim_format::{
 };
 
 use super::{Ctx, Options, Warning};
+use crate::ending::NoEnd;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_json, errno_name, is_ended_key, kind_counter_json, reason_json,
@@ -186,6 +187,7 @@ struct RunJson {
     duration_ns: u64,
     duration_is_lower_bound: bool,
     end: Option<EndJson>,
+    no_end: Option<&'static str>,
     threads_seen: usize,
     objects_tracked: usize,
     objects_contended: usize,
@@ -193,7 +195,7 @@ struct RunJson {
     objects_quiet: u64,
 }
 
-fn run(m: &Model) -> RunJson {
+fn run(m: &Model, no_end: Option<&NoEnd>) -> RunJson {
     let r = m.run.as_ref();
     let (duration_ns, duration_is_lower_bound) = m.duration_ns();
     RunJson {
@@ -221,6 +223,11 @@ fn run(m: &Model) -> RunJson {
                 .flatten(),
             hwm: e.hwm,
             dropped: e.dropped,
+        }),
+        no_end: no_end.map(|n| match n {
+            NoEnd::Running(_) => "running",
+            NoEnd::GoProgram(_) => "go_program",
+            NoEnd::NoExitHandlers => "no_exit_handlers",
         }),
         threads_seen: m.threads.len(),
         objects_tracked: m.objects.len(),
@@ -1155,7 +1162,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             bytes: x.summary.damage_bytes,
         },
         records_read: x.summary.records,
-        run: run(m),
+        run: run(m, x.no_end.as_ref()),
         highwater: HighwaterJson {
             hwm: m.hwm(),
             object_id: final_hw.map(|h| h.object_id),

@@ -138,7 +138,11 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let _ = writeln!(out, "ended:     exit status {}", e.exit_status);
         }
         None => {
-            let _ = writeln!(out, "ended:     no exit record");
+            let why = ctx
+                .no_end
+                .as_ref()
+                .map_or("no exit record".to_string(), |n| n.ended_line());
+            let _ = writeln!(out, "ended:     {why}");
         }
     }
     let _ = writeln!(out, "threads:   {} seen", m.threads.len());
