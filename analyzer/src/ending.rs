@@ -105,3 +105,28 @@ fn is_go_program(path: &Path) -> bool {
         )
     })
 }
+
+/// `SIGTERM` for 15, and so on for the signals the shim watches; `signal N` for others.
+pub fn signal_name(n: i64) -> String {
+    let name = match n {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        11 => "SIGSEGV",
+        12 => "SIGUSR2",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        31 => "SIGSYS",
+        _ => return format!("signal {n}"),
+    };
+    format!("signal {n} ({name})")
+}

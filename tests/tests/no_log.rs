@@ -262,3 +262,49 @@ fn a_raw_exit_group_is_reported_as_an_end_without_exit_handlers_not_only_as_a_ki
     let creation = line_of("raw_exit.c", "creation-site");
     log.object_created_at("raw_exit.c", creation);
 }
+
+#[test]
+fn a_fatal_signal_the_program_does_not_handle_ends_the_log_naming_it_and_still_kills_the_process() {
+    use std::os::unix::process::ExitStatusExt;
+    for (how, sig, name) in [
+        ("term", libc::SIGTERM, "SIGTERM"),
+        ("segv", libc::SIGSEGV, "SIGSEGV"),
+        ("abort", libc::SIGABRT, "SIGABRT"),
+    ] {
+        let native = Launch::fixture("fatal_signal")
+            .native()
+            .arg(how)
+            .rlimit(libc::RLIMIT_CORE, 0)
+            .run();
+        let run = Launch::fixture("fatal_signal")
+            .arg(how)
+            .rlimit(libc::RLIMIT_CORE, 0)
+            .run();
+        assert_eq!(native.status.signal(), Some(sig), "{how}: native");
+        assert_eq!(run.status.signal(), Some(sig), "{how}: under the shim");
+        assert_eq!(run.stdout_text(), native.stdout_text(), "{how}");
+        // The program still sees the default disposition it did not change.
+        assert!(
+            run.stdout_text()
+                .contains("fatal_signal: default disposition"),
+            "{how}: {}",
+            run.stdout_text()
+        );
+        let a = run.analyze();
+        assert!(a.status.success(), "analyzer: {}", a.stderr);
+        let log = a.log(0);
+        let end = &log.run()["end"];
+        assert_eq!(end["reason"], "signal", "{how}: {end}");
+        assert_eq!(end["signal"], sig, "{how}: {end}");
+        assert!(
+            a.text.contains(&format!(
+                "ended:     killed by signal {sig} ({name}) (the program had no handler for it)"
+            )),
+            "{how}:\n{}",
+            a.text
+        );
+        assert!(!log.records().is_empty(), "{how}: no record: {}", a.text);
+        let creation = line_of("fatal_signal.c", "creation-site");
+        log.object_created_at("fatal_signal.c", creation);
+    }
+}

@@ -169,6 +169,7 @@ struct EndJson {
     reason: &'static str,
     exit_status: Option<i64>,
     exec_path: Option<String>,
+    signal: Option<i64>,
     hwm: u32,
     dropped: u64,
 }
@@ -215,9 +216,12 @@ fn run(m: &Model, no_end: Option<&NoEnd>) -> RunJson {
                 end_reason::EXIT => "exit",
                 end_reason::UNDERSCORE_EXIT => "_exit",
                 end_reason::EXEC => "exec",
+                end_reason::SIGNAL => "signal",
                 _ => "unknown",
             },
-            exit_status: (e.exit_status >= 0).then_some(e.exit_status),
+            exit_status: (e.exit_status >= 0 && e.reason != end_reason::SIGNAL)
+                .then_some(e.exit_status),
+            signal: (e.reason == end_reason::SIGNAL).then_some(e.exit_status),
             exec_path: (e.reason == end_reason::EXEC)
                 .then(|| m.exec.as_ref().map(|x| x.path.clone()))
                 .flatten(),

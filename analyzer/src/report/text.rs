@@ -130,6 +130,13 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         Some(e) if e.reason == end_reason::UNDERSCORE_EXIT => {
             let _ = writeln!(out, "ended:     _exit({})", e.exit_status);
         }
+        Some(e) if e.reason == end_reason::SIGNAL => {
+            let _ = writeln!(
+                out,
+                "ended:     killed by {} (the program had no handler for it)",
+                crate::ending::signal_name(e.exit_status)
+            );
+        }
         // The shim sees the status only when the program calls exit itself, not when main returns.
         Some(e) if e.exit_status < 0 => {
             let _ = writeln!(out, "ended:     exit (status not recorded)");
