@@ -308,3 +308,40 @@ fn a_fatal_signal_the_program_does_not_handle_ends_the_log_naming_it_and_still_k
         log.object_created_at("fatal_signal.c", creation);
     }
 }
+
+/// `raw_exit_go` is `raw_exit.c` with the section Go's linker marks every Go binary with: the
+/// analyzer takes it for a Go program (no Go toolchain is needed to test the detection).
+#[test]
+fn a_go_program_is_named_as_such_by_the_report_and_by_why_no_log() {
+    let run = Launch::fixture("raw_exit_go").run();
+    assert_eq!(run.status.code(), Some(3));
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.run()["no_end"], "go_program", "run: {}", log.run());
+    let warnings = log.warning_text();
+    assert!(
+        warnings.contains("is a Go program: Go's runtime ends the process with a raw exit_group"),
+        "{warnings}"
+    );
+    assert!(
+        a.text.contains(
+            "ended:     no exit record: a Go program, ended by its runtime's raw exit_group"
+        ),
+        "{}",
+        a.text
+    );
+
+    let program = fixture("raw_exit_go");
+    let pre = preload();
+    let out = why_no_log(run.dir.path(), &[OsStr::new(&pre), program.as_os_str()]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("is a Go program: goroutines wait in Go's own runtime"),
+        "{said}"
+    );
+    assert!(
+        said.contains("(with cgo, only the locks the C code takes)"),
+        "{said}"
+    );
+}
