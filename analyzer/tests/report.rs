@@ -552,3 +552,40 @@ fn text_of_many_objects_and_threads_shows_the_busiest_thousand_and_counts_the_re
     assert_eq!(j["objects"].as_array().map(Vec::len), Some(1500));
     assert_eq!(j["threads"].as_array().map(Vec::len), Some(1500));
 }
+
+#[test]
+fn a_run_ended_by_a_fatal_signal_says_which() {
+    let mut b = convoy_log();
+    b.push(RunEnd {
+        ns: T0 + 3000 * MS,
+        reason: end_reason::SIGNAL,
+        exit_status: 15,
+        hwm: 7,
+        dropped: 0,
+    });
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains("ended:     killed by signal 15 (SIGTERM) (the program had no handler for it)"),
+        "{r}"
+    );
+    assert!(!r.contains("WARNING: the log"), "{r}");
+    let j = json(&b, &Options::default());
+    assert_eq!(j["run"]["end"]["reason"], "signal");
+    assert_eq!(j["run"]["end"]["signal"], 15);
+    assert_eq!(j["run"]["end"]["exit_status"], Value::Null);
+    assert_eq!(j["run"]["no_end"], Value::Null);
+}
+
+#[test]
+fn an_end_reason_from_a_newer_shim_is_shown_as_unknown() {
+    let mut b = convoy_log();
+    b.push(RunEnd {
+        ns: T0 + 3000 * MS,
+        reason: 200,
+        exit_status: -1,
+        hwm: 7,
+        dropped: 0,
+    });
+    let j = json(&b, &Options::default());
+    assert_eq!(j["run"]["end"]["reason"], "unknown");
+}
