@@ -198,8 +198,6 @@ pub unsafe extern "C" fn sigaction(
         }
         return r;
     };
-    // The program decides about this signal now: the shim's watch ends.
-    WATCHED.fetch_and(!(1 << i), Ordering::AcqRel);
     // The handler first, so that a signal arriving as soon as the kernel has the trampoline
     // finds it.
     let (h, f) = if is_function(new.sa_sigaction) {
@@ -225,6 +223,10 @@ pub unsafe extern "C" fn sigaction(
         FLAGS[i].store(prev_f, Ordering::Relaxed);
         return r;
     }
+    // The program decided about this signal: the shim's watch ends (only now: until the kernel
+    // had the new action, a signal arriving found the trampoline, and the watch if the program
+    // gave no handler).
+    WATCHED.fetch_and(!(1 << i), Ordering::AcqRel);
     // SAFETY: `old` was just filled in (or is null).
     unsafe { as_program_sees(old, prev_h, prev_f) };
     r
