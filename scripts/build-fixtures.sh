@@ -9,6 +9,8 @@
 #   Rust:     rustc -O -g --edition 2021          fixtures/X.rs  -> OUTDIR/X
 #   library:  cc  -O1 -g -pthread -shared -fPIC   fixtures/dlopen_lib.c -> OUTDIR/libdlock.so
 #             cc  -O1 -g -pthread -shared -fPIC   fixtures/counting_interposer.c -> OUTDIR/libcounting.so
+#   static:   cc  -O1 -g -pthread -static         fixtures/static_binary.c -> OUTDIR/static_binary
+#   Go-like:  cc  -O1 -g -pthread -DAS_GO         fixtures/raw_exit.c -> OUTDIR/raw_exit_go
 # (`dlopen` builds both dlopen_main and libdlock.so; `counting` builds libcounting.so.) CC and CXX override the
 # compilers, RUSTC the Rust one. Outputs newer than both their source and this script are kept.
 set -euo pipefail
@@ -37,6 +39,7 @@ if [ "${#names[@]}" -eq 0 ]; then
         [ "$n" = counting_interposer ] && n=counting
         names+=("$n")
     done
+    names+=(raw_exit_go)
 fi
 
 # build SRC OUTPUT COMPILER FLAGS...
@@ -61,6 +64,12 @@ for n in "${names[@]}"; do
     dlopen | dlopen_main | dlopen_lib)
         build "$src_dir/dlopen_lib.c" "$out/libdlock.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC || status=1
         build "$src_dir/dlopen_main.c" "$out/dlopen_main" "$CC" "${CFLAGS_FIXTURE[@]}" || status=1
+        ;;
+    raw_exit_go)
+        build "$src_dir/raw_exit.c" "$out/raw_exit_go" "$CC" "${CFLAGS_FIXTURE[@]}" -DAS_GO || status=1
+        ;;
+    static_binary)
+        build "$src_dir/static_binary.c" "$out/static_binary" "$CC" "${CFLAGS_FIXTURE[@]}" -static || status=1
         ;;
     counting | counting_interposer | libcounting.so)
         build "$src_dir/counting_interposer.c" "$out/libcounting.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC -ldl || status=1

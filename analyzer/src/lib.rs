@@ -6,6 +6,7 @@
 //! in memory that grows with the run's objects, threads and chains, never with its events.
 
 pub mod crossproc;
+pub mod ending;
 pub mod findings;
 pub mod lockorder;
 pub mod model;
@@ -16,6 +17,7 @@ pub mod request;
 pub mod symbolize;
 pub mod table;
 pub mod top;
+pub mod whynolog;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -90,6 +92,15 @@ pub fn run(
         Ok(a) => Some(a),
         Err(e) => {
             let _ = writeln!(err, "waitshim-analyze: {e}");
+            if std::fs::symlink_metadata(path).is_err() {
+                let _ = writeln!(err, "  {}", whynolog::HINT);
+                let similar = whynolog::similar_logs(path, 5);
+                if !similar.is_empty() {
+                    let names: Vec<String> =
+                        similar.iter().map(|p| p.display().to_string()).collect();
+                    let _ = writeln!(err, "  logs there, newest first: {}", names.join(", "));
+                }
+            }
             code = EXIT_BAD_INPUT;
             None
         }

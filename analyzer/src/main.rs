@@ -14,13 +14,14 @@ use waitshim_analyze::{Options, SortKey};
     override_usage = "waitshim-analyze [OPTIONS] FILE...\n       \
                       waitshim-analyze top [--pid PID | FILE] [--once] [--interval MS]\n       \
                       waitshim-analyze request PID [--timeout SECS] [--quiet]\n       \
-                      waitshim-analyze policy check FILE",
+                      waitshim-analyze policy check FILE\n       \
+                      waitshim-analyze why-no-log -- CMD [ARGS]",
     // `waitshim-analyze top.log` and `./top` are files; only a first argument that is exactly a
     // command's name is a command.
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, policy) is read as a log when written \
+    after_help = "A log file named like a command (top, request, policy, why-no-log) is read as a log when written \
                   as a path: ./top."
 )]
 struct Cli {
@@ -63,6 +64,22 @@ enum Command {
     /// Collection policies (WAITSHIM_POLICY).
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// A program run under the shim left no log: check, without running it, what would keep the
+    /// shim out of CMD or its log from being written (a static, Go or setuid program; LD_PRELOAD
+    /// unset, missing or for another machine; WAITSHIM_DISABLE; a log directory that is not
+    /// writable), in this environment. Exit status 1 when something was found.
+    WhyNoLog {
+        /// The command as it was run (the program is looked up in PATH as a shell does);
+        /// NAME=VALUE words before it (alone or after `env`) are its environment, over this one's:
+        /// `why-no-log -- LD_PRELOAD=/abs/libwaitshim.so ./app`.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        cmd: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -156,6 +173,7 @@ fn main() {
         Some(Command::Policy(PolicyCommand::Check { file })) => {
             waitshim_analyze::policycheck::run(&file, out, err)
         }
+        Some(Command::WhyNoLog { cmd }) => waitshim_analyze::whynolog::run(&cmd, out, err),
         None => {
             let opts = Options {
                 sort: cli.sort,

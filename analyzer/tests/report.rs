@@ -330,20 +330,23 @@ fn truncated_log_gives_a_report_and_a_warning() {
 }
 
 #[test]
-fn unwritten_tail_says_still_running_or_killed() {
+fn unwritten_tail_says_the_process_ended_without_exit_handlers_or_was_killed() {
     let mut b = convoy_log();
     b.bytes.extend(std::iter::repeat_n(0u8, 64 << 10));
     let r = text(&b, &Options::default());
     assert!(
         r.contains(
-            "WARNING: the log ends in unwritten space: the program is still running or killed"
+            "WARNING: the log ends in unwritten space, with no end record: the process ended \
+             without running its exit handlers: it made a raw exit_group system call"
         ),
         "{r}"
     );
+    assert!(r.contains("or it was killed by a signal that cannot be caught (SIGKILL"));
     assert!(r.contains("[1] HWM 7"));
     let j = json(&b, &Options::default());
     assert_eq!(j["ending"], "unwritten");
     assert_eq!(j["warnings"][0]["kind"], "ending");
+    assert_eq!(j["run"]["no_end"], "no_exit_handlers");
 }
 
 #[test]
@@ -603,4 +606,41 @@ fn text_of_many_objects_and_threads_shows_the_busiest_thousand_and_counts_the_re
     let j = json(&b, &Options::default());
     assert_eq!(j["objects"].as_array().map(Vec::len), Some(1500));
     assert_eq!(j["threads"].as_array().map(Vec::len), Some(1500));
+}
+
+#[test]
+fn a_run_ended_by_a_fatal_signal_says_which() {
+    let mut b = convoy_log();
+    b.push(RunEnd {
+        ns: T0 + 3000 * MS,
+        reason: end_reason::SIGNAL,
+        exit_status: 15,
+        hwm: 7,
+        dropped: 0,
+    });
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains("ended:     killed by signal 15 (SIGTERM) (the program had no handler for it)"),
+        "{r}"
+    );
+    assert!(!r.contains("WARNING: the log"), "{r}");
+    let j = json(&b, &Options::default());
+    assert_eq!(j["run"]["end"]["reason"], "signal");
+    assert_eq!(j["run"]["end"]["signal"], 15);
+    assert_eq!(j["run"]["end"]["exit_status"], Value::Null);
+    assert_eq!(j["run"]["no_end"], Value::Null);
+}
+
+#[test]
+fn an_end_reason_from_a_newer_shim_is_shown_as_unknown() {
+    let mut b = convoy_log();
+    b.push(RunEnd {
+        ns: T0 + 3000 * MS,
+        reason: 200,
+        exit_status: -1,
+        hwm: 7,
+        dropped: 0,
+    });
+    let j = json(&b, &Options::default());
+    assert_eq!(j["run"]["end"]["reason"], "unknown");
 }

@@ -172,6 +172,13 @@ pub mod end_reason {
     /// The process replaced its program (`execve`): the new program writes a log of its own
     /// (an [`Exec`](super::Exec) record names it).
     pub const EXEC: u8 = 3;
+    /// The process was killed by a signal whose default action ends it (SIGTERM, SIGINT,
+    /// SIGSEGV, SIGABRT, SIGPIPE, ...) and that the program had no handler for: the shim's
+    /// handler saw it, wrote this record, and let the signal's default action end the process.
+    /// `exit_status` holds the signal's number. (A signal nothing can catch, SIGKILL, and a raw
+    /// `exit_group` system call leave no end record at all.) Readers older than this value show
+    /// it as an unknown reason.
+    pub const SIGNAL: u8 = 4;
 }
 
 /// Severity of a [`Note`].

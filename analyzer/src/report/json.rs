@@ -19,6 +19,7 @@ use waitshim_format::{
 };
 
 use super::{Ctx, Options, Warning};
+use crate::ending::NoEnd;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_json, errno_name, is_ended_key, kind_counter_json, reason_json,
@@ -168,6 +169,7 @@ struct EndJson {
     reason: &'static str,
     exit_status: Option<i64>,
     exec_path: Option<String>,
+    signal: Option<i64>,
     hwm: u32,
     dropped: u64,
 }
@@ -186,6 +188,7 @@ struct RunJson {
     duration_ns: u64,
     duration_is_lower_bound: bool,
     end: Option<EndJson>,
+    no_end: Option<&'static str>,
     threads_seen: usize,
     objects_tracked: usize,
     objects_contended: usize,
@@ -193,7 +196,7 @@ struct RunJson {
     objects_quiet: u64,
 }
 
-fn run(m: &Model) -> RunJson {
+fn run(m: &Model, no_end: Option<&NoEnd>) -> RunJson {
     let r = m.run.as_ref();
     let (duration_ns, duration_is_lower_bound) = m.duration_ns();
     RunJson {
@@ -213,14 +216,22 @@ fn run(m: &Model) -> RunJson {
                 end_reason::EXIT => "exit",
                 end_reason::UNDERSCORE_EXIT => "_exit",
                 end_reason::EXEC => "exec",
+                end_reason::SIGNAL => "signal",
                 _ => "unknown",
             },
-            exit_status: (e.exit_status >= 0).then_some(e.exit_status),
+            exit_status: (e.exit_status >= 0 && e.reason != end_reason::SIGNAL)
+                .then_some(e.exit_status),
+            signal: (e.reason == end_reason::SIGNAL).then_some(e.exit_status),
             exec_path: (e.reason == end_reason::EXEC)
                 .then(|| m.exec.as_ref().map(|x| x.path.clone()))
                 .flatten(),
             hwm: e.hwm,
             dropped: e.dropped,
+        }),
+        no_end: no_end.map(|n| match n {
+            NoEnd::Running(_) => "running",
+            NoEnd::GoProgram(_) => "go_program",
+            NoEnd::NoExitHandlers => "no_exit_handlers",
         }),
         threads_seen: m.threads.len(),
         objects_tracked: m.objects.len(),
@@ -1155,7 +1166,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             bytes: x.summary.damage_bytes,
         },
         records_read: x.summary.records,
-        run: run(m),
+        run: run(m, x.no_end.as_ref()),
         highwater: HighwaterJson {
             hwm: m.hwm(),
             object_id: final_hw.map(|h| h.object_id),

@@ -9,6 +9,7 @@ use std::str::FromStr;
 
 use waitshim_format::note_level;
 
+use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
 use crate::model::{ContentionRecord, Model, Overflow, MAX_CHURN_SITES};
 use crate::read::{Ending, ReadSummary};
@@ -207,6 +208,8 @@ pub struct Ctx<'a> {
     pub opts: &'a Options,
     /// The lock-order inversions (potential deadlocks), found once for every report.
     pub inversions: Inversions,
+    /// Why the log has no end record, when it has none.
+    pub no_end: Option<NoEnd>,
 }
 
 impl<'a> Ctx<'a> {
@@ -217,6 +220,7 @@ impl<'a> Ctx<'a> {
             sym: Symbolizer::new(model, opts.symbols),
             opts,
             inversions: lockorder::find(model),
+            no_end: NoEnd::find(summary, model, opts.symbols),
         }
     }
 
@@ -300,10 +304,13 @@ impl<'a> Ctx<'a> {
                 offset: Some(s.end_offset),
                 ..Warning::new(
                     "ending",
-                    "the log ends in unwritten space: the program is still running or killed \
-                     (SIGKILL), or it ended by exec/_exit before the shim's exit record; this \
-                     report shows what was recorded until then"
-                        .into(),
+                    format!(
+                        "the log ends in unwritten space, with no end record: {}",
+                        self.no_end
+                            .as_ref()
+                            .unwrap_or(&NoEnd::NoExitHandlers)
+                            .warning()
+                    ),
                 )
             }),
             Ending::Truncated => w.push(Warning {
@@ -319,9 +326,13 @@ impl<'a> Ctx<'a> {
             }),
             Ending::Clean if m.run_end.is_none() && m.run.is_some() => w.push(Warning::new(
                 "ending",
-                "the log has no exit record: the program is still running or killed, or it \
-                 ended by exec/_exit before the shim could write it"
-                    .into(),
+                format!(
+                    "the log has no end record: {}",
+                    self.no_end
+                        .as_ref()
+                        .unwrap_or(&NoEnd::NoExitHandlers)
+                        .warning()
+                ),
             )),
             Ending::Clean => {}
         }

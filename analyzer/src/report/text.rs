@@ -130,6 +130,13 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         Some(e) if e.reason == end_reason::UNDERSCORE_EXIT => {
             let _ = writeln!(out, "ended:     _exit({})", e.exit_status);
         }
+        Some(e) if e.reason == end_reason::SIGNAL => {
+            let _ = writeln!(
+                out,
+                "ended:     killed by {} (the program had no handler for it)",
+                crate::ending::signal_name(e.exit_status)
+            );
+        }
         // The shim sees the status only when the program calls exit itself, not when main returns.
         Some(e) if e.exit_status < 0 => {
             let _ = writeln!(out, "ended:     exit (status not recorded)");
@@ -138,7 +145,11 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let _ = writeln!(out, "ended:     exit status {}", e.exit_status);
         }
         None => {
-            let _ = writeln!(out, "ended:     no exit record");
+            let why = ctx
+                .no_end
+                .as_ref()
+                .map_or("no exit record".to_string(), |n| n.ended_line());
+            let _ = writeln!(out, "ended:     {why}");
         }
     }
     let _ = writeln!(out, "threads:   {} seen", m.threads.len());

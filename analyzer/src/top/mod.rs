@@ -329,7 +329,9 @@ impl Top {
 
     fn status(&self) -> Status {
         if let Some(e) = &self.state.run_end {
-            return Status::Exited(if e.exit_status < 0 {
+            return Status::Exited(if e.reason == end_reason::SIGNAL {
+                format!("killed by {}", crate::ending::signal_name(e.exit_status))
+            } else if e.exit_status < 0 {
                 "exited (status not recorded)".to_string()
             } else if e.reason == end_reason::UNDERSCORE_EXIT {
                 format!("exited (status {}, by _exit)", e.exit_status)
@@ -338,9 +340,9 @@ impl Top {
             });
         }
         match self.alive {
-            _ if self.ended => {
-                Status::Exited("exited (no exit record: killed, or replaced by exec)".to_string())
-            }
+            _ if self.ended => Status::Exited(
+                "exited (no exit record: a raw exit_group, or killed by SIGKILL)".to_string(),
+            ),
             Some(true) => Status::Running,
             _ => Status::Unknown,
         }

@@ -15,6 +15,14 @@
 //! thread as out of the handler. (A C++ exception thrown out of a handler is not seen: the
 //! thread then stays untracked.) `sigset` and `sigvec` are not interposed: handlers installed
 //! through them run unmarked, as without this file.
+//!
+//! Fatal signals: at start, each signal of [`FATAL`] whose disposition is the default (not
+//! ignored, no handler) gets the trampoline with no program handler behind it, and is *watched*.
+//! When one arrives the shim ends the log with a record saying which signal killed the process,
+//! puts the default disposition back and raises the signal again, so the process dies of it as
+//! it would have (same status, same core dump). Every `sigaction` answer still shows the
+//! default disposition, and the program's first `sigaction` or `signal` on the signal ends the
+//! watch. Dispositions are reset at `exec` by the kernel, so nothing outlives the program.
 
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
@@ -39,6 +47,77 @@ const NSIG: usize = 65;
 /// its flags as the program gave them.
 static HANDLERS: [AtomicUsize; NSIG] = [const { AtomicUsize::new(0) }; NSIG];
 static FLAGS: [AtomicI32; NSIG] = [const { AtomicI32::new(0) }; NSIG];
+/// Watched fatal signals (bit per signal number): see the module's documentation.
+static WATCHED: AtomicU64 = AtomicU64::new(0);
+
+/// Signals whose default action ends the process and that programs commonly die of. SIGTRAP
+/// (debuggers) and the profiling and real-time signals are left alone.
+const FATAL: [c_int; 16] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGILL,
+    libc::SIGABRT,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGUSR1,
+    libc::SIGSEGV,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGSYS,
+];
+
+/// Watches the signals of [`FATAL`] the program left at their default disposition (see the
+/// module's documentation). Called once, when tracking starts.
+pub fn watch_fatal_signals() {
+    for sig in FATAL {
+        let Some(i) = index(sig) else { continue };
+        // SAFETY: plain data.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a question about the current disposition.
+        if unsafe { glibc::sigaction(sig, std::ptr::null(), &mut old) } != 0
+            || old.sa_sigaction != SIG_DFL
+            || HANDLERS[i].load(Ordering::Acquire) != 0
+        {
+            continue;
+        }
+        // SAFETY: plain data.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = trampoline as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_ONSTACK;
+        // SAFETY: sigset operation on a local.
+        unsafe { libc::sigemptyset(&mut act.sa_mask) };
+        WATCHED.fetch_or(1 << i, Ordering::AcqRel);
+        // SAFETY: installing the trampoline; the program sees SIG_DFL (HANDLERS[i] is 0).
+        if unsafe { glibc::sigaction(sig, &act, std::ptr::null_mut()) } != 0 {
+            WATCHED.fetch_and(!(1 << i), Ordering::AcqRel);
+        }
+    }
+}
+
+/// A watched fatal signal arrived: the log ends saying so, then the signal's default action
+/// ends the process (raised again: it is delivered when the handler returns and unblocks it;
+/// a fault raised by an instruction would come again anyway).
+fn fatal(sig: c_int, i: usize) {
+    let prev = threads::enter_handler();
+    crate::track::finish_by_signal(sig);
+    threads::leave_handler(prev);
+    WATCHED.fetch_and(!(1 << i), Ordering::AcqRel);
+    // SAFETY: plain data.
+    let mut dfl: libc::sigaction = unsafe { std::mem::zeroed() };
+    dfl.sa_sigaction = SIG_DFL;
+    // SAFETY: the default disposition, then the signal again (both async-signal-safe).
+    unsafe {
+        libc::sigemptyset(&mut dfl.sa_mask);
+        glibc::sigaction(sig, &dfl, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+}
+
 /// Signals `siginterrupt` made interrupting: `signal` then installs them without `SA_RESTART`,
 /// as glibc does.
 static INTERRUPTING: AtomicU64 = AtomicU64::new(0);
@@ -49,6 +128,10 @@ type ThreeArgs = extern "C" fn(c_int, *mut siginfo_t, *mut c_void);
 extern "C" fn trampoline(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     let Some(i) = index(sig) else { return };
     let h = HANDLERS[i].load(Ordering::Acquire);
+    if h == 0 && WATCHED.load(Ordering::Acquire) >> i & 1 != 0 {
+        fatal(sig, i);
+        return;
+    }
     // The program is replacing its handler right now: there is none to call.
     if h == 0 || h == SIG_DFL || h == SIG_IGN {
         return;
@@ -140,6 +223,10 @@ pub unsafe extern "C" fn sigaction(
         FLAGS[i].store(prev_f, Ordering::Relaxed);
         return r;
     }
+    // The program decided about this signal: the shim's watch ends (only now: until the kernel
+    // had the new action, a signal arriving found the trampoline, and the watch if the program
+    // gave no handler).
+    WATCHED.fetch_and(!(1 << i), Ordering::AcqRel);
     // SAFETY: `old` was just filled in (or is null).
     unsafe { as_program_sees(old, prev_h, prev_f) };
     r

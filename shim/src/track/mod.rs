@@ -244,6 +244,8 @@ pub fn init() {
             register_thread(tr, None);
             crate::policy::init(tr, tr.config.policy.as_deref());
             crate::service::init(tr, tr.config.signal.as_deref());
+            #[cfg(not(test))]
+            crate::interpose::signal::watch_fatal_signals();
             // SAFETY: registering a plain function as the fork child handler.
             unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
             STATE.store(READY, Ordering::Release);
@@ -553,6 +555,13 @@ fn finish_here(reason: u8) {
     }
 }
 
+/// A watched fatal signal `sig` is ending the process (called from its handler): the log ends
+/// with a [`end_reason::SIGNAL`] record naming it.
+pub fn finish_by_signal(sig: i32) {
+    EXIT_STATUS.store(i64::from(sig), Ordering::Relaxed);
+    finish(end_reason::SIGNAL);
+}
+
 /// The process is about to replace its program (`exec`) with `path`: what is counted reaches the
 /// log, which ends with an exec record and is trimmed to what was written (no megabyte of
 /// unwritten space left behind). A log with nothing in it (a forked child that only execs) is
@@ -642,12 +651,12 @@ fn finish_in_handler(tr: &Tracker, reason: u8) {
     end_log(tr, reason);
     if !tr.config.quiet {
         let p = &tr.log.path;
-        crate::diag::line_parts(&[
-            "log written (in a signal handler): ",
-            p,
-            "   read it with: waitshim-analyze ",
-            p,
-        ]);
+        let how = if reason == end_reason::SIGNAL {
+            "log written (the process is being killed by a signal): "
+        } else {
+            "log written (in a signal handler): "
+        };
+        crate::diag::line_parts(&[how, p, "   read it with: waitshim-analyze ", p]);
     }
 }
 
