@@ -16,6 +16,7 @@ use crate::model::Model;
 
 /// ELF note type of the GNU build-id.
 const NT_GNU_BUILD_ID: u32 = 3;
+const STT_OBJECT: u8 = 1;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
 const STB_GLOBAL: u8 = 1;
@@ -47,6 +48,55 @@ const SYSTEM_HEADER_PARTS: &[&str] = &["/c++/", "/bits/"];
 /// Rust's standard library, compiled into every Rust program: its debug info names its sources
 /// under `/rustc/<commit>/library/` (`std::sync::Mutex::lock`, the futex wait under it).
 const RUST_LIBRARY_SOURCE: &str = "/rustc/";
+/// Functions of the C start-up and thread entry, wherever they were linked: `_start` comes from
+/// `crt1.o` into the program itself, without debug info.
+const RUNTIME_FUNCTIONS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "_dl_start_user",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "__clone_internal",
+];
+/// Name prefixes of the language runtimes' code, compiled into the program from headers or
+/// Rust's standard library: the C++ `std::mutex::lock`, `std::condition_variable::wait`,
+/// `std::shared_mutex`, `std::thread`'s `_State_impl::_M_run`, libstdc++'s gthread layer; Rust's
+/// `std::sync::Mutex` internals, `std::thread` spawn closures, `std::rt::lang_start`, and
+/// `core`/`alloc` glue (`FnOnce::call_once` shims). Demangled names.
+const RUNTIME_FUNCTION_PREFIXES: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "__gnu_cxx::",
+    "__cxxabiv1::",
+    "__gthread",
+    "__gthrw",
+    "__rust_",
+    "__libc_",
+    "__pthread",
+    "pthread_",
+    "_Unwind",
+];
+/// How a Rust closure is called through a trait object: `<worker::{{closure}} as
+/// core::ops::function::FnOnce<()>>::call_once` is glue, the closure itself the next frame.
+const RUNTIME_FUNCTION_PARTS: &[&str] = &[" as core::ops::function::Fn"];
+
+/// Whether a demangled function name is the C or C++ or Rust runtime's code rather than the
+/// program's own: start-up and thread entry, the standard library's lock, condition variable
+/// and thread wrappers ([`RUNTIME_FUNCTIONS`], [`RUNTIME_FUNCTION_PREFIXES`]).
+pub fn is_runtime_function(name: &str) -> bool {
+    // `<std::thread::Builder>::spawn_unchecked_::{{closure}}`: the type, not the wrapper.
+    let bare = name.trim_start_matches('<');
+    RUNTIME_FUNCTIONS.contains(&name)
+        || RUNTIME_FUNCTION_PREFIXES
+            .iter()
+            .any(|p| bare.starts_with(p))
+        || RUNTIME_FUNCTION_PARTS.iter().any(|p| name.contains(p))
+}
 
 /// One symbolized frame. Everything but `addr` is optional: it is what could be found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,6 +116,10 @@ pub struct Frame {
     /// A function the compiler inlined into the next (outer) frame: it shares that frame's
     /// address and module, and has no `offset`.
     pub inlined: bool,
+    /// For a frame chosen as a chain's site ([`Symbolizer::site`]): how many frames of the
+    /// chain, innermost first, were passed over as runtime code ([`Frame::is_runtime`]) before
+    /// it. `None` for the frames of a chain.
+    pub skipped: Option<u32>,
 }
 
 impl Frame {
@@ -82,9 +136,17 @@ impl Frame {
         self.module.as_deref().is_some_and(is_shim_path)
     }
 
-    /// Frames of the C runtime, the dynamic loader and the shim.
+    /// Code that is not the program's own: the shim, the C and C++ runtimes and the dynamic
+    /// loader (by module), system headers and Rust's standard library compiled into the program
+    /// (by source file), start-up and thread entry and the standard libraries' lock, condition
+    /// variable and thread wrappers (by function name, for code without debug info). Such
+    /// frames are passed over when a chain's site is chosen and when chains are grouped.
     pub fn is_runtime(&self) -> bool {
-        self.is_shim() || self.module_is(RUNTIME_MODULES)
+        self.is_shim()
+            || self.module_is(RUNTIME_MODULES)
+            || self.module_is(LANGUAGE_RUNTIME_MODULES)
+            || self.is_system_source()
+            || self.function.as_deref().is_some_and(is_runtime_function)
     }
 
     /// Code whose source is a system or compiler header (`/usr/include/c++/13/bits/std_mutex.h`)
@@ -100,10 +162,10 @@ impl Frame {
             || basename(file) == "gthr.h"
     }
 
-    /// The program's own code: not the shim, the C or C++ runtime, the dynamic loader, nor a
-    /// system header inlined into the program. Where its author made the call that is reported.
+    /// The program's own code ([`Frame::is_runtime`] is not): where its author made the call
+    /// that is reported.
     pub fn is_user(&self) -> bool {
-        !self.is_runtime() && !self.module_is(LANGUAGE_RUNTIME_MODULES) && !self.is_system_source()
+        !self.is_runtime()
     }
 
     /// `module+0x1234`, or the bare address when no module contains it.
@@ -230,6 +292,8 @@ type DwarfReader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
 
 struct Loaded {
     symbols: Vec<Sym>,
+    /// Sized data symbols (global and static variables), by address.
+    data: Vec<Sym>,
     /// DWARF sources, the binary first, then its separate debug file.
     dwarf: Vec<addr2line::Context<DwarfReader>>,
 }
@@ -490,7 +554,12 @@ impl Symbolizer {
         if let Some(site) = self.sites.get(&chain_id) {
             return site.clone();
         }
-        let site = site_frame(&self.chain(model, chain_id)).cloned();
+        let chain = self.chain(model, chain_id);
+        let site = site_index(&chain).and_then(|i| {
+            let mut f = chain.get(i)?.clone();
+            f.skipped = Some(i as u32);
+            Some(f)
+        });
         // A chain a live log has not shown yet may come later.
         if !model.chains.contains_key(&chain_id) {
             return site;
@@ -503,13 +572,83 @@ impl Symbolizer {
     }
 }
 
+/// A variable of a module (a global or static one) that holds an object: named from the
+/// module's symbol table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    /// The variable's symbol (demangled).
+    pub symbol: String,
+    /// Where the object is inside it, in bytes.
+    pub offset: u64,
+    /// The variable's size in bytes.
+    pub size: u64,
+    /// Path of the module that defines it.
+    pub module: String,
+}
+
+impl Global {
+    /// How the report names it: `stats_lock`; `locks[3]` for the fourth element of an array of
+    /// objects of `elem` bytes (the variable's size and the offset both multiples of it);
+    /// `stats+0x8` for an object inside a larger variable.
+    pub fn name(&self, elem: Option<u64>) -> String {
+        let whole = match elem {
+            Some(e) => self.size <= e,
+            None => true,
+        };
+        if self.offset == 0 && whole {
+            return self.symbol.clone();
+        }
+        match elem {
+            Some(e) if e > 0 && self.size % e == 0 && self.offset % e == 0 => {
+                format!("{}[{}]", self.symbol, self.offset / e)
+            }
+            _ => format!("{}+{:#x}", self.symbol, self.offset),
+        }
+    }
+}
+
+impl Symbolizer {
+    /// The global or static variable that contains `addr`, from the symbol table of the module
+    /// whose segment holds it; None for the heap and stacks, stripped modules, or with
+    /// symbols off.
+    pub fn global_at(&mut self, addr: u64) -> Option<Global> {
+        if !self.enabled {
+            return None;
+        }
+        let i = self.module_of(addr)?;
+        if !self.modules.get(i)?.attempted {
+            self.load(i);
+        }
+        let m = self.modules.get(i)?;
+        if is_shim_path(&m.path) {
+            return None;
+        }
+        let l = m.loaded.as_ref()?;
+        let rel = addr.wrapping_sub(m.base);
+        let idx = l.data.partition_point(|s| s.start <= rel);
+        let sym = l.data.get(idx.checked_sub(1)?)?;
+        let offset = rel - sym.start;
+        (offset < sym.size).then(|| Global {
+            symbol: demangle(&sym.name),
+            offset,
+            size: sym.size,
+            module: m.path.clone(),
+        })
+    }
+}
+
 /// The frame that stands for a whole chain: the first of the program's own code
 /// ([`Frame::is_user`]), else the first frame.
 pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames
-        .iter()
-        .find(|f| f.is_user())
-        .or_else(|| frames.first())
+    frames.get(site_index(frames)?)
+}
+
+/// The index of [`site_frame`] in `frames`: how many frames were passed over before it.
+pub fn site_index(frames: &[Frame]) -> Option<usize> {
+    if frames.is_empty() {
+        return None;
+    }
+    Some(frames.iter().position(Frame::is_user).unwrap_or(0))
 }
 
 /// Fills function and source line of the physical `frame` from a loaded module, and returns the
@@ -786,6 +925,19 @@ fn dwarf_context(bytes: &[u8]) -> Option<addr2line::Context<DwarfReader>> {
 /// Function symbols of one symbol table, sorted by address, one per address (sized, global
 /// symbols preferred over aliases).
 fn function_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
+    symbols_of(elf, dynamic, |t| t == STT_FUNC || t == STT_GNU_IFUNC)
+}
+
+/// Data symbols (`STT_OBJECT`: global and static variables) of one symbol table with a size,
+/// sorted by address, one per address.
+fn data_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
+    let mut v = symbols_of(elf, dynamic, |t| t == STT_OBJECT);
+    v.retain(|s| s.size > 0);
+    v
+}
+
+/// The symbols of one table whose type `wanted` accepts, sorted by address, one per address.
+fn symbols_of(elf: &Elf<'_>, dynamic: bool, wanted: impl Fn(u8) -> bool) -> Vec<Sym> {
     let (syms, strtab) = if dynamic {
         (&elf.dynsyms, &elf.dynstrtab)
     } else {
@@ -793,10 +945,7 @@ fn function_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
     };
     let mut out: Vec<(Sym, u8)> = syms
         .iter()
-        .filter(|s| {
-            let t = s.st_type();
-            (t == STT_FUNC || t == STT_GNU_IFUNC) && s.st_value != 0 && s.st_shndx != 0
-        })
+        .filter(|s| wanted(s.st_type()) && s.st_value != 0 && s.st_shndx != 0)
         .filter_map(|s| {
             let name = strtab.get_at(s.st_name)?;
             if name.is_empty() {
@@ -836,6 +985,7 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
         }
     }
     let mut symbols = function_symbols(&elf, false);
+    let mut data = data_symbols(&elf, false);
     let mut dwarf = Vec::new();
     if has_debug_info(&elf) {
         dwarf.extend(dwarf_context(&bytes));
@@ -847,6 +997,9 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
                 if symbols.is_empty() {
                     symbols = function_symbols(&debug_elf, false);
                 }
+                if data.is_empty() {
+                    data = data_symbols(&debug_elf, false);
+                }
                 if has_debug_info(&debug_elf) {
                     dwarf.extend(dwarf_context(&debug_bytes));
                 }
@@ -856,7 +1009,14 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
     if symbols.is_empty() {
         symbols = function_symbols(&elf, true);
     }
-    Ok(Loaded { symbols, dwarf })
+    if data.is_empty() {
+        data = data_symbols(&elf, true);
+    }
+    Ok(Loaded {
+        symbols,
+        data,
+        dwarf,
+    })
 }
 
 #[cfg(test)]

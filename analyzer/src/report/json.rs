@@ -118,6 +118,10 @@ struct FrameJson {
     module: Option<String>,
     module_offset: Option<u64>,
     inlined: bool,
+    /// Only on a site (a frame standing for a chain): how many frames of the chain, innermost
+    /// first, were passed over as runtime code before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped_frames: Option<u32>,
 }
 
 impl From<Frame> for FrameJson {
@@ -131,6 +135,7 @@ impl From<Frame> for FrameJson {
             module: f.module,
             module_offset: f.module_offset,
             inlined: f.inlined,
+            skipped_frames: f.skipped,
         }
     }
 }
@@ -413,6 +418,8 @@ struct ObjectJson {
     created_by_tid: Option<u32>,
     creation_chain: Option<u32>,
     creation_site: Option<FrameJson>,
+    /// The global or static variable holding the object, when its address is in a module.
+    global: Option<GlobalJson>,
     destroyed_at_ns: Option<u64>,
     counters: Option<Counts>,
     ended: Counts,
@@ -472,6 +479,13 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
         created_by_tid: c.map(|c| c.tid),
         creation_chain: c.map(|c| c.chain_id),
         creation_site: ctx.creation_site(o.object_id).map(FrameJson::from),
+        global: ctx.global(o.object_id).map(|g| GlobalJson {
+            name: g.name(o.object_bytes()),
+            symbol: g.symbol,
+            offset: g.offset,
+            size: g.size,
+            module: g.module,
+        }),
         destroyed_at_ns: o.destroy_ns.map(|ns| m.rel(ns)),
         counters: counters(o),
         ended: o
@@ -495,6 +509,16 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             })
             .collect(),
     }
+}
+
+/// GLOBAL.
+#[derive(Serialize)]
+struct GlobalJson {
+    name: String,
+    symbol: String,
+    offset: u64,
+    size: u64,
+    module: String,
 }
 
 /// SHORT_LIVED.
