@@ -1,0 +1,134 @@
+//! The report names the code the user must look at (#13 §3): a global mutex by its variable and
+//! where it was first used, a joined thread by where it was created, a wait by the program's own
+//! frames rather than the C start-up code.
+
+use serde_json::Value;
+use waitshim_tests::{frame_is, line_of, Analysis, Launch};
+
+const SRC: &str = "global_names.c";
+
+fn run(args: &[&str]) -> Analysis {
+    let run = Launch::fixture("global_names").run();
+    run.assert_success();
+    assert!(
+        run.stdout_text().contains("global_names: 4 waits done"),
+        "stdout: {}",
+        run.stdout_text()
+    );
+    waitshim_tests::analyze(&[run.single_log()], args)
+}
+
+/// The object the JSON report names `name` (its `global.name`).
+fn global<'a>(a: &'a Analysis, name: &str) -> &'a Value {
+    let log = a.log(0);
+    let found: Vec<&Value> = log
+        .objects()
+        .into_iter()
+        .filter(|o| o["global"]["name"] == name)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "objects named {name}: {found:?}\nall: {:?}",
+        log.objects()
+    );
+    found[0]
+}
+
+#[test]
+fn global_mutexes_are_named_by_their_variable_and_first_used_where_first_locked() {
+    let a = run(&[]);
+    let first_use = line_of(SRC, "first-use");
+    for (name, symbol, offset) in [
+        ("stats_lock", "stats_lock", 0),
+        ("locks[2]", "locks", 80),
+        ("counters+0x8", "counters", 8),
+    ] {
+        let o = global(&a, name);
+        assert_eq!(o["kind"], "mutex", "{o}");
+        assert_eq!(o["origin"], "first_use", "{o}");
+        assert_eq!(o["global"]["symbol"], symbol, "{o}");
+        assert_eq!(o["global"]["offset"], offset, "{o}");
+        // Each was contended: it is in the text report, named, with where it was first used.
+        let line = a
+            .text
+            .lines()
+            .find(|l| l.contains(&format!(" {name} @0x")))
+            .unwrap_or_else(|| panic!("no line names {name}:\n{}", a.text));
+        assert!(line.contains(&format!("first used in {SRC}:")), "{line}");
+        assert!(!line.contains("created at"), "{line}");
+    }
+    for name in ["stats_lock", "locks[2]"] {
+        let o = global(&a, name);
+        assert!(frame_is(&o["creation_site"], SRC, first_use), "{o}");
+        assert!(
+            a.text.contains(&format!(
+                " {name} @0x{}  first used in {SRC}:{first_use} (contend)",
+                o["addr"].as_str().unwrap_or("").trim_start_matches("0x")
+            )),
+            "{}",
+            a.text
+        );
+    }
+}
+
+#[test]
+fn a_joined_threads_object_is_created_at_its_pthread_create() {
+    let a = run(&[]);
+    let log = a.log(0);
+    let create = line_of(SRC, "slow-create");
+    let join = line_of(SRC, "slow-join");
+    let thread = log.object_created_at(SRC, create);
+    assert_eq!(thread["kind"], "thread", "{thread}");
+    assert!(
+        log.objects_created_at(SRC, join).is_empty(),
+        "no object is created at the join line"
+    );
+    // Its wait is the join: the site where the waiting happened is still the join line.
+    assert!(
+        a.text
+            .contains(&format!("created at {SRC}:{create} (main)\n")),
+        "{}",
+        a.text
+    );
+    assert!(
+        a.text.contains(&format!("at {SRC}:{join} (main)")),
+        "{}",
+        a.text
+    );
+    // Every joined thread object: created where its thread was.
+    let creates = [line_of(SRC, "waiter-create"), create];
+    for o in log.objects().into_iter().filter(|o| o["kind"] == "thread") {
+        assert!(
+            creates
+                .iter()
+                .any(|&l| frame_is(&o["creation_site"], SRC, l))
+                || o["creation_site"]["function"] == "main",
+            "{o}"
+        );
+    }
+}
+
+#[test]
+fn main_thread_waits_group_by_main_not_by_the_c_start_up_code() {
+    let a = run(&["--sort", "outer:1"]);
+    let groups = a.log(0).0["groups"].as_array().cloned().unwrap_or_default();
+    let names: Vec<String> = groups.iter().map(|g| g["frames"].to_string()).collect();
+    assert!(names.contains(&"[\"main\"]".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"[\"waiter_main\"]".to_string()),
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains("_start")), "{names:?}");
+    let heads: Vec<&str> = a.text.lines().filter(|l| l.starts_with("GROUP ")).collect();
+    assert!(heads.iter().any(|l| l.contains(": main  (")), "{heads:?}");
+    assert!(!heads.iter().any(|l| l.contains("_start")), "{heads:?}");
+    // The wait of main on counters.lock is shown at main's own line, the runtime frames under
+    // `main` passed over.
+    let main_lock = line_of(SRC, "main-lock");
+    assert!(
+        a.text.contains(&format!("at {SRC}:{main_lock} (main)")),
+        "{}",
+        a.text
+    );
+}
