@@ -91,7 +91,9 @@ const RUNTIME_FUNCTION_PARTS: &[&str] = &[" as core::ops::function::Fn"];
 pub fn is_runtime_function(name: &str) -> bool {
     // `<std::thread::Builder>::spawn_unchecked_::{{closure}}`: the type, not the wrapper.
     let bare = name.trim_start_matches('<');
-    RUNTIME_FUNCTIONS.contains(&name)
+    // `__libc_start_main@@GLIBC_2.34`: the version is not part of the name.
+    let unversioned = name.split('@').next().unwrap_or(name);
+    RUNTIME_FUNCTIONS.contains(&unversioned)
         || RUNTIME_FUNCTION_PREFIXES
             .iter()
             .any(|p| bare.starts_with(p))
@@ -1042,4 +1044,118 @@ mod tests {
         assert!(frame_in("/home/u/app/src/main.rs", "/home/u/app/target/release/app").is_user());
         assert!(frame_in("src/main.rs", "/home/u/app/target/release/app").is_user());
     }
+
+    /// A frame of `module` in function `name`, without debug info (no source file).
+    fn named(name: &str, module: &str) -> Frame {
+        Frame {
+            addr: 0x1234,
+            function: Some(name.into()),
+            module: Some(module.into()),
+            ..Frame::default()
+        }
+    }
+
+    const PROG: &str = "/home/u/app/build/app";
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    #[test]
+    fn start_up_and_thread_entry_are_runtime_wherever_they_were_linked() {
+        // `_start` is linked into the program itself from crt1.o, without debug info.
+        assert!(named("_start", PROG).is_runtime());
+        for f in [
+            "__libc_start_call_main",
+            "__libc_start_main@@GLIBC_2.34",
+            "start_thread",
+            "__clone3",
+        ] {
+            assert!(named(f, LIBC).is_runtime(), "{f}");
+            // A static program has them too.
+            assert!(
+                named(f.split('@').next().unwrap_or(f), PROG).is_runtime(),
+                "{f}"
+            );
+        }
+        assert!(!named("main", PROG).is_runtime());
+        assert!(!named("start_worker", PROG).is_runtime());
+        assert!(!named("restart_thread", PROG).is_runtime());
+    }
+
+    #[test]
+    fn standard_library_wrappers_are_runtime_without_debug_info() {
+        for f in [
+            // C++ (libstdc++ headers inlined into the program)
+            "std::mutex::lock()",
+            "std::condition_variable::wait(std::unique_lock<std::mutex>&)",
+            "std::shared_mutex::lock_shared()",
+            "std::unique_lock<std::mutex>::lock()",
+            "std::thread::_State_impl<std::thread::_Invoker<std::tuple<void (*)(int), int> > >::_M_run()",
+            "__gthread_mutex_lock(pthread_mutex_t*)",
+            "__gnu_cxx::__mutex::lock()",
+            // Rust std
+            "std::sys::sync::mutex::futex::Mutex::lock_contended",
+            "std::sync::poison::mutex::Mutex<T>::lock",
+            "std::sync::poison::condvar::Condvar::wait",
+            "<std::thread::Builder>::spawn_unchecked_::<app::worker, ()>::{closure#1}",
+            "std::sys::backtrace::__rust_begin_short_backtrace",
+            "core::ops::function::FnOnce::call_once{{vtable.shim}}",
+            "<app::main::{closure#0} as core::ops::function::FnOnce<()>>::call_once",
+            "std::rt::lang_start_internal",
+        ] {
+            assert!(named(f, PROG).is_runtime(), "{f}");
+            assert!(!named(f, PROG).is_user(), "{f}");
+        }
+        for f in [
+            "Queue::push(int)",
+            "app::worker",
+            "app::main::{closure#0}",
+            "db::Pool::lock_stdlike()",
+            "my_std::mutex::lock",
+        ] {
+            assert!(named(f, PROG).is_user(), "{f}");
+        }
+    }
+
+    #[test]
+    fn a_chains_site_skips_runtime_frames_and_says_how_many() {
+        let mut inlined = frame_in("/usr/include/c++/13/bits/std_mutex.h", PROG);
+        inlined.function = Some("std::mutex::lock()".into());
+        inlined.inlined = true;
+        let chain = [
+            inlined,
+            named("__gthread_mutex_lock(pthread_mutex_t*)", PROG),
+            named("Queue::push(int)", PROG),
+            named("main", PROG),
+            named("__libc_start_call_main", LIBC),
+            named("_start", PROG),
+        ];
+        assert_eq!(site_index(&chain), Some(2));
+        assert_eq!(
+            site_frame(&chain).and_then(|f| f.function.clone()),
+            Some("Queue::push(int)".into())
+        );
+        // Nothing of the program's own: the innermost frame stands for the chain.
+        let runtime_only = [named("start_thread", LIBC), named("__clone3", LIBC)];
+        assert_eq!(site_index(&runtime_only), Some(0));
+        assert_eq!(site_index(&[]), None);
+    }
+
+    #[test]
+    fn a_global_is_named_whole_by_element_or_by_offset() {
+        let g = |offset, size| Global {
+            symbol: "locks".into(),
+            offset,
+            size,
+            module: PROG.into(),
+        };
+        // A pthread_mutex_t is 40 bytes.
+        assert_eq!(g(0, 40).name(Some(40)), "locks");
+        assert_eq!(g(0, 160).name(Some(40)), "locks[0]");
+        assert_eq!(g(120, 160).name(Some(40)), "locks[3]");
+        // Inside a struct whose size is no multiple of the object's.
+        assert_eq!(g(8, 48).name(Some(40)), "locks+0x8");
+        // Futex words and threads have no element size.
+        assert_eq!(g(0, 64).name(None), "locks");
+        assert_eq!(g(16, 64).name(None), "locks+0x10");
+    }
+
 }
