@@ -226,6 +226,26 @@ impl Frame {
     }
 }
 
+/// Where to get the debug information of a module that has none: a system library's debug
+/// package, else a rebuild with `-g`.
+pub fn debug_advice_for(path: &str) -> String {
+    let system = ["/usr/", "/lib/", "/lib64/", "/opt/"]
+        .iter()
+        .any(|d| path.starts_with(d));
+    if system {
+        format!(
+            "{path} has no debug information (no source lines for its frames): install its \
+             debug symbols, e.g. `apt-get install <package>-dbgsym` for the package `dpkg -S \
+             {path}` names (or its -dbg package)"
+        )
+    } else {
+        format!(
+            "{path} has no debug information (no source lines for its frames): rebuild it with \
+             -g (its build-id then changes: run the program again)"
+        )
+    }
+}
+
 /// Whether a module is the shim itself.
 fn is_shim_path(path: &str) -> bool {
     path.ends_with("libwaitshim.so")
@@ -328,6 +348,9 @@ pub struct Symbolizer {
     cache: HashMap<(u64, bool), Vec<Frame>>,
     /// The site of a chain (see [`Symbolizer::site`]).
     sites: HashMap<u32, Option<Frame>>,
+    /// Modules with a frame of the program's own code ([`Frame::is_user`]) in a chain the
+    /// report symbolized: those whose missing debug information costs the reader source lines.
+    shown: std::collections::BTreeSet<usize>,
 }
 
 /// Gives `[lo, hi)` to module `m` in a map of non-overlapping ranges, cutting what earlier
@@ -398,6 +421,7 @@ impl Symbolizer {
             files: HashMap::new(),
             cache: HashMap::new(),
             sites: HashMap::new(),
+            shown: Default::default(),
         }
     }
 
@@ -545,9 +569,28 @@ impl Symbolizer {
         };
         let mut out = Vec::new();
         for &a in addrs {
-            out.extend(self.frames(a, true).into_iter().filter(|f| !f.is_shim()));
+            let frames = self.frames(a, true);
+            if frames.iter().any(Frame::is_user) {
+                if let Some(i) = self.module_of(a.saturating_sub(1)) {
+                    self.shown.insert(i);
+                }
+            }
+            out.extend(frames.into_iter().filter(|f| !f.is_shim()));
         }
         out
+    }
+
+    /// One line of advice per module that has code of the program's own in the chains
+    /// symbolized so far but no debug information (so no source lines): where to get it.
+    pub fn debug_advice(&self) -> Vec<(String, String)> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.shown
+            .iter()
+            .filter_map(|&i| self.modules.get(i))
+            .filter(|m| m.status == ModuleStatus::Ok { dwarf: false })
+            .filter(|m| seen.insert(m.path.clone()))
+            .map(|m| (m.path.clone(), debug_advice_for(&m.path)))
+            .collect()
     }
 
     /// Where the chain happened, in the program's terms (see [`site_frame`]): where an object
@@ -1157,5 +1200,4 @@ mod tests {
         assert_eq!(g(0, 64).name(None), "locks");
         assert_eq!(g(16, 64).name(None), "locks+0x10");
     }
-
 }

@@ -7,7 +7,7 @@ use waitshim_tests::{frame_is, line_of, Analysis, Launch};
 
 const SRC: &str = "global_names.c";
 
-fn run(args: &[&str]) -> Analysis {
+fn run_fixture(args: &[&str]) -> Analysis {
     let run = Launch::fixture("global_names").run();
     run.assert_success();
     assert!(
@@ -37,7 +37,7 @@ fn global<'a>(a: &'a Analysis, name: &str) -> &'a Value {
 
 #[test]
 fn global_mutexes_are_named_by_their_variable_and_first_used_where_first_locked() {
-    let a = run(&[]);
+    let a = run_fixture(&[]);
     let first_use = line_of(SRC, "first-use");
     for (name, symbol, offset) in [
         ("stats_lock", "stats_lock", 0),
@@ -74,7 +74,7 @@ fn global_mutexes_are_named_by_their_variable_and_first_used_where_first_locked(
 
 #[test]
 fn a_joined_threads_object_is_created_at_its_pthread_create() {
-    let a = run(&[]);
+    let a = run_fixture(&[]);
     let log = a.log(0);
     let create = line_of(SRC, "slow-create");
     let join = line_of(SRC, "slow-join");
@@ -111,7 +111,7 @@ fn a_joined_threads_object_is_created_at_its_pthread_create() {
 
 #[test]
 fn main_thread_waits_group_by_main_not_by_the_c_start_up_code() {
-    let a = run(&["--sort", "outer:1"]);
+    let a = run_fixture(&["--sort", "outer:1"]);
     let groups = a.log(0).0["groups"].as_array().cloned().unwrap_or_default();
     let names: Vec<String> = groups.iter().map(|g| g["frames"].to_string()).collect();
     assert!(names.contains(&"[\"main\"]".to_string()), "{names:?}");
@@ -128,6 +128,50 @@ fn main_thread_waits_group_by_main_not_by_the_c_start_up_code() {
     let main_lock = line_of(SRC, "main-lock");
     assert!(
         a.text.contains(&format!("at {SRC}:{main_lock} (main)")),
+        "{}",
+        a.text
+    );
+}
+
+#[test]
+fn a_program_without_debug_information_gets_one_line_of_advice() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source =
+        std::fs::read_to_string(waitshim_tests::workspace_root().join("fixtures").join(SRC))
+            .expect("read fixture");
+    // The same program built without debug information (-g0 after -g).
+    let exe = waitshim_tests::compile_c_with(dir.path(), "nodebug", &source, &["-g0"]);
+    let run = Launch::program(&exe).run();
+    run.assert_success();
+    let a = run.analyze();
+    let exe = exe.display().to_string();
+    let advice: Vec<&str> = a
+        .text
+        .lines()
+        .filter(|l| l.starts_with("ADVICE: "))
+        .collect();
+    assert_eq!(advice.len(), 1, "{}", a.text);
+    assert!(advice[0].contains(&exe), "{advice:?}");
+    assert!(advice[0].contains("rebuild it with -g"), "{advice:?}");
+    // It is in the JSON report with the module.
+    let symbols = a.log(0).0["symbols"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let module = symbols
+        .iter()
+        .find(|s| s["path"] == exe.as_str())
+        .unwrap_or_else(|| panic!("{symbols:?}"));
+    assert!(module["advice"].as_str().is_some(), "{module}");
+    // The names of the globals still come from the symbol table.
+    assert!(a.text.contains(" stats_lock @0x"), "{}", a.text);
+
+    // Built with -g: no advice for the program.
+    let a = run_fixture(&[]);
+    assert!(
+        !a.text
+            .lines()
+            .any(|l| l.starts_with("ADVICE: ") && l.contains("global_names")),
         "{}",
         a.text
     );

@@ -8,7 +8,7 @@
 //! whole document.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
@@ -835,6 +835,9 @@ struct SymbolsJson {
     path: String,
     ok: bool,
     status: String,
+    /// For a module without debug information whose code the report shows as the program's
+    /// own: where to get it.
+    advice: Option<String>,
 }
 
 /// `chains`: each chain a report names, symbolized while it is written.
@@ -869,9 +872,9 @@ struct SymbolsList<'c, 'a>(&'c RefCell<Ctx<'a>>);
 
 impl Serialize for SymbolsList<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let list: Vec<SymbolsJson> = self
-            .0
-            .borrow()
+        let ctx = self.0.borrow();
+        let advice: HashMap<String, String> = ctx.sym.debug_advice().into_iter().collect();
+        let list: Vec<SymbolsJson> = ctx
             .sym
             .module_status()
             .into_iter()
@@ -879,6 +882,7 @@ impl Serialize for SymbolsList<'_, '_> {
                 module_id,
                 ok: status.is_ok(),
                 status: status.describe(),
+                advice: advice.get(&path).cloned(),
                 path,
             })
             .collect();
