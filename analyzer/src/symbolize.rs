@@ -16,10 +16,6 @@ use crate::model::Model;
 
 /// ELF note type of the GNU build-id.
 const NT_GNU_BUILD_ID: u32 = 3;
-const STT_OBJECT: u8 = 1;
-const STT_FUNC: u8 = 2;
-const STT_GNU_IFUNC: u8 = 10;
-const STB_GLOBAL: u8 = 1;
 /// Binaries larger than this are not read for symbols (they are read whole); the debug sections
 /// of one module are decompressed up to this many bytes in all.
 pub const MAX_ELF_BYTES: u64 = 1 << 30;
@@ -303,11 +299,7 @@ impl ModuleStatus {
     }
 }
 
-struct Sym {
-    start: u64,
-    size: u64,
-    name: String,
-}
+use waitshim_elfsym::{data_symbols, function_symbols, Sym};
 
 /// What DWARF is read through: sections copied out of the file, shared by reference count.
 type DwarfReader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
@@ -670,12 +662,10 @@ impl Symbolizer {
         }
         let l = m.loaded.as_ref()?;
         let rel = addr.wrapping_sub(m.base);
-        let idx = l.data.partition_point(|s| s.start <= rel);
-        let sym = l.data.get(idx.checked_sub(1)?)?;
-        let offset = rel - sym.start;
-        (offset < sym.size).then(|| Global {
+        let sym = waitshim_elfsym::containing(&l.data, rel, true)?;
+        Some(Global {
             symbol: demangle(&sym.name),
-            offset,
+            offset: rel - sym.start,
             size: sym.size,
             module: m.path.clone(),
         })
@@ -700,13 +690,9 @@ pub fn site_index(frames: &[Frame]) -> Option<usize> {
 /// frames inlined at the address, innermost first. `probe` and `ret` are relative to the
 /// module's base (the looked-up address and the displayed one).
 fn resolve(l: &Loaded, probe: u64, ret: u64, frame: &mut Frame) -> Vec<Frame> {
-    let idx = l.symbols.partition_point(|s| s.start <= probe);
-    if let Some(sym) = idx.checked_sub(1).and_then(|i| l.symbols.get(i)) {
-        let inside = sym.size == 0 || probe - sym.start < sym.size;
-        if inside {
-            frame.function = Some(demangle(&sym.name));
-            frame.offset = Some(ret.wrapping_sub(sym.start));
-        }
+    if let Some(sym) = waitshim_elfsym::containing(&l.symbols, probe, false) {
+        frame.function = Some(demangle(&sym.name));
+        frame.offset = Some(ret.wrapping_sub(sym.start));
     }
     let mut logical = l
         .dwarf
@@ -785,38 +771,9 @@ fn dwarf_frames(dwarf: &addr2line::Context<DwarfReader>, probe: u64) -> Vec<Dwar
     out
 }
 
-/// Rust (legacy and v0) and C++ names, readable; anything else as it is.
-pub fn demangle(name: &str) -> String {
-    let rust_legacy = name.starts_with("_ZN") && looks_like_rust_hash(name);
-    if name.starts_with("_R") || rust_legacy {
-        if let Ok(d) = rustc_demangle::try_demangle(name) {
-            return format!("{d:#}");
-        }
-    }
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return s;
-            }
-        }
-    }
-    name.to_string()
-}
-
-/// Legacy Rust symbols end in a `17h<16 hex digits>E` hash segment (before any `.llvm.` suffix).
-fn looks_like_rust_hash(name: &str) -> bool {
-    let core = name.split(".llvm.").next().unwrap_or(name);
-    let Some(body) = core.strip_suffix('E') else {
-        return false;
-    };
-    body.len() > 19
-        && body
-            .get(body.len() - 19..body.len() - 16)
-            .is_some_and(|s| s == "17h")
-        && body
-            .get(body.len() - 16..)
-            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
+/// Rust (legacy and v0) and C++ names, readable; anything else as it is (the shim's policy
+/// selectors match the same names).
+pub use waitshim_elfsym::demangle;
 
 /// The GNU build-id of an ELF image, if it has one.
 pub fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<Vec<u8>> {
@@ -965,51 +922,6 @@ fn dwarf_context(bytes: &[u8]) -> Option<addr2line::Context<DwarfReader>> {
     .ok()?;
     dwarf.populate_abbreviations_cache(gimli::AbbreviationsCacheStrategy::Duplicates);
     addr2line::Context::from_dwarf(dwarf).ok()
-}
-
-/// Function symbols of one symbol table, sorted by address, one per address (sized, global
-/// symbols preferred over aliases).
-fn function_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
-    symbols_of(elf, dynamic, |t| t == STT_FUNC || t == STT_GNU_IFUNC)
-}
-
-/// Data symbols (`STT_OBJECT`: global and static variables) of one symbol table with a size,
-/// sorted by address, one per address.
-fn data_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
-    let mut v = symbols_of(elf, dynamic, |t| t == STT_OBJECT);
-    v.retain(|s| s.size > 0);
-    v
-}
-
-/// The symbols of one table whose type `wanted` accepts, sorted by address, one per address.
-fn symbols_of(elf: &Elf<'_>, dynamic: bool, wanted: impl Fn(u8) -> bool) -> Vec<Sym> {
-    let (syms, strtab) = if dynamic {
-        (&elf.dynsyms, &elf.dynstrtab)
-    } else {
-        (&elf.syms, &elf.strtab)
-    };
-    let mut out: Vec<(Sym, u8)> = syms
-        .iter()
-        .filter(|s| wanted(s.st_type()) && s.st_value != 0 && s.st_shndx != 0)
-        .filter_map(|s| {
-            let name = strtab.get_at(s.st_name)?;
-            if name.is_empty() {
-                return None;
-            }
-            let rank = u8::from(s.st_size == 0) * 2 + u8::from(s.st_bind() != STB_GLOBAL);
-            Some((
-                Sym {
-                    start: s.st_value,
-                    size: s.st_size,
-                    name: name.to_string(),
-                },
-                rank,
-            ))
-        })
-        .collect();
-    out.sort_by(|(a, ra), (b, rb)| a.start.cmp(&b.start).then(ra.cmp(rb)));
-    out.dedup_by_key(|(s, _)| s.start);
-    out.into_iter().map(|(s, _)| s).collect()
 }
 
 fn has_debug_info(elf: &Elf<'_>) -> bool {

@@ -176,3 +176,73 @@ fn a_program_without_debug_information_gets_one_line_of_advice() {
         a.text
     );
 }
+
+const CXX: &str = "names_cxx.cpp";
+
+/// Runs `names_cxx` under a policy with one rule selecting objects by `creation_site`.
+fn run_cxx_with_creation_site(glob: &str) -> Analysis {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        format!(r#"{{"rules":[{{"match":{{"creation_site":"{glob}"}},"actions":["record"]}}]}}"#),
+    )
+    .expect("write policy");
+    let run = Launch::fixture("names_cxx")
+        .env("WAITSHIM_POLICY", &policy)
+        .run();
+    run.assert_success();
+    assert_eq!(run.stderr_text(), "", "a valid policy prints nothing");
+    assert!(
+        run.stdout_text().contains("names_cxx: 2 waits done"),
+        "{}",
+        run.stdout_text()
+    );
+    run.analyze()
+}
+
+#[test]
+fn a_creation_site_glob_copied_from_the_report_selects_a_cxx_constructors_lock() {
+    for glob in ["db::Pool::*", "_ZN2db4Pool*"] {
+        let a = run_cxx_with_creation_site(glob);
+        let log = a.log(0);
+        let pool = log.object_created_at(CXX, line_of(CXX, "pool-create"));
+        // The report shows the constructor as the glob names it.
+        assert_eq!(
+            pool["creation_site"]["function"], "db::Pool::Pool()",
+            "{pool}"
+        );
+        let events: Vec<&Value> = log.0["wait_events"]["listed"]
+            .as_array()
+            .map(|v| v.iter().collect())
+            .unwrap_or_default();
+        assert!(!events.is_empty(), "{glob}: no event recorded");
+        for e in &events {
+            assert_eq!(e["object_id"], pool["object_id"], "{glob}: {e}");
+        }
+    }
+}
+
+#[test]
+fn a_global_std_mutex_is_named_and_first_used_in_the_programs_code() {
+    let a = run_cxx_with_creation_site("db::Pool::*");
+    let guard = global(&a, "cache::guard");
+    assert_eq!(guard["origin"], "first_use", "{guard}");
+    let site = &guard["creation_site"];
+    assert!(
+        frame_is(site, CXX, line_of(CXX, "guard-first-use")),
+        "{guard}"
+    );
+    assert_eq!(site["function"], "main", "{guard}");
+    // std::mutex::lock and the gthread layer, inlined into main, were passed over.
+    assert!(site["skipped_frames"].as_u64() >= Some(1), "{guard}");
+    assert!(
+        a.text.contains(&format!(
+            " cache::guard @{}  first used in {CXX}:{} (main)",
+            guard["addr"].as_str().unwrap_or(""),
+            line_of(CXX, "guard-first-use")
+        )),
+        "{}",
+        a.text
+    );
+}
