@@ -636,7 +636,9 @@ impl Global {
             return self.symbol.clone();
         }
         match elem {
-            Some(e) if e > 0 && self.size % e == 0 && self.offset % e == 0 => {
+            Some(e)
+                if self.size.checked_rem(e) == Some(0) && self.offset.checked_rem(e) == Some(0) =>
+            {
                 format!("{}[{}]", self.symbol, self.offset / e)
             }
             _ => format!("{}+{:#x}", self.symbol, self.offset),
