@@ -304,6 +304,29 @@ impl Object {
         self.kind().map_or("object", ObjectKind::name)
     }
 
+    /// Whether the shim first saw the object in a lock call, never initialised (a static
+    /// `PTHREAD_MUTEX_INITIALIZER`): its creation chain is then where it was first used.
+    pub fn first_use(&self) -> bool {
+        self.create
+            .as_ref()
+            .is_some_and(|c| c.origin == waitshim_format::origin::FIRST_USE)
+    }
+
+    /// The size in bytes of one object of this kind on x86-64 glibc (`sizeof(pthread_mutex_t)`
+    /// …): how an array of them is indexed. None for joined threads and futex words (whose
+    /// size says nothing of the variable around them).
+    pub fn object_bytes(&self) -> Option<u64> {
+        Some(match self.kind()? {
+            ObjectKind::Mutex => 40,
+            ObjectKind::RwLock => 56,
+            ObjectKind::Cond => 48,
+            ObjectKind::Semaphore => 32,
+            ObjectKind::Spin => 4,
+            ObjectKind::Barrier => 32,
+            ObjectKind::Thread | ObjectKind::Futex => return None,
+        })
+    }
+
     /// Total hold time, and whether it is estimated. Holds that made a thread wait are each
     /// measured (`holds_waited_for`): from their start when it was timed, exactly; else from the
     /// first waiter's arrival (`holds_waited_for_from_arrival`), a lower bound. The other holds

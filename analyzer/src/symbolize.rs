@@ -16,9 +16,6 @@ use crate::model::Model;
 
 /// ELF note type of the GNU build-id.
 const NT_GNU_BUILD_ID: u32 = 3;
-const STT_FUNC: u8 = 2;
-const STT_GNU_IFUNC: u8 = 10;
-const STB_GLOBAL: u8 = 1;
 /// Binaries larger than this are not read for symbols (they are read whole); the debug sections
 /// of one module are decompressed up to this many bytes in all.
 pub const MAX_ELF_BYTES: u64 = 1 << 30;
@@ -47,6 +44,57 @@ const SYSTEM_HEADER_PARTS: &[&str] = &["/c++/", "/bits/"];
 /// Rust's standard library, compiled into every Rust program: its debug info names its sources
 /// under `/rustc/<commit>/library/` (`std::sync::Mutex::lock`, the futex wait under it).
 const RUST_LIBRARY_SOURCE: &str = "/rustc/";
+/// Functions of the C start-up and thread entry, wherever they were linked: `_start` comes from
+/// `crt1.o` into the program itself, without debug info.
+const RUNTIME_FUNCTIONS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_call_main",
+    "_dl_start_user",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "__clone_internal",
+];
+/// Name prefixes of the language runtimes' code, compiled into the program from headers or
+/// Rust's standard library: the C++ `std::mutex::lock`, `std::condition_variable::wait`,
+/// `std::shared_mutex`, `std::thread`'s `_State_impl::_M_run`, libstdc++'s gthread layer; Rust's
+/// `std::sync::Mutex` internals, `std::thread` spawn closures, `std::rt::lang_start`, and
+/// `core`/`alloc` glue (`FnOnce::call_once` shims). Demangled names.
+const RUNTIME_FUNCTION_PREFIXES: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "__gnu_cxx::",
+    "__cxxabiv1::",
+    "__gthread",
+    "__gthrw",
+    "__rust_",
+    "__libc_",
+    "__pthread",
+    "pthread_",
+    "_Unwind",
+];
+/// How a Rust closure is called through a trait object: `<worker::{{closure}} as
+/// core::ops::function::FnOnce<()>>::call_once` is glue, the closure itself the next frame.
+const RUNTIME_FUNCTION_PARTS: &[&str] = &[" as core::ops::function::Fn"];
+
+/// Whether a demangled function name is the C or C++ or Rust runtime's code rather than the
+/// program's own: start-up and thread entry, the standard library's lock, condition variable
+/// and thread wrappers ([`RUNTIME_FUNCTIONS`], [`RUNTIME_FUNCTION_PREFIXES`]).
+pub fn is_runtime_function(name: &str) -> bool {
+    // `<std::thread::Builder>::spawn_unchecked_::{{closure}}`: the type, not the wrapper.
+    let bare = name.trim_start_matches('<');
+    // `__libc_start_main@@GLIBC_2.34`: the version is not part of the name.
+    let unversioned = name.split('@').next().unwrap_or(name);
+    RUNTIME_FUNCTIONS.contains(&unversioned)
+        || RUNTIME_FUNCTION_PREFIXES
+            .iter()
+            .any(|p| bare.starts_with(p))
+        || RUNTIME_FUNCTION_PARTS.iter().any(|p| name.contains(p))
+}
 
 /// One symbolized frame. Everything but `addr` is optional: it is what could be found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -66,6 +114,10 @@ pub struct Frame {
     /// A function the compiler inlined into the next (outer) frame: it shares that frame's
     /// address and module, and has no `offset`.
     pub inlined: bool,
+    /// For a frame chosen as a chain's site ([`Symbolizer::site`]): how many frames of the
+    /// chain, innermost first, were passed over as runtime code ([`Frame::is_runtime`]) before
+    /// it. `None` for the frames of a chain.
+    pub skipped: Option<u32>,
 }
 
 impl Frame {
@@ -82,9 +134,17 @@ impl Frame {
         self.module.as_deref().is_some_and(is_shim_path)
     }
 
-    /// Frames of the C runtime, the dynamic loader and the shim.
+    /// Code that is not the program's own: the shim, the C and C++ runtimes and the dynamic
+    /// loader (by module), system headers and Rust's standard library compiled into the program
+    /// (by source file), start-up and thread entry and the standard libraries' lock, condition
+    /// variable and thread wrappers (by function name, for code without debug info). Such
+    /// frames are passed over when a chain's site is chosen and when chains are grouped.
     pub fn is_runtime(&self) -> bool {
-        self.is_shim() || self.module_is(RUNTIME_MODULES)
+        self.is_shim()
+            || self.module_is(RUNTIME_MODULES)
+            || self.module_is(LANGUAGE_RUNTIME_MODULES)
+            || self.is_system_source()
+            || self.function.as_deref().is_some_and(is_runtime_function)
     }
 
     /// Code whose source is a system or compiler header (`/usr/include/c++/13/bits/std_mutex.h`)
@@ -100,10 +160,10 @@ impl Frame {
             || basename(file) == "gthr.h"
     }
 
-    /// The program's own code: not the shim, the C or C++ runtime, the dynamic loader, nor a
-    /// system header inlined into the program. Where its author made the call that is reported.
+    /// The program's own code ([`Frame::is_runtime`] is not): where its author made the call
+    /// that is reported.
     pub fn is_user(&self) -> bool {
-        !self.is_runtime() && !self.module_is(LANGUAGE_RUNTIME_MODULES) && !self.is_system_source()
+        !self.is_runtime()
     }
 
     /// `module+0x1234`, or the bare address when no module contains it.
@@ -159,6 +219,26 @@ impl Frame {
             }
             (None, None) => self.module_label(),
         }
+    }
+}
+
+/// Where to get the debug information of a module that has none: a system library's debug
+/// package, else a rebuild with `-g`.
+pub fn debug_advice_for(path: &str) -> String {
+    let system = ["/usr/", "/lib/", "/lib64/", "/opt/"]
+        .iter()
+        .any(|d| path.starts_with(d));
+    if system {
+        format!(
+            "{path} has no debug information (no source lines for its frames): install its \
+             debug symbols, e.g. `apt-get install <package>-dbgsym` for the package `dpkg -S \
+             {path}` names (or its -dbg package)"
+        )
+    } else {
+        format!(
+            "{path} has no debug information (no source lines for its frames): rebuild it with \
+             -g (its build-id then changes: run the program again)"
+        )
     }
 }
 
@@ -219,17 +299,15 @@ impl ModuleStatus {
     }
 }
 
-struct Sym {
-    start: u64,
-    size: u64,
-    name: String,
-}
+use waitshim_elfsym::{data_symbols, function_symbols, Sym};
 
 /// What DWARF is read through: sections copied out of the file, shared by reference count.
 type DwarfReader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
 
 struct Loaded {
     symbols: Vec<Sym>,
+    /// Sized data symbols (global and static variables), by address.
+    data: Vec<Sym>,
     /// DWARF sources, the binary first, then its separate debug file.
     dwarf: Vec<addr2line::Context<DwarfReader>>,
 }
@@ -262,6 +340,9 @@ pub struct Symbolizer {
     cache: HashMap<(u64, bool), Vec<Frame>>,
     /// The site of a chain (see [`Symbolizer::site`]).
     sites: HashMap<u32, Option<Frame>>,
+    /// Modules with a frame of the program's own code ([`Frame::is_user`]) in a chain the
+    /// report symbolized: those whose missing debug information costs the reader source lines.
+    shown: std::collections::BTreeSet<usize>,
 }
 
 /// Gives `[lo, hi)` to module `m` in a map of non-overlapping ranges, cutting what earlier
@@ -332,6 +413,7 @@ impl Symbolizer {
             files: HashMap::new(),
             cache: HashMap::new(),
             sites: HashMap::new(),
+            shown: Default::default(),
         }
     }
 
@@ -479,9 +561,28 @@ impl Symbolizer {
         };
         let mut out = Vec::new();
         for &a in addrs {
-            out.extend(self.frames(a, true).into_iter().filter(|f| !f.is_shim()));
+            let frames = self.frames(a, true);
+            if frames.iter().any(Frame::is_user) {
+                if let Some(i) = self.module_of(a.saturating_sub(1)) {
+                    self.shown.insert(i);
+                }
+            }
+            out.extend(frames.into_iter().filter(|f| !f.is_shim()));
         }
         out
+    }
+
+    /// One line of advice per module that has code of the program's own in the chains
+    /// symbolized so far but no debug information (so no source lines): where to get it.
+    pub fn debug_advice(&self) -> Vec<(String, String)> {
+        let mut seen = std::collections::BTreeSet::new();
+        self.shown
+            .iter()
+            .filter_map(|&i| self.modules.get(i))
+            .filter(|m| m.status == ModuleStatus::Ok { dwarf: false })
+            .filter(|m| seen.insert(m.path.clone()))
+            .map(|m| (m.path.clone(), debug_advice_for(&m.path)))
+            .collect()
     }
 
     /// Where the chain happened, in the program's terms (see [`site_frame`]): where an object
@@ -490,7 +591,12 @@ impl Symbolizer {
         if let Some(site) = self.sites.get(&chain_id) {
             return site.clone();
         }
-        let site = site_frame(&self.chain(model, chain_id)).cloned();
+        let chain = self.chain(model, chain_id);
+        let site = site_index(&chain).and_then(|i| {
+            let mut f = chain.get(i)?.clone();
+            f.skipped = Some(i as u32);
+            Some(f)
+        });
         // A chain a live log has not shown yet may come later.
         if !model.chains.contains_key(&chain_id) {
             return site;
@@ -503,26 +609,92 @@ impl Symbolizer {
     }
 }
 
+/// A variable of a module (a global or static one) that holds an object: named from the
+/// module's symbol table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    /// The variable's symbol (demangled).
+    pub symbol: String,
+    /// Where the object is inside it, in bytes.
+    pub offset: u64,
+    /// The variable's size in bytes.
+    pub size: u64,
+    /// Path of the module that defines it.
+    pub module: String,
+}
+
+impl Global {
+    /// How the report names it: `stats_lock`; `locks[3]` for the fourth element of an array of
+    /// objects of `elem` bytes (the variable's size and the offset both multiples of it);
+    /// `stats+0x8` for an object inside a larger variable.
+    pub fn name(&self, elem: Option<u64>) -> String {
+        let whole = match elem {
+            Some(e) => self.size <= e,
+            None => true,
+        };
+        if self.offset == 0 && whole {
+            return self.symbol.clone();
+        }
+        match elem {
+            Some(e)
+                if self.size.checked_rem(e) == Some(0) && self.offset.checked_rem(e) == Some(0) =>
+            {
+                format!("{}[{}]", self.symbol, self.offset / e)
+            }
+            _ => format!("{}+{:#x}", self.symbol, self.offset),
+        }
+    }
+}
+
+impl Symbolizer {
+    /// The global or static variable that contains `addr`, from the symbol table of the module
+    /// whose segment holds it; None for the heap and stacks, stripped modules, or with
+    /// symbols off.
+    pub fn global_at(&mut self, addr: u64) -> Option<Global> {
+        if !self.enabled {
+            return None;
+        }
+        let i = self.module_of(addr)?;
+        if !self.modules.get(i)?.attempted {
+            self.load(i);
+        }
+        let m = self.modules.get(i)?;
+        if is_shim_path(&m.path) {
+            return None;
+        }
+        let l = m.loaded.as_ref()?;
+        let rel = addr.wrapping_sub(m.base);
+        let sym = waitshim_elfsym::containing(&l.data, rel, true)?;
+        Some(Global {
+            symbol: demangle(&sym.name),
+            offset: rel - sym.start,
+            size: sym.size,
+            module: m.path.clone(),
+        })
+    }
+}
+
 /// The frame that stands for a whole chain: the first of the program's own code
 /// ([`Frame::is_user`]), else the first frame.
 pub fn site_frame(frames: &[Frame]) -> Option<&Frame> {
-    frames
-        .iter()
-        .find(|f| f.is_user())
-        .or_else(|| frames.first())
+    frames.get(site_index(frames)?)
+}
+
+/// The index of [`site_frame`] in `frames`: how many frames were passed over before it.
+pub fn site_index(frames: &[Frame]) -> Option<usize> {
+    if frames.is_empty() {
+        return None;
+    }
+    Some(frames.iter().position(Frame::is_user).unwrap_or(0))
 }
 
 /// Fills function and source line of the physical `frame` from a loaded module, and returns the
 /// frames inlined at the address, innermost first. `probe` and `ret` are relative to the
 /// module's base (the looked-up address and the displayed one).
 fn resolve(l: &Loaded, probe: u64, ret: u64, frame: &mut Frame) -> Vec<Frame> {
-    let idx = l.symbols.partition_point(|s| s.start <= probe);
-    if let Some(sym) = idx.checked_sub(1).and_then(|i| l.symbols.get(i)) {
-        let inside = sym.size == 0 || probe - sym.start < sym.size;
-        if inside {
-            frame.function = Some(demangle(&sym.name));
-            frame.offset = Some(ret.wrapping_sub(sym.start));
-        }
+    if let Some(sym) = waitshim_elfsym::containing(&l.symbols, probe, false) {
+        frame.function = Some(demangle(&sym.name));
+        frame.offset = Some(ret.wrapping_sub(sym.start));
     }
     let mut logical = l
         .dwarf
@@ -601,38 +773,9 @@ fn dwarf_frames(dwarf: &addr2line::Context<DwarfReader>, probe: u64) -> Vec<Dwar
     out
 }
 
-/// Rust (legacy and v0) and C++ names, readable; anything else as it is.
-pub fn demangle(name: &str) -> String {
-    let rust_legacy = name.starts_with("_ZN") && looks_like_rust_hash(name);
-    if name.starts_with("_R") || rust_legacy {
-        if let Ok(d) = rustc_demangle::try_demangle(name) {
-            return format!("{d:#}");
-        }
-    }
-    if name.starts_with("_Z") {
-        if let Ok(sym) = cpp_demangle::Symbol::new(name) {
-            if let Ok(s) = sym.demangle(&cpp_demangle::DemangleOptions::default()) {
-                return s;
-            }
-        }
-    }
-    name.to_string()
-}
-
-/// Legacy Rust symbols end in a `17h<16 hex digits>E` hash segment (before any `.llvm.` suffix).
-fn looks_like_rust_hash(name: &str) -> bool {
-    let core = name.split(".llvm.").next().unwrap_or(name);
-    let Some(body) = core.strip_suffix('E') else {
-        return false;
-    };
-    body.len() > 19
-        && body
-            .get(body.len() - 19..body.len() - 16)
-            .is_some_and(|s| s == "17h")
-        && body
-            .get(body.len() - 16..)
-            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
+/// Rust (legacy and v0) and C++ names, readable; anything else as it is (the shim's policy
+/// selectors match the same names).
+pub use waitshim_elfsym::demangle;
 
 /// The GNU build-id of an ELF image, if it has one.
 pub fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<Vec<u8>> {
@@ -783,41 +926,6 @@ fn dwarf_context(bytes: &[u8]) -> Option<addr2line::Context<DwarfReader>> {
     addr2line::Context::from_dwarf(dwarf).ok()
 }
 
-/// Function symbols of one symbol table, sorted by address, one per address (sized, global
-/// symbols preferred over aliases).
-fn function_symbols(elf: &Elf<'_>, dynamic: bool) -> Vec<Sym> {
-    let (syms, strtab) = if dynamic {
-        (&elf.dynsyms, &elf.dynstrtab)
-    } else {
-        (&elf.syms, &elf.strtab)
-    };
-    let mut out: Vec<(Sym, u8)> = syms
-        .iter()
-        .filter(|s| {
-            let t = s.st_type();
-            (t == STT_FUNC || t == STT_GNU_IFUNC) && s.st_value != 0 && s.st_shndx != 0
-        })
-        .filter_map(|s| {
-            let name = strtab.get_at(s.st_name)?;
-            if name.is_empty() {
-                return None;
-            }
-            let rank = u8::from(s.st_size == 0) * 2 + u8::from(s.st_bind() != STB_GLOBAL);
-            Some((
-                Sym {
-                    start: s.st_value,
-                    size: s.st_size,
-                    name: name.to_string(),
-                },
-                rank,
-            ))
-        })
-        .collect();
-    out.sort_by(|(a, ra), (b, rb)| a.start.cmp(&b.start).then(ra.cmp(rb)));
-    out.dedup_by_key(|(s, _)| s.start);
-    out.into_iter().map(|(s, _)| s).collect()
-}
-
 fn has_debug_info(elf: &Elf<'_>) -> bool {
     elf.section_headers.iter().any(|sh| {
         elf.shdr_strtab
@@ -836,6 +944,7 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
         }
     }
     let mut symbols = function_symbols(&elf, false);
+    let mut data = data_symbols(&elf, false);
     let mut dwarf = Vec::new();
     if has_debug_info(&elf) {
         dwarf.extend(dwarf_context(&bytes));
@@ -847,6 +956,9 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
                 if symbols.is_empty() {
                     symbols = function_symbols(&debug_elf, false);
                 }
+                if data.is_empty() {
+                    data = data_symbols(&debug_elf, false);
+                }
                 if has_debug_info(&debug_elf) {
                     dwarf.extend(dwarf_context(&debug_bytes));
                 }
@@ -856,7 +968,14 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
     if symbols.is_empty() {
         symbols = function_symbols(&elf, true);
     }
-    Ok(Loaded { symbols, dwarf })
+    if data.is_empty() {
+        data = data_symbols(&elf, true);
+    }
+    Ok(Loaded {
+        symbols,
+        data,
+        dwarf,
+    })
 }
 
 #[cfg(test)]
@@ -881,5 +1000,118 @@ mod tests {
         assert!(!std_lock.is_user());
         assert!(frame_in("/home/u/app/src/main.rs", "/home/u/app/target/release/app").is_user());
         assert!(frame_in("src/main.rs", "/home/u/app/target/release/app").is_user());
+    }
+
+    /// A frame of `module` in function `name`, without debug info (no source file).
+    fn named(name: &str, module: &str) -> Frame {
+        Frame {
+            addr: 0x1234,
+            function: Some(name.into()),
+            module: Some(module.into()),
+            ..Frame::default()
+        }
+    }
+
+    const PROG: &str = "/home/u/app/build/app";
+    const LIBC: &str = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+
+    #[test]
+    fn start_up_and_thread_entry_are_runtime_wherever_they_were_linked() {
+        // `_start` is linked into the program itself from crt1.o, without debug info.
+        assert!(named("_start", PROG).is_runtime());
+        for f in [
+            "__libc_start_call_main",
+            "__libc_start_main@@GLIBC_2.34",
+            "start_thread",
+            "__clone3",
+        ] {
+            assert!(named(f, LIBC).is_runtime(), "{f}");
+            // A static program has them too.
+            assert!(
+                named(f.split('@').next().unwrap_or(f), PROG).is_runtime(),
+                "{f}"
+            );
+        }
+        assert!(!named("main", PROG).is_runtime());
+        assert!(!named("start_worker", PROG).is_runtime());
+        assert!(!named("restart_thread", PROG).is_runtime());
+    }
+
+    #[test]
+    fn standard_library_wrappers_are_runtime_without_debug_info() {
+        for f in [
+            // C++ (libstdc++ headers inlined into the program)
+            "std::mutex::lock()",
+            "std::condition_variable::wait(std::unique_lock<std::mutex>&)",
+            "std::shared_mutex::lock_shared()",
+            "std::unique_lock<std::mutex>::lock()",
+            "std::thread::_State_impl<std::thread::_Invoker<std::tuple<void (*)(int), int> > >::_M_run()",
+            "__gthread_mutex_lock(pthread_mutex_t*)",
+            "__gnu_cxx::__mutex::lock()",
+            // Rust std
+            "std::sys::sync::mutex::futex::Mutex::lock_contended",
+            "std::sync::poison::mutex::Mutex<T>::lock",
+            "std::sync::poison::condvar::Condvar::wait",
+            "<std::thread::Builder>::spawn_unchecked_::<app::worker, ()>::{closure#1}",
+            "std::sys::backtrace::__rust_begin_short_backtrace",
+            "core::ops::function::FnOnce::call_once{{vtable.shim}}",
+            "<app::main::{closure#0} as core::ops::function::FnOnce<()>>::call_once",
+            "std::rt::lang_start_internal",
+        ] {
+            assert!(named(f, PROG).is_runtime(), "{f}");
+            assert!(!named(f, PROG).is_user(), "{f}");
+        }
+        for f in [
+            "Queue::push(int)",
+            "app::worker",
+            "app::main::{closure#0}",
+            "db::Pool::lock_stdlike()",
+            "my_std::mutex::lock",
+        ] {
+            assert!(named(f, PROG).is_user(), "{f}");
+        }
+    }
+
+    #[test]
+    fn a_chains_site_skips_runtime_frames_and_says_how_many() {
+        let mut inlined = frame_in("/usr/include/c++/13/bits/std_mutex.h", PROG);
+        inlined.function = Some("std::mutex::lock()".into());
+        inlined.inlined = true;
+        let chain = [
+            inlined,
+            named("__gthread_mutex_lock(pthread_mutex_t*)", PROG),
+            named("Queue::push(int)", PROG),
+            named("main", PROG),
+            named("__libc_start_call_main", LIBC),
+            named("_start", PROG),
+        ];
+        assert_eq!(site_index(&chain), Some(2));
+        assert_eq!(
+            site_frame(&chain).and_then(|f| f.function.clone()),
+            Some("Queue::push(int)".into())
+        );
+        // Nothing of the program's own: the innermost frame stands for the chain.
+        let runtime_only = [named("start_thread", LIBC), named("__clone3", LIBC)];
+        assert_eq!(site_index(&runtime_only), Some(0));
+        assert_eq!(site_index(&[]), None);
+    }
+
+    #[test]
+    fn a_global_is_named_whole_by_element_or_by_offset() {
+        let g = |offset, size| Global {
+            symbol: "locks".into(),
+            offset,
+            size,
+            module: PROG.into(),
+        };
+        // A pthread_mutex_t is 40 bytes.
+        assert_eq!(g(0, 40).name(Some(40)), "locks");
+        assert_eq!(g(0, 160).name(Some(40)), "locks[0]");
+        assert_eq!(g(120, 160).name(Some(40)), "locks[3]");
+        // Inside a struct whose size is no multiple of the object's.
+        assert_eq!(g(8, 48).name(Some(40)), "locks+0x8");
+        // Futex words and threads have no element size.
+        assert_eq!(g(0, 64).name(None), "locks");
+        assert_eq!(g(16, 64).name(None), "locks+0x10");
     }
 }

@@ -41,7 +41,7 @@
 //! | `kind` | string or list of `mutex`, `rwlock`, `cond`, `semaphore` (`sem`), `spinlock` (`spin`), `barrier`, `thread` (`join`: waits in `pthread_join`), `futex` (waits in `syscall(SYS_futex, ...)`) | objects of these kinds |
 //! | `object_addr` | `"0x…"` string, integer, or a list of them | objects at these addresses |
 //! | `object_name` | glob | objects named so through `waitshim_name_object` |
-//! | `creation_site` | glob | objects whose creation (or first-use) call chain has a frame whose function symbol matches, e.g. `"db_*"` |
+//! | `creation_site` | glob | objects whose creation (or first-use) call chain has a frame whose function matches, by its symbol or by its demangled name as reports show it, e.g. `"db_*"`, `"db::Pool::*"` |
 //! | `thread_name` | glob | waits by threads with this name (`pthread_setname_np`, `waitshim_name_thread`) |
 //! | `thread_group` | glob | waits by threads whose start routine's symbol matches (`"main"` for the main thread) |
 //!

@@ -284,15 +284,24 @@ pub fn write_stats(tr: &Tracker, all: bool) {
     }
 }
 
-/// The function names of an object's creation chain (only when a selector looks at them).
+/// The function names of an object's creation chain (only when a selector looks at them): each
+/// as its symbol is written (mangled) and, when that differs, demangled as reports show it
+/// (`db::Pool::create()`), so that a glob copied from a report matches.
 fn creation_symbols(tr: &Tracker, obj: &ObjEntry) -> Vec<Box<str>> {
     let chain = obj.create_chain.load(Ordering::Relaxed);
     tr.chains.frames(chain).map_or_else(Vec::new, |frames| {
         let maps = crate::procmaps::read();
-        frames
-            .iter()
-            .filter_map(|&f| crate::symbols::function_at(&maps, f.saturating_sub(1)))
-            .collect()
+        let mut names = Vec::new();
+        for &f in frames.iter() {
+            if let Some(name) = crate::symbols::function_at(&maps, f.saturating_sub(1)) {
+                let readable = waitshim_elfsym::demangle(&name);
+                if readable != *name {
+                    names.push(readable.into_boxed_str());
+                }
+                names.push(name);
+            }
+        }
+        names
     })
 }
 

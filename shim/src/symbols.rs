@@ -4,7 +4,8 @@
 //!
 //! `dladdr` only knows exported symbols (programs rarely export their functions) and takes the
 //! loader's lock; modules are found through `/proc/self/maps` and their `.symtab`/`.dynsym` read
-//! with goblin.
+//! by `waitshim-elfsym`, the reader the analyzer uses too: a selector sees the functions a
+//! report shows.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -84,19 +85,12 @@ fn load(path: &str) -> Table {
         return t;
     };
     t.absolute = elf.header.e_type == goblin::elf::header::ET_EXEC;
-    let mut add = |syms: &goblin::elf::Symtab, strs: &goblin::strtab::Strtab| {
-        for s in syms.iter() {
-            if s.st_type() != goblin::elf::sym::STT_FUNC || s.st_value == 0 {
-                continue;
-            }
-            if let Some(name) = strs.get_at(s.st_name) {
-                let size = s.st_size.max(1);
-                t.funcs.push((s.st_value, s.st_value + size, name.into()));
-            }
+    for dynamic in [false, true] {
+        for s in waitshim_elfsym::function_symbols(&elf, dynamic) {
+            let end = s.start + s.size.max(1);
+            t.funcs.push((s.start, end, s.name.into()));
         }
-    };
-    add(&elf.syms, &elf.strtab);
-    add(&elf.dynsyms, &elf.dynstrtab);
+    }
     t.funcs.sort_by_key(|f| f.0);
     t.funcs.dedup_by_key(|f| f.0);
     t

@@ -100,7 +100,7 @@ fn rust_std_mutex_and_condvar_waits_show_as_futexes_at_the_lock_and_wait_lines()
     assert!(a.text.contains("FUTEXES ("), "{}", a.text);
     assert!(
         a.text
-            .contains(&format!("created at {RUST}:{lock} (rust_mutex::worker)")),
+            .contains(&format!("first used in {RUST}:{lock} (rust_mutex::worker)")),
         "{}",
         a.text
     );

@@ -275,7 +275,8 @@ fn joining_a_slow_thread_is_a_wait_on_that_thread_held_by_it() {
     let log = a.log(0);
     let file = "join_slow.c";
     let join = line_of(file, "join-site");
-    let thread = log.object_created_at(file, join);
+    // Created where the thread was, waited for at the join.
+    let thread = log.object_created_at(file, line_of(file, "create-site"));
     assert_eq!(thread["kind"], "thread");
     let sleeper = log
         .threads()

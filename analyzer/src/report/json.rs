@@ -8,7 +8,7 @@
 //! whole document.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
@@ -119,6 +119,10 @@ struct FrameJson {
     module: Option<String>,
     module_offset: Option<u64>,
     inlined: bool,
+    /// Only on a site (a frame standing for a chain): how many frames of the chain, innermost
+    /// first, were passed over as runtime code before it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skipped_frames: Option<u32>,
 }
 
 impl From<Frame> for FrameJson {
@@ -132,6 +136,7 @@ impl From<Frame> for FrameJson {
             module: f.module,
             module_offset: f.module_offset,
             inlined: f.inlined,
+            skipped_frames: f.skipped,
         }
     }
 }
@@ -424,6 +429,8 @@ struct ObjectJson {
     created_by_tid: Option<u32>,
     creation_chain: Option<u32>,
     creation_site: Option<FrameJson>,
+    /// The global or static variable holding the object, when its address is in a module.
+    global: Option<GlobalJson>,
     destroyed_at_ns: Option<u64>,
     counters: Option<Counts>,
     ended: Counts,
@@ -483,6 +490,13 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
         created_by_tid: c.map(|c| c.tid),
         creation_chain: c.map(|c| c.chain_id),
         creation_site: ctx.creation_site(o.object_id).map(FrameJson::from),
+        global: ctx.global(o.object_id).map(|g| GlobalJson {
+            name: g.name(o.object_bytes()),
+            symbol: g.symbol,
+            offset: g.offset,
+            size: g.size,
+            module: g.module,
+        }),
         destroyed_at_ns: o.destroy_ns.map(|ns| m.rel(ns)),
         counters: counters(o),
         ended: o
@@ -506,6 +520,16 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             })
             .collect(),
     }
+}
+
+/// GLOBAL.
+#[derive(Serialize)]
+struct GlobalJson {
+    name: String,
+    symbol: String,
+    offset: u64,
+    size: u64,
+    module: String,
 }
 
 /// SHORT_LIVED.
@@ -822,6 +846,9 @@ struct SymbolsJson {
     path: String,
     ok: bool,
     status: String,
+    /// For a module without debug information whose code the report shows as the program's
+    /// own: where to get it.
+    advice: Option<String>,
 }
 
 /// `chains`: each chain a report names, symbolized while it is written.
@@ -856,9 +883,9 @@ struct SymbolsList<'c, 'a>(&'c RefCell<Ctx<'a>>);
 
 impl Serialize for SymbolsList<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let list: Vec<SymbolsJson> = self
-            .0
-            .borrow()
+        let ctx = self.0.borrow();
+        let advice: HashMap<String, String> = ctx.sym.debug_advice().into_iter().collect();
+        let list: Vec<SymbolsJson> = ctx
             .sym
             .module_status()
             .into_iter()
@@ -866,6 +893,7 @@ impl Serialize for SymbolsList<'_, '_> {
                 module_id,
                 ok: status.is_ok(),
                 status: status.describe(),
+                advice: advice.get(&path).cloned(),
                 path,
             })
             .collect();

@@ -13,7 +13,7 @@ use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
 use crate::model::{ContentionRecord, Model, Overflow, MAX_CHURN_SITES};
 use crate::read::{Ending, ReadSummary};
-use crate::symbolize::{Frame, ModuleStatus, Symbolizer};
+use crate::symbolize::{Frame, Global, ModuleStatus, Symbolizer};
 
 /// Order of the lock contention records (`--sort`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,7 +254,36 @@ impl<'a> Ctx<'a> {
         self.first_user_frame(chain_id)?.function
     }
 
-    /// `mutex#3 "name" @0x55..  created at convoy.c:12 (main)`: how every section names an object.
+    /// The global or static variable of the program (or of a library) that holds the object,
+    /// from the symbol table of the module containing its address.
+    pub fn global(&mut self, object_id: u64) -> Option<Global> {
+        let o = self.model.objects.get(&object_id)?;
+        let addr = o.create.as_ref()?.addr;
+        if o.kind() == Some(waitshim_format::ObjectKind::Thread) {
+            return None;
+        }
+        self.sym.global_at(addr)
+    }
+
+    /// How the report names the variable holding the object: `stats_lock`, `locks[3]`,
+    /// `stats+0x8` (see [`Global::name`]).
+    pub fn global_name(&mut self, object_id: u64) -> Option<String> {
+        let elem = self.model.objects.get(&object_id)?.object_bytes();
+        Some(self.global(object_id)?.name(elem))
+    }
+
+    /// How the site of an object's creation chain is introduced: `first used in` for an object
+    /// the shim never saw initialised (static initializer), else `created at`.
+    pub fn site_words(&self, object_id: u64) -> &'static str {
+        match self.model.objects.get(&object_id) {
+            Some(o) if o.first_use() => "first used in",
+            _ => "created at",
+        }
+    }
+
+    /// `mutex#3 "name" stats_lock @0x55..  first used in assoc.c:64 (assoc_init)`, or `..
+    /// created at convoy.c:12 (main)` for an initialised object: how every section names an
+    /// object.
     pub fn object_label(&mut self, object_id: u64) -> String {
         let Some(o) = self.model.objects.get(&object_id) else {
             return format!("object#{object_id} (not in the log)");
@@ -263,11 +292,16 @@ impl<'a> Ctx<'a> {
         if let Some(name) = o.name() {
             s.push_str(&format!(" \"{name}\""));
         }
-        if let Some(c) = &o.create {
-            s.push_str(&format!(" @{:#x}", c.addr));
+        let addr = o.create.as_ref().map(|c| c.addr);
+        if let Some(global) = self.global_name(object_id) {
+            s.push_str(&format!(" {global}"));
         }
+        if let Some(addr) = addr {
+            s.push_str(&format!(" @{addr:#x}"));
+        }
+        let words = self.site_words(object_id);
         match self.creation_site(object_id) {
-            Some(f) => s.push_str(&format!("  created at {}", f.site())),
+            Some(f) => s.push_str(&format!("  {words} {}", f.site())),
             None => s.push_str("  creation site unknown"),
         }
         s

@@ -85,6 +85,9 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     for w in ctx.warnings() {
         let _ = writeln!(out, "WARNING: {}", w.message);
     }
+    for (_, advice) in ctx.sym.debug_advice() {
+        let _ = writeln!(out, "ADVICE: {advice}");
+    }
     summary(ctx, &mut out);
     out.push_str(&policy);
     out.push_str(&body);

@@ -57,15 +57,17 @@ pub unsafe extern "C" fn pthread_create(
         // SAFETY: forwarding.
         return unsafe { real::pthread_create(th, attr, routine, arg) };
     };
-    let start = crate::stack::roomy(|| {
+    let (start, chain) = crate::stack::roomy(|| {
         let _in = Inside::enter();
-        Box::into_raw(Box::new(Start {
+        let chain = tr.chain(t);
+        let start = Box::into_raw(Box::new(Start {
             routine,
             arg,
             parent: t.tid(),
-            chain: tr.chain(t),
+            chain,
             created_ns: now_ns(),
-        }))
+        }));
+        (start, chain)
     });
     // SAFETY: forwarding, with our trampoline and its argument in place of the caller's.
     let r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
@@ -103,6 +105,12 @@ pub unsafe extern "C" fn pthread_create(
             _ => {
                 tr.by_pthread.get_or_insert(th as usize, 0);
             }
+        }
+        // A joinable thread's object is created where the thread was (see `thread_object`).
+        if !known && chain != 0 {
+            tr.create_chains.insert(th as usize, chain);
+        } else {
+            tr.create_chains.remove(&(th as usize));
         }
         crate::service::ensure_started();
     }
@@ -196,6 +204,15 @@ fn thread_object(tr: &Tracker, t: &ThreadRec, th: pthread_t) -> Option<&'static 
         tr.object_destroyed(t, addr);
         obj = tr.object(t, addr, ObjectKind::Thread, tid);
     }
+    // Made by this join, so not in the log yet: its creation is the thread's `pthread_create`
+    // (the code to look at), not the join.
+    if obj.id.load(Ordering::Acquire) == 0 {
+        if let Some(chain) = tr.create_chains.get(&addr).map(|e| *e.value()) {
+            obj.create_chain.store(chain, Ordering::Relaxed);
+            obj.origin
+                .store(waitshim_format::origin::INIT, Ordering::Relaxed);
+        }
+    }
     if tid == 0 {
         // Not registered yet: it fills in its tid when it does, unless it did meanwhile.
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -234,6 +251,7 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
         .is_some_and(|e| *e.value() == 0 || *e.value() == joined_tid)
     {
         tr.by_pthread.remove(&addr);
+        tr.create_chains.remove(&addr);
     }
     let Some(obj) = tr.objects.get(addr) else {
         return;

@@ -40,6 +40,11 @@ pub struct Tracker {
     pub threads: SkipMap<u32, ThreadRef>,
     /// Live threads by `pthread_t` (tid; 0 while a created thread has not run yet), for joins.
     pub by_pthread: SkipMap<usize, u32>,
+    /// The `pthread_create` chain of each joinable thread not joined yet, by `pthread_t`: where
+    /// its thread object (made when a join first waits for it) was created. Removed by the join
+    /// (not at the thread's exit, which a join already under way may not have seen yet), replaced
+    /// when a new thread gets the descriptor.
+    pub create_chains: SkipMap<usize, u32>,
     /// Direct-mapped index of `threads` by tid, for the contended path (a skiplist lookup costs
     /// up to a few hundred ns); a miss falls back to the skiplist.
     by_tid: Box<[AtomicPtr<ThreadRec>; TID_INDEX]>,
@@ -186,6 +191,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         objects: registry::Registry::default(),
         threads: SkipMap::new(),
         by_pthread: SkipMap::new(),
+        create_chains: SkipMap::new(),
         by_tid: Box::new(std::array::from_fn(
             |_| AtomicPtr::new(std::ptr::null_mut()),
         )),
