@@ -1,9 +1,12 @@
 //! What the text and the JSON reports both say first: where the waiting went. Objects ranked by
 //! what their waits cost the program's threads (the total time threads spent waiting for them,
 //! waits still in progress when the log ended included), with the share of the threads' time
-//! that is, and the call site that waited most for each. Joins come after the others: a
-//! thread waiting for another to finish is not contending with it, and a main thread that joins
-//! its workers would otherwise head every report.
+//! that is, and the call site that waited most for each, in three groups: first the objects a
+//! thread waits for because another holds them (locks), then those it waits on for another
+//! thread to act (condition variables, semaphores, barriers: an idle worker waiting for work
+//! waits there too), then joins (waiting for a thread to finish). A server's background threads
+//! idling on their condition variables for the whole run, or a main thread joining its workers,
+//! would otherwise head every report above the lock that cost something.
 
 use std::collections::HashMap;
 
@@ -27,8 +30,30 @@ pub struct Cost {
     pub share: f64,
     /// The call chain that waited longest in total, with its waits and total.
     pub top_site: Option<(u32, u64, u64)>,
-    /// The object is a thread: its waits are joins, waiting for it to finish.
-    pub join: bool,
+    /// Which of the three groups the object is in.
+    pub group: Group,
+}
+
+/// What a wait for an object is, for the report's grouping (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Group {
+    /// Mutexes, rwlocks, spinlocks and futex words (Rust's and C++'s locks): held by another.
+    Lock,
+    /// Condition variables, semaphores, barriers: waiting for another thread to act.
+    Event,
+    /// Joins: waiting for a thread to finish.
+    Join,
+}
+
+impl Group {
+    pub fn of(kind: Option<waitshim_format::ObjectKind>) -> Group {
+        use waitshim_format::ObjectKind as K;
+        match kind {
+            Some(K::Thread) => Group::Join,
+            Some(K::Cond | K::Semaphore | K::Barrier) => Group::Event,
+            _ => Group::Lock,
+        }
+    }
 }
 
 /// The threads' lives added up: from each thread's start (the run's, if unknown) to its exit
@@ -48,7 +73,7 @@ pub fn thread_time(m: &Model) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
-/// Every object threads waited for, most costly first (ties by object id), joins last.
+/// Every object threads waited for, by group, most costly first (ties by object id).
 pub fn costs(m: &Model) -> Vec<Cost> {
     let mut open: HashMap<u64, (u64, u64, u64)> = HashMap::new();
     if let Some(o) = &m.open_waits {
@@ -101,13 +126,13 @@ pub fn costs(m: &Model) -> Vec<Cost> {
                     0.0
                 },
                 top_site,
-                join: o.kind() == Some(waitshim_format::ObjectKind::Thread),
+                group: Group::of(o.kind()),
             })
         })
         .collect();
     out.sort_by(|a, b| {
-        a.join
-            .cmp(&b.join)
+        a.group
+            .cmp(&b.group)
             .then(b.wait_ns.cmp(&a.wait_ns))
             .then(b.waits.cmp(&a.waits))
             .then(a.object_id.cmp(&b.object_id))

@@ -22,7 +22,10 @@ fn the_first_finding_and_record_name_the_lock_that_cost_the_most_not_the_start_b
         .split("WHERE THE WAITING WENT")
         .nth(1)
         .expect("a WHERE THE WAITING WENT section");
-    let first_row = first_screen.lines().nth(2).expect("a first row");
+    let first_row = first_screen
+        .lines()
+        .find(|l| l.contains(" @0x"))
+        .expect("a first row");
     assert!(
         first_row.contains(&format!("mutex#{}", mutex["object_id"])),
         "first row: {first_row}\n{}",

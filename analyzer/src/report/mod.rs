@@ -22,7 +22,7 @@ pub enum SortKey {
     Hwm,
     /// Elapsed time of the episode, then level.
     Elapsed,
-    /// Total wait on the record's object (joins last), then level and elapsed.
+    /// Total wait on the record's object (locks first, joins last), then level and elapsed.
     Wait,
     /// Number of records on the record's object, then level and elapsed.
     Count,
@@ -498,15 +498,18 @@ impl<'a> Ctx<'a> {
     pub fn sorted_records(&self) -> Vec<&'a ContentionRecord> {
         let model = self.model;
         let counts = model.records_per_object();
-        // Joins after the objects threads contended for: waiting for a thread to finish is not
-        // contention (see `findings::costs`).
+        // By group, as WHERE THE WAITING WENT: locks, then condition variables, semaphores and
+        // barriers, then joins (see `findings::costs`).
         let wait = |r: &ContentionRecord| {
-            model.objects.get(&r.object_id).map_or((true, 0), |o| {
-                (
-                    o.kind() == Some(waitshim_format::ObjectKind::Thread),
-                    u64::MAX - o.wait_total_ns(),
-                )
-            })
+            model
+                .objects
+                .get(&r.object_id)
+                .map_or((crate::findings::Group::Join, 0), |o| {
+                    (
+                        crate::findings::Group::of(o.kind()),
+                        u64::MAX - o.wait_total_ns(),
+                    )
+                })
         };
         let count = |r: &ContentionRecord| counts.get(&r.object_id).copied().unwrap_or(0);
         let end = model.last_ns;

@@ -397,14 +397,16 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
         );
         return;
     }
-    let sum = |join: bool| {
+    use crate::findings::Group;
+    let sum = |g: Group| {
         costs
             .iter()
-            .filter(|c| c.join == join)
+            .filter(|c| c.group == g)
             .map(|c| c.wait_ns)
             .fold(0, u64::saturating_add)
     };
-    let (total, joins) = (sum(false), sum(true));
+    let (locks, events, joins) = (sum(Group::Lock), sum(Group::Event), sum(Group::Join));
+    let total = locks.saturating_add(events);
     let lives = crate::findings::thread_time(m);
     let share = if lives > 0 {
         format!(
@@ -415,15 +417,22 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
     } else {
         String::new()
     };
-    let joined = if joins > 0 {
-        format!("; {} more in joins, listed last", fmt_ns(joins))
-    } else {
-        String::new()
-    };
+    let mut joined = String::new();
+    if events > 0 {
+        let _ = write!(
+            joined,
+            "; {} of it for locks, {} for another thread to act",
+            fmt_ns(locks),
+            fmt_ns(events)
+        );
+    }
+    if joins > 0 {
+        let _ = write!(joined, "; {} more in joins", fmt_ns(joins));
+    }
     let top = ctx.opts.top.max(1);
     let _ = writeln!(
         out,
-        "\nWHERE THE WAITING WENT (threads waited {} in all{share}{joined}; most first)",
+        "\nWHERE THE WAITING WENT (threads waited {} in all{share}{joined}; most first in each group)",
         fmt_ns(total)
     );
     let _ = writeln!(
@@ -432,11 +441,18 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
         "waited", "share", "waits", "longest", "most"
     );
     for (i, c) in costs.iter().take(top).enumerate() {
-        if c.join && (i == 0 || !costs[i - 1].join) {
-            let _ = writeln!(
-                out,
-                "  joins: threads waiting for another thread to finish (not contention):"
-            );
+        if i == 0 || costs[i - 1].group != c.group {
+            let heading = match c.group {
+                Group::Lock => "locks: waiting for what another thread holds:",
+                Group::Event => {
+                    "waiting for another thread to act (condition variables, semaphores, \
+                     barriers; an idle thread waiting for work waits here too):"
+                }
+                Group::Join => "joins: waiting for another thread to finish (not contention):",
+            };
+            if c.group != Group::Lock || costs.iter().any(|c| c.group != Group::Lock) {
+                let _ = writeln!(out, "  {heading}");
+            }
         }
         let label = ctx.object_label(c.object_id);
         let still = if c.open_ns > 0 {
