@@ -347,3 +347,35 @@ fn lock_order_inversion_that_did_not_hang_is_reported_as_a_potential_deadlock_wi
         a.text
     );
 }
+
+/// A thread waits on a condition variable while it keeps a mutex the thread that would signal
+/// it needs: both still wait when the program exits, and the report names the waiter holding
+/// what the signaller waits for.
+#[test]
+fn a_hang_through_a_condition_variable_and_a_mutex_names_the_thread_waiting_while_holding() {
+    let run = Launch::fixture("cond_mutex_hang").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "cond_mutex_hang: both threads wait\n");
+    let a = run.analyze();
+    let text = &a.text;
+    assert!(
+        text.contains("STILL WAITING (2: threads waiting when the program ended)"),
+        "{text}"
+    );
+    let hint = text
+        .lines()
+        .skip_while(|l| !l.contains("WAITING WHILE HOLDING"))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no WAITING WHILE HOLDING:\n{text}"));
+    let f = "cond_mutex_hang.c";
+    let cond_site = format!("cond_mutex_hang.c:{} (main)", line_of(f, "init-cond"));
+    let table_site = format!("cond_mutex_hang.c:{} (main)", line_of(f, "init-table"));
+    assert!(
+        hint.contains("\"waiter\" waits on cond#")
+            && hint.contains(&cond_site)
+            && hint.contains("while holding mutex#")
+            && hint.contains(&table_site)
+            && hint.contains("\"signaller\" waits for"),
+        "{hint}"
+    );
+}
