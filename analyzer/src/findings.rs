@@ -139,3 +139,43 @@ pub fn costs(m: &Model) -> Vec<Cost> {
     });
     out
 }
+
+/// A thread that waits for another to act (a condition variable, a semaphore, a barrier) while
+/// it holds a lock another waiting thread needs: if that thread is the one that would act, the
+/// two are deadlocked. From the waits still in progress when the log ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitingWhileHolding {
+    pub tid: u32,
+    /// What it waits on (condition variable, semaphore or barrier).
+    pub waits_on: u64,
+    /// The lock it holds.
+    pub holds: u64,
+    /// The thread waiting for that lock.
+    pub needed_by: u32,
+}
+
+pub fn waiting_while_holding(m: &Model) -> Vec<WaitingWhileHolding> {
+    let Some(open) = &m.open_waits else {
+        return Vec::new();
+    };
+    let group = |id: u64| Group::of(m.objects.get(&id).and_then(|o| o.kind()));
+    let mut out = Vec::new();
+    for w in &open.waits {
+        if w.holder_tid == 0 || group(w.object_id) != Group::Lock {
+            continue;
+        }
+        if let Some(h) = open
+            .waits
+            .iter()
+            .find(|h| h.tid == w.holder_tid && group(h.object_id) == Group::Event)
+        {
+            out.push(WaitingWhileHolding {
+                tid: h.tid,
+                waits_on: h.object_id,
+                holds: w.object_id,
+                needed_by: w.tid,
+            });
+        }
+    }
+    out
+}

@@ -378,4 +378,25 @@ fn a_hang_through_a_condition_variable_and_a_mutex_names_the_thread_waiting_whil
             && hint.contains("\"signaller\" waits for"),
         "{hint}"
     );
+    // The same in the JSON report.
+    let log = a.log(0);
+    let tid_of = |name: &str| {
+        log.0["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("no thread {name}"))["tid"]
+            .clone()
+    };
+    let cond = log.object_created_at(f, line_of(f, "init-cond"));
+    let table = log.object_created_at(f, line_of(f, "init-table"));
+    let holding = log.0["open_waits"]["waiting_while_holding"]
+        .as_array()
+        .expect("waiting_while_holding");
+    assert_eq!(holding.len(), 1, "{holding:?}");
+    assert_eq!(holding[0]["tid"], tid_of("waiter"));
+    assert_eq!(holding[0]["waits_on"], cond["object_id"]);
+    assert_eq!(holding[0]["holds"], table["object_id"]);
+    assert_eq!(holding[0]["needed_by"], tid_of("signaller"));
 }

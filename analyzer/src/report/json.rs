@@ -562,6 +562,16 @@ struct OpenWaitJson {
 struct OpenWaitsJson {
     at_ns: Option<u64>,
     waits: Vec<OpenWaitJson>,
+    waiting_while_holding: Vec<HoldingJson>,
+}
+
+/// An element of OPEN_WAITS' `waiting_while_holding`.
+#[derive(Serialize)]
+struct HoldingJson {
+    tid: u32,
+    waits_on: u64,
+    holds: u64,
+    needed_by: u32,
 }
 
 fn open_waits(ctx: &Ctx<'_>) -> OpenWaitsJson {
@@ -570,6 +580,7 @@ fn open_waits(ctx: &Ctx<'_>) -> OpenWaitsJson {
         return OpenWaitsJson {
             at_ns: None,
             waits: Vec::new(),
+            waiting_while_holding: Vec::new(),
         };
     };
     OpenWaitsJson {
@@ -585,6 +596,15 @@ fn open_waits(ctx: &Ctx<'_>) -> OpenWaitsJson {
                 chain_id: w.chain_id,
                 holder_tid: (w.holder_tid != 0).then_some(w.holder_tid),
                 holder_in_process: m.threads.get(&w.holder_tid).is_some(),
+            })
+            .collect(),
+        waiting_while_holding: crate::findings::waiting_while_holding(m)
+            .into_iter()
+            .map(|h| HoldingJson {
+                tid: h.tid,
+                waits_on: h.waits_on,
+                holds: h.holds,
+                needed_by: h.needed_by,
             })
             .collect(),
     }

@@ -548,42 +548,25 @@ fn still_waiting(ctx: &mut Ctx<'_>, out: &mut String) {
             open.waits.len() - MAX_DEADLOCKS_SHOWN
         );
     }
-    // A thread that waits for another to act (a condition variable, a semaphore, a barrier)
-    // while it holds a lock others wait for: if one of those is the thread that would act,
-    // nothing can go on. The shim cannot know who would signal, so this is said as a condition.
-    use crate::findings::Group;
-    let group = |id: u64| Group::of(m.objects.get(&id).and_then(|o| o.kind()));
-    let mut shown = 0;
-    for w in &open.waits {
-        if w.holder_tid == 0 || group(w.object_id) != Group::Lock {
-            continue;
-        }
-        let Some(held_by) = open
-            .waits
-            .iter()
-            .find(|h| h.tid == w.holder_tid && group(h.object_id) == Group::Event)
-        else {
-            continue;
-        };
-        if shown == 0 {
-            let _ = writeln!(
-                out,
-                "\n  WAITING WHILE HOLDING (a deadlock through a condition variable, semaphore or barrier, if the thread that would act is one of those waiting):"
-            );
-        }
-        shown += 1;
-        if shown > MAX_DEADLOCKS_SHOWN {
-            continue;
-        }
+    // A thread that waits for another to act while it holds a lock others wait for: if one of
+    // those is the thread that would act, nothing can go on. Said as a condition: the shim
+    // cannot know who would signal.
+    let holding = crate::findings::waiting_while_holding(m);
+    if !holding.is_empty() {
         let _ = writeln!(
             out,
-            "    {} waits on {} while holding {}, which {} waits for: if {} is the one to \
-             signal, post or arrive, neither can go on",
-            ctx.thread_label(held_by.tid),
-            ctx.object_label(held_by.object_id),
-            ctx.object_label(w.object_id),
-            ctx.thread_label(w.tid),
-            ctx.thread_label(w.tid),
+            "\n  WAITING WHILE HOLDING (a deadlock through a condition variable, semaphore or barrier, if the thread that would act is one of those waiting):"
+        );
+    }
+    for h in holding.iter().take(MAX_DEADLOCKS_SHOWN) {
+        let needed_by = ctx.thread_label(h.needed_by);
+        let _ = writeln!(
+            out,
+            "    {} waits on {} while holding {}, which {needed_by} waits for: if {needed_by} is \
+             the one to signal, post or arrive, neither can go on",
+            ctx.thread_label(h.tid),
+            ctx.object_label(h.waits_on),
+            ctx.object_label(h.holds),
         );
     }
 }
