@@ -46,7 +46,8 @@ fi
 build() {
     local src="$1" output="$2"
     shift 2
-    if [ -e "$output" ] && [ "$output" -nt "$src" ] && [ "$output" -nt "$self" ]; then
+    if [ -e "$output" ] && [ "$output" -nt "$src" ] && [ "$output" -nt "$self" ] &&
+        [ "$output" -nt "$src_dir/blocked.h" ]; then
         return 0
     fi
     "$@" -o "$output" "$src" || {
