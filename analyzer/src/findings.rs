@@ -73,6 +73,14 @@ pub fn thread_time(m: &Model) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// Whether any thread waited for any object (finished or still waiting), without ranking.
+pub fn any_wait(m: &Model) -> bool {
+    m.open_waits.as_ref().is_some_and(|o| !o.waits.is_empty())
+        || m.objects
+            .values()
+            .any(|o| o.wait_total_ns() > 0 || o.counters.as_ref().is_some_and(|c| c.contended > 0))
+}
+
 /// Every object threads waited for, by group, most costly first (ties by object id).
 pub fn costs(m: &Model) -> Vec<Cost> {
     let mut open: HashMap<u64, (u64, u64, u64)> = HashMap::new();

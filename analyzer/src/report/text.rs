@@ -190,7 +190,7 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         _ => {
             // Barrier and join waits do not count towards the mark: say so when they are all
             // the run had.
-            let waited = crate::findings::costs(m).iter().any(|c| c.waits > 0);
+            let waited = crate::findings::any_wait(m);
             let why = if waited {
                 "no thread waited on a lock, condition variable or semaphore; barrier and join \
                  waits do not count towards it"

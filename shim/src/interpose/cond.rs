@@ -398,17 +398,23 @@ impl Pending<'_> {
             self.reacquired();
         }
         if r == 0 {
+            let acquisitions = acquisitions(self.t, self.mutex);
             // SAFETY: owning thread, inside the shim: nothing else uses `local` now.
             unsafe { self.t.local() }.woken = Some(Woken {
                 cond,
                 generation: cond.generation.load(Ordering::Relaxed),
                 mutex: self.mutex,
-                acquisitions: acquisitions(self.t, self.mutex),
+                acquisitions,
                 ended,
                 start,
                 event,
-                // Last: the program's own work starts here.
-                returned_cpu_ns: thread_cpu_ns(),
+                // Last: the program's own work starts here. Not read when the mutex's count is
+                // unknown: no re-wait can then be judged spurious.
+                returned_cpu_ns: if acquisitions != 0 {
+                    thread_cpu_ns()
+                } else {
+                    0
+                },
             });
         }
     }
