@@ -117,7 +117,7 @@ impl ThreadPolicy {
 }
 
 fn obj_policy(obj: &ObjEntry) -> &ObjPolicy {
-    obj.policy.get_or_init(Box::default)
+    obj.busy().policy.get_or_init(Box::default)
 }
 
 /// An object was named through the C API.

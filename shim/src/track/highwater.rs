@@ -249,7 +249,7 @@ pub fn on_wait(
         // Blocked counts include this thread; everyone but the holder blocked = serialised.
         all_blocked: tr.blocked.load(Ordering::Relaxed) + 1 >= tr.live.load(Ordering::Relaxed),
         episode_open: obj.flags() & EPISODE != 0,
-        recent: now.saturating_sub(obj.last_close_ns.load(Ordering::Relaxed)) < COALESCE_NS,
+        recent: now.saturating_sub(obj.busy().last_close_ns.load(Ordering::Relaxed)) < COALESCE_NS,
         object_peak: peak,
     };
     let (raise, verdict) = decide(&facts);
@@ -268,7 +268,7 @@ pub fn on_wait(
     let reason = match verdict {
         Verdict::Nothing => return,
         Verdict::Coalesce => {
-            obj.coalesced.fetch_add(1, Ordering::Relaxed);
+            obj.busy().coalesced.fetch_add(1, Ordering::Relaxed);
             return;
         }
         Verdict::Join => None,
@@ -345,8 +345,8 @@ pub fn on_release(tr: &Tracker, holder: u32, obj: &ObjEntry, now: u64, holder_ch
     let mut c = obj.contention();
     let Some(ep) = c.episode.take() else { return };
     obj.clear_flag(EPISODE);
-    obj.last_close_ns.store(now, Ordering::Relaxed);
-    let coalesced = obj.coalesced.swap(0, Ordering::Relaxed);
+    obj.busy().last_close_ns.store(now, Ordering::Relaxed);
+    let coalesced = obj.busy().coalesced.swap(0, Ordering::Relaxed);
     drop(c);
     let closed = ep.close(now, holder);
     tr.log.write(
