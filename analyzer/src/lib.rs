@@ -14,6 +14,7 @@ pub mod policycheck;
 pub mod read;
 pub mod report;
 pub mod request;
+pub mod states;
 pub mod symbolize;
 pub mod table;
 pub mod top;

@@ -237,6 +237,8 @@ impl LiveState {
             | Record::WaitEventReason(_)
             | Record::Exec(_)
             | Record::OpenWaits(_)
+            | Record::ThreadSamples(_)
+            | Record::CpuSample(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.

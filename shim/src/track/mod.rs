@@ -501,6 +501,7 @@ extern "C" fn fork_child() {
                 attach_thread(tr, rec, None);
             }
             crate::service::after_fork_child();
+            crate::sampler::after_fork_child();
             crate::policy::after_fork_child(tr);
             STATE.store(READY, Ordering::Release);
         }
@@ -967,6 +968,20 @@ impl Tracker {
     /// are some or were some at the last flush: a program that hangs (a lost wake-up, a mutex
     /// shared with a process that stopped) is killed with its threads still waiting, and the
     /// log must say for what, and since when.
+    /// Each thread in a wait the shim tracks now: (tid, its object's kind as u8 plus 1), for
+    /// the sampler.
+    pub fn tracked_waits(&self) -> Vec<(u32, u8)> {
+        self.threads
+            .iter()
+            .filter_map(|e| {
+                let t = e.value().0;
+                let p = t.waiting_on.load(Ordering::Acquire);
+                // SAFETY: tracking entries are leaked and never freed.
+                (!p.is_null()).then(|| (t.tid(), unsafe { &*p }.kind as u8 + 1))
+            })
+            .collect()
+    }
+
     fn write_open_waits(&self, now: u64) {
         let mut waits = Vec::new();
         for e in self.threads.iter() {
