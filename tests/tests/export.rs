@@ -350,6 +350,11 @@ fn perfetto_trace_decodes_with_protoc_into_interned_wait_slices() {
         assert!(count("name_iid:") > count("event_names {"), "{fixture}");
         assert!(text.contains("\"object\""), "{fixture}: no object argument");
         assert!(
+            text.contains(&format!("counter_value: {}", log.hwm())),
+            "{fixture}: the highwater counter does not reach {}",
+            log.hwm()
+        );
+        assert!(
             text.contains(&format!("{fixture}.c:")),
             "{fixture}: no creation site"
         );

@@ -90,6 +90,13 @@ impl<W: Write> Exporter for Chrome<W> {
             &json!({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
                            "args": {"name": format!("{program} (pid {pid})")}}),
         )?;
+        let mut rises: Vec<(u64, u32)> = vec![(model.start_ns(), 0)];
+        rises.extend(model.highwater.iter().map(|h| (h.ns, h.hwm)));
+        rises.sort_by_key(|&(ns, hwm)| (ns, hwm));
+        for (ns, hwm) in rises {
+            self.event(&json!({"ph": "C", "name": "Highwater mark", "pid": pid,
+                               "ts": self.ts(ns), "args": {"threads waiting": hwm}}))?;
+        }
         for t in timeline::build(model) {
             let tid = t.tid;
             let mut name = src.thread_name(tid);

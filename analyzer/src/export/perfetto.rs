@@ -47,7 +47,13 @@ pub struct TrackDescriptor {
     pub thread: Option<ThreadDescriptor>,
     #[prost(uint64, optional, tag = "5")]
     pub parent_uuid: Option<u64>,
+    #[prost(message, optional, tag = "8")]
+    pub counter: Option<CounterDescriptor>,
 }
+
+/// Marks a track as a counter track (no field is needed for integer values).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CounterDescriptor {}
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct ProcessDescriptor {
@@ -71,6 +77,7 @@ pub struct ThreadDescriptor {
 pub const SLICE_BEGIN: i32 = 1;
 pub const SLICE_END: i32 = 2;
 pub const INSTANT: i32 = 3;
+pub const COUNTER: i32 = 4;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TrackEvent {
@@ -84,6 +91,8 @@ pub struct TrackEvent {
     pub track_uuid: Option<u64>,
     #[prost(string, repeated, tag = "22")]
     pub categories: Vec<String>,
+    #[prost(int64, optional, tag = "30")]
+    pub counter_value: Option<i64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -262,7 +271,12 @@ fn process_uuid(pid: u32) -> u64 {
 }
 
 fn thread_uuid(pid: u32, tid: u32) -> u64 {
-    (u64::from(pid) << 32) | u64::from(tid.min(0xffff_fffe))
+    (u64::from(pid) << 32) | u64::from(tid.min(0xffff_fffd))
+}
+
+/// The process's highwater-mark counter track.
+fn highwater_uuid(pid: u32) -> u64 {
+    (u64::from(pid) << 32) | 0xffff_fffe
 }
 
 impl<W: Write> Exporter for Perfetto<W> {
@@ -286,6 +300,33 @@ impl<W: Write> Exporter for Perfetto<W> {
             }),
             ..TracePacket::default()
         })?;
+        // The highwater mark as a counter: 0 from the start, then each rise.
+        let huuid = highwater_uuid(pid);
+        self.packet(TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(huuid),
+                name: Some("Highwater mark (threads waiting at once on one object)".into()),
+                parent_uuid: Some(puuid),
+                counter: Some(CounterDescriptor {}),
+                ..TrackDescriptor::default()
+            }),
+            ..TracePacket::default()
+        })?;
+        let mut rises: Vec<(u64, u32)> = vec![(model.start_ns(), 0)];
+        rises.extend(model.highwater.iter().map(|h| (h.ns, h.hwm)));
+        rises.sort_by_key(|&(ns, hwm)| (ns, hwm));
+        for (ns, hwm) in rises {
+            self.packet(TracePacket {
+                timestamp: Some(ns),
+                track_event: Some(TrackEvent {
+                    r#type: Some(COUNTER),
+                    track_uuid: Some(huuid),
+                    counter_value: Some(i64::from(hwm)),
+                    ..TrackEvent::default()
+                }),
+                ..TracePacket::default()
+            })?;
+        }
         for t in timeline::build(model) {
             let uuid = thread_uuid(pid, t.tid);
             // Perfetto shows the tid beside the name itself.
