@@ -94,8 +94,8 @@ fn a_thread_listed_by_two_overlapping_records_gets_disjoint_waits() {
             );
         }
         if tid == 102 {
-            // [10, 20] ms, [100, 600] ms, [3000, 3200] ms (the longer listing holds the
-            // shorter), [3300, 3400] ms, then [3400, 3500] ms: clipped, not lost.
+            // [10, 20] ms, [100, 600] ms, then each listing from where the one before ended:
+            // [3000, 3100] ms and [3100, 3200] ms, [3300, 3400] ms and [3400, 3500] ms.
             let ms: Vec<(u64, u64)> = waits
                 .iter()
                 .map(|w| ((w.0 / 1000.0).round() as u64, (w.1 / 1000.0).round() as u64))
@@ -105,7 +105,8 @@ fn a_thread_listed_by_two_overlapping_records_gets_disjoint_waits() {
                 [
                     (10, 20),
                     (100, 600),
-                    (3000, 3200),
+                    (3000, 3100),
+                    (3100, 3200),
                     (3300, 3400),
                     (3400, 3500)
                 ]

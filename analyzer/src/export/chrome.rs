@@ -42,34 +42,45 @@ impl<W: Write> Chrome<W> {
     }
 }
 
-/// The arguments of a wait: what, where it was created, the waiter's chain, the holder.
-pub(super) fn wait_args(src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'static str, String)> {
-    let mut args = vec![("object", src.object_name(w.object_id))];
+/// The value of an argument of a slice.
+pub(super) enum Arg {
+    Str(String),
+    Uint(u64),
+}
+
+/// The arguments of a wait: what, where it was created, where and from which chain the thread
+/// waited, the holder, the contention record.
+pub(super) fn wait_args(src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'static str, Arg)> {
+    let mut args = vec![("object", Arg::Str(src.object_name(w.object_id)))];
     if let Some(site) = src.creation_site(w.object_id) {
-        args.push(("created_at", site));
+        args.push(("created_at", Arg::Str(site)));
     }
     if let Some(site) = src.chain_site(w.chain_id) {
-        args.push(("waited_at", site));
+        args.push(("waited_at", Arg::Str(site)));
     }
     if let Some(chain) = src.chain_text(w.chain_id) {
-        args.push(("chain", chain));
+        args.push(("chain", Arg::Str(chain)));
     }
     if w.holder_tid != 0 {
-        args.push(("holder", src.thread_name(w.holder_tid)));
+        args.push(("holder", Arg::Str(src.thread_name(w.holder_tid))));
     }
     if let Some(r) = w.record_id {
-        args.push(("contention_record", r.to_string()));
+        args.push(("contention_record", Arg::Uint(r)));
     }
     if w.unended {
-        args.push(("ended", "not by the end of the log".into()));
+        args.push(("ended", Arg::Str("not by the end of the log".into())));
     }
     args
 }
 
-fn to_map(args: Vec<(&'static str, String)>) -> Value {
+fn to_map(args: Vec<(&'static str, Arg)>) -> Value {
     let mut m = Map::new();
     for (k, v) in args {
-        m.insert(k.into(), Value::String(v));
+        let v = match v {
+            Arg::Str(s) => Value::String(s),
+            Arg::Uint(n) => Value::from(n),
+        };
+        m.insert(k.into(), v);
     }
     Value::Object(m)
 }
@@ -97,7 +108,7 @@ impl<W: Write> Exporter for Chrome<W> {
             self.event(&json!({"ph": "C", "name": "Highwater mark", "pid": pid,
                                "ts": self.ts(ns), "args": {"threads waiting": hwm}}))?;
         }
-        for t in timeline::build(model) {
+        for t in timeline::tracks(model) {
             let tid = t.tid;
             let mut name = src.thread_name(tid);
             if t.is_main {
@@ -112,23 +123,23 @@ impl<W: Write> Exporter for Chrome<W> {
                                "tid": tid, "ts": self.ts(t.start),
                                "dur": (t.end - t.start) as f64 / 1000.0}),
             )?;
-            for w in &t.waits {
-                let args = to_map(wait_args(src, w));
-                self.event(&json!({"ph": "X", "name": wait_name(model, w.object_id),
-                                   "cat": "wait", "pid": pid, "tid": tid,
-                                   "ts": self.ts(w.start),
-                                   "dur": (w.end - w.start) as f64 / 1000.0, "args": args}))?;
-            }
             for i in &t.instants {
-                let mut args = vec![("detail", i.detail.clone())];
+                let mut args = vec![("detail", Arg::Str(i.detail.clone()))];
                 if let Some(o) = i.object_id {
-                    args.push(("object", src.object_name(o)));
+                    args.push(("object", Arg::Str(src.object_name(o))));
                 }
                 self.event(&json!({"ph": "i", "s": "t", "name": i.name, "cat": "event",
                                    "pid": pid, "tid": tid, "ts": self.ts(i.ns),
                                    "args": to_map(args)}))?;
             }
         }
+        timeline::for_each_wait(model, |tid, w| {
+            let args = to_map(wait_args(src, &w));
+            self.event(&json!({"ph": "X", "name": wait_name(model, w.object_id),
+                               "cat": "wait", "pid": pid, "tid": tid,
+                               "ts": self.ts(w.start),
+                               "dur": (w.end - w.start) as f64 / 1000.0, "args": args}))
+        })?;
         Ok(())
     }
 

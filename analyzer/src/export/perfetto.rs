@@ -15,7 +15,7 @@ use std::io::{self, Write};
 
 use prost::Message;
 
-use super::chrome::wait_args;
+use super::chrome::{wait_args, Arg};
 use super::timeline::{self, wait_name};
 use super::{Exporter, Source};
 
@@ -99,6 +99,8 @@ pub struct TrackEvent {
 pub struct DebugAnnotation {
     #[prost(uint64, optional, tag = "1")]
     pub name_iid: Option<u64>,
+    #[prost(uint64, optional, tag = "3")]
+    pub uint_value: Option<u64>,
     #[prost(uint64, optional, tag = "17")]
     pub string_value_iid: Option<u64>,
 }
@@ -169,13 +171,6 @@ pub struct Perfetto<W: Write> {
     first: bool,
 }
 
-/// One event of a thread's track, in time order.
-enum Step<'a> {
-    Begin(&'a timeline::Wait),
-    End,
-    Instant(&'a timeline::Instant),
-}
-
 impl<W: Write> Perfetto<W> {
     pub fn new(out: W) -> Self {
         Perfetto {
@@ -211,7 +206,7 @@ impl<W: Write> Perfetto<W> {
         track: u64,
         kind: i32,
         name: Option<&str>,
-        args: &[(&str, String)],
+        args: &[(&str, Arg)],
     ) -> io::Result<()> {
         let mut interned = InternedData::default();
         let mut ev = TrackEvent {
@@ -238,19 +233,26 @@ impl<W: Write> Perfetto<W> {
                     name: Some(k.to_string()),
                 });
             }
-            let (vid, new) = self.values.get(v);
-            if new {
-                interned
-                    .debug_annotation_string_values
-                    .push(InternedString {
-                        iid: Some(vid),
-                        str: Some(v.as_bytes().to_vec()),
-                    });
-            }
-            ev.debug_annotations.push(DebugAnnotation {
+            let mut a = DebugAnnotation {
                 name_iid: Some(kid),
-                string_value_iid: Some(vid),
-            });
+                ..DebugAnnotation::default()
+            };
+            match v {
+                Arg::Str(v) => {
+                    let (vid, new) = self.values.get(v);
+                    if new {
+                        interned
+                            .debug_annotation_string_values
+                            .push(InternedString {
+                                iid: Some(vid),
+                                str: Some(v.as_bytes().to_vec()),
+                            });
+                    }
+                    a.string_value_iid = Some(vid);
+                }
+                Arg::Uint(n) => a.uint_value = Some(*n),
+            }
+            ev.debug_annotations.push(a);
         }
         let any_new = !(interned.event_names.is_empty()
             && interned.debug_annotation_names.is_empty()
@@ -327,7 +329,8 @@ impl<W: Write> Exporter for Perfetto<W> {
                 ..TracePacket::default()
             })?;
         }
-        for t in timeline::build(model) {
+        let tracks = timeline::tracks(model);
+        for t in &tracks {
             let uuid = thread_uuid(pid, t.tid);
             // Perfetto shows the tid beside the name itself.
             let mut name = t.name.clone().unwrap_or_else(|| "thread".into());
@@ -348,40 +351,25 @@ impl<W: Write> Exporter for Perfetto<W> {
                 ..TracePacket::default()
             })?;
             self.event(t.start, uuid, SLICE_BEGIN, Some("Thread"), &[])?;
-            // Waits and instants merged in time order; a wait's end comes before anything
-            // that happens at the same moment.
-            let mut steps: Vec<(u64, u8, Step<'_>)> = Vec::new();
-            for w in &t.waits {
-                steps.push((w.start, 1, Step::Begin(w)));
-                steps.push((w.end, 0, Step::End));
-            }
             for i in &t.instants {
-                steps.push((i.ns, 2, Step::Instant(i)));
-            }
-            steps.sort_by_key(|&(ns, order, _)| (ns, order));
-            for (ns, _, step) in steps {
-                match step {
-                    Step::Begin(w) => {
-                        let args = wait_args(src, w);
-                        self.event(
-                            ns,
-                            uuid,
-                            SLICE_BEGIN,
-                            Some(wait_name(model, w.object_id)),
-                            &args,
-                        )?;
-                    }
-                    Step::End => self.event(ns, uuid, SLICE_END, None, &[])?,
-                    Step::Instant(i) => {
-                        let mut args = vec![("detail", i.detail.clone())];
-                        if let Some(o) = i.object_id {
-                            args.push(("object", src.object_name(o)));
-                        }
-                        self.event(ns, uuid, INSTANT, Some(&i.name), &args)?;
-                    }
+                let mut args = vec![("detail", Arg::Str(i.detail.clone()))];
+                if let Some(o) = i.object_id {
+                    args.push(("object", Arg::Str(src.object_name(o))));
                 }
+                self.event(i.ns, uuid, INSTANT, Some(&i.name), &args)?;
             }
-            self.event(t.end, uuid, SLICE_END, None, &[])?;
+        }
+        // The waits, each thread's in time order; the trace is sorted by time when read
+        // (a file has no flush points, so Perfetto sorts it whole).
+        timeline::for_each_wait(model, |tid, w| {
+            let uuid = thread_uuid(pid, tid);
+            let args = wait_args(src, &w);
+            let name = wait_name(model, w.object_id);
+            self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
+            self.event(w.end, uuid, SLICE_END, None, &[])
+        })?;
+        for t in &tracks {
+            self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
         }
         Ok(())
     }
