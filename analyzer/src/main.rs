@@ -104,7 +104,7 @@ struct ExportArgs {
     #[arg(long, value_name = "SIDE", default_value = "waiters",
           value_parser = |s: &str| s.parse::<waitshim_analyze::export::Side>())]
     side: waitshim_analyze::export::Side,
-    /// The file to write (replaced when the export succeeds).
+    /// The file to write (replaced when the export succeeds; `-` is stdout).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: PathBuf,
     /// Do not open the program's binaries: show chains as module+offset.

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
-use waitshim_tests::{analyzer_path, debian_program, run_both, workspace_root, Launch, LogReport};
+use waitshim_tests::{
+    analyzer_path, debian_program, run_both, workspace_root, Launch, LogReport, Run,
+};
 
 /// Runs `waitshim-analyze export --format FORMAT ARGS -o DIR/out.FORMAT LOG`; the file written.
 fn export(log: &Path, format: &str, args: &[&str]) -> PathBuf {
@@ -399,4 +401,72 @@ fn export_of_what_is_not_a_log_fails_with_a_message_and_writes_nothing() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("no/such/dir"), "{err}");
+    // `-o -` writes to stdout, and a device is written to, not renamed over.
+    let log = run.single_log().to_str().expect("utf-8");
+    let o = export_cmd(&["export", "--format", "folded", "-o", "-", log]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(";worker;"));
+    let o = export_cmd(&["export", "--format", "chrome", "-o", "/dev/null", log]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(Path::new("/dev/null")
+        .metadata()
+        .is_ok_and(|m| !m.is_file()));
+}
+
+/// Every format of one run's log, each read back by its reader: the profiles' totals are the
+/// report's wait total, the traces nest and decode.
+fn check_every_format(run: &Run, what: &str) {
+    let a = run.analyze();
+    let log = a.log(0);
+    let total = report_wait_total(&log);
+    let path = run.single_log();
+
+    let pprof = export(path, "pprof", &[]);
+    let top = go_pprof(&["-top", "-unit=ns", "-sample_index=delay"], &pprof);
+    assert!(
+        top.contains(&format!("Total samples = {total}ns")) || total == 0,
+        "{what}: pprof total is not the report's {total} ns:\n{top}"
+    );
+    let holders = export(path, "pprof", &["--side", "holders"]);
+    go_pprof(&["-top", "-sample_index=delay"], &holders);
+
+    let folded = std::fs::read_to_string(export(path, "folded", &[])).expect("read folded");
+    let sum: u64 = folded_lines(&folded).iter().map(|(_, w)| w).sum();
+    assert_eq!(sum, total, "{what}: folded total");
+    let svg = std::fs::read_to_string(export(path, "flamegraph", &[])).expect("read svg");
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    roxmltree::Document::parse_with_options(&svg, opts).expect("flame graph is XML");
+
+    let names = check_chrome(&export(path, "chrome", &[]));
+    assert_eq!(
+        names.get("Thread").copied(),
+        Some(log.threads().len()),
+        "{what}"
+    );
+
+    let text = protoc_decode(&export(path, "perfetto", &[]));
+    assert_eq!(
+        text.matches("type: TYPE_SLICE_BEGIN").count(),
+        text.matches("type: TYPE_SLICE_END").count(),
+        "{what}: every perfetto slice ends"
+    );
+    assert_eq!(
+        text.matches("thread {").count(),
+        log.threads().len(),
+        "{what}"
+    );
+}
+
+#[test]
+fn every_format_reads_back_on_the_condvar_semaphore_rwlock_and_deadlock_fixtures() {
+    for fixture in ["cond_queue", "sem_pool", "rwlock_starve"] {
+        check_every_format(&run_both(fixture, &[]), fixture);
+    }
+    let running = Launch::fixture("abba").spawn();
+    running.wait_for_stdout("abba: armed");
+    running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
+    check_every_format(&running.kill(), "abba (killed while deadlocked)");
 }

@@ -197,6 +197,26 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
     if out_path.is_dir() {
         return Err(format!("{} is a directory", out_path.display()));
     }
+    // `-o -`, or a device or pipe (`/dev/stdout`, a FIFO): written straight to, never
+    // renamed over.
+    let special = std::fs::metadata(out_path).is_ok_and(|m| !m.is_file());
+    if out_path.as_os_str() == "-" || special {
+        let out: Box<dyn Write> = if out_path.as_os_str() == "-" {
+            Box::new(io::stdout())
+        } else {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(out_path)
+                .map_err(|e| io_error("cannot open", out_path, &e))?;
+            Box::new(f)
+        };
+        let out = BufWriter::with_capacity(1 << 16, out);
+        return match export_to(paths, opts, out, err) {
+            Ok((code, true)) => Ok(code),
+            Ok((code, false)) => Ok(code.max(EXIT_BAD_INPUT)),
+            Err(e) => Err(io_error("cannot write", out_path, &e)),
+        };
+    }
     let file_name = out_path
         .file_name()
         .ok_or_else(|| format!("{} names no file", out_path.display()))?;
@@ -232,10 +252,10 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
 }
 
 /// Runs the exporter over every log; (exit code, whether any log was exported).
-fn export_to(
+fn export_to<W: Write + 'static>(
     paths: &[PathBuf],
     opts: &ExportOptions,
-    out: BufWriter<File>,
+    out: BufWriter<W>,
     err: &mut dyn Write,
 ) -> io::Result<(i32, bool)> {
     let mut exporter: Box<dyn Exporter> = match opts.format {

@@ -223,7 +223,6 @@ impl<W: Write> Perfetto<W> {
                 });
             }
             ev.name_iid = Some(iid);
-            ev.categories.push("waitshim".into());
         }
         for (k, v) in args {
             let (kid, new) = self.arg_names.get(k);
