@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::Mutex;
 
 use serde_json::Value;
 use waitshim_tests::{
@@ -53,9 +54,17 @@ fn report_wait_total(log: &LogReport) -> u64 {
         .sum()
 }
 
+/// A Debian program, installed when missing, one install at a time (the tests of this file run
+/// in parallel, and two apt-gets at once would fight over dpkg's lock).
+fn tool(program: &str, package: &str) -> PathBuf {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    debian_program(program, package)
+}
+
 /// `go tool pprof ARGS FILE`, from Debian's golang-go (installed when missing); its stdout.
 fn go_pprof(args: &[&str], file: &Path) -> String {
-    let go = debian_program("go", "golang-go");
+    let go = tool("go", "golang-go");
     let home = file.parent().expect("dir");
     let o = Command::new(go)
         .args(["tool", "pprof", "-symbolize=none"])
@@ -300,7 +309,7 @@ fn chrome_trace_of_a_deadlock_marks_it_on_both_threads() {
 /// `protoc --decode perfetto.protos.Trace` with tests/proto/perfetto_trace.proto (Debian's
 /// protobuf-compiler, installed when missing): the decoded text.
 fn protoc_decode(file: &Path) -> String {
-    let protoc = debian_program("protoc", "protobuf-compiler");
+    let protoc = tool("protoc", "protobuf-compiler");
     let dir = workspace_root().join("tests/proto");
     let input = std::fs::File::open(file).expect("open trace");
     let o = Command::new(protoc)
