@@ -32,6 +32,8 @@ trap on_exit EXIT
 step "system packages"
 ensure_compilers
 ensure_packages pigz tmux
+# The readers the export tests check each format with: go tool pprof, protoc.
+ensure_packages golang-go protobuf-compiler
 
 step "Rust components (clippy, rustfmt)"
 ensure_rust_components

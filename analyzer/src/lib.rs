@@ -7,6 +7,7 @@
 
 pub mod crossproc;
 pub mod ending;
+pub mod export;
 pub mod findings;
 pub mod lockorder;
 pub mod model;
