@@ -396,6 +396,18 @@ impl Sampler {
             }
             (f.on_cpu, f.delay, f.slices) = (on_cpu, delay, slices);
         }
+        // What the highwater's serialised rule counts as not ready to run besides the waits the
+        // shim tracks (threads it registered: the others are not in its live count).
+        let elsewhere = self
+            .followed
+            .iter()
+            .zip(&seen)
+            .filter(|(f, &seen)| {
+                seen && f.last.0 == thread_state::BLOCKED && tr.is_registered(f.tid)
+            })
+            .count();
+        tr.blocked_elsewhere
+            .store(elsewhere.min(i32::MAX as usize) as i32, Ordering::Relaxed);
         // Threads gone since the last look: their descriptors go.
         let mut i = 0;
         while i < self.followed.len() {

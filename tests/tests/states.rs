@@ -99,3 +99,20 @@ fn the_sampler_can_be_turned_off_and_a_bad_interval_is_one_line() {
     );
     assert_eq!(bad.analyze().log(0).0["thread_states"]["sampled"], true);
 }
+
+/// A program serialised on one mutex, with one more thread blocked in read() all along: the
+/// reader is not ready to run, so reaching the mark while the others wait is still the
+/// serialised case (without the sampler's view it never was: the reader counted as runnable).
+#[test]
+fn a_thread_blocked_in_read_does_not_hide_that_the_program_is_serialised() {
+    let run = run_both("serial_reader", &[]);
+    assert_eq!(run.stdout_text(), "serial_reader: 450 rounds\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let serialised = log
+        .records()
+        .iter()
+        .filter(|r| r["reason"] == "serialised")
+        .count();
+    assert!(serialised >= 1, "serialised records: {}", a.text);
+}

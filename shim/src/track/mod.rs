@@ -56,6 +56,10 @@ pub struct Tracker {
     /// changes at every wait: on a cache line of its own, away from the fields every wait reads.
     pub live: AtomicI32,
     pub blocked: Padded<AtomicI32>,
+    /// Threads the sampler last saw blocked in a system call outside the waits the shim tracks
+    /// (a `read`, an `accept`, a sleep): not ready to run either. Up to one sampling interval
+    /// old; 0 with the sampler off.
+    pub blocked_elsewhere: AtomicI32,
     next_object: AtomicU64,
     pub next_record: AtomicU64,
     last_flush: AtomicU64,
@@ -200,6 +204,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         highwater: AtomicU32::new(0),
         live: AtomicI32::new(0),
         blocked: Padded(AtomicI32::new(0)),
+        blocked_elsewhere: AtomicI32::new(0),
         next_object: AtomicU64::new(1),
         next_record: AtomicU64::new(1),
         last_flush: AtomicU64::new(now),
@@ -968,6 +973,11 @@ impl Tracker {
     /// are some or were some at the last flush: a program that hangs (a lost wake-up, a mutex
     /// shared with a process that stopped) is killed with its threads still waiting, and the
     /// log must say for what, and since when.
+    /// Whether the thread `tid` registered with the shim (counted in `live`).
+    pub fn is_registered(&self, tid: u32) -> bool {
+        self.threads.contains_key(&tid)
+    }
+
     /// Each thread in a wait the shim tracks now: (tid, its object's kind as u8 plus 1), for
     /// the sampler.
     pub fn tracked_waits(&self) -> Vec<(u32, u8)> {
