@@ -151,6 +151,140 @@ pub fn takes_fd(nr: i32) -> bool {
         )
 }
 
+/// What a thread blocked in system call `nr` with first argument `arg0` waits on (seed 004):
+/// the descriptor's file, pipe or socket (with its protocol and addresses: the shim is in the
+/// process, so the descriptor is its own to ask), the descriptors an epoll set watches, the
+/// child a `wait4` waits for, the word of a futex the shim does not track. Empty when nothing
+/// more than the call's name can be said. Called only when a thread enters the state.
+pub fn describe(nr: i32, arg0: u64) -> String {
+    let mut out = String::new();
+    if takes_fd(nr) {
+        let fd = arg0 as i32;
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push_str(&link);
+        if link.starts_with("socket:[") {
+            if let Some(s) = socket_text(fd) {
+                out.push(' ');
+                out.push_str(&s);
+            }
+        } else if link == "anon_inode:[eventpoll]" {
+            // One open of the set's fdinfo, when the thread enters its wait.
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let watched: Vec<&str> = info
+                .lines()
+                .filter_map(|l| l.strip_prefix("tfd:"))
+                .filter_map(|l| l.split_ascii_whitespace().next())
+                .take(16)
+                .collect();
+            if !watched.is_empty() {
+                out.push_str(" watching fds ");
+                out.push_str(&watched.join(","));
+            }
+        }
+    } else if cfg!(target_arch = "x86_64") && nr == 202 {
+        out = format!("untracked futex word {arg0:#x}");
+    } else if cfg!(target_arch = "x86_64") && nr == 61 {
+        out = match arg0 as i64 as i32 {
+            -1 => "any child".to_string(),
+            pid if pid > 0 => format!("child {pid}"),
+            pid => format!("process group {}", -pid),
+        };
+    }
+    out.chars().take(200).collect()
+}
+
+/// A socket's protocol and addresses: `tcp 127.0.0.1:8080 listening`, `tcp 127.0.0.1:41234 ->
+/// 127.0.0.1:8080`, `unix /run/x.sock`.
+fn socket_text(fd: i32) -> Option<String> {
+    let opt = |name: libc::c_int| -> Option<libc::c_int> {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a local int of the right size.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v)
+    };
+    let domain = opt(libc::SO_DOMAIN)?;
+    let ty = opt(libc::SO_TYPE).unwrap_or(0);
+    let listening = opt(libc::SO_ACCEPTCONN).unwrap_or(0) != 0;
+    let proto = match (domain, ty) {
+        (libc::AF_INET | libc::AF_INET6, libc::SOCK_STREAM) => "tcp",
+        (libc::AF_INET | libc::AF_INET6, libc::SOCK_DGRAM) => "udp",
+        (libc::AF_UNIX, _) => "unix",
+        (libc::AF_NETLINK, _) => "netlink",
+        _ => "socket",
+    };
+    let addr = |peer: bool| -> Option<String> {
+        // SAFETY: a zeroed sockaddr_storage is a valid out-parameter; its length is passed.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
+        // SAFETY: as above.
+        let r = unsafe {
+            if peer {
+                libc::getpeername(fd, p, &mut len)
+            } else {
+                libc::getsockname(fd, p, &mut len)
+            }
+        };
+        if r != 0 {
+            return None;
+        }
+        sockaddr_text(&ss, len as usize)
+    };
+    let mut out = proto.to_string();
+    if let Some(local) = addr(false) {
+        out.push(' ');
+        out.push_str(&local);
+    }
+    if listening {
+        out.push_str(" listening");
+    } else if let Some(peer) = addr(true) {
+        out.push_str(" -> ");
+        out.push_str(&peer);
+    }
+    Some(out)
+}
+
+fn sockaddr_text(ss: &libc::sockaddr_storage, len: usize) -> Option<String> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(format!("{ip}:{}", u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(format!("[{ip}]:{}", u16::from_be(a.sin6_port)))
+        }
+        libc::AF_UNIX => {
+            // SAFETY: the family says the storage holds a sockaddr_un.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_un>() };
+            let path_len = len.saturating_sub(std::mem::size_of::<libc::sa_family_t>());
+            let bytes: Vec<u8> = a.sun_path[..path_len.min(a.sun_path.len())]
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&b| b != 0)
+                .collect();
+            (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
+        }
+        _ => None,
+    }
+}
+
 /// `/proc/stat`: (idle, iowait) ticks of each `cpuN` line, in CPU order.
 pub fn parse_cpus(text: &[u8]) -> Vec<(u64, u64)> {
     let s = String::from_utf8_lossy(text);
@@ -370,13 +504,9 @@ impl Sampler {
                 slices.saturating_sub(f.slices),
             );
             if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
-                let what = if state == thread_state::BLOCKED
-                    && (now_state != f.last || !f.written)
-                    && takes_fd(nr)
+                let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
                 {
-                    std::fs::read_link(format!("/proc/self/fd/{arg0}"))
-                        .map(|p| p.to_string_lossy().chars().take(200).collect())
-                        .unwrap_or_default()
+                    describe(nr, arg0)
                 } else {
                     String::new()
                 };
@@ -506,6 +636,32 @@ cpu0 986668 82091 50427 167741 1050 0 450 777 0 0\n\
 cpu1 984972 82781 50566 168676 713 0 635 777 0 0\n\
 intr 1 2 3\n";
         assert_eq!(parse_cpus(text), vec![(167741, 1050), (168676, 713)]);
+    }
+
+    #[test]
+    fn a_loopback_listener_and_a_connected_socket_are_named_by_their_addresses() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(
+            socket_text(l.as_raw_fd()).unwrap(),
+            format!("tcp 127.0.0.1:{port} listening")
+        );
+        let text = socket_text(c.as_raw_fd()).unwrap();
+        assert!(
+            text.starts_with("tcp 127.0.0.1:") && text.ends_with(&format!(" -> 127.0.0.1:{port}")),
+            "{text}"
+        );
+        if cfg!(target_arch = "x86_64") {
+            let what = describe(43, l.as_raw_fd() as u64);
+            assert!(
+                what.starts_with("socket:[") && what.ends_with("listening"),
+                "{what}"
+            );
+            assert_eq!(describe(202, 0x1000), "untracked futex word 0x1000");
+            assert_eq!(describe(61, u64::MAX), "any child");
+        }
     }
 
     #[test]

@@ -116,3 +116,45 @@ fn a_thread_blocked_in_read_does_not_hide_that_the_program_is_serialised() {
         .count();
     assert!(serialised >= 1, "serialised records: {}", a.text);
 }
+
+/// Threads blocked outside locks are named by their system call and resource (seed 004).
+#[test]
+fn waits_outside_locks_are_named_by_their_call_and_resource() {
+    let run = run_both("blocked_io", &[]);
+    assert_eq!(run.stdout_text(), "blocked_io: done\n");
+    // The forked child writes a log of its own: the parent's is the one with the threads.
+    let a = waitshim_tests::analyze(&run.logs, &[]);
+    let states = (0..run.logs.len())
+        .map(|i| &a.log(i).0["thread_states"])
+        .find(|s| s["sampled"] == true)
+        .unwrap_or_else(|| panic!("no sampled log: {}", a.text));
+    let check = |thread: &str, calls: &[&str], what: &dyn Fn(&str) -> bool| {
+        let t = state_of(states, thread);
+        let b = &t["blocked_in"][0];
+        let name = b["name"].as_str().unwrap_or("");
+        assert!(calls.contains(&name), "{thread}: blocked in {name}: {t}");
+        assert!(what(b["what"].as_str().unwrap_or("")), "{thread}: {t}");
+        assert!(u(&b["ns"]) >= 50_000_000, "{thread} waited 150 ms: {t}");
+        assert_eq!(u(&t["tracked_wait_ns"]), 0, "{t}");
+    };
+    check("acceptor", &["accept", "accept4"], &|w| {
+        w.starts_with("socket:[") && w.contains(" tcp 127.0.0.1:") && w.ends_with(" listening")
+    });
+    check("receiver", &["recvfrom", "recvmsg", "read"], &|w| {
+        w.contains(" tcp 127.0.0.1:") && w.contains(" -> 127.0.0.1:")
+    });
+    check(
+        "poller",
+        &["epoll_wait", "epoll_pwait", "epoll_pwait2"],
+        &|w| w.starts_with("anon_inode:[eventpoll] watching fds "),
+    );
+    check("flocker", &["flock"], &|w| {
+        w.starts_with("/tmp/waitshim-blocked-io-")
+    });
+    check("reaper", &["wait4", "waitid"], &|w| w.starts_with("child "));
+    check("sleeper", &["nanosleep", "clock_nanosleep"], &|w| {
+        w.is_empty()
+    });
+    let section = a.text.split("THREAD STATES").nth(1).expect("THREAD STATES");
+    assert!(section.contains("\"acceptor\": accept"), "{section}");
+}
