@@ -885,7 +885,8 @@ impl Model {
             }
             Record::ThreadSamples(t) => {
                 self.seen(t.ns);
-                self.states.add_threads(t);
+                let ncpus = self.run.as_ref().map_or(1, |r| r.ncpus);
+                self.states.add_threads(t, ncpus);
             }
             Record::CpuSample(c) => {
                 self.seen(c.ns);

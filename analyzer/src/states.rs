@@ -36,8 +36,9 @@ pub struct ThreadStates {
     pub tracked_ns: u64,
     /// Sampled: blocked elsewhere, most first once finished.
     pub blocked: Vec<BlockedIn>,
-    /// The state at the latest look: (state, syscall, what, since ns).
-    current: Option<(u8, i32, String, u64)>,
+    /// The state at the latest look: (state, syscall, what, since ns, tracked object id,
+    /// tracked object kind as u8 plus 1).
+    current: Option<(u8, i32, String, u64, u64, u8)>,
     /// When the thread ended, if it did: a sample written after its exit record (the sampler
     /// looked just before the thread ended) does not stretch its states past its end.
     exited: Option<u64>,
@@ -55,7 +56,7 @@ impl ThreadStates {
     }
 
     fn close(&mut self, until: u64) {
-        let Some((state, syscall, what, since)) = self.current.take() else {
+        let Some((state, syscall, what, since, _, _)) = self.current.take() else {
             return;
         };
         let until = self.exited.map_or(until, |e| e.min(until));
@@ -88,9 +89,50 @@ impl ThreadStates {
     }
 }
 
+/// What threads waited for, for lost parallelism.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Waited {
+    /// A tracked object, by its id in the log (0: not in the log).
+    Object(u64),
+    /// A system call, and what it waited on.
+    Blocked(i32, String),
+    /// Beyond [`MAX_LOST_KEYS`] distinct ones.
+    Other,
+}
+
+/// Distinct things lost parallelism is attributed to.
+pub const MAX_LOST_KEYS: usize = 1000;
+
+/// Lost parallelism (seed 000): CPU time the program left unused while its threads waited.
+/// Per interval between two samples: the program's capacity (its CPUs × the interval) less the
+/// CPU time its threads used is what it left unused; of that, up to the time its threads spent
+/// waiting is lost to waiting, shared among what they waited for in proportion to their
+/// waiting time (threads in the state the earlier sample saw). Joins are left out: a thread
+/// joining another has nothing else to do.
+#[derive(Debug, Clone, Default)]
+pub struct Lost {
+    /// CPUs × time covered by the samples.
+    pub capacity_ns: u64,
+    /// CPU time the program's threads used in it.
+    pub used_ns: u64,
+    pub lost_ns: u64,
+    pub by: BTreeMap<Waited, u64>,
+}
+
+impl Lost {
+    /// What it was lost to, most first.
+    pub fn ranked(&self) -> Vec<(&Waited, u64)> {
+        let mut v: Vec<(&Waited, u64)> = self.by.iter().map(|(k, &n)| (k, n)).collect();
+        v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        v
+    }
+}
+
 /// Everything the sampler wrote in one log.
 #[derive(Debug, Clone, Default)]
 pub struct States {
+    pub lost: Lost,
+    last_sample_ns: Option<u64>,
     pub interval_ns: u64,
     pub samples: u64,
     pub threads: BTreeMap<u32, ThreadStates>,
@@ -111,8 +153,10 @@ impl States {
         self.samples > 0
     }
 
-    pub fn add_threads(&mut self, s: ThreadSamples) {
+    /// Adds a sample of the threads of a program with `ncpus` CPUs.
+    pub fn add_threads(&mut self, s: ThreadSamples, ncpus: u32) {
         self.samples += 1;
+        self.account_lost(&s, ncpus);
         self.interval_ns = s.interval_ns;
         self.unsampled = self.unsampled.max(s.unsampled);
         for e in s.threads {
@@ -125,8 +169,10 @@ impl States {
             t.on_cpu_ns = t.on_cpu_ns.saturating_add(e.on_cpu_ns);
             t.run_delay_ns = t.run_delay_ns.saturating_add(e.run_delay_ns);
             t.timeslices = t.timeslices.saturating_add(u64::from(e.timeslices));
-            let same = t.current.as_ref().is_some_and(|(st, sys, _, _)| {
-                *st == e.state && (e.state != thread_state::BLOCKED || *sys == e.syscall)
+            let same = t.current.as_ref().is_some_and(|(st, sys, _, _, obj, _)| {
+                *st == e.state
+                    && (e.state != thread_state::BLOCKED || *sys == e.syscall)
+                    && *obj == e.object_id
             });
             if !same {
                 t.close(s.ns);
@@ -138,8 +184,61 @@ impl States {
                     }
                     what.truncate(end);
                 }
-                t.current = Some((e.state, e.syscall, what, s.ns));
+                t.current = Some((e.state, e.syscall, what, s.ns, e.object_id, e.waiting_kind));
             }
+        }
+    }
+
+    fn account_lost(&mut self, s: &ThreadSamples, ncpus: u32) {
+        let Some(last) = self.last_sample_ns.replace(s.ns) else {
+            return;
+        };
+        let dt = s.ns.saturating_sub(last);
+        if dt == 0 {
+            return;
+        }
+        let used = s
+            .threads
+            .iter()
+            .map(|e| e.on_cpu_ns)
+            .fold(0u64, u64::saturating_add);
+        let capacity = dt.saturating_mul(u64::from(ncpus.max(1)));
+        let l = &mut self.lost;
+        l.capacity_ns = l.capacity_ns.saturating_add(capacity);
+        l.used_ns = l.used_ns.saturating_add(used);
+        let unused = capacity.saturating_sub(used);
+        // Who waited through the interval, as the earlier sample saw them.
+        let mut waiting: Vec<Waited> = Vec::new();
+        for t in self.threads.values() {
+            match &t.current {
+                // A join waits for work to end, not for a CPU's worth of work to be handed over:
+                // the joiner has nothing to do.
+                Some((thread_state::TRACKED_WAIT, _, _, _, _, kind))
+                    if *kind == waitshim_format::ObjectKind::Thread as u8 + 1 => {}
+                Some((thread_state::TRACKED_WAIT, _, _, _, obj, _)) => {
+                    waiting.push(Waited::Object(*obj))
+                }
+                Some((thread_state::BLOCKED, sys, what, _, _, _)) => {
+                    waiting.push(Waited::Blocked(*sys, what.clone()))
+                }
+                _ => {}
+            }
+        }
+        if waiting.is_empty() || unused == 0 {
+            return;
+        }
+        let waited = dt.saturating_mul(waiting.len() as u64);
+        let lost = unused.min(waited);
+        l.lost_ns = l.lost_ns.saturating_add(lost);
+        let each = lost / waiting.len() as u64;
+        for w in waiting {
+            let key = if l.by.contains_key(&w) || l.by.len() < MAX_LOST_KEYS {
+                w
+            } else {
+                Waited::Other
+            };
+            let n = l.by.entry(key).or_default();
+            *n = n.saturating_add(each);
         }
     }
 
@@ -306,7 +405,12 @@ mod tests {
             syscall,
             arg0: 3,
             what: what.into(),
+            object_id: 0,
         }
+    }
+
+    fn add(s: &mut States, x: ThreadSamples) {
+        s.add_threads(x, 2);
     }
 
     fn sample(ns: u64, threads: Vec<ThreadState>) -> ThreadSamples {
@@ -321,19 +425,19 @@ mod tests {
     #[test]
     fn a_state_lasts_from_the_sample_that_saw_it_to_the_one_that_saw_it_change() {
         let mut s = States::default();
-        s.add_threads(sample(
-            100,
-            vec![entry(7, thread_state::RUNNING, -1, 50, "")],
-        ));
-        s.add_threads(sample(
-            110,
-            vec![entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]")],
-        ));
+        add(
+            &mut s,
+            sample(100, vec![entry(7, thread_state::RUNNING, -1, 50, "")]),
+        );
+        add(
+            &mut s,
+            sample(110, vec![entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]")]),
+        );
         // Unlisted at 120 and 130: still blocked in read.
-        s.add_threads(sample(
-            140,
-            vec![entry(7, thread_state::TRACKED_WAIT, 202, 2, "")],
-        ));
+        add(
+            &mut s,
+            sample(140, vec![entry(7, thread_state::TRACKED_WAIT, 202, 2, "")]),
+        );
         s.thread_exit(7, 175);
         s.finish(200);
         let t = &s.threads[&7];
@@ -354,7 +458,10 @@ mod tests {
     fn a_sample_written_after_the_threads_exit_does_not_outlive_it() {
         let mut s = States::default();
         s.thread_exit(7, 150);
-        s.add_threads(sample(100, vec![entry(7, thread_state::BLOCKED, 0, 5, "")]));
+        add(
+            &mut s,
+            sample(100, vec![entry(7, thread_state::BLOCKED, 0, 5, "")]),
+        );
         s.finish(1000);
         assert_eq!(s.threads[&7].other_ns(), 50);
     }
@@ -363,16 +470,70 @@ mod tests {
     fn kinds_past_the_limit_are_summed_as_other_calls() {
         let mut s = States::default();
         for i in 0..(MAX_BLOCKED_KINDS as i32 + 5) {
-            s.add_threads(sample(
-                u64::from(i as u32) * 10,
-                vec![entry(1, thread_state::BLOCKED, 1000 + i, 0, "")],
-            ));
+            add(
+                &mut s,
+                sample(
+                    u64::from(i as u32) * 10,
+                    vec![entry(1, thread_state::BLOCKED, 1000 + i, 0, "")],
+                ),
+            );
         }
         s.finish(1000);
         let t = &s.threads[&1];
         assert_eq!(t.blocked.len(), MAX_BLOCKED_KINDS);
         assert!(t.blocked.iter().any(|b| b.syscall == -2));
         assert_eq!(t.other_ns(), 1000);
+    }
+
+    #[test]
+    fn cpu_left_unused_while_threads_waited_is_lost_to_what_they_waited_for() {
+        let mut s = States::default();
+        let mut waiter = entry(2, thread_state::TRACKED_WAIT, 202, 0, "");
+        waiter.object_id = 9;
+        // Two CPUs. 0..100: one thread runs all along, the other waits on object 9: one CPU
+        // unused, lost to object 9.
+        add(
+            &mut s,
+            sample(0, vec![entry(1, thread_state::RUNNING, -1, 0, ""), waiter]),
+        );
+        add(
+            &mut s,
+            sample(100, vec![entry(1, thread_state::RUNNING, -1, 100, "")]),
+        );
+        assert_eq!(
+            (s.lost.capacity_ns, s.lost.used_ns, s.lost.lost_ns),
+            (200, 100, 100)
+        );
+        assert_eq!(s.lost.ranked(), vec![(&Waited::Object(9), 100)]);
+        // 100..200: both run (the waiter got it): nothing lost.
+        add(
+            &mut s,
+            sample(
+                200,
+                vec![
+                    entry(1, thread_state::RUNNING, -1, 100, ""),
+                    entry(2, thread_state::RUNNING, -1, 100, ""),
+                ],
+            ),
+        );
+        assert_eq!(s.lost.lost_ns, 100, "a CPU-bound phase loses nothing");
+        // 200..210 both run; 210..310 thread 1 waits on 9 and thread 2 is blocked in read, both
+        // CPUs unused: the 200 ns are shared between the two waits.
+        add(&mut s, sample(200, vec![]));
+        let mut reader = entry(2, thread_state::BLOCKED, 0, 0, "pipe:[1]");
+        reader.object_id = 0;
+        let mut w1 = entry(1, thread_state::TRACKED_WAIT, 202, 0, "");
+        w1.object_id = 9;
+        add(&mut s, sample(210, vec![w1, reader]));
+        add(&mut s, sample(310, vec![]));
+        assert_eq!(s.lost.lost_ns, 100 + 200);
+        assert_eq!(
+            s.lost.ranked(),
+            vec![
+                (&Waited::Object(9), 200),
+                (&Waited::Blocked(0, "pipe:[1]".into()), 100)
+            ]
+        );
     }
 
     #[test]

@@ -296,6 +296,7 @@ fn golden_log() -> Vec<u8> {
                     syscall: sys,
                     arg0: 4,
                     what: what.into(),
+                    object_id: 0,
                 },
                 ThreadState {
                     tid: 103,
@@ -307,6 +308,7 @@ fn golden_log() -> Vec<u8> {
                     syscall: 202,
                     arg0: 0x6010,
                     what: String::new(),
+                    object_id: 3,
                 },
             ],
             unsampled: 0,

@@ -712,9 +712,12 @@ wire_struct! {
         /// Its first argument (a descriptor for `read`, `recvfrom`, `accept`, ...; the address
         /// for `futex`).
         pub arg0: u64,
-        /// What that descriptor is (`pipe:[123]`, `socket:[456]`, a path), written when the
-        /// thread entered the state; empty when unchanged or not a descriptor.
+        /// What it waits on (`pipe:[123]`, `socket:[456] tcp 127.0.0.1:80 listening`, a
+        /// path, `child 42`), written when the thread entered the state; empty when unchanged
+        /// or nothing more than the call can be said.
         pub what: String,
+        /// In a tracked wait: the object's id in the log (0 if it has none).
+        pub object_id: u64,
     }
 }
 

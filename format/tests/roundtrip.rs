@@ -72,6 +72,7 @@ fn sample() -> Vec<Record> {
                 syscall: 0,
                 arg0: 5,
                 what: "pipe:[1234]".into(),
+                object_id: 0,
             }],
             unsampled: 1,
         }

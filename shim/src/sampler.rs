@@ -318,8 +318,8 @@ struct Followed {
     on_cpu: u64,
     delay: u64,
     slices: u64,
-    /// What was written last: state, tracked kind, system call and argument.
-    last: (u8, u8, i32, u64),
+    /// What was written last: state, tracked kind, system call, argument, object.
+    last: (u8, u8, i32, u64, u64),
     written: bool,
 }
 
@@ -464,7 +464,7 @@ impl Sampler {
                         on_cpu: 0,
                         delay: 0,
                         slices: 0,
-                        last: (0, 0, -1, 0),
+                        last: (0, 0, -1, 0, 0),
                         written: false,
                     });
                     seen.push(false);
@@ -483,21 +483,21 @@ impl Sampler {
                 seen[i] = false;
                 continue;
             };
-            let kind = tracked
+            let (kind, object_id) = tracked
                 .iter()
-                .find(|&&(t, _)| t == tid)
-                .map_or(0, |&(_, k)| k);
+                .find(|&&(t, _, _)| t == tid)
+                .map_or((0, 0), |&(_, k, id)| (k, id));
             let (state, nr, arg0) = match sys {
                 None => (thread_state::RUNNING, -1, 0),
                 Some((nr, arg0)) if kind != 0 => (thread_state::TRACKED_WAIT, nr, arg0),
                 Some((nr, arg0)) => (thread_state::BLOCKED, nr, arg0),
             };
-            let kind = if state == thread_state::TRACKED_WAIT {
-                kind
+            let (kind, object_id) = if state == thread_state::TRACKED_WAIT {
+                (kind, object_id)
             } else {
-                0
+                (0, 0)
             };
-            let now_state = (state, kind, nr, arg0);
+            let now_state = (state, kind, nr, arg0, object_id);
             let (d_cpu, d_delay, d_slices) = (
                 on_cpu.saturating_sub(f.on_cpu),
                 delay.saturating_sub(f.delay),
@@ -520,6 +520,7 @@ impl Sampler {
                     syscall: nr,
                     arg0,
                     what,
+                    object_id,
                 });
                 f.written = true;
                 f.last = now_state;

@@ -158,3 +158,41 @@ fn waits_outside_locks_are_named_by_their_call_and_resource() {
     let section = a.text.split("THREAD STATES").nth(1).expect("THREAD STATES");
     assert!(section.contains("\"acceptor\": accept"), "{section}");
 }
+
+/// Lost parallelism: two threads taking one mutex in turn leave one CPU's worth unused, lost to
+/// the mutex; two threads spinning in parallel lose nothing (main's joins do not count).
+#[test]
+fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
+    let lock = run_both("lost_phases", &["lock"]);
+    assert_eq!(lock.stdout_text(), "lost_phases: lock done\n");
+    let a = lock.analyze();
+    let log = a.log(0);
+    let lost = &log.0["thread_states"]["lost_parallelism"];
+    let mutex = log.object_created_at(
+        "lost_phases.c",
+        waitshim_tests::line_of("lost_phases.c", "lost-init"),
+    );
+    assert_eq!(lost["by"][0]["object_id"], mutex["object_id"], "{lost}");
+    assert!(
+        u(&lost["by"][0]["ns"]) >= 50_000_000,
+        "the mutex cost a CPU for much of 400 ms: {lost}"
+    );
+    let line = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("lost parallelism: "))
+        .unwrap_or_else(|| panic!("no lost parallelism line:\n{}", a.text));
+    assert!(
+        line.contains(&format!("on mutex#{}", mutex["object_id"])),
+        "{line}"
+    );
+
+    let cpu = run_both("lost_phases", &["cpu"]);
+    assert_eq!(cpu.stdout_text(), "lost_phases: cpu done\n");
+    let a = cpu.analyze();
+    let lost = &a.log(0).0["thread_states"]["lost_parallelism"];
+    assert!(
+        u(&lost["lost_ns"]) * 50 <= u(&lost["capacity_ns"]),
+        "a CPU-bound run loses (almost) nothing: {lost}"
+    );
+}

@@ -722,6 +722,23 @@ struct StatesJson {
     unsampled_threads: u32,
     threads: Vec<ThreadStatesJson>,
     cpus: CpusJson,
+    lost_parallelism: LostJson,
+}
+
+#[derive(Serialize)]
+struct LostJson {
+    capacity_ns: u64,
+    used_ns: u64,
+    lost_ns: u64,
+    by: Vec<LostToJson>,
+}
+
+#[derive(Serialize)]
+struct LostToJson {
+    object_id: Option<u64>,
+    syscall: Option<i32>,
+    what: Option<String>,
+    ns: u64,
 }
 
 #[derive(Serialize)]
@@ -784,6 +801,30 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                     .collect(),
             })
             .collect(),
+        lost_parallelism: LostJson {
+            capacity_ns: st.lost.capacity_ns,
+            used_ns: st.lost.used_ns,
+            lost_ns: st.lost.lost_ns,
+            by: st
+                .lost
+                .ranked()
+                .into_iter()
+                .map(|(k, ns)| {
+                    use crate::states::Waited;
+                    let (object_id, syscall, what) = match k {
+                        Waited::Object(id) => (Some(*id), None, None),
+                        Waited::Blocked(sys, w) => (None, Some(*sys), Some(w.clone())),
+                        Waited::Other => (None, None, None),
+                    };
+                    LostToJson {
+                        object_id,
+                        syscall,
+                        what,
+                        ns,
+                    }
+                })
+                .collect(),
+        },
         cpus: CpusJson {
             count: st.cpus,
             sampled_ns: st.cpu_sampled_ns,

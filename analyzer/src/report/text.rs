@@ -202,6 +202,7 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let _ = writeln!(out, "highwater: {} ({why})", m.hwm());
         }
     }
+    lost_parallelism(ctx, out);
     let broken = m.deadlocks_broken.len();
     if broken == 0 {
         let _ = writeln!(out, "deadlocks: {}", m.deadlocks.len());
@@ -263,6 +264,54 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             fmt_ns(m.rel(last.ns))
         );
     }
+}
+
+/// The summary's line on lost parallelism (seed 000), when the run was sampled.
+fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let l = &m.states.lost;
+    if !m.states.any() || l.capacity_ns == 0 {
+        return;
+    }
+    let ncpus = m.run.as_ref().map_or(1, |r| r.ncpus.max(1));
+    let mut line = format!(
+        "lost parallelism: {} of {} CPU time ({ncpus} CPUs; the program used {}) went unused \
+         while threads waited",
+        fmt_ns(l.lost_ns),
+        fmt_ns(l.capacity_ns),
+        percent(l.used_ns as f64 / l.capacity_ns as f64),
+    );
+    let ranked: Vec<(crate::states::Waited, u64)> = l
+        .ranked()
+        .into_iter()
+        .take(2)
+        .map(|(k, n)| (k.clone(), n))
+        .collect();
+    for (i, (what, n)) in ranked.iter().enumerate() {
+        let label = match what {
+            crate::states::Waited::Object(id) => ctx.object_label(*id),
+            crate::states::Waited::Blocked(sys, w) => {
+                crate::states::blocked_text(&crate::states::BlockedIn {
+                    syscall: *sys,
+                    what: w.clone(),
+                    ns: 0,
+                })
+            }
+            crate::states::Waited::Other => "other waits".into(),
+        };
+        let _ = write!(
+            line,
+            "{} {} on {label}",
+            if i == 0 { ":" } else { ";" },
+            percent(*n as f64 / l.lost_ns.max(1) as f64)
+        );
+    }
+    let _ = writeln!(
+        line,
+        " (from the sampler's states every {})",
+        fmt_ns(m.states.interval_ns)
+    );
+    out.push_str(&line);
 }
 
 fn stopped_text(why: Stopped) -> String {

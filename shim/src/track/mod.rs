@@ -978,16 +978,21 @@ impl Tracker {
         self.threads.contains_key(&tid)
     }
 
-    /// Each thread in a wait the shim tracks now: (tid, its object's kind as u8 plus 1), for
-    /// the sampler.
-    pub fn tracked_waits(&self) -> Vec<(u32, u8)> {
+    /// Each thread in a wait the shim tracks now: (tid, its object's kind as u8 plus 1, the
+    /// object's id in the log or 0), for the sampler.
+    pub fn tracked_waits(&self) -> Vec<(u32, u8, u64)> {
         self.threads
             .iter()
             .filter_map(|e| {
                 let t = e.value().0;
                 let p = t.waiting_on.load(Ordering::Acquire);
+                if p.is_null() {
+                    return None;
+                }
                 // SAFETY: tracking entries are leaked and never freed.
-                (!p.is_null()).then(|| (t.tid(), unsafe { &*p }.kind as u8 + 1))
+                let obj: &ObjEntry = unsafe { &*p };
+                let id = self.try_id_of(obj).unwrap_or(0);
+                Some((t.tid(), obj.kind as u8 + 1, id))
             })
             .collect()
     }
