@@ -321,6 +321,8 @@ struct Followed {
     /// What was written last: state, tracked kind, system call, argument, object.
     last: (u8, u8, i32, u64, u64),
     written: bool,
+    /// The thread registered with the shim (it is in its live count).
+    registered: bool,
 }
 
 /// The sampler's state, owned by the shim's thread.
@@ -336,6 +338,11 @@ pub struct Sampler {
     buf: Vec<u8>,
     /// Set when a look found nothing to follow with (no /proc): the sampler stops.
     broken: bool,
+    /// The threads of the last listing of `/proc/self/task`, the shim's live count then, and
+    /// looks since.
+    tids: Vec<u32>,
+    listed_live: i32,
+    looks_since_list: u32,
 }
 
 impl Sampler {
@@ -357,6 +364,9 @@ impl Sampler {
             tick_ns: 1_000_000_000 / hz,
             buf: vec![0u8; 64 * 1024],
             broken: false,
+            tids: Vec::new(),
+            listed_live: 0,
+            looks_since_list: 0,
         })
     }
 
@@ -428,15 +438,26 @@ impl Sampler {
             return;
         }
         let now = now_ns();
-        let Some(tids) = self.tids() else {
-            self.broken = true;
-            return;
-        };
-        let tracked = tr.tracked_waits();
+        // The directory is listed again when a thread started or ended (the shim's count of
+        // live threads moved) and every tenth look (threads the shim did not see created);
+        // in between the last list serves, less the threads found gone.
+        let live = tr.live.load(Ordering::Relaxed);
+        if self.tids.is_empty() || live != self.listed_live || self.looks_since_list >= 10 {
+            let Some(tids) = self.tids() else {
+                self.broken = true;
+                return;
+            };
+            self.tids = tids;
+            self.listed_live = live;
+            self.looks_since_list = 0;
+        } else {
+            self.looks_since_list += 1;
+        }
+        let tids = std::mem::take(&mut self.tids);
         let mut entries = Vec::new();
         let mut unsampled = 0u32;
         let mut seen = vec![false; self.followed.len()];
-        for tid in tids {
+        for &tid in &tids {
             if tid == self.own_tid {
                 continue;
             }
@@ -466,6 +487,7 @@ impl Sampler {
                         slices: 0,
                         last: (0, 0, -1, 0, 0),
                         written: false,
+                        registered: false,
                     });
                     seen.push(false);
                     self.followed.len() - 1
@@ -473,20 +495,25 @@ impl Sampler {
             };
             seen[i] = true;
             let f = &mut self.followed[i];
+            if !f.registered {
+                f.registered = tr.is_registered(tid);
+            }
             let Some((on_cpu, delay, slices)) =
                 pread_all(f.schedstat, &mut self.buf).and_then(parse_schedstat)
             else {
                 seen[i] = false;
                 continue;
             };
+            // A thread that neither ran nor waited for a CPU since the last look is where it
+            // was (to change state it must run): its syscall file, the costly read, is skipped.
+            if f.written && on_cpu == f.on_cpu && delay == f.delay {
+                continue;
+            }
             let Some(sys) = pread_all(f.syscall, &mut self.buf).map(parse_syscall) else {
                 seen[i] = false;
                 continue;
             };
-            let (kind, object_id) = tracked
-                .iter()
-                .find(|&&(t, _, _)| t == tid)
-                .map_or((0, 0), |&(_, k, id)| (k, id));
+            let (kind, object_id) = tr.tracked_wait_of(tid).unwrap_or((0, 0));
             let (state, nr, arg0) = match sys {
                 None => (thread_state::RUNNING, -1, 0),
                 Some((nr, arg0)) if kind != 0 => (thread_state::TRACKED_WAIT, nr, arg0),
@@ -533,13 +560,12 @@ impl Sampler {
             .followed
             .iter()
             .zip(&seen)
-            .filter(|(f, &seen)| {
-                seen && f.last.0 == thread_state::BLOCKED && tr.is_registered(f.tid)
-            })
+            .filter(|(f, &seen)| seen && f.last.0 == thread_state::BLOCKED && f.registered)
             .count();
         tr.blocked_elsewhere
             .store(elsewhere.min(i32::MAX as usize) as i32, Ordering::Relaxed);
         // Threads gone since the last look: their descriptors go.
+        let mut tids = tids;
         let mut i = 0;
         while i < self.followed.len() {
             if seen[i] {
@@ -547,10 +573,12 @@ impl Sampler {
                 continue;
             }
             let f = self.followed.swap_remove(i);
+            tids.retain(|&t| t != f.tid);
             seen.swap_remove(i);
             release(f.schedstat);
             release(f.syscall);
         }
+        self.tids = tids;
         if !entries.is_empty() || unsampled != 0 {
             tr.log.write(
                 &ThreadSamples {

@@ -978,23 +978,17 @@ impl Tracker {
         self.threads.contains_key(&tid)
     }
 
-    /// Each thread in a wait the shim tracks now: (tid, its object's kind as u8 plus 1, the
-    /// object's id in the log or 0), for the sampler.
-    pub fn tracked_waits(&self) -> Vec<(u32, u8, u64)> {
-        self.threads
-            .iter()
-            .filter_map(|e| {
-                let t = e.value().0;
-                let p = t.waiting_on.load(Ordering::Acquire);
-                if p.is_null() {
-                    return None;
-                }
-                // SAFETY: tracking entries are leaked and never freed.
-                let obj: &ObjEntry = unsafe { &*p };
-                let id = self.try_id_of(obj).unwrap_or(0);
-                Some((t.tid(), obj.kind as u8 + 1, id))
-            })
-            .collect()
+    /// The wait the shim tracks that thread `tid` is in now, if any: (its object's kind as u8
+    /// plus 1, the object's id in the log or 0), for the sampler.
+    pub fn tracked_wait_of(&self, tid: u32) -> Option<(u8, u64)> {
+        let e = self.threads.get(&tid)?;
+        let p = e.value().0.waiting_on.load(Ordering::Acquire);
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: tracking entries are leaked and never freed.
+        let obj: &ObjEntry = unsafe { &*p };
+        Some((obj.kind as u8 + 1, self.try_id_of(obj).unwrap_or(0)))
     }
 
     fn write_open_waits(&self, now: u64) {
