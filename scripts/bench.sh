@@ -11,6 +11,9 @@
 #                contended wait, and waiter_chain only at min_waiters 4 (never, with 4
 #                threads: counters only); each against native
 #   policy-one   the uncontended loop with a policy that selects one other object
+#   sampler      fixtures/bench_idle_threads.c (100 threads blocked in read, 2 computing):
+#                the shim with its sampler (every 10 ms) against the shim with
+#                WAITSHIM_SAMPLE=off, both columns under the shim (budget: 1 % of the run)
 #
 # Method: native and shim runs are paired and interleaved. Per scenario, first
 # BENCH_WARMUP untimed runs of each command, then BENCH_RUNS pairs of one native
@@ -51,7 +54,7 @@ cd "$WAITSHIM_ROOT"
 
 runs="${BENCH_RUNS:-15}"
 warmup="${BENCH_WARMUP:-2}"
-scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one}"
+scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one sampler}"
 uncontended_pairs=20000000
 shim="${BENCH_SHIM:-$WAITSHIM_ROOT/target/release/libwaitshim.so}"
 results_dir="$WAITSHIM_ROOT/target/bench"
@@ -78,7 +81,7 @@ mkdir -p "$logs" "$results_dir"
 shim_env="$(printf 'LD_PRELOAD=%q WAITSHIM_QUIET=1 WAITSHIM_LOG=%q' "$shim" "$logs/waitshim.%p.log")"
 
 say "compiling benchmark programs"
-scripts/build-fixtures.sh "$work" bench_uncontended bench_contended bench_condvar bench_sem
+scripts/build-fixtures.sh "$work" bench_uncontended bench_contended bench_condvar bench_sem bench_idle_threads
 
 failed=0
 summary=()
@@ -416,8 +419,19 @@ for scenario in $scenarios; do
             failed=1
         fi
         ;;
+    sampler)
+        # Both sides under the shim: the "native" column is the shim with the sampler off.
+        if measure sampler "$shim_env WAITSHIM_SAMPLE=off ./bench_idle_threads" \
+            "$shim_env ./bench_idle_threads"; then
+            check_logged sampler
+            report sampler 1.01
+        else
+            printf 'FAIL: sampler benchmark did not run\n' >&2
+            failed=1
+        fi
+        ;;
     *)
-        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz policy policy-one)"
+        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz policy policy-one sampler)"
         ;;
     esac
 done
