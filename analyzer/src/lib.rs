@@ -8,6 +8,8 @@
 pub mod crossproc;
 pub mod ending;
 pub mod findings;
+pub mod gate;
+pub mod launch;
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;
