@@ -199,8 +199,12 @@ pub fn worse(old: f64, new: f64, tolerance: f64, floor: f64) -> bool {
     new > old * (1.0 + tolerance) && new - old > floor
 }
 
-/// Floor of ratio figures (5 percentage points) and of highwater marks (1 thread).
+/// Floor of ratios of counts (5 percentage points), of shares of time (15 points: on a loaded
+/// CI machine the share of time a run's threads wait moves by several points between identical
+/// runs, 0.5% to 10.9% over 25 runs of `fixtures/gate_load.c` with two compilers running) and of
+/// highwater marks (1 thread).
 pub const RATIO_FLOOR: f64 = 0.05;
+pub const SHARE_FLOOR: f64 = 0.15;
 pub const HWM_FLOOR: f64 = 1.0;
 
 fn describe_change(name: &str, old: f64, new: f64) -> String {
@@ -240,9 +244,9 @@ fn compare_scaled(old: &Scaled, new: &Scaled, tolerance: f64) -> Vec<String> {
         new.waits_per_acquisition,
         RATIO_FLOOR,
     );
-    figure("wait_share", old.wait_share, new.wait_share, RATIO_FLOOR);
+    figure("wait_share", old.wait_share, new.wait_share, SHARE_FLOOR);
     if let (Some(o), Some(n)) = (old.lost_parallelism, new.lost_parallelism) {
-        figure("lost_parallelism", o, n, RATIO_FLOOR);
+        figure("lost_parallelism", o, n, SHARE_FLOOR);
     }
     figure("hwm", old.hwm as f64, new.hwm as f64, HWM_FLOOR);
     out
@@ -309,7 +313,7 @@ pub fn compare(base: &Baseline, figs: &[Figures], tolerance: f64) -> Vec<Failure
                     }
                 }
                 None => {
-                    if n.wait_share > RATIO_FLOOR || n.hwm as f64 > HWM_FLOOR + 1.0 {
+                    if n.wait_share > SHARE_FLOOR || n.hwm as f64 > HWM_FLOOR + 1.0 {
                         fail(
                             format!(
                                 "baseline: {program}, {key}: newly contended: wait_share {:.1}%, hwm {}, contended_ratio {:.1}%",

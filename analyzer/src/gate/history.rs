@@ -19,7 +19,8 @@
 //! contended objects are stored). With `m` their median and `s = 1.4826 × MAD` (the median
 //! absolute deviation, scaled to be a standard deviation for normal noise), the run alerts when
 //! the figure is above `m + 4·s` *and* above `m` by more than an absolute floor (5 points for a
-//! ratio, 1 for a count) *and* by more than 25% of `m`. There must be at least 5 earlier runs.
+//! ratio of counts, 15 points for a share of time, 1 for a highwater, 0.5 for deadlocks and
+//! inversions) *and* by more than 25% of `m`. There must be at least 5 earlier runs.
 //! Median and MAD are not pulled by the odd slow run the way a mean and a standard deviation
 //! are, and the two floors keep a figure that never moves (MAD 0) from alerting on a tiny step.
 
@@ -252,7 +253,14 @@ struct Pg {
 }
 
 fn pg_err(e: postgres::Error) -> String {
-    format!("PostgreSQL: {e}")
+    // The error's own text is only "db error" for what the server said: say what it said.
+    match e.as_db_error() {
+        Some(db) => format!("PostgreSQL: {}: {}", db.severity(), db.message()),
+        None => match std::error::Error::source(&e) {
+            Some(src) => format!("PostgreSQL: {e}: {src}"),
+            None => format!("PostgreSQL: {e}"),
+        },
+    }
 }
 
 impl Pg {
@@ -260,7 +268,7 @@ impl Pg {
         let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(pg_err)?;
         let mut tx = client.transaction().map_err(pg_err)?;
         // One migrator at a time: the others wait here, then find the schema done.
-        tx.execute("SELECT pg_advisory_xact_lock(7_316_501_016)", &[])
+        tx.execute("SELECT pg_advisory_xact_lock(7316501016)", &[])
             .map_err(pg_err)?;
         tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
             .map_err(pg_err)?;
@@ -433,7 +441,8 @@ fn floor_of(metric: &str) -> f64 {
     match metric {
         "hwm" => 1.0,
         "deadlocks" | "inversions" => 0.5,
-        _ => 0.05,
+        "wait_share" | "lost_parallelism" => baseline::SHARE_FLOOR,
+        _ => baseline::RATIO_FLOOR,
     }
 }
 
@@ -693,13 +702,15 @@ mod tests {
         assert!((m - 0.10).abs() < 1e-9);
         assert!(t >= 0.15 - 1e-9, "{t}");
         // A figure that never moved: the floors decide.
-        let (t, _, mad) = threshold(&[0.0; 8], "wait_share").unwrap();
+        let (t, _, mad) = threshold(&[0.0; 8], "contended_ratio").unwrap();
         assert_eq!(mad, 0.0);
         assert!((t - 0.05).abs() < 1e-9);
+        let (t, _, _) = threshold(&[0.0; 8], "wait_share").unwrap();
+        assert!((t - 0.15).abs() < 1e-9);
         let (t, _, _) = threshold(&[1.0, 1.0, 1.0, 1.0, 1.0, 1.0], "hwm").unwrap();
         assert_eq!(t, 2.0);
         // One wild run in the history does not raise the bar much.
-        let (t, _, _) = threshold(&[0.1, 0.1, 0.9, 0.1, 0.1, 0.1], "wait_share").unwrap();
+        let (t, _, _) = threshold(&[0.1, 0.1, 0.9, 0.1, 0.1, 0.1], "contended_ratio").unwrap();
         assert!(t < 0.2, "{t}");
     }
 
