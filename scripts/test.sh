@@ -32,6 +32,9 @@ trap on_exit EXIT
 step "system packages"
 ensure_compilers
 ensure_packages pigz tmux
+# The history test on PostgreSQL starts a throw-away cluster of its own (skipped, saying so,
+# when the server cannot be installed).
+ensure_packages postgresql || say "PostgreSQL could not be installed: its history test will be skipped"
 
 step "Rust components (clippy, rustfmt)"
 ensure_rust_components

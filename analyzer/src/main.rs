@@ -26,7 +26,7 @@ use waitshim_analyze::{Options, SortKey};
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, policy, why-no-log) is read as a log when written \
+    after_help = "A log file named like a command (top, request, policy, why-no-log, check, baseline, history, run) is read as a log when written \
                   as a path: ./top."
 )]
 struct Cli {
