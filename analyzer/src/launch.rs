@@ -97,7 +97,29 @@ fn launch(opts: &RunOptions, dir: &Path, shim: &Path, err: &mut dyn Write) -> Re
         .env("WAITSHIM_LOG", dir.join("waitshim.%p.log"))
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
-    let status = match opts.timeout {
+    // Ctrl-C reaches the command (same process group) and ends it; the launcher stays to report
+    // on what it left. Ignored only now: an ignored signal would stay ignored in the command.
+    // SAFETY: setting a signal's disposition to SIG_IGN, and back to what it was, below.
+    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let status = wait_for(opts, &mut child, program, err);
+    // SAFETY: as above.
+    unsafe { libc::signal(libc::SIGINT, old_int) };
+    let status = status?;
+    Ok(match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    })
+}
+
+/// Waits for the command, stopping it after `opts.timeout`.
+fn wait_for(
+    opts: &RunOptions,
+    child: &mut std::process::Child,
+    program: &std::ffi::OsStr,
+    err: &mut dyn Write,
+) -> Result<std::process::ExitStatus, String> {
+    Ok(match opts.timeout {
         None => child
             .wait()
             .map_err(|e| format!("waiting for the command: {e}"))?,
@@ -132,11 +154,6 @@ fn launch(opts: &RunOptions, dir: &Path, shim: &Path, err: &mut dyn Write) -> Re
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-    };
-    Ok(match (status.code(), status.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => 1,
     })
 }
 
