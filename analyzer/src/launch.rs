@@ -212,6 +212,10 @@ pub fn run(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         Ok(s) => s,
         Err(msg) => {
             let _ = writeln!(err, "waitshim-analyze run: {msg}");
+            if opts.log_dir.is_none() {
+                // The directory made for this run, empty: nothing ran.
+                let _ = std::fs::remove_dir(&dir);
+            }
             return crate::EXIT_BAD_INPUT;
         }
     };

@@ -221,6 +221,7 @@ fn run_reports_every_process_and_passes_the_exit_status_through() {
 
     // --check with a passing gate keeps the command's status; --json reports as JSON.
     let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
         .args(["run", "--check", "--json", "--shim"])
         .arg(shim_path())
         .arg("--")
@@ -236,6 +237,7 @@ fn run_reports_every_process_and_passes_the_exit_status_through() {
 
     // A failing --fail-if makes it 1.
     let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
         .args([
             "run",
             "--no-report",
@@ -591,4 +593,46 @@ fn history_on_postgresql() {
         }
     };
     history_scenario(&cluster.url());
+}
+
+#[test]
+fn run_timeout_stops_a_command_that_runs_too_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = Instant::now();
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args([
+            "run",
+            "--no-report",
+            "--timeout",
+            "300ms",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    // SIGTERM: 128 + 15.
+    assert_eq!(code(&o), 143, "{err}");
+    assert!(err.contains("sending SIGTERM"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    // A command that cannot be started is an error of the launcher (2), not the command's.
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the sleep's directory is left"
+    );
+    let o = Command::new(analyzer_path())
+        .args(["run", "--shim", "/nonexistent/libwaitshim.so", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    assert!(text(&o).1.contains("no shim at"), "{:?}", text(&o));
 }
