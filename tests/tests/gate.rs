@@ -43,30 +43,29 @@ fn check(args: &[&str], log: &Path) -> Output {
 
 #[test]
 fn check_exit_codes_clean_inversion_fail_if_garbage_and_bad_expressions() {
-    let clean = load(3);
+    // convoy 3: the first holder sleeps 200 ms while the other two pile up: HWM 2.
+    let clean = Launch::fixture("convoy").arg("3").run();
+    clean.assert_success();
     let log = clean.single_log();
     let o = check(&[], log);
     assert_eq!(code(&o), 0, "{:?}", text(&o));
     assert!(text(&o).1.contains("passed"), "{:?}", text(&o));
 
-    // hwm is 2 (3 workers): true and false expressions, units, combinations.
-    let creation = line_of("gate_load.c", "creation-site");
+    // True and false expressions, units, combinations.
+    let creation = line_of("convoy.c", "creation-site");
     let o = check(&["--fail-if", "hwm > 1"], log);
     assert_eq!(code(&o), 1, "{:?}", text(&o));
     let (out, _) = text(&o);
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("hwm = 2"), "{out}");
-    assert!(out.contains(&format!("gate_load.c:{creation}")), "{out}");
+    assert!(out.contains(&format!("convoy.c:{creation}")), "{out}");
     for (expr, want) in [
         ("hwm > 2", 0),
         ("hwm >= 2 && threads == 4", 1),
         ("hwm > 5 || !(deadlocks == 0)", 0),
-        (&format!("wait_total(\"gate_load.c:{creation}\") > 1ns"), 1),
-        (
-            &format!("wait_total(\"gate_load.c:{creation}\") > 1000s"),
-            0,
-        ),
-        ("waits(\"load_lock\") > 0 && contended_ratio > 0", 1),
+        (&format!("wait_total(\"convoy.c:{creation}\") > 100ms"), 1),
+        (&format!("wait_total(\"convoy.c:{creation}\") > 1000s"), 0),
+        ("waits(\"convoy_lock\") == 2 && contended_ratio > 60%", 1),
         ("lost_parallelism > 100%", 0),
         ("wait_total(\"no_such.c:1\") > 0ns", 0),
     ] {
@@ -96,7 +95,7 @@ fn check_exit_codes_clean_inversion_fail_if_garbage_and_bad_expressions() {
     let line = out.lines().next().unwrap_or_default();
     assert!(line.starts_with("::error file="), "{out}");
     assert!(
-        line.contains(&format!("gate_load.c,line={creation},")),
+        line.contains(&format!("convoy.c,line={creation},")),
         "{out}"
     );
     let o = check(&["--format", "gitlab", "--fail-if", "hwm > 1"], log);
@@ -107,7 +106,7 @@ fn check_exit_codes_clean_inversion_fail_if_garbage_and_bad_expressions() {
         item["location"]["path"]
             .as_str()
             .unwrap()
-            .ends_with("gate_load.c"),
+            .ends_with("convoy.c"),
         "{report}"
     );
     assert_eq!(item["location"]["lines"]["begin"], creation);
@@ -342,7 +341,8 @@ fn baselines_are_stable_and_name_what_got_worse() {
     let o = check(&["--baseline", b], worse.single_log());
     assert_eq!(code(&o), 1, "{:?}", text(&o));
     let (out, _) = text(&o);
-    assert!(out.contains("hwm rose from 1 to 5"), "{out}");
+    // Six workers queue up to five deep; how deep they got is not forced.
+    assert!(out.contains("hwm rose from 1 to "), "{out}");
     assert!(out.contains(&key), "{out}");
     // A damaged baseline is an input error.
     std::fs::write(&base, "{\"format\": 3}").unwrap();
@@ -383,7 +383,7 @@ fn history_scenario(db: &str) {
     assert!(
         alerts
             .iter()
-            .any(|a| a["metric"] == "hwm" && a["scope"].as_str().unwrap().contains(&site)),
+            .any(|a| a["scope"].as_str().unwrap().contains(&site)),
         "{out}"
     );
     let o = hist(&["history", "show", "--last", "1000"], &[]);

@@ -20,15 +20,19 @@ use crate::findings::Group;
 
 pub const FORMAT: &str = "waitshim-baseline/1";
 
-/// Figures of the run (over its locks), or of the objects created at one site.
+/// Figures of the run over its locks, or of the locks created at one site. Waits for condition
+/// variables, semaphores, barriers and joins are left out: they are mostly idle time (no work),
+/// whose share of the run swings with the machine's load and says nothing about contention.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Scaled {
     pub contended_ratio: f64,
     pub hwm: u64,
-    /// Only in run figures: the lock group's wait over the threads' time.
+    /// Only in run figures: the locks' wait over the threads' time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_parallelism: Option<f64>,
-    pub wait_share: f64,
+    /// Only in object figures: their wait over the threads' time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_share: Option<f64>,
     pub waits_per_acquisition: f64,
 }
 
@@ -69,7 +73,7 @@ fn scaled(s: &Sums, thread_time: u64, run: bool) -> Scaled {
         contended_ratio: round(ratio(s.contended, s.acquisitions)),
         hwm: s.max_waiters,
         lost_parallelism: run.then_some(share),
-        wait_share: share,
+        wait_share: (!run).then_some(share),
         waits_per_acquisition: round(ratio(s.blocking, s.acquisitions)),
     }
 }
@@ -103,10 +107,8 @@ fn by_program(figs: &[Figures]) -> BTreeMap<String, Summed<'_>> {
         s.thread_time = s.thread_time.saturating_add(f.thread_time_ns);
         s.hwm = s.hwm.max(f.hwm);
         s.deadlocks += f.deadlocks.len() as u64;
-        for o in f.objects.values() {
-            if o.group == Some(Group::Lock) {
-                s.run.push(o);
-            }
+        for o in f.objects.values().filter(|o| o.group == Some(Group::Lock)) {
+            s.run.push(o);
             if o.contended > 0 || o.wait_ns > 0 {
                 s.objects.entry(object_key(o)).or_default().push(o);
             }
@@ -244,7 +246,9 @@ fn compare_scaled(old: &Scaled, new: &Scaled, tolerance: f64) -> Vec<String> {
         new.waits_per_acquisition,
         RATIO_FLOOR,
     );
-    figure("wait_share", old.wait_share, new.wait_share, SHARE_FLOOR);
+    if let (Some(o), Some(n)) = (old.wait_share, new.wait_share) {
+        figure("wait_share", o, n, SHARE_FLOOR);
+    }
     if let (Some(o), Some(n)) = (old.lost_parallelism, new.lost_parallelism) {
         figure("lost_parallelism", o, n, SHARE_FLOOR);
     }
@@ -313,11 +317,12 @@ pub fn compare(base: &Baseline, figs: &[Figures], tolerance: f64) -> Vec<Failure
                     }
                 }
                 None => {
-                    if n.wait_share > SHARE_FLOOR || n.hwm as f64 > HWM_FLOOR + 1.0 {
+                    let share = n.wait_share.unwrap_or(0.0);
+                    if share > SHARE_FLOOR || n.hwm as f64 > HWM_FLOOR + 1.0 {
                         fail(
                             format!(
                                 "baseline: {program}, {key}: newly contended: wait_share {:.1}%, hwm {}, contended_ratio {:.1}%",
-                                n.wait_share * 100.0,
+                                share * 100.0,
                                 n.hwm,
                                 n.contended_ratio * 100.0
                             ),
@@ -374,7 +379,7 @@ mod tests {
         p.objects.insert(
             "mutex z.c:1 (f)".into(),
             Scaled {
-                wait_share: round(1.0 / 3.0),
+                wait_share: Some(round(1.0 / 3.0)),
                 ..Scaled::default()
             },
         );

@@ -32,20 +32,21 @@ use super::baseline::{self, Scaled};
 use super::cli::HistoryCommand;
 use super::metrics::Figures;
 
-/// Reads a regular file of at most `max` bytes as text.
+/// Reads a file the user named (a regular file, or a pipe: `--baseline <(...)`) as text, at
+/// most `max` bytes of it.
 pub fn read_small(path: &Path, max: u64) -> Result<String, String> {
     let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".into());
+    if meta.is_dir() {
+        return Err("a directory, not a file".into());
     }
-    if meta.len() > max {
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > max {
         return Err(format!("larger than {max} bytes"));
     }
-    let mut s = String::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(max).read_to_string(&mut s))
-        .map_err(|e| e.to_string())?;
-    Ok(s)
+    String::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())
 }
 
 /// The schema version this analyzer writes.
@@ -370,7 +371,9 @@ fn put(metrics: &mut BTreeMap<(String, String), f64>, scope: &str, s: &Scaled) {
     };
     set("contended_ratio", s.contended_ratio);
     set("waits_per_acquisition", s.waits_per_acquisition);
-    set("wait_share", s.wait_share);
+    if let Some(w) = s.wait_share {
+        set("wait_share", w);
+    }
     set("hwm", s.hwm as f64);
     if let Some(l) = s.lost_parallelism {
         set("lost_parallelism", l);
