@@ -336,8 +336,12 @@ fn baselines_are_stable_and_name_what_got_worse() {
     let o = check(&["--baseline", b], worse.single_log());
     assert_eq!(code(&o), 1, "{:?}", text(&o));
     let (out, _) = text(&o);
-    // Six workers queue up to five deep; how deep they got is not forced.
-    assert!(out.contains("hwm rose from 1 to "), "{out}");
+    // Six workers queue up to five deep and wait most of their time; how deep they got, and
+    // how long they waited, is not forced: one of the figures must have risen, at the lock.
+    assert!(
+        out.contains("hwm rose from 1 to ") || out.contains("wait_share rose from"),
+        "{out}"
+    );
     assert!(out.contains(&key), "{out}");
     // A damaged baseline is an input error.
     std::fs::write(&base, "{\"format\": 3}").unwrap();
