@@ -635,3 +635,29 @@ fn run_timeout_stops_a_command_that_runs_too_long() {
     assert_eq!(code(&o), 2, "{:?}", text(&o));
     assert!(text(&o).1.contains("no shim at"), "{:?}", text(&o));
 }
+
+#[test]
+fn run_history_job_adds_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("h.sqlite");
+    let db = db.to_str().unwrap();
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args([
+            "run",
+            "--no-report",
+            "--history-job",
+            "launch",
+            "--db",
+            db,
+            "--",
+        ])
+        .arg(fixture("gate_load"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let o = analyzer(&["history", "show", "--job", "launch", "--db", db], &[]);
+    let (out, _) = text(&o);
+    assert!(out.starts_with("job launch: 1 run(s)"), "{out}");
+    assert!(out.contains("gate_load: run lost_parallelism"), "{out}");
+}
