@@ -7,6 +7,7 @@
 
 pub mod crossproc;
 pub mod ending;
+pub mod export;
 pub mod findings;
 pub mod gate;
 pub mod launch;
@@ -16,6 +17,7 @@ pub mod policycheck;
 pub mod read;
 pub mod report;
 pub mod request;
+pub mod states;
 pub mod symbolize;
 pub mod table;
 pub mod top;

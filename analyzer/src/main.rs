@@ -16,6 +16,7 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze top [--pid PID | FILE] [--once] [--interval MS]\n       \
                       waitshim-analyze request PID [--timeout SECS] [--quiet]\n       \
                       waitshim-analyze policy check FILE\n       \
+                      waitshim-analyze export --format FORMAT -o OUT FILE...\n       \
                       waitshim-analyze why-no-log -- CMD [ARGS]\n       \
                       waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab]\n       \
                       waitshim-analyze baseline -o FILE LOG...\n       \
@@ -26,7 +27,7 @@ use waitshim_analyze::{Options, SortKey};
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, policy, why-no-log, check, baseline, history, run) is read as a log when written \
+    after_help = "A log file named like a command (top, request, export, policy, why-no-log, check, baseline, history, run) is read as a log when written \
                   as a path: ./top."
 )]
 struct Cli {
@@ -66,6 +67,10 @@ enum Command {
     /// Ask a program running under the shim for a snapshot of its data (the shim writes its
     /// counters and pending records to the log), then print the report of the log as it stands.
     Request(RequestArgs),
+    /// Write the run in a format other tools open: pprof (gzipped profile.proto), folded
+    /// (stacks weighted by wait ns), flamegraph (SVG), chrome (Trace Event JSON) or perfetto
+    /// (native protobuf trace). See README, section Exports.
+    Export(ExportArgs),
     /// Collection policies (WAITSHIM_POLICY).
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -102,6 +107,28 @@ enum Command {
 enum PolicyCommand {
     /// Validate a policy file offline and explain in words what it will collect.
     Check { file: PathBuf },
+}
+
+#[derive(Args)]
+struct ExportArgs {
+    /// pprof, folded, flamegraph, chrome or perfetto.
+    #[arg(long, value_name = "FORMAT",
+          value_parser = |s: &str| s.parse::<waitshim_analyze::export::Format>())]
+    format: waitshim_analyze::export::Format,
+    /// Whose call chains the profiles (pprof, folded, flamegraph) show: waiters (where threads
+    /// waited) or holders (where the holder released what they waited for).
+    #[arg(long, value_name = "SIDE", default_value = "waiters",
+          value_parser = |s: &str| s.parse::<waitshim_analyze::export::Side>())]
+    side: waitshim_analyze::export::Side,
+    /// The file to write (replaced when the export succeeds; `-` is stdout).
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: PathBuf,
+    /// Do not open the program's binaries: show chains as module+offset.
+    #[arg(long)]
+    no_symbols: bool,
+    /// Log files; several go into one export.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -185,6 +212,15 @@ fn main() {
                 },
             };
             waitshim_analyze::request::run(&opts, out, err)
+        }
+        Some(Command::Export(x)) => {
+            let opts = waitshim_analyze::export::ExportOptions {
+                format: x.format,
+                side: x.side,
+                output: x.output,
+                symbols: !x.no_symbols,
+            };
+            waitshim_analyze::export::run(&x.files, &opts, err)
         }
         Some(Command::Policy(PolicyCommand::Check { file })) => {
             waitshim_analyze::policycheck::run(&file, out, err)

@@ -705,6 +705,8 @@ pub struct Model {
     /// Latest timestamp any record carried: where the log's knowledge of the run ends.
     pub last_ns: u64,
     pub overflow: Overflow,
+    /// What the shim's sampler saw of the threads and CPUs.
+    pub states: crate::states::States,
     wait_site_count: usize,
 }
 
@@ -718,6 +720,8 @@ impl Model {
     pub fn finish(&mut self) {
         self.objects.finish();
         self.threads.finish();
+        let end = self.run_end.as_ref().map_or(self.last_ns, |e| e.ns);
+        self.states.finish(end);
     }
 
     /// Monotonic time the run started; 0 when the start record is missing.
@@ -879,6 +883,14 @@ impl Model {
                 self.seen(r.ns);
                 self.run_end = Some(r);
             }
+            Record::ThreadSamples(t) => {
+                self.seen(t.ns);
+                self.states.add_threads(t);
+            }
+            Record::CpuSample(c) => {
+                self.seen(c.ns);
+                self.states.add_cpus(c);
+            }
             Record::OpenWaits(mut w) => {
                 self.seen(w.ns);
                 let cut = cut_list(&mut w.waits, MAX_OPEN_WAITS);
@@ -934,6 +946,7 @@ impl Model {
             }
             Record::ThreadExit(e) => {
                 self.seen(e.ns);
+                self.states.thread_exit(e.tid, e.ns);
                 if let Some(t) = self.thread(e.tid) {
                     t.exit_ns = Some(e.ns);
                 }

@@ -276,6 +276,47 @@ fn golden_log() -> Vec<u8> {
             counters: vec![],
         });
     }
+    // The sampler: thread 109 ran, then blocked in read on a pipe until it exited; thread 103
+    // waited on a tracked object; the CPUs were half idle.
+    for (ns, state, sys, what) in [
+        (100, thread_state::RUNNING, -1, ""),
+        (200, thread_state::BLOCKED, 0, "pipe:[77]"),
+    ] {
+        b.push(ThreadSamples {
+            ns: T0 + ns * MS,
+            interval_ns: 10 * MS,
+            threads: vec![
+                ThreadState {
+                    tid: 109,
+                    state,
+                    waiting_kind: 0,
+                    on_cpu_ns: 40 * MS,
+                    run_delay_ns: 5 * MS,
+                    timeslices: 3,
+                    syscall: sys,
+                    arg0: 4,
+                    what: what.into(),
+                },
+                ThreadState {
+                    tid: 103,
+                    state: thread_state::TRACKED_WAIT,
+                    waiting_kind: ObjectKind::Mutex as u8 + 1,
+                    on_cpu_ns: MS,
+                    run_delay_ns: 0,
+                    timeslices: 1,
+                    syscall: 202,
+                    arg0: 0x6010,
+                    what: String::new(),
+                },
+            ],
+            unsampled: 0,
+        });
+        b.push(CpuSample {
+            ns: T0 + ns * MS,
+            idle_ns: vec![50 * MS, 50 * MS],
+            iowait_ns: vec![0, MS],
+        });
+    }
     // A thread still waiting at the last look, for an object a thread of another process held.
     b.push(OpenWaits {
         ns: T0 + 2995 * MS,

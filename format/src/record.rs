@@ -678,6 +678,70 @@ wire_struct! {
     }
 }
 
+/// Thread states in [`ThreadState::state`], as the sampler saw each thread.
+pub mod thread_state {
+    /// Not blocked: on a CPU or ready for one (`ThreadState::on_cpu_ns` and `run_delay_ns`
+    /// tell how the interval split).
+    pub const RUNNING: u8 = 1;
+    /// Blocked in a system call (`ThreadState::syscall`), or asleep outside one (`syscall`
+    /// -1), and not in a wait the shim tracks.
+    pub const BLOCKED: u8 = 2;
+    /// In a wait the shim tracks (a pthread call or a futex word it follows):
+    /// `ThreadState::waiting_kind` says on what kind of object.
+    pub const TRACKED_WAIT: u8 = 3;
+    /// Stopped (job control or a tracer).
+    pub const STOPPED: u8 = 4;
+}
+
+wire_struct! {
+    /// What one thread did since its previous [`ThreadSamples`] entry (its first: since it
+    /// started), and the state it was in at the sample.
+    pub struct ThreadState {
+        pub tid: u32,
+        /// [`thread_state`].
+        pub state: u8,
+        /// [`ObjectKind`] as u8 plus 1 in a tracked wait, else 0.
+        pub waiting_kind: u8,
+        /// Time on a CPU and time ready but waiting for one (the kernel's schedstat: exact),
+        /// and the timeslices run, since the previous entry.
+        pub on_cpu_ns: u64,
+        pub run_delay_ns: u64,
+        pub timeslices: u32,
+        /// The system call it was blocked in (the machine's number), -1 when none.
+        pub syscall: i32,
+        /// Its first argument (a descriptor for `read`, `recvfrom`, `accept`, ...; the address
+        /// for `futex`).
+        pub arg0: u64,
+        /// What that descriptor is (`pipe:[123]`, `socket:[456]`, a path), written when the
+        /// thread entered the state; empty when unchanged or not a descriptor.
+        pub what: String,
+    }
+}
+
+wire_struct! {
+    /// A sample of the program's threads, by the shim's thread (`WAITSHIM_SAMPLE`): one entry
+    /// per thread that ran, waited for a CPU, or changed state since the previous sample.
+    /// Threads not listed stayed as they were.
+    pub struct ThreadSamples {
+        pub ns: u64,
+        /// The sampling interval.
+        pub interval_ns: u64,
+        pub threads: Vec<ThreadState>,
+        /// Threads of the process the sampler does not follow (beyond its descriptor budget).
+        pub unsampled: u32,
+    }
+}
+
+wire_struct! {
+    /// How long each CPU of the machine was idle since the previous sample (`/proc/stat`,
+    /// in the kernel's clock ticks turned to ns): the machine's, not only this program's.
+    pub struct CpuSample {
+        pub ns: u64,
+        pub idle_ns: Vec<u64>,
+        pub iowait_ns: Vec<u64>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -749,4 +813,6 @@ records! {
     Exec = 29,
     ObjectsQuiet = 30,
     OpenWaits = 31,
+    ThreadSamples = 32,
+    CpuSample = 33,
 }

@@ -92,7 +92,7 @@ macro_rules! int_field {
         }
     )*};
 }
-int_field!(u8, u16, u32, u64, i64);
+int_field!(u8, u16, u32, u64, i32, i64);
 
 fn read_len(c: &mut Cursor<'_>, min_item: usize) -> Result<usize, DecodeError> {
     let n = u32::decode(c)? as usize;

@@ -59,6 +59,29 @@ fn sample() -> Vec<Record> {
             text: "hello".into(),
         }
         .into(),
+        ThreadSamples {
+            ns: 20,
+            interval_ns: 10_000_000,
+            threads: vec![ThreadState {
+                tid: 44,
+                state: thread_state::BLOCKED,
+                waiting_kind: 0,
+                on_cpu_ns: 1_500,
+                run_delay_ns: 300,
+                timeslices: 2,
+                syscall: 0,
+                arg0: 5,
+                what: "pipe:[1234]".into(),
+            }],
+            unsampled: 1,
+        }
+        .into(),
+        CpuSample {
+            ns: 21,
+            idle_ns: vec![10_000_000, 0],
+            iowait_ns: vec![0, 0],
+        }
+        .into(),
     ]
 }
 

@@ -43,7 +43,7 @@
 //! | `object_name` | glob | objects named so through `waitshim_name_object` |
 //! | `creation_site` | glob | objects whose creation (or first-use) call chain has a frame whose function matches, by its symbol or by its demangled name as reports show it, e.g. `"db_*"`, `"db::Pool::*"` |
 //! | `thread_name` | glob | waits by threads with this name (`pthread_setname_np`, `waitshim_name_thread`) |
-//! | `thread_group` | glob | waits by threads whose start routine's symbol matches (`"main"` for the main thread) |
+//! | `thread_group` | glob | waits by threads whose start routine matches, by its symbol or its demangled name (`"db::Pool::worker*"`; `"main"` for the main thread) |
 //!
 //! Globs: `*`, `?`, `[abc]`, `[a-z]`, `[!x]`, `\` escapes; case-sensitive; see [`Glob`].
 //!

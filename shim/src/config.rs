@@ -6,6 +6,7 @@
 //! - `WAITSHIM_DISABLE=1`: load but trace nothing.
 //! - `WAITSHIM_POLICY`: a policy file (JSON) deciding when the expensive data is collected.
 //! - `WAITSHIM_SIGNAL`: the data request signal (default `SIGRTMAX-3`; `none` disables).
+//! - `WAITSHIM_SAMPLE`: the sampler's interval (`10ms` default, `1ms` to `10s`; `off`).
 
 #[derive(Clone)]
 pub struct Config {
@@ -15,6 +16,38 @@ pub struct Config {
     pub disabled: bool,
     pub policy: Option<String>,
     pub signal: Option<String>,
+    /// The sampler's interval in ns; 0: off.
+    pub sample_ns: u64,
+}
+
+/// The sampler's interval when `WAITSHIM_SAMPLE` is not set.
+pub const DEFAULT_SAMPLE_NS: u64 = 10_000_000;
+
+/// `WAITSHIM_SAMPLE`: `off` (or `0`), or a duration from 1 ms to 10 s (`10ms`, `0.5s`,
+/// `2000us`; a bare number is milliseconds). The interval in ns, 0 for off.
+pub fn parse_sample(v: &str) -> Result<u64, String> {
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("off") || v == "0" {
+        return Ok(0);
+    }
+    let split = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let scale = match unit.trim() {
+        "" | "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "s" => 1e9,
+        _ => return Err(format!("unknown unit {unit:?} (use us, ms or s)")),
+    };
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{v:?} is not a duration like 10ms or off"))?;
+    let ns = (n * scale).round();
+    if !(1e6..=1e10).contains(&ns) {
+        return Err(format!("{v} is outside 1ms..10s"));
+    }
+    Ok(ns as u64)
 }
 
 fn env(name: &[u8]) -> Option<Vec<u8>> {
@@ -64,8 +97,16 @@ impl Config {
             }
             None => b"waitshim.%p.log".to_vec(),
         };
+        let sample_ns = match text(b"WAITSHIM_SAMPLE\0") {
+            None => DEFAULT_SAMPLE_NS,
+            Some(v) => parse_sample(&v).unwrap_or_else(|e| {
+                crate::diag::line(&format!("WAITSHIM_SAMPLE: {e}; sampling every 10ms"));
+                DEFAULT_SAMPLE_NS
+            }),
+        };
         Config {
             log_pattern,
+            sample_ns,
             quiet: flag(b"WAITSHIM_QUIET\0"),
             depth,
             disabled: flag(b"WAITSHIM_DISABLE\0"),
@@ -125,4 +166,23 @@ pub fn read_small_file(path: &str, cap: u64) -> Result<String, String> {
         return Err(format!("it is more than the {cap} bytes allowed"));
     }
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_intervals_parse_with_their_units() {
+        assert_eq!(parse_sample("10ms"), Ok(10_000_000));
+        assert_eq!(parse_sample("5"), Ok(5_000_000));
+        assert_eq!(parse_sample("0.5s"), Ok(500_000_000));
+        assert_eq!(parse_sample("2000us"), Ok(2_000_000));
+        assert_eq!(parse_sample("off"), Ok(0));
+        assert_eq!(parse_sample("OFF"), Ok(0));
+        assert!(parse_sample("100us").is_err(), "below 1 ms");
+        assert!(parse_sample("20s").is_err(), "above 10 s");
+        assert!(parse_sample("10 parsecs").is_err());
+        assert!(parse_sample("fast").is_err());
+    }
 }

@@ -27,6 +27,7 @@ mod modules;
 mod policy;
 mod procmaps;
 mod real;
+mod sampler;
 mod service;
 mod signals;
 mod stack;

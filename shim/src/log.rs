@@ -528,7 +528,7 @@ const HIGH_FD: libc::c_int = 512;
 /// limit on descriptors, to the top of the allowed range if that is well above the numbers in
 /// use first. The original number is closed in every case; None when no such number was free
 /// (`ulimit -n 4`): the caller then keeps no descriptor.
-fn move_high(fd: libc::c_int) -> Option<libc::c_int> {
+pub(crate) fn move_high(fd: libc::c_int) -> Option<libc::c_int> {
     // SAFETY: getrlimit into a local struct.
     let limit = unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();

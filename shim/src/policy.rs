@@ -117,7 +117,7 @@ impl ThreadPolicy {
 }
 
 fn obj_policy(obj: &ObjEntry) -> &ObjPolicy {
-    obj.policy.get_or_init(Box::default)
+    obj.busy().policy.get_or_init(Box::default)
 }
 
 /// An object was named through the C API.
@@ -325,12 +325,23 @@ fn object_matches(tr: &Tracker, r: &Rule, obj: &ObjEntry, st: &ObjPolicy) -> boo
     )
 }
 
-/// The thread's group: the symbol of its start routine, `main` for the main thread.
-fn thread_group(t: &ThreadRec) -> Option<Box<str>> {
-    match t.policy.routine.load(Ordering::Relaxed) {
+/// The thread's group: the symbol of its start routine, `main` for the main thread; as the
+/// symbol is written (mangled) and, when that differs, demangled as reports show it, so that a
+/// glob copied from a report (`db::Pool::worker*`) matches. Empty when unknown.
+fn thread_groups(t: &ThreadRec) -> Vec<Box<str>> {
+    let name = match t.policy.routine.load(Ordering::Relaxed) {
         0 if t.tid() == std::process::id() => Some("main".into()),
         0 => None,
         routine => crate::symbols::function_at(&crate::procmaps::read(), routine),
+    };
+    let Some(name) = name else {
+        return Vec::new();
+    };
+    let readable = waitshim_elfsym::demangle(&name);
+    if readable != *name {
+        vec![name, readable.into_boxed_str()]
+    } else {
+        vec![name]
     }
 }
 
@@ -390,14 +401,21 @@ fn thread_mask(a: &Active, t: &ThreadRec) -> u64 {
     } else {
         None
     };
-    let group = if rules.iter().any(|r| r.select.thread_group.is_some()) {
-        thread_group(t)
+    let groups = if rules.iter().any(|r| r.select.thread_group.is_some()) {
+        thread_groups(t)
     } else {
-        None
+        Vec::new()
     };
     let mut mask = 0u64;
     for (i, r) in rules.iter().enumerate().take(64) {
-        if r.select.matches_thread(name.as_deref(), group.as_deref()) {
+        let matches = if groups.is_empty() {
+            r.select.matches_thread(name.as_deref(), None)
+        } else {
+            groups
+                .iter()
+                .any(|g| r.select.matches_thread(name.as_deref(), Some(g)))
+        };
+        if matches {
             mask |= 1 << i;
         }
     }

@@ -105,11 +105,11 @@ fn wake() {
     };
 }
 
-/// Sleeps until woken or `SLEEP_NS` passed, unless a wake-up came since `seen`.
-fn sleep_from(seen: u32) {
+/// Sleeps until woken or `ns` (less than a second) passed, unless a wake-up came since `seen`.
+fn sleep_from(seen: u32, ns: u64) {
     let ts = libc::timespec {
         tv_sec: 0,
-        tv_nsec: SLEEP_NS as libc::c_long,
+        tv_nsec: ns.min(999_999_999) as libc::c_long,
     };
     // SAFETY: FUTEX_WAIT on our own word with a relative timeout.
     unsafe {
@@ -203,8 +203,16 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     let mut last_flush = now_ns();
     let mut last_reload = last_flush;
     let mut seen = WAKE.load(Ordering::Acquire);
+    let mut sampler = tracker().and_then(|tr| {
+        crate::sampler::Sampler::new(tr.config.sample_ns, SERVICE_TID.load(Ordering::Relaxed))
+    });
+    let mut next_sample = last_flush;
     loop {
-        sleep_from(seen);
+        let sleep = match &sampler {
+            Some(_) => next_sample.saturating_sub(now_ns()).clamp(1, SLEEP_NS),
+            None => SLEEP_NS,
+        };
+        sleep_from(seen, sleep);
         seen = WAKE.load(Ordering::Acquire);
         BUSY.store(true, Ordering::SeqCst);
         if STOP.load(Ordering::SeqCst) {
@@ -233,6 +241,14 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             if now.saturating_sub(last_reload) >= RELOAD_CHECK_NS {
                 last_reload = now;
                 crate::policy::reload_if_changed(tr);
+            }
+            if let Some(s) = sampler.as_mut() {
+                if now >= next_sample {
+                    s.sample(tr);
+                    // The next look one interval after this one was due, not after it ended:
+                    // the interval holds on average, unless the sampler falls behind.
+                    next_sample = (next_sample + s.interval_ns()).max(now);
+                }
             }
             if now.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
                 last_flush = now;

@@ -181,11 +181,17 @@ const CXX: &str = "names_cxx.cpp";
 
 /// Runs `names_cxx` under a policy with one rule selecting objects by `creation_site`.
 fn run_cxx_with_creation_site(glob: &str) -> Analysis {
+    run_cxx_with_selector("creation_site", glob)
+}
+
+/// Runs `names_cxx` under a policy with one rule recording the waits `field` (a selector)
+/// matching `glob` picks.
+fn run_cxx_with_selector(field: &str, glob: &str) -> Analysis {
     let dir = tempfile::tempdir().expect("temp dir");
     let policy = dir.path().join("policy.json");
     std::fs::write(
         &policy,
-        format!(r#"{{"rules":[{{"match":{{"creation_site":"{glob}"}},"actions":["record"]}}]}}"#),
+        format!(r#"{{"rules":[{{"match":{{"{field}":"{glob}"}},"actions":["record"]}}]}}"#),
     )
     .expect("write policy");
     let run = Launch::fixture("names_cxx")
@@ -194,7 +200,7 @@ fn run_cxx_with_creation_site(glob: &str) -> Analysis {
     run.assert_success();
     assert_eq!(run.stderr_text(), "", "a valid policy prints nothing");
     assert!(
-        run.stdout_text().contains("names_cxx: 2 waits done"),
+        run.stdout_text().contains("names_cxx: 3 waits done"),
         "{}",
         run.stdout_text()
     );
@@ -245,4 +251,31 @@ fn a_global_std_mutex_is_named_and_first_used_in_the_programs_code() {
         "{}",
         a.text
     );
+}
+
+/// A thread_group glob copied from a report (the demangled start routine
+/// `db::Pool::worker(void*)`) selects the thread started there, as the mangled name does; the
+/// two std::threads (started by libstdc++) are not selected.
+#[test]
+fn a_thread_group_glob_copied_from_the_report_selects_a_cxx_start_routine() {
+    for glob in ["db::Pool::worker*", "_ZN2db4Pool6worker*"] {
+        let a = run_cxx_with_selector("thread_group", glob);
+        let log = a.log(0);
+        let worker = log
+            .threads()
+            .into_iter()
+            .find(|t| t["name"] == "pool-worker")
+            .unwrap_or_else(|| panic!("no pool-worker thread: {}", log.0["threads"]))["tid"]
+            .clone();
+        let events = log.0["wait_events"]["listed"]
+            .as_array()
+            .expect("wait_events.listed");
+        assert!(!events.is_empty(), "{glob}: the worker's wait is recorded");
+        for e in events {
+            assert_eq!(
+                e["tid"], worker,
+                "{glob}: an event from another thread: {e}"
+            );
+        }
+    }
 }

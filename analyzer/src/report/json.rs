@@ -713,6 +713,86 @@ fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
     }
 }
 
+/// THREAD_STATES: what the shim's sampler saw (see analyzer/JSON.md).
+#[derive(Serialize)]
+struct StatesJson {
+    sampled: bool,
+    interval_ns: u64,
+    samples: u64,
+    unsampled_threads: u32,
+    threads: Vec<ThreadStatesJson>,
+    cpus: CpusJson,
+}
+
+#[derive(Serialize)]
+struct ThreadStatesJson {
+    tid: u32,
+    name: Option<String>,
+    life_ns: u64,
+    running_ns: u64,
+    runnable_ns: u64,
+    timeslices: u64,
+    tracked_wait_ns: u64,
+    other_wait_ns: u64,
+    blocked_in: Vec<BlockedInJson>,
+}
+
+#[derive(Serialize)]
+struct BlockedInJson {
+    syscall: i32,
+    name: Option<&'static str>,
+    what: String,
+    ns: u64,
+}
+
+#[derive(Serialize)]
+struct CpusJson {
+    count: usize,
+    sampled_ns: u64,
+    idle_ns: u64,
+    iowait_ns: u64,
+}
+
+fn thread_states(m: &crate::model::Model) -> StatesJson {
+    let st = &m.states;
+    StatesJson {
+        sampled: st.any(),
+        interval_ns: st.interval_ns,
+        samples: st.samples,
+        unsampled_threads: st.unsampled,
+        threads: crate::states::rows(m)
+            .into_iter()
+            .map(|r| ThreadStatesJson {
+                tid: r.tid,
+                name: r.name.map(str::to_string),
+                life_ns: r.life_ns,
+                running_ns: r.s.on_cpu_ns,
+                runnable_ns: r.s.run_delay_ns,
+                timeslices: r.s.timeslices,
+                tracked_wait_ns: r.s.tracked_ns,
+                other_wait_ns: r.s.other_ns(),
+                blocked_in: r
+                    .s
+                    .blocked
+                    .iter()
+                    .map(|b| BlockedInJson {
+                        syscall: b.syscall,
+                        name: crate::states::syscall_name(b.syscall),
+                        what: b.what.clone(),
+                        ns: b.ns,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        cpus: CpusJson {
+            count: st.cpus,
+            sampled_ns: st.cpu_sampled_ns,
+            idle_ns: st.idle_ns,
+            iowait_ns: st.iowait_ns,
+        },
+    }
+}
+
 /// An element of POLICY's `versions`.
 #[derive(Serialize)]
 struct VersionJson<'m> {
@@ -996,6 +1076,7 @@ struct LogJson<'c, 'a> {
     short_lived_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsChurned>, ShortLivedJson>,
     quiet_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsQuiet>, QuietJson>,
     threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
+    thread_states: StatesJson,
     policy: PolicyJson<Versions<'c, 'a>, Rules<'c, 'a>>,
     wait_events: WaitEventsJson<Events<'c, 'a>, ByRule<'c, 'a>>,
     waiter_chains: Listed<Each<'c, 'a, Iter<'a, WaiterChains>, WaiterChainsJson>>,
@@ -1248,6 +1329,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
         short_lived_objects: Each::new(ctx, m.churned_by_count().into_iter(), short_lived),
         quiet_objects: Each::new(ctx, m.quiet_by_count().into_iter(), quiet),
         threads: Each::new(ctx, m.threads.values(), thread),
+        thread_states: thread_states(m),
         policy: PolicyJson {
             versions: Each::new(ctx, p.versions.iter(), version),
             rules: Each::new(ctx, p.rule_stats.values(), rule),

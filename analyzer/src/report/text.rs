@@ -63,10 +63,12 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
              linked, or use locks that bypass both (Go's, futexes called by inline system \
              calls), so the shim had nothing to observe.\n",
         );
+        thread_states(ctx, &mut body);
     } else {
         waiting_went(ctx, &mut body);
         deadlocks(ctx, &mut body);
         still_waiting(ctx, &mut body);
+        thread_states(ctx, &mut body);
         cross_process(ctx, &mut body);
         potential_deadlocks(ctx, &mut body);
         records(ctx, &mut body);
@@ -503,6 +505,81 @@ fn percent(f: f64) -> String {
         format!("{p:.0}%")
     } else {
         format!("{p:.1}%")
+    }
+}
+
+/// How each thread spent its life, from the shim's sampler: running, ready for a CPU,
+/// waiting on tracked objects, blocked elsewhere (and in what); and how idle the CPUs were.
+fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let st = &m.states;
+    if !st.any() {
+        return;
+    }
+    let rows = crate::states::rows(m);
+    let interval = fmt_ns(st.interval_ns);
+    let _ = writeln!(
+        out,
+        "\nTHREAD STATES ({} threads, sampled every {interval} by the shim's thread; running and \
+         runnable are the kernel's exact figures, the waits are sampled: each to within {interval} \
+         at either end; those that spent most time not running first)",
+        rows.len()
+    );
+    let _ = writeln!(
+        out,
+        "  {:>10} {:>16} {:>16} {:>16} {:>16}  thread: blocked most in",
+        "life", "running", "runnable", "tracked waits", "other waits"
+    );
+    let cell = |ns: u64, life: u64| -> String {
+        if ns == 0 {
+            "-".into()
+        } else if life == 0 {
+            fmt_ns(ns)
+        } else {
+            format!("{} {:>4}", fmt_ns(ns), percent(ns as f64 / life as f64))
+        }
+    };
+    let shown = ctx.opts.top.max(1);
+    for r in rows.iter().take(shown) {
+        let name = r.name.map_or(String::new(), |n| format!(" \"{n}\""));
+        let most = r.s.blocked.first().map_or(String::new(), |b| {
+            format!(": {} {}", crate::states::blocked_text(b), fmt_ns(b.ns))
+        });
+        let _ = writeln!(
+            out,
+            "  {:>10} {:>16} {:>16} {:>16} {:>16}  {}{name}{most}",
+            fmt_ns(r.life_ns),
+            cell(r.s.on_cpu_ns, r.life_ns),
+            cell(r.s.run_delay_ns, r.life_ns),
+            cell(r.s.tracked_ns, r.life_ns),
+            cell(r.s.other_ns(), r.life_ns),
+            r.tid,
+        );
+    }
+    if rows.len() > shown {
+        let _ = writeln!(out, "  ... {} more threads (--top N)", rows.len() - shown);
+    }
+    if st.unsampled > 0 {
+        let _ = writeln!(
+            out,
+            "  {} threads at most were not sampled at once (beyond the sampler's descriptor \
+             budget): they are not in this table",
+            st.unsampled,
+        );
+    }
+    if st.cpus > 0 && st.cpu_sampled_ns > 0 {
+        let all = st.cpu_sampled_ns.saturating_mul(st.cpus as u64);
+        let _ = writeln!(
+            out,
+            "  CPUs: {}, idle {} of the {} sampled ({} in all over {} CPUs; waiting for I/O {}); \
+             the machine's idle time, not only this program's",
+            st.cpus,
+            percent(st.idle_ns as f64 / all.max(1) as f64),
+            fmt_ns(st.cpu_sampled_ns),
+            fmt_ns(st.idle_ns),
+            st.cpus,
+            fmt_ns(st.iowait_ns),
+        );
     }
 }
 

@@ -307,12 +307,17 @@ impl Top {
         }
     }
 
-    /// `mutex#3 "queue" (created at convoy.c:12 (main))`.
+    /// `mutex#3 "queue" (created at convoy.c:12 (main))`, or `(first used in ...)` for an
+    /// object the shim never saw initialised, as the report says.
     fn object_label(&mut self, id: u64) -> String {
         let name = self.object_name(id);
+        let words = match self.state.objects.get(&id) {
+            Some(o) if o.first_use => "first used in",
+            _ => "created at",
+        };
         match self.site(id) {
             s if s.is_empty() => name,
-            s => format!("{name} (created at {s})"),
+            s => format!("{name} ({words} {s})"),
         }
     }
 

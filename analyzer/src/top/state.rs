@@ -33,6 +33,9 @@ pub struct LiveObject {
     pub name: Option<String>,
     /// Creation (or first-use) chain; 0 when unknown.
     pub chain_id: u32,
+    /// The shim first saw it in a lock call (a static initializer): `chain_id` is where it
+    /// was first used, not created.
+    pub first_use: bool,
     pub destroyed: bool,
     /// From the latest `Counters` record.
     pub wait_ns: u64,
@@ -160,6 +163,7 @@ impl LiveState {
                 if let Some(o) = self.object(c.object_id) {
                     o.kind = ObjectKind::from_u8(c.kind);
                     o.chain_id = c.chain_id;
+                    o.first_use = c.origin == waitshim_format::origin::FIRST_USE;
                 }
             }
             Record::ObjectName(n) => {
@@ -233,6 +237,8 @@ impl LiveState {
             | Record::WaitEventReason(_)
             | Record::Exec(_)
             | Record::OpenWaits(_)
+            | Record::ThreadSamples(_)
+            | Record::CpuSample(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.
@@ -348,6 +354,28 @@ mod tests {
         let t = o.totals();
         assert_eq!((t.wait_ns, t.contended, t.max_waiters), (350, 6, 9));
         assert_eq!(s.last_ns, 11);
+    }
+
+    #[test]
+    fn an_object_first_seen_in_a_lock_call_is_marked_first_use() {
+        let mut s = LiveState::new();
+        for (id, origin) in [
+            (1, waitshim_format::origin::FIRST_USE),
+            (2, waitshim_format::origin::INIT),
+        ] {
+            s.add(
+                ObjectCreate {
+                    object_id: id,
+                    kind: ObjectKind::Mutex as u8,
+                    chain_id: 5,
+                    origin,
+                    ..ObjectCreate::default()
+                }
+                .into(),
+            );
+        }
+        assert!(s.objects[&1].first_use);
+        assert!(!s.objects[&2].first_use);
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub unsafe extern "C" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_in
     // glibc keeps the count the barrier was initialised with; it is the object's subtype too.
     let count = u64::from(glibc_barrier::count(addr).max(1));
     let obj = tr.object(t, addr, KIND, count as u32);
-    let arrival = obj.stats.acquisitions.fetch_add(1, Ordering::Relaxed) + 1;
+    let arrival = obj.acquisitions.fetch_add(1, Ordering::Relaxed) + 1;
     obj.touch();
     // The prediction: an arrival taken for the round's last begins no tracked wait.
     let w = (arrival % count != 0).then(|| engage::wait_begin(tr, t, obj, Side::Exclusive));

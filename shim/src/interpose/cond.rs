@@ -34,7 +34,7 @@ use waitshim_format::{counter, ObjectKind, WaitEventReason};
 use super::mutex;
 use crate::clock::{now_ns, thread_cpu_ns};
 use crate::track::engage::{self, Outcome, Side, Wait};
-use crate::track::objects::{ObjEntry, AUX_BROADCASTS, AUX_SIGNALS, DEAD, EPISODE};
+use crate::track::objects::{Busy, ObjEntry, AUX_BROADCASTS, AUX_SIGNALS, DEAD, EPISODE};
 use crate::track::threads::{current, current_fast, Inside, Slot, ThreadRec};
 use crate::track::waits::{self, Woken};
 use crate::track::{tracker, CallSite, Tracker};
@@ -180,7 +180,9 @@ fn woken_quietly(addr: usize, f: &crate::real::RealFn, which: usize) -> Option<W
         return None;
     };
     if obj.flags() & (DEAD | EPISODE) != 0
-        || needs_stamp(obj, which == AUX_BROADCASTS)
+        || obj
+            .busy_if()
+            .is_some_and(|b| needs_stamp(b, which == AUX_BROADCASTS))
         || !t.count_aux_quick(s, which)
     {
         return None;
@@ -203,8 +205,8 @@ fn waking(t: &ThreadRec, addr: usize, broadcast: bool) {
         AUX_SIGNALS
     };
     t.count_aux(s, which);
-    if needs_stamp(obj, broadcast) {
-        obj.last_wake
+    if let Some(b) = obj.busy_if().filter(|b| needs_stamp(b, broadcast)) {
+        b.last_wake
             .store(now_ns() << 1 | u64::from(broadcast), Ordering::Release);
     }
     // The signaller is the one the waiters waited for: it ends their high-contention episode.
@@ -216,7 +218,7 @@ fn waking(t: &ThreadRec, addr: usize, broadcast: bool) {
 /// began after the last stamp (the ones before it were woken no earlier than that stamp; a
 /// broadcast always stamps, to be told apart).
 #[inline(always)]
-fn needs_stamp(obj: &ObjEntry, broadcast: bool) -> bool {
+fn needs_stamp(obj: &Busy, broadcast: bool) -> bool {
     obj.waiters.load(Ordering::Acquire) > 0
         && (broadcast
             || obj.last_wake.load(Ordering::Relaxed) >> 1
@@ -299,7 +301,9 @@ unsafe fn tracked_wait(
     // glibc releases the mutex inside the wait: what our unlock wrapper would have done.
     engage::disengaging(t, m as usize);
     let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
-    cond.last_wait_start.fetch_max(w.start, Ordering::AcqRel);
+    cond.busy()
+        .last_wait_start
+        .fetch_max(w.start, Ordering::AcqRel);
     let mut pending = Pending {
         tr,
         t,
@@ -372,7 +376,7 @@ impl Pending<'_> {
         let Some(w) = self.wait.take() else { return };
         let now = now_ns();
         let cond: &'static ObjEntry = w.obj;
-        let wake = cond.last_wake.load(Ordering::Acquire);
+        let wake = cond.busy().last_wake.load(Ordering::Acquire);
         // Only a wake-up sent after the wait began can have ended it. glibc returning 0 without
         // one the shim saw was woken by a signal it could not see (from another process, or a
         // statically linked caller), or by none: either way the program goes on as if

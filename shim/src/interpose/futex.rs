@@ -272,7 +272,7 @@ fn wait(a: &[c_long; 6]) -> c_long {
 
 /// Ends an episode whose waiters all left without a wake of this process ending it.
 fn episode_unreleased(tr: &Tracker, obj: &ObjEntry) {
-    if obj.flags() & EPISODE != 0 && obj.waiters.load(Ordering::Acquire) == 0 {
+    if obj.flags() & EPISODE != 0 && obj.waiters_now() == 0 {
         // Holder tid 0 and no chain: nobody this process saw.
         highwater::on_release(tr, 0, obj, now_ns(), 0);
     }

@@ -448,7 +448,8 @@ unsafe fn contended(
         // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
         let r = real_wait(deadline);
         if r != 0 {
-            obj.stats
+            obj.busy()
+                .stats
                 .errors
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             obj.count_errno(r);
@@ -494,7 +495,8 @@ unsafe fn contended(
         engage::engaged(t, addr, KIND, subtype);
     }
     if r == EOWNERDEAD {
-        obj.stats
+        obj.busy()
+            .stats
             .errors
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }

@@ -156,7 +156,7 @@ fn valid(ts: *const timespec) -> bool {
 
 /// Ends an episode whose waiters all left without a post of this process releasing them.
 fn episode_unreleased(tr: &Tracker, obj: &ObjEntry) {
-    if obj.flags() & EPISODE != 0 && obj.waiters.load(Ordering::Acquire) == 0 {
+    if obj.flags() & EPISODE != 0 && obj.waiters_now() == 0 {
         // Holder tid 0 and no chain: nobody this process saw.
         highwater::on_release(tr, 0, obj, now_ns(), 0);
     }
@@ -298,7 +298,7 @@ pub unsafe extern "C" fn sem_trywait(s: *mut sem_t) -> c_int {
             if let Some(tr) = tracker() {
                 let _in = Inside::enter();
                 let obj = object(tr, t, s as usize);
-                obj.stats.busy.fetch_add(1, Ordering::Relaxed);
+                obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
                 obj.touch();
             }
         }
@@ -451,7 +451,7 @@ unsafe fn contended(
                 t.count(slot);
             }
             None => {
-                obj.stats.acquisitions.fetch_add(1, Ordering::Relaxed);
+                obj.acquisitions.fetch_add(1, Ordering::Relaxed);
                 obj.touch();
             }
         }

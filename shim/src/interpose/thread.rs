@@ -181,7 +181,7 @@ pub unsafe extern "C" fn pthread_tryjoin_np(th: pthread_t, ret: *mut *mut c_void
             0 => joined(tr, t, th),
             EBUSY => {
                 if let Some(obj) = thread_object(tr, t, th) {
-                    obj.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
                     obj.touch();
                 }
             }
@@ -259,7 +259,7 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
     if obj.kind != ObjectKind::Thread {
         return;
     }
-    obj.stats.acquisitions.fetch_add(1, Ordering::Relaxed);
+    obj.acquisitions.fetch_add(1, Ordering::Relaxed);
     obj.touch();
     // An episode the thread's exit did not end (it exited between the lookup and the wait).
     if obj.flags() & EPISODE != 0 {

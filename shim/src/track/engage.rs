@@ -202,8 +202,11 @@ fn took_contended_here(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
 
 #[inline(never)]
 fn owner_changed(t: &ThreadRec, obj: &ObjEntry) {
-    obj.owner.last.store(t.tid(), Ordering::Relaxed);
-    obj.owner.changes.fetch_add(1, Ordering::Relaxed);
+    // The first acquisition (from nobody) is counted without the busy part: a million mutexes
+    // each used by one thread need nothing more than their entries.
+    if obj.owner.last.swap(t.tid(), Ordering::Relaxed) != 0 {
+        obj.busy().owner_changes.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[inline(never)]
@@ -443,7 +446,7 @@ fn wait_begin_at_here(
     if obj.flags() & CONTENDED == 0 {
         obj.set_flag(CONTENDED);
     }
-    let mut n = obj.waiters.fetch_add(1, Ordering::AcqRel) + 1;
+    let mut n = obj.busy().waiters.fetch_add(1, Ordering::AcqRel) + 1;
     obj.waiter_came(start);
     if obj.waited_for() {
         // The holder's release must be looked at: its hold now makes a thread wait.
@@ -457,7 +460,7 @@ fn wait_begin_at_here(
         // after looking at the owner excludes an owner that has left in the meantime.
         let still = owner_still_counted(tr, obj);
         n = n
-            .min(obj.waiters.load(Ordering::Acquire))
+            .min(obj.busy().waiters.load(Ordering::Acquire))
             .saturating_sub(u32::from(still))
             .max(1);
     }
@@ -469,8 +472,8 @@ fn wait_begin_at_here(
             n = n.min(parties - 1);
         }
     }
-    let peak = n >= obj.stats.max_waiters.load(Ordering::Relaxed);
-    super::objects::raise(&obj.stats.max_waiters, n);
+    let peak = n >= obj.busy().stats.max_waiters.load(Ordering::Relaxed);
+    super::objects::raise(&obj.busy().stats.max_waiters, n);
     if side == Side::Shared {
         obj.raise(counter::READ_MAX_WAITERS, u64::from(n));
     }
@@ -575,8 +578,8 @@ fn waited_untracked_here(
     if obj.flags() & CONTENDED == 0 {
         obj.set_flag(CONTENDED);
     }
-    if obj.stats.max_waiters.load(Ordering::Relaxed) == 0 {
-        super::objects::raise(&obj.stats.max_waiters, 1);
+    if obj.busy().stats.max_waiters.load(Ordering::Relaxed) == 0 {
+        super::objects::raise(&obj.busy().stats.max_waiters, 1);
     }
     // The built-in policy names every waiter's chain (a cache hit after the first); a user's
     // policy decides on blocked waits only.
@@ -636,7 +639,7 @@ pub fn wait_abandoned() {
     tr.blocked.fetch_sub(1, Ordering::Relaxed);
     // A deadlock it was part of is not written as broken (writing may allocate): forgotten.
     t.in_deadlock.store(0, Ordering::Relaxed);
-    obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+    obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
     obj.touch();
 }
 
@@ -760,16 +763,16 @@ fn wait_end_reacquired_here(
     t.waits.note(obj, ended);
     match outcome {
         Outcome::TimedOut => {
-            obj.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            obj.busy().stats.timeouts.fetch_add(1, Ordering::Relaxed);
             obj.touch();
         }
         Outcome::Failed(e) => {
-            obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+            obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
             obj.count_errno(e);
             obj.touch();
         }
         Outcome::Interrupted | Outcome::OwnerDied => {
-            obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+            obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
             obj.touch();
         }
         _ => {}
@@ -819,7 +822,7 @@ fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) ->
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, kind, subtype(addr));
-    obj.stats.busy.fetch_add(1, Ordering::Relaxed);
+    obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
     obj.touch();
 }
 
@@ -847,7 +850,7 @@ fn failed_here(
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
     let obj = tr.object(t, addr, kind, subtype(addr));
-    obj.stats.errors.fetch_add(1, Ordering::Relaxed);
+    obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
     obj.count_errno(errno);
     obj.touch();
 }

@@ -72,6 +72,12 @@ pub enum Verdict {
     Open(u8),
 }
 
+/// Whether every thread but one (the holder) is blocked: `tracked` threads in waits the shim
+/// sees (this one included), `elsewhere` in system calls the sampler saw them in, of `live`.
+pub fn all_others_blocked(tracked: i32, elsewhere: i32, live: i32) -> bool {
+    tracked.saturating_add(elsewhere.max(0)).saturating_add(1) >= live
+}
+
 /// The highwater rules: whether the wait raises the global mark, and what it does to the
 /// object's episodes.
 pub fn decide(f: &Facts) -> (bool, Verdict) {
@@ -246,10 +252,13 @@ pub fn on_wait(
         waiters: n,
         global_kind: !matches!(obj.kind, ObjectKind::Barrier | ObjectKind::Thread),
         global: tr.highwater.load(Ordering::Relaxed),
-        // Blocked counts include this thread; everyone but the holder blocked = serialised.
-        all_blocked: tr.blocked.load(Ordering::Relaxed) + 1 >= tr.live.load(Ordering::Relaxed),
+        all_blocked: all_others_blocked(
+            tr.blocked.load(Ordering::Relaxed),
+            tr.blocked_elsewhere.load(Ordering::Relaxed),
+            tr.live.load(Ordering::Relaxed),
+        ),
         episode_open: obj.flags() & EPISODE != 0,
-        recent: now.saturating_sub(obj.last_close_ns.load(Ordering::Relaxed)) < COALESCE_NS,
+        recent: now.saturating_sub(obj.busy().last_close_ns.load(Ordering::Relaxed)) < COALESCE_NS,
         object_peak: peak,
     };
     let (raise, verdict) = decide(&facts);
@@ -268,7 +277,7 @@ pub fn on_wait(
     let reason = match verdict {
         Verdict::Nothing => return,
         Verdict::Coalesce => {
-            obj.coalesced.fetch_add(1, Ordering::Relaxed);
+            obj.busy().coalesced.fetch_add(1, Ordering::Relaxed);
             return;
         }
         Verdict::Join => None,
@@ -345,8 +354,8 @@ pub fn on_release(tr: &Tracker, holder: u32, obj: &ObjEntry, now: u64, holder_ch
     let mut c = obj.contention();
     let Some(ep) = c.episode.take() else { return };
     obj.clear_flag(EPISODE);
-    obj.last_close_ns.store(now, Ordering::Relaxed);
-    let coalesced = obj.coalesced.swap(0, Ordering::Relaxed);
+    obj.busy().last_close_ns.store(now, Ordering::Relaxed);
+    let coalesced = obj.busy().coalesced.swap(0, Ordering::Relaxed);
     drop(c);
     let closed = ep.close(now, holder);
     tr.log.write(
@@ -397,6 +406,17 @@ mod tests {
         assert_eq!(
             decide(&f),
             (true, Verdict::Open(contention_reason::EXCEEDED))
+        );
+    }
+
+    #[test]
+    fn a_thread_blocked_in_a_system_call_is_not_ready_to_run_either() {
+        // main joining, two waiters, the holder and a reader blocked in read(): 5 live.
+        assert!(!all_others_blocked(3, 0, 5), "without the sampler's view");
+        assert!(all_others_blocked(3, 1, 5));
+        assert!(
+            !all_others_blocked(2, 1, 5),
+            "a thread is running besides the holder"
         );
     }
 

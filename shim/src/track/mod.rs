@@ -56,6 +56,10 @@ pub struct Tracker {
     /// changes at every wait: on a cache line of its own, away from the fields every wait reads.
     pub live: AtomicI32,
     pub blocked: Padded<AtomicI32>,
+    /// Threads the sampler last saw blocked in a system call outside the waits the shim tracks
+    /// (a `read`, an `accept`, a sleep): not ready to run either. Up to one sampling interval
+    /// old; 0 with the sampler off.
+    pub blocked_elsewhere: AtomicI32,
     next_object: AtomicU64,
     pub next_record: AtomicU64,
     last_flush: AtomicU64,
@@ -200,6 +204,7 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         highwater: AtomicU32::new(0),
         live: AtomicI32::new(0),
         blocked: Padded(AtomicI32::new(0)),
+        blocked_elsewhere: AtomicI32::new(0),
         next_object: AtomicU64::new(1),
         next_record: AtomicU64::new(1),
         last_flush: AtomicU64::new(now),
@@ -501,6 +506,7 @@ extern "C" fn fork_child() {
                 attach_thread(tr, rec, None);
             }
             crate::service::after_fork_child();
+            crate::sampler::after_fork_child();
             crate::policy::after_fork_child(tr);
             STATE.store(READY, Ordering::Release);
         }
@@ -738,7 +744,7 @@ impl Tracker {
                 }
             }
         }
-        Box::leak(Box::new(ObjEntry::new(addr, kind)))
+        objects::leak_entry(ObjEntry::new(addr, kind))
     }
 
     /// Keeps what the creation record of an object about to enter the registry will say (it
@@ -912,8 +918,7 @@ impl Tracker {
         // Only uncontended events (acquisitions, posts, read acquisitions, signals: none bumps
         // the version) and never written: summed with the others of its creation chain, unless
         // a flush writes it first.
-        let plain =
-            obj.flags() & objects::CONTENDED == 0 && obj.version.load(Ordering::Relaxed) == 1;
+        let plain = obj.flags() & objects::CONTENDED == 0 && obj.untouched();
         let churned = plain
             && obj
                 .id
@@ -951,7 +956,7 @@ impl Tracker {
         let c = map.entry(key).or_default();
         let lifetime = now.saturating_sub(obj.created_ns.load(Ordering::Relaxed));
         c.count += 1;
-        c.acquisitions += obj.stats.acquisitions.load(Ordering::Relaxed);
+        c.acquisitions += obj.acquisitions.load(Ordering::Relaxed);
         c.lifetime_total = c.lifetime_total.saturating_add(lifetime);
         c.lifetime_max = c.lifetime_max.max(lifetime);
         for (key, v) in obj.extra_counts() {
@@ -968,6 +973,25 @@ impl Tracker {
     /// are some or were some at the last flush: a program that hangs (a lost wake-up, a mutex
     /// shared with a process that stopped) is killed with its threads still waiting, and the
     /// log must say for what, and since when.
+    /// Whether the thread `tid` registered with the shim (counted in `live`).
+    pub fn is_registered(&self, tid: u32) -> bool {
+        self.threads.contains_key(&tid)
+    }
+
+    /// Each thread in a wait the shim tracks now: (tid, its object's kind as u8 plus 1), for
+    /// the sampler.
+    pub fn tracked_waits(&self) -> Vec<(u32, u8)> {
+        self.threads
+            .iter()
+            .filter_map(|e| {
+                let t = e.value().0;
+                let p = t.waiting_on.load(Ordering::Acquire);
+                // SAFETY: tracking entries are leaked and never freed.
+                (!p.is_null()).then(|| (t.tid(), unsafe { &*p }.kind as u8 + 1))
+            })
+            .collect()
+    }
+
     fn write_open_waits(&self, now: u64) {
         let mut waits = Vec::new();
         for e in self.threads.iter() {
@@ -1119,18 +1143,20 @@ impl Tracker {
         pending: Option<&waits::Pending>,
         details: bool,
     ) {
-        let v = obj.version.load(Ordering::Relaxed);
         let Some(id) = self.try_id_of(obj) else {
             return;
         };
+        // Written: from now on the flush compares what it wrote with what there is.
+        let b = obj.busy();
+        let v = b.version.load(Ordering::Relaxed);
         let counters = obj.counters(id, now, extra, pending);
-        obj.flushed_quiet.store(
+        b.flushed_quiet.store(
             counters.acquisitions
-                + obj.quiet.load(Ordering::Relaxed)
+                + b.quiet.load(Ordering::Relaxed)
                 + pending.map_or(0, |p| p.quiet),
             Ordering::Relaxed,
         );
-        obj.flushed_waits
+        b.flushed_waits
             .store(pending.map_or(0, |p| p.waits), Ordering::Relaxed);
         self.log.write(&counters.into());
         if let Some(k) = obj.kind_counters(id, now, pending) {
@@ -1141,7 +1167,7 @@ impl Tracker {
                 self.log.write(&site.into());
             }
         }
-        obj.flushed.store(v, Ordering::Relaxed);
+        b.flushed.store(v, Ordering::Relaxed);
     }
 
     /// Writes the counters of the objects that changed since the last flush, unless a flush is
@@ -1263,15 +1289,15 @@ impl Tracker {
             let waiting = waits.get(&key);
             let unwritten_quiet = obj.id.load(Ordering::Acquire) == 0
                 && obj.flags() & objects::CONTENDED == 0
-                && obj.version.load(Ordering::Relaxed) == 1
+                && obj.untouched()
                 && waiting.is_none();
             if unwritten_quiet && self.quiet_written.load(Ordering::Relaxed) >= QUIET_WRITTEN_MAX {
                 let sum = quiet
                     .entry((obj.kind as u8, obj.create_chain.load(Ordering::Relaxed)))
                     .or_default();
                 sum.count += 1;
-                sum.acquisitions += obj.stats.acquisitions.load(Ordering::Relaxed) + extra;
-                sum.owner_changes += obj.owner.changes.load(Ordering::Relaxed);
+                sum.acquisitions += obj.acquisitions.load(Ordering::Relaxed) + extra;
+                sum.owner_changes += obj.owner_changes();
                 for (k, v) in obj.extra_counts() {
                     match sum.counters.iter_mut().find(|c| c.0 == k) {
                         Some(c) => c.1 += v,
@@ -1283,22 +1309,27 @@ impl Tracker {
             if unwritten_quiet {
                 self.quiet_written.fetch_add(1, Ordering::Relaxed);
             }
-            if obj.version.load(Ordering::Relaxed) != obj.flushed.load(Ordering::Relaxed)
-                || waiting.map_or(0, |w| w.waits) != obj.flushed_waits.load(Ordering::Relaxed)
+            // An object never written has no busy part yet: its version is 1, nothing flushed.
+            let l = |f: fn(&objects::Busy) -> &AtomicU64, none: u64| {
+                obj.busy_if().map_or(none, |b| f(b).load(Ordering::Relaxed))
+            };
+            if l(|b| &b.version, 1) != l(|b| &b.flushed, 0)
+                || waiting.map_or(0, |w| w.waits) != l(|b| &b.flushed_waits, 0)
             {
                 self.write_counters(obj, now, extra, waiting, true);
-            } else if obj.stats.acquisitions.load(Ordering::Relaxed)
+            } else if obj.acquisitions.load(Ordering::Relaxed)
                 + extra
-                + obj.quiet.load(Ordering::Relaxed)
+                + l(|b| &b.quiet, 0)
                 + waiting.map_or(0, |w| w.quiet)
-                != obj.flushed_quiet.load(Ordering::Relaxed)
-                && (complete || now >= obj.quiet_until.load(Ordering::Relaxed))
+                != l(|b| &b.flushed_quiet, 0)
+                && (complete || now >= l(|b| &b.quiet_until, 0))
             {
                 self.write_counters(obj, now, extra, waiting, false);
-                let gap = (obj.quiet_gap.load(Ordering::Relaxed) * 2)
-                    .clamp(1_000_000_000, 300_000_000_000);
-                obj.quiet_gap.store(gap, Ordering::Relaxed);
-                obj.quiet_until.store(now + gap, Ordering::Relaxed);
+                let b = obj.busy();
+                let gap =
+                    (b.quiet_gap.load(Ordering::Relaxed) * 2).clamp(1_000_000_000, 300_000_000_000);
+                b.quiet_gap.store(gap, Ordering::Relaxed);
+                b.quiet_until.store(now + gap, Ordering::Relaxed);
             }
         });
         self.write_churned(now);

@@ -14,7 +14,9 @@
 //! chain (`ObjectsChurned`), so that creating and destroying objects in a loop neither grows
 //! the log nor the shim's memory.
 
-use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Mutex, OnceLock};
 
 use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind, WaitSite};
@@ -22,15 +24,15 @@ use waitshim_format::{counter, CounterValue, Counters, KindCounters, ObjectKind,
 use super::highwater::Episode;
 use super::waits::Pending;
 
-/// Always-on counters. Acquisitions are gathered per thread and added here in batches.
+/// Counters of an object that has been waited for or written to the log (in [`Busy`]).
+/// Acquisitions, which every object has, are in the entry itself ([`ObjEntry::acquisitions`]).
 ///
 /// In this order: the ones every contended wait changes come last, so that they share one cache
-/// line with `ObjEntry::version` (which follows), and a wait moves that one line between
-/// threads instead of two.
+/// line with `Busy::version` (which follows), and a wait moves that one line between threads
+/// instead of two.
 #[derive(Default)]
 #[repr(C)]
 pub struct Stats {
-    pub acquisitions: AtomicU64,
     pub busy: AtomicU64,
     pub timeouts: AtomicU64,
     pub errors: AtomicU64,
@@ -82,6 +84,10 @@ pub const TIME_ALL_HOLDS_NS: u64 = 20_000;
 /// short-lived objects of its creation chain, never to be written on its own.
 pub const CHURNED: u64 = u64::MAX;
 
+/// The entry of one object: one cache line, all that an object nobody waited for needs (a
+/// program with a million mutexes pays 64 bytes for each, plus its slot in the registry). What
+/// waits, owner changes, errors, kind counters, the policy and the log's bookkeeping need is in
+/// [`Busy`], allocated the first time any of it is.
 #[repr(C, align(64))]
 pub struct ObjEntry {
     // Read on every acquisition. The address changes only when the entry is reused, while it
@@ -89,18 +95,83 @@ pub struct ObjEntry {
     addr: AtomicUsize,
     /// The id in the log, 0 until the object is written there (`Tracker::id_of`).
     pub id: AtomicU64,
+    /// Acquisitions, gathered per thread and added here in batches.
+    pub acquisitions: AtomicU64,
+    pub created_ns: AtomicU64,
+    busy: AtomicPtr<Busy>,
+    /// Who acquired it last (its holder while it is held). Written at every change of owner,
+    /// on the line the fast path reads: a contended object moves the line anyway, through its
+    /// lock word.
+    pub owner: Owner,
+    /// The chain of the call that created it (or first used it), for policy selectors.
+    pub create_chain: AtomicU32,
+    /// The rest of its creation record, written when the object is first written to the log:
+    /// subtype, `origin`, when and by which thread.
+    pub created_tid: AtomicU32,
+    pub subtype: AtomicU32,
     pub kind: ObjectKind,
     /// [`DEAD`], [`CONTENDED`], [`EPISODE`]: one byte, read once per acquisition.
     pub flags: AtomicU8,
+    pub origin: AtomicU8,
     /// Bumped each time the entry serves a new object: threads' caches keep the generation
     /// they cached, so that a cache that still points at the entry from an earlier object, at
     /// the same address or not, no longer matches.
     pub generation: AtomicU16,
-    /// Who acquired it last, on a line of its own: it is written at every change of owner, and
-    /// the fields above, read by every path, then stay shared in every core's cache.
-    pub owner: Padded<Owner>,
-    // Contended paths only, on their own cache lines.
+}
+
+const _: () = assert!(std::mem::size_of::<ObjEntry>() == 64);
+
+/// Entries are carved from blocks of this many (entries are never freed: see the module's
+/// documentation), so that each costs its 64 bytes and no allocator header or alignment gap.
+const SLAB: usize = 1024;
+
+/// The block entries are being carved from: its next free entry and how many are left.
+static SLAB_NEXT: Mutex<(usize, usize)> = Mutex::new((0, 0));
+
+/// A new entry for the rest of the process's life, from the current block (a new block when it
+/// is used up). The block's lock is only tried: a forked child may find it held by a thread that
+/// did not come along, and a thread finding it busy takes a box of its own instead.
+pub fn leak_entry(entry: ObjEntry) -> &'static ObjEntry {
+    let slot = match SLAB_NEXT.try_lock() {
+        Ok(mut slab) => {
+            if slab.1 == 0 {
+                let layout = std::alloc::Layout::array::<ObjEntry>(SLAB).expect("fixed size");
+                // SAFETY: a non-zero size; the block is leaked on purpose.
+                let block = unsafe { std::alloc::alloc(layout) } as usize;
+                if block != 0 {
+                    *slab = (block, SLAB);
+                }
+            }
+            if slab.1 == 0 {
+                None
+            } else {
+                let at = slab.0 as *mut ObjEntry;
+                *slab = (slab.0 + std::mem::size_of::<ObjEntry>(), slab.1 - 1);
+                Some(at)
+            }
+        }
+        Err(_) => None,
+    };
+    match slot {
+        Some(at) => {
+            // SAFETY: an unused, aligned entry of a leaked block, handed out once.
+            unsafe {
+                at.write(entry);
+                &*at
+            }
+        }
+        None => Box::leak(Box::new(entry)),
+    }
+}
+
+/// What an object needs once it has been waited for, has changed owner, has kind counters,
+/// or is written to the log.
+#[repr(C, align(64))]
+pub struct Busy {
+    // On a line of its own, so waiter counting does not slow the fields below.
     pub waiters: Padded<AtomicU32>,
+    /// Owner changes after the first acquisition (see [`ObjEntry::owner_changes`]).
+    pub owner_changes: AtomicU64,
     /// Locks: since when the current hold has made a thread wait (the first waiter's arrival,
     /// or the previous waited-for release if waiters were still there), 0 if it has not.
     pub waited_since: AtomicU64,
@@ -138,16 +209,81 @@ pub struct ObjEntry {
     pub extra: OnceLock<Box<[AtomicU64; EXTRA_KEYS]>>,
     /// Waits that ended in error, by errno: (errno, count), allocated at the first.
     pub errnos: OnceLock<Box<[(AtomicU32, AtomicU64); ERRNOS]>>,
-    /// The chain of the call that created it (or first used it), for policy selectors.
-    pub create_chain: AtomicU32,
-    /// The rest of its creation record, written when the object is first written to the log:
-    /// subtype, `origin`, when and by which thread.
-    pub subtype: AtomicU32,
-    pub origin: AtomicU8,
-    pub created_ns: AtomicU64,
-    pub created_tid: AtomicU32,
     /// Policy state, made at the first contended wait a user's policy looks at.
     pub policy: crate::policy::Lazy<crate::policy::ObjPolicy>,
+}
+
+impl Default for Busy {
+    fn default() -> Busy {
+        Busy {
+            waiters: Default::default(),
+            owner_changes: AtomicU64::new(0),
+            waited_since: AtomicU64::new(0),
+            last_wake: AtomicU64::new(0),
+            last_wait_start: AtomicU64::new(0),
+            stats: Stats::default(),
+            version: AtomicU64::new(1),
+            flushed: AtomicU64::new(0),
+            quiet: AtomicU64::new(0),
+            flushed_quiet: AtomicU64::new(0),
+            flushed_waits: AtomicU64::new(0),
+            quiet_until: AtomicU64::new(0),
+            quiet_gap: AtomicU64::new(0),
+            contention: Mutex::new(Contention::default()),
+            last_close_ns: AtomicU64::new(0),
+            coalesced: AtomicU32::new(0),
+            sites: OnceLock::new(),
+            extra: OnceLock::new(),
+            errnos: OnceLock::new(),
+            policy: OnceLock::new(),
+        }
+    }
+}
+
+impl Busy {
+    /// Every count back to zero, for an entry that serves a new object.
+    fn clear(&self) {
+        let s = &self.stats;
+        for a in [
+            &self.owner_changes,
+            &self.waited_since,
+            &self.last_wake,
+            &self.last_wait_start,
+            &s.busy,
+            &s.timeouts,
+            &s.errors,
+            &s.hold_total,
+            &s.hold_max,
+            &s.hold_samples,
+            &s.contended,
+            &s.wait_total,
+            &s.wait_max,
+            &self.flushed,
+            &self.quiet,
+            &self.flushed_quiet,
+            &self.flushed_waits,
+            &self.quiet_until,
+            &self.quiet_gap,
+            &self.last_close_ns,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+        for a in [&*self.waiters, &s.max_waiters, &self.coalesced] {
+            a.store(0, Ordering::Relaxed);
+        }
+        self.version.store(1, Ordering::Relaxed);
+        if let Some(errnos) = self.errnos.get() {
+            for (e, n) in errnos.iter() {
+                e.store(0, Ordering::Relaxed);
+                n.store(0, Ordering::Relaxed);
+            }
+        }
+        if let Some(extra) = self.extra.get() {
+            for a in extra.iter() {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 /// Counter keys are below this.
@@ -161,12 +297,10 @@ pub const AUX_READS: usize = 0;
 pub const AUX_SIGNALS: usize = 0;
 pub const AUX_BROADCASTS: usize = 1;
 
-/// The last thread to acquire an object (its holder while it is held), and how many times that
-/// changed.
+/// The last thread to acquire an object (its holder while it is held).
 #[derive(Default)]
 pub struct Owner {
     pub last: AtomicU32,
-    pub changes: AtomicU64,
 }
 
 /// A value alone on its cache line, so waiter counting does not slow the fast-path fields.
@@ -186,34 +320,17 @@ impl ObjEntry {
         ObjEntry {
             addr: AtomicUsize::new(addr),
             id: AtomicU64::new(0),
+            acquisitions: AtomicU64::new(0),
+            created_ns: AtomicU64::new(0),
+            busy: AtomicPtr::new(std::ptr::null_mut()),
+            owner: Owner::default(),
+            create_chain: AtomicU32::new(0),
+            created_tid: AtomicU32::new(0),
+            subtype: AtomicU32::new(0),
             kind,
             flags: AtomicU8::new(0),
-            generation: AtomicU16::new(0),
-            owner: Default::default(),
-            waiters: Default::default(),
-            waited_since: AtomicU64::new(0),
-            last_wake: AtomicU64::new(0),
-            last_wait_start: AtomicU64::new(0),
-            stats: Stats::default(),
-            version: AtomicU64::new(1),
-            flushed: AtomicU64::new(0),
-            quiet: AtomicU64::new(0),
-            flushed_quiet: AtomicU64::new(0),
-            flushed_waits: AtomicU64::new(0),
-            quiet_until: AtomicU64::new(0),
-            quiet_gap: AtomicU64::new(0),
-            contention: Mutex::new(Contention::default()),
-            last_close_ns: AtomicU64::new(0),
-            coalesced: AtomicU32::new(0),
-            sites: OnceLock::new(),
-            extra: OnceLock::new(),
-            errnos: OnceLock::new(),
-            create_chain: AtomicU32::new(0),
-            subtype: AtomicU32::new(0),
             origin: AtomicU8::new(0),
-            created_ns: AtomicU64::new(0),
-            created_tid: AtomicU32::new(0),
-            policy: OnceLock::new(),
+            generation: AtomicU16::new(0),
         }
     }
 
@@ -223,11 +340,76 @@ impl ObjEntry {
         self.addr.load(Ordering::Relaxed)
     }
 
+    /// The object's busy part, if it has one yet. Never allocates: for readers, and for
+    /// paths that may run in a signal handler.
+    #[inline(always)]
+    pub fn busy_if(&self) -> Option<&Busy> {
+        let p = self.busy.load(Ordering::Acquire);
+        // SAFETY: set once from a leaked box, never freed (entries live as long as the process).
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// The object's busy part, made now if it has none (one allocation, not in a signal
+    /// handler: every path that may run in one finds it made by the wait it ends).
+    #[inline]
+    pub fn busy(&self) -> &Busy {
+        match self.busy_if() {
+            Some(b) => b,
+            None => self.make_busy(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_busy(&self) -> &Busy {
+        let fresh = Box::into_raw(Box::<Busy>::default());
+        match self.busy.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: just leaked, now published.
+            Ok(_) => unsafe { &*fresh },
+            Err(there) => {
+                // SAFETY: ours, never published; `there` was published by another thread.
+                drop(unsafe { Box::from_raw(fresh) });
+                unsafe { &*there }
+            }
+        }
+    }
+
+    /// How many times the object changed owner, its first acquisition included (counted as
+    /// the change from nobody, without making the busy part).
+    pub fn owner_changes(&self) -> u64 {
+        let first = u64::from(
+            self.kind != ObjectKind::Thread && self.owner.last.load(Ordering::Relaxed) != 0,
+        );
+        first
+            + self
+                .busy_if()
+                .map_or(0, |b| b.owner_changes.load(Ordering::Relaxed))
+    }
+
+    /// Whether nothing but uncontended events (acquisitions, posts, read acquisitions,
+    /// signals) ever happened to it: its version was never bumped.
+    pub fn untouched(&self) -> bool {
+        self.busy_if()
+            .is_none_or(|b| b.version.load(Ordering::Relaxed) == 1)
+    }
+
+    /// Waiters now (0 without a busy part).
+    #[inline(always)]
+    pub fn waiters_now(&self) -> u32 {
+        self.busy_if()
+            .map_or(0, |b| b.waiters.load(Ordering::Acquire))
+    }
+
     /// Whether the entry may serve another object once this one is destroyed: nothing but
     /// threads' caches and the registry ever pointed at it (no wait, episode, policy state or
     /// timed hold, which only contended objects have).
     pub fn reusable(&self) -> bool {
-        self.flags() & CONTENDED == 0 && self.policy.get().is_none()
+        self.flags() & CONTENDED == 0 && self.busy_if().is_none_or(|b| b.policy.get().is_none())
     }
 
     /// Makes a destroyed, reusable entry the entry of a new object at `addr`, with every count
@@ -237,38 +419,11 @@ impl ObjEntry {
         debug_assert!(self.flags() & DEAD != 0);
         self.addr.store(addr, Ordering::Relaxed);
         self.id.store(0, Ordering::Relaxed);
-        let zero64 = [
-            &self.owner.changes,
-            &self.waited_since,
-            &self.last_wake,
-            &self.last_wait_start,
-            &self.stats.acquisitions,
-            &self.stats.busy,
-            &self.stats.timeouts,
-            &self.stats.errors,
-            &self.stats.hold_total,
-            &self.stats.hold_max,
-            &self.stats.hold_samples,
-            &self.stats.contended,
-            &self.stats.wait_total,
-            &self.stats.wait_max,
-            &self.flushed,
-            &self.quiet,
-            &self.flushed_quiet,
-            &self.flushed_waits,
-            &self.quiet_until,
-            &self.quiet_gap,
-            &self.last_close_ns,
-            &self.created_ns,
-        ];
-        for a in zero64 {
+        for a in [&self.acquisitions, &self.created_ns] {
             a.store(0, Ordering::Relaxed);
         }
         for a in [
             &self.owner.last,
-            &*self.waiters,
-            &self.stats.max_waiters,
-            &self.coalesced,
             &self.create_chain,
             &self.subtype,
             &self.created_tid,
@@ -276,17 +431,8 @@ impl ObjEntry {
             a.store(0, Ordering::Relaxed);
         }
         self.origin.store(0, Ordering::Relaxed);
-        self.version.store(1, Ordering::Relaxed);
-        if let Some(errnos) = self.errnos.get() {
-            for (e, n) in errnos.iter() {
-                e.store(0, Ordering::Relaxed);
-                n.store(0, Ordering::Relaxed);
-            }
-        }
-        if let Some(extra) = self.extra.get() {
-            for a in extra.iter() {
-                a.store(0, Ordering::Relaxed);
-            }
+        if let Some(b) = self.busy_if() {
+            b.clear();
         }
         self.generation.fetch_add(1, Ordering::Relaxed);
         self.flags.store(0, Ordering::Release);
@@ -294,8 +440,8 @@ impl ObjEntry {
 
     /// The non-zero kind-specific counters (`waitshim_format::counter` key, value).
     pub fn extra_counts(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
-        self.extra
-            .get()
+        self.busy_if()
+            .and_then(|b| b.extra.get())
             .into_iter()
             .flat_map(|t| t.iter().enumerate())
             .filter_map(|(key, v)| {
@@ -306,6 +452,7 @@ impl ObjEntry {
 
     fn extra_slot(&self, key: u16) -> Option<&AtomicU64> {
         let table = self
+            .busy()
             .extra
             .get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
         table.get(key as usize)
@@ -325,7 +472,7 @@ impl ObjEntry {
             return;
         }
         let want = errno as u32;
-        let table = self.errnos.get_or_init(|| {
+        let table = self.busy().errnos.get_or_init(|| {
             Box::new(std::array::from_fn(|_| {
                 (AtomicU32::new(0), AtomicU64::new(0))
             }))
@@ -364,7 +511,7 @@ impl ObjEntry {
     pub fn add_quiet(&self, key: u16, v: u64) {
         if let Some(c) = self.extra_slot(key) {
             c.fetch_add(v, Ordering::Relaxed);
-            self.quiet.fetch_add(v, Ordering::Relaxed);
+            self.busy().quiet.fetch_add(v, Ordering::Relaxed);
         }
     }
 
@@ -397,8 +544,9 @@ impl ObjEntry {
         now: u64,
         pending: Option<&Pending>,
     ) -> Option<KindCounters> {
-        let table = self.extra.get();
-        let errnos = self.errnos.get();
+        let busy = self.busy_if();
+        let table = busy.and_then(|b| b.extra.get());
+        let errnos = busy.and_then(|b| b.errnos.get());
         if table.is_none() && errnos.is_none() && pending.is_none_or(|p| p.added.is_empty()) {
             return None;
         }
@@ -484,17 +632,20 @@ impl ObjEntry {
     }
 
     pub fn contention(&self) -> std::sync::MutexGuard<'_, Contention> {
-        self.contention.lock().unwrap_or_else(|e| e.into_inner())
+        self.busy()
+            .contention
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn touch(&self) {
-        self.version.fetch_add(1, Ordering::Relaxed);
+        self.busy().version.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Adds waits gathered at one call chain (see `waits`). The last slot gathers the chains
     /// that found the table full (reported under chain 0).
     pub fn site_add(&self, chain_id: u32, count: u64, total_ns: u64, max_ns: u64) {
-        let sites = self.sites.get_or_init(|| {
+        let sites = self.busy().sites.get_or_init(|| {
             Box::new(std::array::from_fn(|_| Site {
                 chain_id: AtomicU32::new(SITE_EMPTY),
                 count: AtomicU64::new(0),
@@ -542,13 +693,11 @@ impl ObjEntry {
     /// at its release by the caller: a flag in `flags` would be one more write to the line every
     /// acquisition reads, at every first waiter; it cost 4x on the contended bench.)
     pub fn waiter_came(&self, now: u64) {
-        if self.holds_measured() && self.waited_since.load(Ordering::Relaxed) == 0 {
-            let _ = self.waited_since.compare_exchange(
-                0,
-                now.max(1),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+        let b = self.busy();
+        if self.holds_measured() && b.waited_since.load(Ordering::Relaxed) == 0 {
+            let _ =
+                b.waited_since
+                    .compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 
@@ -556,22 +705,23 @@ impl ObjEntry {
     /// object. Lowers the waiter count; when the last waiter took it, nobody has waited for the
     /// hold it begins. (Atomics only.)
     pub fn waiter_left(&self, acquired: bool, now: u64) {
-        let left = self.waiters.fetch_sub(1, Ordering::AcqRel).wrapping_sub(1);
+        // The wait raised the count, which made the busy part.
+        let Some(b) = self.busy_if() else { return };
+        let left = b.waiters.fetch_sub(1, Ordering::AcqRel).wrapping_sub(1);
         if left != 0 || !acquired || !self.holds_measured() {
             return;
         }
-        let since = self.waited_since.load(Ordering::Acquire);
+        let since = b.waited_since.load(Ordering::Acquire);
         if since == 0
-            || self
-                .waited_since
+            || b.waited_since
                 .compare_exchange(since, 0, Ordering::AcqRel, Ordering::Relaxed)
                 .is_err()
         {
             return;
         }
         // A waiter that came meanwhile found the mark taken: it waits for this hold from now.
-        if self.waiters.load(Ordering::Acquire) != 0 && now != 0 {
-            let _ = self
+        if b.waiters.load(Ordering::Acquire) != 0 && now != 0 {
+            let _ = b
                 .waited_since
                 .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
         }
@@ -579,7 +729,8 @@ impl ObjEntry {
 
     /// Whether the holder must look at its release: a thread waits or waited during the hold.
     pub fn waited_for(&self) -> bool {
-        self.waited_since.load(Ordering::Relaxed) != 0
+        self.busy_if()
+            .is_some_and(|b| b.waited_since.load(Ordering::Relaxed) != 0)
     }
 
     /// The holder releases it at `now`; `timed_since`: when the hold began, if that was timed.
@@ -587,26 +738,24 @@ impl ObjEntry {
     /// the first waiter's arrival rather than from its start); waiters still there wait for the
     /// next hold from now. None when nobody waited: the caller counts a timed hold as a sample.
     pub fn waited_hold_released(&self, now: u64, timed_since: Option<u64>) -> Option<(u64, bool)> {
-        if !self.holds_measured() || self.waited_since.load(Ordering::Acquire) == 0 {
+        let b = self.busy_if()?;
+        if !self.holds_measured() || b.waited_since.load(Ordering::Acquire) == 0 {
             return None;
         }
-        let since = self.waited_since.swap(0, Ordering::AcqRel);
+        let since = b.waited_since.swap(0, Ordering::AcqRel);
         if since == 0 {
             return None;
         }
-        if self.waiters.load(Ordering::Acquire) != 0 {
-            let _ = self.waited_since.compare_exchange(
-                0,
-                now.max(1),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
+        if b.waiters.load(Ordering::Acquire) != 0 {
+            let _ =
+                b.waited_since
+                    .compare_exchange(0, now.max(1), Ordering::AcqRel, Ordering::Relaxed);
         }
         let (ns, from_arrival) = match timed_since {
             Some(start) => (now.saturating_sub(start), false),
             None => (now.saturating_sub(since), true),
         };
-        raise(&self.stats.hold_max, ns);
+        raise(&b.stats.hold_max, ns);
         self.add(counter::HOLDS_WAITED_FOR, 1);
         self.add(counter::HOLDS_WAITED_FOR_TOTAL_NS, ns);
         if from_arrival {
@@ -617,7 +766,7 @@ impl ObjEntry {
     }
 
     pub fn held(&self, hold_ns: u64) {
-        let s = &self.stats;
+        let s = &self.busy().stats;
         let total = s.hold_total.fetch_add(hold_ns, Ordering::Relaxed) + hold_ns;
         raise(&s.hold_max, hold_ns);
         let samples = s.hold_samples.fetch_add(1, Ordering::Relaxed) + 1;
@@ -641,15 +790,16 @@ impl ObjEntry {
         extra_acquisitions: u64,
         pending: Option<&Pending>,
     ) -> Counters {
-        let s = &self.stats;
+        let none = Stats::default();
+        let s = self.busy_if().map_or(&none, |b| &b.stats);
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let p = |f: fn(&Pending) -> u64| pending.map_or(0, f);
         Counters {
             object_id: id,
             ns: now,
-            acquisitions: l(&s.acquisitions) + extra_acquisitions,
+            acquisitions: l(&self.acquisitions) + extra_acquisitions,
             contended: l(&s.contended) + p(|p| p.contended),
-            owner_changes: l(&self.owner.changes),
+            owner_changes: self.owner_changes(),
             busy: l(&s.busy),
             timeouts: l(&s.timeouts),
             errors: l(&s.errors),
@@ -665,8 +815,8 @@ impl ObjEntry {
     /// Where threads waited on it, with the waits still in threads' cells.
     pub fn wait_sites(&self, id: u64, pending: Option<&Pending>) -> Vec<WaitSite> {
         let mut out: Vec<WaitSite> = self
-            .sites
-            .get()
+            .busy_if()
+            .and_then(|b| b.sites.get())
             .into_iter()
             .flat_map(|sites| sites.iter())
             .filter(|s| {
@@ -736,7 +886,7 @@ mod tests {
     }
 
     fn came(o: &ObjEntry, now: u64) {
-        o.waiters.fetch_add(1, Ordering::AcqRel);
+        o.busy().waiters.fetch_add(1, Ordering::AcqRel);
         o.waiter_came(now);
     }
 
@@ -767,7 +917,7 @@ mod tests {
         assert!(o.waited_for(), "the holder must look at its release");
         assert_eq!(o.waited_hold_released(1000, Some(100)), Some((900, false)));
         assert_eq!(waited_for(&o), (1, 900, 0));
-        assert_eq!(o.stats.hold_max.load(Ordering::Relaxed), 900);
+        assert_eq!(o.busy().stats.hold_max.load(Ordering::Relaxed), 900);
     }
 
     #[test]
@@ -787,7 +937,7 @@ mod tests {
         assert!(o.waited_hold_released(1000, None).is_some());
         // One waiter gets it; the other waits on, for the hold that begins.
         o.waiter_left(true, 1010);
-        assert_eq!(o.waiters.load(Ordering::Relaxed), 1);
+        assert_eq!(o.waiters_now(), 1);
         assert_eq!(o.waited_hold_released(1500, Some(1010)), Some((490, false)));
         // Another holder barged in before the last waiter: measured from the last release.
         assert_eq!(o.waited_hold_released(1800, None), Some((300, true)));

@@ -355,7 +355,7 @@ impl ThreadRec {
         if n > 0 {
             if let Some(obj) = s.entry() {
                 // No `touch`: acquisitions alone are written with the flush's backoff.
-                obj.stats.acquisitions.fetch_add(n, Ordering::Relaxed);
+                obj.acquisitions.fetch_add(n, Ordering::Relaxed);
             }
         }
         fold_aux(s);

@@ -339,7 +339,7 @@ fn fold(c: &Cell) {
         obj.add(counter::READ_WAIT_TOTAL_NS, v.total);
         obj.raise(counter::READ_WAIT_MAX_NS, v.max);
     } else {
-        let s = &obj.stats;
+        let s = &obj.busy().stats;
         s.contended.fetch_add(v.count, Ordering::Relaxed);
         s.wait_total.fetch_add(v.total, Ordering::Relaxed);
         raise(&s.wait_max, v.max);

@@ -1,0 +1,373 @@
+//! `waitshim-analyze export`: the run in the formats other tools open. Everything comes from the
+//! model of the log ([`crate::model`]), which is already bounded by the run's objects, threads,
+//! chains and contention records; each exporter writes its file as it walks the model, keeping
+//! at most one entry per distinct stack (profiles) or per thread (traces) besides.
+//!
+//! - [`pprof`]: gzipped `profile.proto`, values `contentions/count` and `delay/nanoseconds`.
+//! - [`folded`]: folded stacks weighted by wait time, and an SVG flame graph drawn from them.
+//! - [`chrome`]: Trace Event Format JSON, a track per thread.
+//! - [`perfetto`]: Perfetto's native TrackEvent protobuf, strings interned.
+//!
+//! Two sides of a wait can be exported as stacks: the waiter's chain (where the thread waited,
+//! from the log's cumulative wait sites: every contended wait is in them) or the holder's chain
+//! (where the holder released the object that others waited for, from the contention records:
+//! only the high-contention episodes the shim recorded).
+
+pub mod chrome;
+pub mod folded;
+pub mod perfetto;
+pub mod pprof;
+pub mod timeline;
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::report::{Ctx, Options};
+use crate::symbolize::Frame;
+use crate::{analyze, Analysis, EXIT_BAD_INPUT};
+
+/// The formats `export --format` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Pprof,
+    Folded,
+    Flamegraph,
+    Chrome,
+    Perfetto,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "pprof" => Format::Pprof,
+            "folded" => Format::Folded,
+            "flamegraph" => Format::Flamegraph,
+            "chrome" => Format::Chrome,
+            "perfetto" => Format::Perfetto,
+            _ => {
+                return Err(format!(
+                    "unknown format '{s}': pprof, folded, flamegraph, chrome or perfetto"
+                ))
+            }
+        })
+    }
+}
+
+/// Whose call chains a profile shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Side {
+    /// Where threads waited (wait sites: every contended wait).
+    #[default]
+    Waiters,
+    /// Where the holder released what others waited for (contention records).
+    Holders,
+}
+
+impl std::str::FromStr for Side {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "waiters" => Ok(Side::Waiters),
+            "holders" => Ok(Side::Holders),
+            _ => Err(format!("unknown side '{s}': waiters or holders")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub format: Format,
+    pub side: Side,
+    pub output: PathBuf,
+    pub symbols: bool,
+}
+
+/// One log's model with its symbolizer, as the exporters see it.
+pub struct Source<'a> {
+    pub ctx: Ctx<'a>,
+    /// The pid of the process the log is of (0 when its start record is missing).
+    pub pid: u32,
+}
+
+impl Source<'_> {
+    /// `mutex#2 convoy_lock`, `cond#5 "queue"`: an object named shortly, for a frame or label.
+    pub fn object_name(&mut self, object_id: u64) -> String {
+        let mut s = self.ctx.object_short(object_id);
+        let name = self
+            .ctx
+            .model
+            .objects
+            .get(&object_id)
+            .and_then(|o| o.name().map(str::to_string));
+        if let Some(name) = name {
+            s.push_str(&format!(" \"{name}\""));
+        }
+        if let Some(g) = self.ctx.global_name(object_id) {
+            s.push(' ');
+            s.push_str(&g);
+        }
+        s
+    }
+
+    /// Where the object was created (or first used): `convoy.c:43 (main)`.
+    pub fn creation_site(&mut self, object_id: u64) -> Option<String> {
+        self.ctx.creation_site(object_id).map(|f| f.site())
+    }
+
+    /// The frames of a chain, innermost first, without the shim's own.
+    pub fn frames(&mut self, chain_id: u32) -> Vec<Frame> {
+        if chain_id == 0 {
+            return Vec::new();
+        }
+        self.ctx.sym.chain(self.ctx.model, chain_id)
+    }
+
+    /// The site of a chain in the program's terms, when the chain is known.
+    pub fn chain_site(&mut self, chain_id: u32) -> Option<String> {
+        if chain_id == 0 {
+            return None;
+        }
+        self.ctx
+            .sym
+            .site(self.ctx.model, chain_id)
+            .map(|f| f.site())
+    }
+
+    /// A chain as one line, innermost first: `worker (convoy.c:25) <- start_thread <- clone3`.
+    pub fn chain_text(&mut self, chain_id: u32) -> Option<String> {
+        let frames = self.frames(chain_id);
+        if frames.is_empty() {
+            return None;
+        }
+        let names: Vec<String> = frames.iter().map(frame_name_with_line).collect();
+        Some(names.join(" <- "))
+    }
+
+    /// `thread 1234 "worker"`.
+    pub fn thread_name(&self, tid: u32) -> String {
+        self.ctx.thread_label(tid)
+    }
+}
+
+/// A frame's name in a stack: the function, else `module+0x1234`.
+pub fn frame_name(f: &Frame) -> String {
+    f.short_name()
+}
+
+fn frame_name_with_line(f: &Frame) -> String {
+    match f.source() {
+        Some(src) => format!("{} ({src})", f.short_name()),
+        None => f.short_name(),
+    }
+}
+
+/// What an exporter is given: each log's source in turn, then the end.
+pub trait Exporter {
+    fn add(&mut self, src: &mut Source<'_>) -> io::Result<()>;
+    fn finish(self: Box<Self>) -> io::Result<()>;
+}
+
+/// The error of a failed export, said in one line.
+fn io_error(what: &str, path: &Path, e: &io::Error) -> String {
+    format!("{what} {}: {e}", path.display())
+}
+
+/// Exports the logs at `paths` to `opts.output`. Files that are not logs are reported on `err`
+/// and the others exported; the return value is the process exit code (2 when any input was
+/// not a log or the output could not be written).
+pub fn run(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> i32 {
+    match export(paths, opts, err) {
+        Ok(code) => code,
+        Err(msg) => {
+            let _ = writeln!(err, "waitshim-analyze export: {msg}");
+            EXIT_BAD_INPUT
+        }
+    }
+}
+
+fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Result<i32, String> {
+    // Written beside the destination and renamed at the end: a failed export leaves no
+    // half-written file under the name asked for.
+    let out_path = &opts.output;
+    if out_path.as_os_str().is_empty() {
+        return Err("no output file (-o FILE)".into());
+    }
+    if out_path.is_dir() {
+        return Err(format!("{} is a directory", out_path.display()));
+    }
+    // `-o -`, or a device or pipe (`/dev/stdout`, a FIFO): written straight to, never
+    // renamed over.
+    let special = std::fs::metadata(out_path).is_ok_and(|m| !m.is_file());
+    if out_path.as_os_str() == "-" || special {
+        let out: Box<dyn Write> = if out_path.as_os_str() == "-" {
+            Box::new(io::stdout())
+        } else {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(out_path)
+                .map_err(|e| io_error("cannot open", out_path, &e))?;
+            Box::new(f)
+        };
+        let out = BufWriter::with_capacity(1 << 16, out);
+        return match export_to(paths, opts, out, err) {
+            Ok((code, true)) => Ok(code),
+            Ok((code, false)) => Ok(code.max(EXIT_BAD_INPUT)),
+            Err(e) => Err(io_error("cannot write", out_path, &e)),
+        };
+    }
+    let file_name = out_path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", out_path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(file_name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = out_path.with_file_name(tmp_name);
+    let file = File::create(&tmp).map_err(|e| io_error("cannot create", &tmp, &e))?;
+    let out = BufWriter::with_capacity(1 << 16, file);
+    let result = export_to(paths, opts, out, err);
+    match result {
+        Ok((code, any)) if any => {
+            std::fs::rename(&tmp, out_path).map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                io_error("cannot write", out_path, &e)
+            })?;
+            Ok(code)
+        }
+        Ok((code, _)) => {
+            let _ = std::fs::remove_file(&tmp);
+            let _ = writeln!(
+                err,
+                "waitshim-analyze export: no log could be read; {} not written",
+                out_path.display()
+            );
+            Ok(code.max(EXIT_BAD_INPUT))
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(io_error("cannot write", out_path, &e))
+        }
+    }
+}
+
+/// Runs the exporter over every log; (exit code, whether any log was exported).
+fn export_to<W: Write + 'static>(
+    paths: &[PathBuf],
+    opts: &ExportOptions,
+    out: BufWriter<W>,
+    err: &mut dyn Write,
+) -> io::Result<(i32, bool)> {
+    let mut exporter: Box<dyn Exporter> = match opts.format {
+        Format::Pprof => Box::new(pprof::Pprof::new(out, opts.side)),
+        Format::Folded => Box::new(folded::Folded::new(out, opts.side, false)),
+        Format::Flamegraph => Box::new(folded::Folded::new(out, opts.side, true)),
+        Format::Chrome => Box::new(chrome::Chrome::new(out)?),
+        Format::Perfetto => Box::new(perfetto::Perfetto::new(out)),
+    };
+    let report_opts = Options {
+        symbols: opts.symbols,
+        ..Options::default()
+    };
+    let mut code = 0;
+    let mut any = false;
+    for path in paths {
+        let a: Analysis = match analyze(path) {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = writeln!(err, "waitshim-analyze: {e}");
+                code = EXIT_BAD_INPUT;
+                continue;
+            }
+        };
+        let pid = a.model.run.as_ref().map_or(0, |r| r.pid);
+        let mut src = Source {
+            ctx: Ctx::new(&a.summary, &a.model, &report_opts),
+            pid,
+        };
+        exporter.add(&mut src)?;
+        any = true;
+    }
+    if any {
+        exporter.finish()?;
+    }
+    Ok((code, any))
+}
+
+/// One stack's share of the waiting: what profiles and flame graphs are made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sample {
+    pub object_id: u64,
+    /// The waiter's chain (waiters side) or the holder's release chain (holders side); 0 when
+    /// the log has none for these waits.
+    pub chain_id: u32,
+    /// The holder (holders side).
+    pub tid: Option<u32>,
+    /// Waits (waiters side) or waiters made to wait (holders side).
+    pub count: u64,
+    pub delay_ns: u64,
+}
+
+/// The samples of one side of the log's waits, objects in id order.
+///
+/// Waiters: one per (object, wait site), from the cumulative wait sites, plus one without a
+/// chain for what an object's counters count beyond its wait sites, so that the delays add up
+/// to the objects' wait totals. Holders: one per completed contention record, its delay the sum
+/// of its listed waiters' waits up to the release.
+pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
+    let mut out = Vec::new();
+    match side {
+        Side::Waiters => {
+            for o in model.objects.values() {
+                let object_id = o.object_id;
+                let (mut count, mut ns) = (0u64, 0u64);
+                for site in o.wait_sites().values() {
+                    count = count.saturating_add(site.count);
+                    ns = ns.saturating_add(site.wait_total_ns);
+                    out.push(Sample {
+                        object_id,
+                        chain_id: site.chain_id,
+                        tid: None,
+                        count: site.count,
+                        delay_ns: site.wait_total_ns,
+                    });
+                }
+                let total_ns = o.wait_total_ns();
+                let total_count = o
+                    .counters
+                    .as_ref()
+                    .map_or(0, |c| c.contended)
+                    .saturating_add(o.kind_counter(waitshim_format::counter::READ_CONTENDED));
+                if total_ns > ns {
+                    out.push(Sample {
+                        object_id,
+                        chain_id: 0,
+                        tid: None,
+                        count: total_count.saturating_sub(count),
+                        delay_ns: total_ns - ns,
+                    });
+                }
+            }
+        }
+        Side::Holders => {
+            for r in model.records.values() {
+                let Some(c) = &r.close else { continue };
+                if r.opener_was_holder() && c.waiters.is_empty() {
+                    continue;
+                }
+                let delay = c
+                    .waiters
+                    .iter()
+                    .fold(0u64, |n, w| n.saturating_add(w.wait_ns));
+                out.push(Sample {
+                    object_id: r.object_id,
+                    chain_id: c.holder_chain,
+                    tid: Some(c.holder_tid),
+                    count: u64::from(c.waiters_total.max(c.waiters.len() as u32)),
+                    delay_ns: delay,
+                });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,379 @@
+//! Perfetto's native trace format: a `perfetto.protos.Trace`, written packet by packet (each
+//! packet is field 1 of the Trace message, so the file is their concatenation). The messages
+//! are declared here with prost's derive, holding only the fields this exporter writes, with
+//! the field numbers of Perfetto's `protos/perfetto/trace` definitions.
+//!
+//! One process track per log and a thread track per thread; on it the thread's lifetime
+//! (`Thread`) and its waits (`Wait: lock`, `Wait: condition`, `Wait: semaphore`, `Wait:
+//! barrier`, `Wait: join`) as slices, with the object, its creation site, where the thread
+//! waited, its chain and the holder as arguments; deadlocks and highwater rises as instants.
+//! Event names, argument names and argument values are interned: each distinct string is
+//! written once per trace.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use prost::Message;
+
+use super::chrome::{wait_args, Arg};
+use super::timeline::{self, wait_name};
+use super::{Exporter, Source};
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TracePacket {
+    #[prost(uint64, optional, tag = "8")]
+    pub timestamp: Option<u64>,
+    #[prost(uint32, optional, tag = "10")]
+    pub trusted_packet_sequence_id: Option<u32>,
+    #[prost(message, optional, tag = "11")]
+    pub track_event: Option<TrackEvent>,
+    #[prost(message, optional, tag = "12")]
+    pub interned_data: Option<InternedData>,
+    #[prost(uint32, optional, tag = "13")]
+    pub sequence_flags: Option<u32>,
+    #[prost(message, optional, tag = "60")]
+    pub track_descriptor: Option<TrackDescriptor>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrackDescriptor {
+    #[prost(uint64, optional, tag = "1")]
+    pub uuid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    pub name: Option<String>,
+    #[prost(message, optional, tag = "3")]
+    pub process: Option<ProcessDescriptor>,
+    #[prost(message, optional, tag = "4")]
+    pub thread: Option<ThreadDescriptor>,
+    #[prost(uint64, optional, tag = "5")]
+    pub parent_uuid: Option<u64>,
+    #[prost(message, optional, tag = "8")]
+    pub counter: Option<CounterDescriptor>,
+}
+
+/// Marks a track as a counter track (no field is needed for integer values).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CounterDescriptor {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ProcessDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pub pid: Option<i32>,
+    #[prost(string, optional, tag = "6")]
+    pub process_name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ThreadDescriptor {
+    #[prost(int32, optional, tag = "1")]
+    pub pid: Option<i32>,
+    #[prost(int64, optional, tag = "2")]
+    pub tid: Option<i64>,
+    #[prost(string, optional, tag = "5")]
+    pub thread_name: Option<String>,
+}
+
+/// `TrackEvent.Type`.
+pub const SLICE_BEGIN: i32 = 1;
+pub const SLICE_END: i32 = 2;
+pub const INSTANT: i32 = 3;
+pub const COUNTER: i32 = 4;
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TrackEvent {
+    #[prost(message, repeated, tag = "4")]
+    pub debug_annotations: Vec<DebugAnnotation>,
+    #[prost(int32, optional, tag = "9")]
+    pub r#type: Option<i32>,
+    #[prost(uint64, optional, tag = "10")]
+    pub name_iid: Option<u64>,
+    #[prost(uint64, optional, tag = "11")]
+    pub track_uuid: Option<u64>,
+    #[prost(string, repeated, tag = "22")]
+    pub categories: Vec<String>,
+    #[prost(int64, optional, tag = "30")]
+    pub counter_value: Option<i64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DebugAnnotation {
+    #[prost(uint64, optional, tag = "1")]
+    pub name_iid: Option<u64>,
+    #[prost(uint64, optional, tag = "3")]
+    pub uint_value: Option<u64>,
+    #[prost(uint64, optional, tag = "17")]
+    pub string_value_iid: Option<u64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InternedData {
+    #[prost(message, repeated, tag = "2")]
+    pub event_names: Vec<EventName>,
+    #[prost(message, repeated, tag = "3")]
+    pub debug_annotation_names: Vec<DebugAnnotationName>,
+    #[prost(message, repeated, tag = "29")]
+    pub debug_annotation_string_values: Vec<InternedString>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EventName {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DebugAnnotationName {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(string, optional, tag = "2")]
+    pub name: Option<String>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct InternedString {
+    #[prost(uint64, optional, tag = "1")]
+    pub iid: Option<u64>,
+    #[prost(bytes = "vec", optional, tag = "2")]
+    pub str: Option<Vec<u8>>,
+}
+
+/// `TracePacket.SequenceFlags`.
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+/// The one packet sequence this writer uses.
+const SEQUENCE: u32 = 1;
+
+/// Interned strings of one kind: iid by string (iids start at 1).
+#[derive(Default)]
+struct Interned {
+    ids: HashMap<String, u64>,
+}
+
+impl Interned {
+    /// The string's iid, and whether it is new (then it must go in this packet's interned data).
+    fn get(&mut self, s: &str) -> (u64, bool) {
+        if let Some(&id) = self.ids.get(s) {
+            return (id, false);
+        }
+        let id = self.ids.len() as u64 + 1;
+        self.ids.insert(s.to_string(), id);
+        (id, true)
+    }
+}
+
+pub struct Perfetto<W: Write> {
+    out: W,
+    names: Interned,
+    arg_names: Interned,
+    values: Interned,
+    first: bool,
+}
+
+impl<W: Write> Perfetto<W> {
+    pub fn new(out: W) -> Self {
+        Perfetto {
+            out,
+            names: Interned::default(),
+            arg_names: Interned::default(),
+            values: Interned::default(),
+            first: true,
+        }
+    }
+
+    fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
+        p.trusted_packet_sequence_id = Some(SEQUENCE);
+        if self.first {
+            p.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
+            self.first = false;
+        } else if p.track_event.is_some() {
+            p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
+        }
+        // Trace.packet is field 1, length-delimited.
+        let len = p.encoded_len();
+        let mut buf = Vec::with_capacity(len + 11);
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut buf);
+        prost::encoding::encode_varint(len as u64, &mut buf);
+        p.encode(&mut buf).map_err(io::Error::other)?;
+        self.out.write_all(&buf)
+    }
+
+    /// A track event with its name and arguments interned.
+    fn event(
+        &mut self,
+        ts: u64,
+        track: u64,
+        kind: i32,
+        name: Option<&str>,
+        args: &[(&str, Arg)],
+    ) -> io::Result<()> {
+        let mut interned = InternedData::default();
+        let mut ev = TrackEvent {
+            r#type: Some(kind),
+            track_uuid: Some(track),
+            ..TrackEvent::default()
+        };
+        if let Some(name) = name {
+            let (iid, new) = self.names.get(name);
+            if new {
+                interned.event_names.push(EventName {
+                    iid: Some(iid),
+                    name: Some(name.to_string()),
+                });
+            }
+            ev.name_iid = Some(iid);
+        }
+        for (k, v) in args {
+            let (kid, new) = self.arg_names.get(k);
+            if new {
+                interned.debug_annotation_names.push(DebugAnnotationName {
+                    iid: Some(kid),
+                    name: Some(k.to_string()),
+                });
+            }
+            let mut a = DebugAnnotation {
+                name_iid: Some(kid),
+                ..DebugAnnotation::default()
+            };
+            match v {
+                Arg::Str(v) => {
+                    let (vid, new) = self.values.get(v);
+                    if new {
+                        interned
+                            .debug_annotation_string_values
+                            .push(InternedString {
+                                iid: Some(vid),
+                                str: Some(v.as_bytes().to_vec()),
+                            });
+                    }
+                    a.string_value_iid = Some(vid);
+                }
+                Arg::Uint(n) => a.uint_value = Some(*n),
+            }
+            ev.debug_annotations.push(a);
+        }
+        let any_new = !(interned.event_names.is_empty()
+            && interned.debug_annotation_names.is_empty()
+            && interned.debug_annotation_string_values.is_empty());
+        self.packet(TracePacket {
+            timestamp: Some(ts),
+            track_event: Some(ev),
+            interned_data: any_new.then_some(interned),
+            ..TracePacket::default()
+        })
+    }
+}
+
+/// Track uuids: a process's from its pid, a thread's from pid and tid (distinct from every
+/// process uuid: a tid is never 0).
+fn process_uuid(pid: u32) -> u64 {
+    (u64::from(pid) << 32) | 0xffff_ffff
+}
+
+fn thread_uuid(pid: u32, tid: u32) -> u64 {
+    (u64::from(pid) << 32) | u64::from(tid.min(0xffff_fffd))
+}
+
+/// The process's highwater-mark counter track.
+fn highwater_uuid(pid: u32) -> u64 {
+    (u64::from(pid) << 32) | 0xffff_fffe
+}
+
+impl<W: Write> Exporter for Perfetto<W> {
+    fn add(&mut self, src: &mut Source<'_>) -> io::Result<()> {
+        let model = src.ctx.model;
+        let pid = src.pid;
+        let program = model
+            .run
+            .as_ref()
+            .map(|r| crate::symbolize::basename(&r.exe).to_string())
+            .unwrap_or_else(|| "process".into());
+        let puuid = process_uuid(pid);
+        self.packet(TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(puuid),
+                process: Some(ProcessDescriptor {
+                    pid: Some(pid as i32),
+                    process_name: Some(program),
+                }),
+                ..TrackDescriptor::default()
+            }),
+            ..TracePacket::default()
+        })?;
+        // The highwater mark as a counter: 0 from the start, then each rise.
+        let huuid = highwater_uuid(pid);
+        self.packet(TracePacket {
+            track_descriptor: Some(TrackDescriptor {
+                uuid: Some(huuid),
+                name: Some("Highwater mark (threads waiting at once on one object)".into()),
+                parent_uuid: Some(puuid),
+                counter: Some(CounterDescriptor {}),
+                ..TrackDescriptor::default()
+            }),
+            ..TracePacket::default()
+        })?;
+        let mut rises: Vec<(u64, u32)> = vec![(model.start_ns(), 0)];
+        rises.extend(model.highwater.iter().map(|h| (h.ns, h.hwm)));
+        rises.sort_by_key(|&(ns, hwm)| (ns, hwm));
+        for (ns, hwm) in rises {
+            self.packet(TracePacket {
+                timestamp: Some(ns),
+                track_event: Some(TrackEvent {
+                    r#type: Some(COUNTER),
+                    track_uuid: Some(huuid),
+                    counter_value: Some(i64::from(hwm)),
+                    ..TrackEvent::default()
+                }),
+                ..TracePacket::default()
+            })?;
+        }
+        let tracks = timeline::tracks(model);
+        for t in &tracks {
+            let uuid = thread_uuid(pid, t.tid);
+            // Perfetto shows the tid beside the name itself.
+            let mut name = t.name.clone().unwrap_or_else(|| "thread".into());
+            if t.is_main {
+                name.push_str(" (main)");
+            }
+            self.packet(TracePacket {
+                track_descriptor: Some(TrackDescriptor {
+                    uuid: Some(uuid),
+                    parent_uuid: Some(puuid),
+                    thread: Some(ThreadDescriptor {
+                        pid: Some(pid as i32),
+                        tid: Some(i64::from(t.tid)),
+                        thread_name: Some(name),
+                    }),
+                    ..TrackDescriptor::default()
+                }),
+                ..TracePacket::default()
+            })?;
+            self.event(t.start, uuid, SLICE_BEGIN, Some("Thread"), &[])?;
+            for i in &t.instants {
+                let mut args = vec![("detail", Arg::Str(i.detail.clone()))];
+                if let Some(o) = i.object_id {
+                    args.push(("object", Arg::Str(src.object_name(o))));
+                }
+                self.event(i.ns, uuid, INSTANT, Some(&i.name), &args)?;
+            }
+        }
+        // The waits, each thread's in time order; the trace is sorted by time when read
+        // (a file has no flush points, so Perfetto sorts it whole).
+        timeline::for_each_wait(model, |tid, w| {
+            let uuid = thread_uuid(pid, tid);
+            let args = wait_args(src, &w);
+            let name = wait_name(model, w.object_id);
+            self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
+            self.event(w.end, uuid, SLICE_END, None, &[])
+        })?;
+        for t in &tracks {
+            self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
+        }
+        Ok(())
+    }
+
+    fn finish(mut self: Box<Self>) -> io::Result<()> {
+        self.out.flush()
+    }
+}

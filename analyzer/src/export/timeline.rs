@@ -1,0 +1,241 @@
+//! The per-thread timeline the trace exports draw: for each thread, its lifetime and the waits
+//! whose begin and end the log gives, laid out so that no two slices of a thread overlap
+//! partly (every wait lies inside the lifetime, and the waits of a thread do not overlap), and
+//! the moments (deadlocks, highwater rises) as instants. The waits are handed out one by one
+//! ([`for_each_wait`]), never gathered: memory grows with threads, not with waits.
+//!
+//! What the log has: a contention record lists, at its close, each waiter with how long it had
+//! waited by then, so each waiter's wait is known from its start to the release that closed
+//! the episode (it may have gone on after it: the log does not say). A record never closed
+//! (a deadlock, a killed program) has its opener waiting from the opening to the end of the
+//! log; the log's last list of waits in progress gives those still waiting at its end. Waits of
+//! quieter episodes are in the counters only: they have no place in time.
+
+use std::collections::{BTreeMap, HashMap};
+
+use waitshim_format::ObjectKind;
+
+use crate::model::Model;
+
+/// One wait of a thread, in absolute monotonic ns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    pub start: u64,
+    pub end: u64,
+    pub object_id: u64,
+    pub chain_id: u32,
+    /// The thread holding the object, when known (0 otherwise).
+    pub holder_tid: u32,
+    /// The contention record it comes from, if any.
+    pub record_id: Option<u64>,
+    /// The log ended with this wait still going on.
+    pub unended: bool,
+}
+
+/// A moment on a thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instant {
+    pub ns: u64,
+    pub name: String,
+    pub object_id: Option<u64>,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Track {
+    pub tid: u32,
+    pub name: Option<String>,
+    pub is_main: bool,
+    /// The thread's lifetime as far as the log knows it, stretched to hold its waits and
+    /// instants.
+    pub start: u64,
+    pub end: u64,
+    /// By time.
+    pub instants: Vec<Instant>,
+}
+
+/// The name a wait's slice gets, by what it waits on: fixed names, so that viewers that colour
+/// slices by name colour each kind of wait alike.
+pub fn wait_name(model: &Model, object_id: u64) -> &'static str {
+    match model.objects.get(&object_id).and_then(|o| o.kind()) {
+        Some(ObjectKind::Mutex | ObjectKind::RwLock | ObjectKind::Spin | ObjectKind::Futex) => {
+            "Wait: lock"
+        }
+        Some(ObjectKind::Cond) => "Wait: condition",
+        Some(ObjectKind::Semaphore) => "Wait: semaphore",
+        Some(ObjectKind::Barrier) => "Wait: barrier",
+        Some(ObjectKind::Thread) => "Wait: join",
+        None => "Wait",
+    }
+}
+
+/// Where the log's knowledge of the run ends.
+fn run_end(model: &Model) -> u64 {
+    model
+        .run_end
+        .as_ref()
+        .map_or(model.last_ns, |e| e.ns.max(model.last_ns))
+}
+
+/// Calls `f` with every wait the log has a time for, as (tid, wait), in the order of their
+/// ends; a wait starts no earlier than the end of the thread's wait before it (a thread waits
+/// for one thing at a time: a wait listed again by a later record, because it went on through
+/// two episodes, continues where the earlier listing ended). Memory: one entry per thread, and
+/// one per contention record for their order.
+pub fn for_each_wait<E>(
+    model: &Model,
+    mut f: impl FnMut(u32, Wait) -> Result<(), E>,
+) -> Result<(), E> {
+    let end_of_log = run_end(model);
+    let mut order: Vec<(u64, u64)> = model
+        .records
+        .values()
+        .filter_map(|r| match (&r.open, &r.close) {
+            (_, Some(c)) => Some((c.ns, r.record_id)),
+            (Some(o), None) => Some((end_of_log.max(o.ns), r.record_id)),
+            (None, None) => None,
+        })
+        .collect();
+    order.sort_unstable();
+    let mut last_end: HashMap<u32, u64> = HashMap::new();
+    let mut emit = |tid: u32, mut w: Wait| -> Result<(), E> {
+        let prev = last_end.entry(tid).or_insert(0);
+        w.start = w.start.max(*prev);
+        if w.end <= w.start {
+            return Ok(());
+        }
+        *prev = w.end;
+        f(tid, w)
+    };
+    for (_, id) in order {
+        let Some(r) = model.records.get(&id) else {
+            continue;
+        };
+        match (&r.open, &r.close) {
+            (_, Some(c)) => {
+                for w in &c.waiters {
+                    emit(
+                        w.tid,
+                        Wait {
+                            start: c.ns.saturating_sub(w.wait_ns),
+                            end: c.ns,
+                            object_id: r.object_id,
+                            chain_id: w.chain_id,
+                            holder_tid: c.holder_tid,
+                            record_id: Some(r.record_id),
+                            unended: false,
+                        },
+                    )?;
+                }
+            }
+            (Some(o), None) => emit(
+                o.waiter_tid,
+                Wait {
+                    start: o.ns,
+                    end: end_of_log.max(o.ns),
+                    object_id: r.object_id,
+                    chain_id: o.waiter_chain,
+                    holder_tid: o.holder_tid,
+                    record_id: Some(r.record_id),
+                    unended: true,
+                },
+            )?,
+            (None, None) => {}
+        }
+    }
+    if let Some(open) = &model.open_waits {
+        let mut waits: Vec<_> = open.waits.iter().collect();
+        waits.sort_by_key(|w| w.since_ns);
+        for w in waits {
+            emit(
+                w.tid,
+                Wait {
+                    start: w.since_ns,
+                    end: end_of_log.max(w.since_ns),
+                    object_id: w.object_id,
+                    chain_id: w.chain_id,
+                    holder_tid: w.holder_tid,
+                    record_id: None,
+                    unended: true,
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The threads of one log, by tid, each with its lifetime stretched over its waits
+/// ([`for_each_wait`]) and its instants (deadlocks, highwater rises). Memory: one entry per
+/// thread, plus the instants (bounded by the model's caps on deadlocks and rises).
+pub fn tracks(model: &Model) -> Vec<Track> {
+    let run_start = model.start_ns();
+    let end_of_log = run_end(model);
+    let mut tracks: BTreeMap<u32, Track> = BTreeMap::new();
+    for t in model.threads.values() {
+        let start = t.start_ns.unwrap_or(run_start);
+        let end = t.exit_ns.unwrap_or(end_of_log).max(start);
+        tracks.insert(
+            t.tid,
+            Track {
+                tid: t.tid,
+                name: t.name.clone(),
+                is_main: t.is_main,
+                start,
+                end,
+                ..Track::default()
+            },
+        );
+    }
+    let _ = for_each_wait(model, |tid, w| -> Result<(), ()> {
+        let t = tracks.entry(tid).or_insert_with(|| lone(tid, w.start));
+        t.start = t.start.min(w.start);
+        t.end = t.end.max(w.end);
+        Ok(())
+    });
+    for d in &model.deadlocks {
+        let broken = model.broken(d).is_some();
+        for e in &d.cycle {
+            let name = if broken {
+                "Deadlock (broke later)"
+            } else {
+                "Deadlock"
+            };
+            let t = tracks.entry(e.tid).or_insert_with(|| lone(e.tid, d.ns));
+            t.instants.push(Instant {
+                ns: d.ns,
+                name: name.into(),
+                object_id: Some(e.object_id),
+                detail: format!("waits for an object held by thread {}", e.holder_tid),
+            });
+        }
+    }
+    for h in &model.highwater {
+        let t = tracks.entry(h.tid).or_insert_with(|| lone(h.tid, h.ns));
+        t.instants.push(Instant {
+            ns: h.ns,
+            name: format!("Highwater {}", h.hwm),
+            object_id: Some(h.object_id),
+            detail: format!("{} threads waiting at once on one object", h.hwm),
+        });
+    }
+    for t in tracks.values_mut() {
+        t.instants.sort_by_key(|i| i.ns);
+        if let Some(i) = t.instants.first() {
+            t.start = t.start.min(i.ns);
+        }
+        if let Some(i) = t.instants.last() {
+            t.end = t.end.max(i.ns);
+        }
+    }
+    tracks.into_values().collect()
+}
+
+/// A thread the log names only in a wait or an instant.
+fn lone(tid: u32, ns: u64) -> Track {
+    Track {
+        tid,
+        start: ns,
+        end: ns,
+        ..Track::default()
+    }
+}

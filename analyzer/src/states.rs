@@ -1,0 +1,393 @@
+//! What the shim's sampler saw of each thread (`ThreadSamples`, `CpuSample` records): time on a
+//! CPU and time ready for one (the kernel's exact figures), and spans of the sampled states:
+//! in a wait the shim tracks, or blocked in a system call, with what it waited on.
+//!
+//! A sample lists a thread when it ran or changed state; an unlisted thread stayed as it was.
+//! A state seen at one sample and changed at the next is counted until the next: each span is
+//! exact to within one interval at each end.
+
+use std::collections::BTreeMap;
+
+use waitshim_format::{thread_state, CpuSample, ThreadSamples};
+
+/// Threads followed at most (more are counted in [`States::threads_cut`]).
+pub const MAX_THREADS: usize = 100_000;
+/// Distinct (system call, what) kept per thread; further ones are summed under "other".
+pub const MAX_BLOCKED_KINDS: usize = 16;
+const MAX_WHAT: usize = 200;
+
+/// Time one thread spent blocked in one system call on one thing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockedIn {
+    /// The system call's number (-1: blocked outside one; -2: several, summed).
+    pub syscall: i32,
+    /// What its descriptor was (`pipe:[123]`, `socket:[456]`, a path), or empty.
+    pub what: String,
+    pub ns: u64,
+}
+
+/// The sampler's view of one thread.
+#[derive(Debug, Clone, Default)]
+pub struct ThreadStates {
+    pub on_cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub timeslices: u64,
+    /// Sampled: in waits the shim tracks.
+    pub tracked_ns: u64,
+    /// Sampled: blocked elsewhere, most first once finished.
+    pub blocked: Vec<BlockedIn>,
+    /// The state at the latest look: (state, syscall, what, since ns).
+    current: Option<(u8, i32, String, u64)>,
+    /// When the thread ended, if it did: a sample written after its exit record (the sampler
+    /// looked just before the thread ended) does not stretch its states past its end.
+    exited: Option<u64>,
+    /// Whether any sample listed it.
+    pub sampled: bool,
+}
+
+impl ThreadStates {
+    /// Time blocked outside tracked waits, sampled.
+    pub fn other_ns(&self) -> u64 {
+        self.blocked
+            .iter()
+            .map(|b| b.ns)
+            .fold(0, u64::saturating_add)
+    }
+
+    fn close(&mut self, until: u64) {
+        let Some((state, syscall, what, since)) = self.current.take() else {
+            return;
+        };
+        let until = self.exited.map_or(until, |e| e.min(until));
+        let ns = until.saturating_sub(since);
+        match state {
+            thread_state::TRACKED_WAIT => self.tracked_ns = self.tracked_ns.saturating_add(ns),
+            thread_state::BLOCKED => {
+                if let Some(b) = self
+                    .blocked
+                    .iter_mut()
+                    .find(|b| b.syscall == syscall && b.what == what)
+                {
+                    b.ns = b.ns.saturating_add(ns);
+                } else if self.blocked.len() < MAX_BLOCKED_KINDS {
+                    self.blocked.push(BlockedIn { syscall, what, ns });
+                } else if let Some(b) = self.blocked.iter_mut().find(|b| b.syscall == -2) {
+                    b.ns = b.ns.saturating_add(ns);
+                } else {
+                    // The last kind makes room for the sum of the rest.
+                    let last = self.blocked.last_mut().expect("full");
+                    *last = BlockedIn {
+                        syscall: -2,
+                        what: String::new(),
+                        ns: last.ns.saturating_add(ns),
+                    };
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Everything the sampler wrote in one log.
+#[derive(Debug, Clone, Default)]
+pub struct States {
+    pub interval_ns: u64,
+    pub samples: u64,
+    pub threads: BTreeMap<u32, ThreadStates>,
+    pub threads_cut: u64,
+    /// Most threads the sampler could not follow at once (descriptor budget).
+    pub unsampled: u32,
+    /// CPUs: their number, idle and iowait time summed over them, and the time covered (per
+    /// CPU) by the samples.
+    pub cpus: usize,
+    pub idle_ns: u64,
+    pub iowait_ns: u64,
+    pub cpu_sampled_ns: u64,
+    last_cpu_ns: Option<u64>,
+}
+
+impl States {
+    pub fn any(&self) -> bool {
+        self.samples > 0
+    }
+
+    pub fn add_threads(&mut self, s: ThreadSamples) {
+        self.samples += 1;
+        self.interval_ns = s.interval_ns;
+        self.unsampled = self.unsampled.max(s.unsampled);
+        for e in s.threads {
+            if !self.threads.contains_key(&e.tid) && self.threads.len() >= MAX_THREADS {
+                self.threads_cut += 1;
+                continue;
+            }
+            let t = self.threads.entry(e.tid).or_default();
+            t.sampled = true;
+            t.on_cpu_ns = t.on_cpu_ns.saturating_add(e.on_cpu_ns);
+            t.run_delay_ns = t.run_delay_ns.saturating_add(e.run_delay_ns);
+            t.timeslices = t.timeslices.saturating_add(u64::from(e.timeslices));
+            let same = t.current.as_ref().is_some_and(|(st, sys, _, _)| {
+                *st == e.state && (e.state != thread_state::BLOCKED || *sys == e.syscall)
+            });
+            if !same {
+                t.close(s.ns);
+                let mut what = e.what;
+                if what.len() > MAX_WHAT {
+                    let mut end = MAX_WHAT;
+                    while !what.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    what.truncate(end);
+                }
+                t.current = Some((e.state, e.syscall, what, s.ns));
+            }
+        }
+    }
+
+    pub fn add_cpus(&mut self, c: CpuSample) {
+        self.cpus = self.cpus.max(c.idle_ns.len());
+        self.idle_ns = c
+            .idle_ns
+            .iter()
+            .fold(self.idle_ns, |a, &v| a.saturating_add(v));
+        self.iowait_ns = c
+            .iowait_ns
+            .iter()
+            .fold(self.iowait_ns, |a, &v| a.saturating_add(v));
+        if let Some(last) = self.last_cpu_ns {
+            self.cpu_sampled_ns = self
+                .cpu_sampled_ns
+                .saturating_add(c.ns.saturating_sub(last));
+        }
+        self.last_cpu_ns = Some(c.ns);
+    }
+
+    /// A thread ended at `ns`: its last state lasted until then.
+    pub fn thread_exit(&mut self, tid: u32, ns: u64) {
+        if !self.threads.contains_key(&tid) && self.threads.len() >= MAX_THREADS {
+            return;
+        }
+        let t = self.threads.entry(tid).or_default();
+        t.close(ns);
+        t.exited = Some(ns);
+    }
+
+    /// The log ends at `ns`: every state still open lasted until then; kinds most first.
+    pub fn finish(&mut self, ns: u64) {
+        for t in self.threads.values_mut() {
+            t.close(ns);
+            t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
+        }
+    }
+}
+
+/// One thread's row in the report: its life and how it spent it.
+#[derive(Debug, Clone)]
+pub struct Row<'m> {
+    pub tid: u32,
+    pub name: Option<&'m str>,
+    pub life_ns: u64,
+    pub s: &'m ThreadStates,
+}
+
+impl Row<'_> {
+    /// Time not spent running: ready for a CPU, or waiting.
+    pub fn not_running_ns(&self) -> u64 {
+        self.s
+            .run_delay_ns
+            .saturating_add(self.s.tracked_ns)
+            .saturating_add(self.s.other_ns())
+    }
+}
+
+/// Every sampled thread with its life (from its start, or the run's, to its exit, or the
+/// log's end), the ones that spent most time not running first.
+pub fn rows(m: &crate::model::Model) -> Vec<Row<'_>> {
+    let start = m.start_ns();
+    let end = m.run_end.as_ref().map_or(m.last_ns, |e| e.ns);
+    let mut rows: Vec<Row<'_>> = m
+        .states
+        .threads
+        .iter()
+        .filter(|(_, s)| s.sampled)
+        .map(|(&tid, s)| {
+            let t = m.threads.get(&tid);
+            let from = t.and_then(|t| t.start_ns).unwrap_or(start).max(start);
+            let to = t.and_then(|t| t.exit_ns).unwrap_or(end).min(end);
+            Row {
+                tid,
+                name: t.and_then(|t| t.name.as_deref()),
+                life_ns: to.saturating_sub(from),
+                s,
+            }
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.not_running_ns()
+            .cmp(&a.not_running_ns())
+            .then(a.tid.cmp(&b.tid))
+    });
+    rows
+}
+
+/// The name of a system call by its x86-64 number, for the calls threads block in.
+pub fn syscall_name(nr: i32) -> Option<&'static str> {
+    Some(match nr {
+        0 => "read",
+        1 => "write",
+        7 => "poll",
+        16 => "ioctl",
+        17 => "pread64",
+        18 => "pwrite64",
+        19 => "readv",
+        20 => "writev",
+        23 => "select",
+        34 => "pause",
+        35 => "nanosleep",
+        40 => "sendfile",
+        42 => "connect",
+        43 => "accept",
+        44 => "sendto",
+        45 => "recvfrom",
+        46 => "sendmsg",
+        47 => "recvmsg",
+        61 => "wait4",
+        65 => "semop",
+        72 => "fcntl",
+        73 => "flock",
+        74 => "fsync",
+        75 => "fdatasync",
+        128 => "rt_sigtimedwait",
+        130 => "rt_sigsuspend",
+        202 => "futex",
+        230 => "clock_nanosleep",
+        232 => "epoll_wait",
+        247 => "waitid",
+        270 => "pselect6",
+        271 => "ppoll",
+        275 => "splice",
+        281 => "epoll_pwait",
+        288 => "accept4",
+        295 => "preadv",
+        296 => "pwritev",
+        299 => "recvmmsg",
+        307 => "sendmmsg",
+        426 => "io_uring_enter",
+        441 => "epoll_pwait2",
+        -1 => "(asleep outside a system call)",
+        -2 => "(other calls)",
+        _ => return None,
+    })
+}
+
+/// `read on pipe:[123]`, `futex`, `syscall 999`.
+pub fn blocked_text(b: &BlockedIn) -> String {
+    let call =
+        syscall_name(b.syscall).map_or_else(|| format!("syscall {}", b.syscall), str::to_string);
+    if b.what.is_empty() {
+        call
+    } else {
+        format!("{call} on {}", b.what)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waitshim_format::ThreadState;
+
+    fn entry(tid: u32, state: u8, syscall: i32, on_cpu: u64, what: &str) -> ThreadState {
+        ThreadState {
+            tid,
+            state,
+            waiting_kind: 0,
+            on_cpu_ns: on_cpu,
+            run_delay_ns: 1,
+            timeslices: 1,
+            syscall,
+            arg0: 3,
+            what: what.into(),
+        }
+    }
+
+    fn sample(ns: u64, threads: Vec<ThreadState>) -> ThreadSamples {
+        ThreadSamples {
+            ns,
+            interval_ns: 10,
+            threads,
+            unsampled: 0,
+        }
+    }
+
+    #[test]
+    fn a_state_lasts_from_the_sample_that_saw_it_to_the_one_that_saw_it_change() {
+        let mut s = States::default();
+        s.add_threads(sample(
+            100,
+            vec![entry(7, thread_state::RUNNING, -1, 50, "")],
+        ));
+        s.add_threads(sample(
+            110,
+            vec![entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]")],
+        ));
+        // Unlisted at 120 and 130: still blocked in read.
+        s.add_threads(sample(
+            140,
+            vec![entry(7, thread_state::TRACKED_WAIT, 202, 2, "")],
+        ));
+        s.thread_exit(7, 175);
+        s.finish(200);
+        let t = &s.threads[&7];
+        assert_eq!((t.on_cpu_ns, t.run_delay_ns, t.timeslices), (57, 3, 3));
+        assert_eq!(
+            t.blocked,
+            vec![BlockedIn {
+                syscall: 0,
+                what: "pipe:[9]".into(),
+                ns: 30
+            }]
+        );
+        assert_eq!(t.tracked_ns, 35);
+        assert_eq!(blocked_text(&t.blocked[0]), "read on pipe:[9]");
+    }
+
+    #[test]
+    fn a_sample_written_after_the_threads_exit_does_not_outlive_it() {
+        let mut s = States::default();
+        s.thread_exit(7, 150);
+        s.add_threads(sample(100, vec![entry(7, thread_state::BLOCKED, 0, 5, "")]));
+        s.finish(1000);
+        assert_eq!(s.threads[&7].other_ns(), 50);
+    }
+
+    #[test]
+    fn kinds_past_the_limit_are_summed_as_other_calls() {
+        let mut s = States::default();
+        for i in 0..(MAX_BLOCKED_KINDS as i32 + 5) {
+            s.add_threads(sample(
+                u64::from(i as u32) * 10,
+                vec![entry(1, thread_state::BLOCKED, 1000 + i, 0, "")],
+            ));
+        }
+        s.finish(1000);
+        let t = &s.threads[&1];
+        assert_eq!(t.blocked.len(), MAX_BLOCKED_KINDS);
+        assert!(t.blocked.iter().any(|b| b.syscall == -2));
+        assert_eq!(t.other_ns(), 1000);
+    }
+
+    #[test]
+    fn idle_cpu_time_adds_up_over_cpus_and_samples() {
+        let mut s = States::default();
+        for (ns, idle) in [(0, [5, 5]), (100, [50, 100]), (200, [0, 100])] {
+            s.add_cpus(CpuSample {
+                ns,
+                idle_ns: idle.to_vec(),
+                iowait_ns: vec![0, 1],
+            });
+        }
+        assert_eq!(
+            (s.cpus, s.idle_ns, s.iowait_ns, s.cpu_sampled_ns),
+            (2, 260, 3, 200)
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! `export` on synthetic logs: what the formats hold when the log is odd (waits listed twice,
+//! a log with nothing in it, a damaged log), and that a large log exports in bounded time.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use common::*;
+use serde_json::Value;
+use waitshim_analyze::export::{run, ExportOptions, Format, Side};
+
+const FORMATS: [(Format, &str); 5] = [
+    (Format::Pprof, "pprof"),
+    (Format::Folded, "folded"),
+    (Format::Flamegraph, "svg"),
+    (Format::Chrome, "json"),
+    (Format::Perfetto, "perfetto-trace"),
+];
+
+/// Exports `log` to `dir/out.EXT`; the exit code, stderr and the file.
+fn export(log: &Path, format: Format, side: Side, ext: &str) -> (i32, String, PathBuf) {
+    let out = log.with_file_name(format!("out.{ext}"));
+    let opts = ExportOptions {
+        format,
+        side,
+        output: out.clone(),
+        symbols: false,
+    };
+    let mut err = Vec::new();
+    let code = run(&[log.to_path_buf()], &opts, &mut err);
+    (code, String::from_utf8_lossy(&err).into_owned(), out)
+}
+
+/// A complete slice of a Chrome trace: start, end (µs), name.
+type Slice = (f64, f64, String);
+
+/// The complete slices of a Chrome trace by thread, by start.
+fn chrome_slices(file: &Path) -> Vec<(u64, Vec<Slice>)> {
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(file).expect("read")).expect("chrome is JSON");
+    let mut by: std::collections::BTreeMap<u64, Vec<Slice>> = Default::default();
+    for e in doc["traceEvents"].as_array().expect("events") {
+        if e["ph"] == "X" {
+            let ts = e["ts"].as_f64().expect("ts");
+            let dur = e["dur"].as_f64().expect("dur");
+            by.entry(e["tid"].as_u64().expect("tid"))
+                .or_default()
+                .push((ts, ts + dur, e["name"].as_str().expect("name").to_string()));
+        }
+    }
+    by.into_iter()
+        .map(|(t, mut v)| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (t, v)
+        })
+        .collect()
+}
+
+#[test]
+fn a_thread_listed_by_two_overlapping_records_gets_disjoint_waits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b = convoy_log();
+    // Thread 102 waited through two episodes of mutex#4: the second record lists its wait
+    // again, from the same start. Then it waits in two episodes of mutex#3 that overlap
+    // without one holding the other (a log whose clocks disagree a little).
+    b.open(10, 4, 2, 3000 * MS, (102, 11));
+    b.close(10, 4, 2, 3100 * MS, 100 * MS, &[(102, 11)], 0);
+    b.open(11, 4, 2, 3100 * MS, (102, 11));
+    b.close(11, 4, 2, 3200 * MS, 200 * MS, &[(102, 11)], 0);
+    b.open(12, 3, 2, 3300 * MS, (102, 11));
+    b.close(12, 3, 2, 3400 * MS, 100 * MS, &[(102, 11)], 0);
+    b.open(13, 3, 2, 3350 * MS, (102, 11));
+    b.close(13, 3, 2, 3500 * MS, 150 * MS, &[(102, 11)], 0);
+    b.end(4000 * MS, 7);
+    let log = b.write(dir.path(), "x.log");
+    let (code, err, out) = export(&log, Format::Chrome, Side::Waiters, "json");
+    assert_eq!(code, 0, "{err}");
+    for (tid, slices) in chrome_slices(&out) {
+        let waits: Vec<_> = slices.iter().filter(|s| s.2.starts_with("Wait")).collect();
+        for pair in waits.windows(2) {
+            assert!(
+                pair[0].1 <= pair[1].0 + 1e-3,
+                "thread {tid}: {:?} overlaps {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let life = slices.iter().find(|s| s.2 == "Thread").expect("lifetime");
+        for w in &waits {
+            assert!(
+                w.0 + 1e-3 >= life.0 && w.1 <= life.1 + 1e-3,
+                "{w:?} outside {life:?}"
+            );
+        }
+        if tid == 102 {
+            // [10, 20] ms, [100, 600] ms, then each listing from where the one before ended:
+            // [3000, 3100] ms and [3100, 3200] ms, [3300, 3400] ms and [3400, 3500] ms.
+            let ms: Vec<(u64, u64)> = waits
+                .iter()
+                .map(|w| ((w.0 / 1000.0).round() as u64, (w.1 / 1000.0).round() as u64))
+                .collect();
+            assert_eq!(
+                ms,
+                [
+                    (10, 20),
+                    (100, 600),
+                    (3000, 3100),
+                    (3100, 3200),
+                    (3300, 3400),
+                    (3400, 3500)
+                ]
+            );
+        }
+    }
+}
+
+#[test]
+fn every_format_exports_a_log_with_nothing_in_it_and_a_damaged_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty =
+        LogBuilder::started("/nonexistent/idle", &["./idle"]).write(dir.path(), "empty.log");
+    let mut damaged = convoy_log();
+    damaged.bytes.truncate(damaged.bytes.len() - 7);
+    let damaged = damaged.write(dir.path(), "damaged.log");
+    for log in [&empty, &damaged] {
+        for (format, ext) in FORMATS {
+            for side in [Side::Waiters, Side::Holders] {
+                let (code, err, out) = export(log, format, side, ext);
+                assert_eq!(code, 0, "{format:?} of {}: {err}", log.display());
+                assert!(out.is_file(), "{format:?} of {}", log.display());
+            }
+        }
+    }
+    // The folded stacks of the damaged convoy still sum to its objects' wait totals that
+    // survived: 3000 ms + 30 ms + 2000 ms.
+    let (_, _, out) = export(&damaged, Format::Folded, Side::Waiters, "folded");
+    let text = std::fs::read_to_string(out).expect("read");
+    let sum: u64 = text
+        .lines()
+        .map(|l| {
+            l.rsplit_once(' ')
+                .expect("weight")
+                .1
+                .parse::<u64>()
+                .expect("number")
+        })
+        .sum();
+    assert_eq!(sum, 5030 * MS, "{text}");
+}
+
+#[test]
+fn holders_side_sums_each_records_waiters_under_the_release_chain() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut b = convoy_log();
+    b.end(3000 * MS, 7);
+    let log = b.write(dir.path(), "h.log");
+    let (code, err, out) = export(&log, Format::Folded, Side::Holders, "folded");
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(out).expect("read");
+    // Records 1..3: 3 waiters x 10 ms, 7 x 500 ms, 1 x 2000 ms, all released at chain 30.
+    let sum: u64 = text
+        .lines()
+        .map(|l| {
+            l.rsplit_once(' ')
+                .expect("weight")
+                .1
+                .parse::<u64>()
+                .expect("number")
+        })
+        .sum();
+    assert_eq!(sum, (30 + 3500 + 2000) * MS, "{text}");
+    assert!(
+        text.lines().all(|l| l.starts_with("convoy+0x4000;[")),
+        "{text}"
+    );
+}
+
+/// A lock-heavy run's log: `threads` threads and `records` contention records of 15 waiters
+/// each on 8 mutexes, the records back to back.
+fn heavy_log(threads: u32, records: u64) -> LogBuilder {
+    let mut b = convoy_log();
+    for tid in 109..100 + threads {
+        b.thread(tid, &format!("worker-{tid}"));
+    }
+    for m in 10..18 {
+        b.mutex(m, 0x7000_0001_0000 + m * 64, 1);
+    }
+    let waiters: Vec<(u32, u32)> = (101..101 + 15.min(threads - 1)).map(|t| (t, 10)).collect();
+    for r in 0..records {
+        let at = 3000 * MS + r * 100_000;
+        b.open(100 + r, 10 + r % 8, 15, at, (101, 10));
+        b.close(100 + r, 10 + r % 8, 15, at + 90_000, 90_000, &waiters, 0);
+    }
+    b.end(3000 * MS + records * 100_000 + MS, 15);
+    b
+}
+
+#[test]
+fn a_heavy_log_exports_in_every_format_in_seconds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = heavy_log(16, 20_000).write(dir.path(), "heavy.log");
+    let log_bytes = std::fs::metadata(&log).expect("stat").len();
+    for (format, ext) in FORMATS {
+        let t = Instant::now();
+        let (code, err, out) = export(&log, format, Side::Waiters, ext);
+        let took = t.elapsed();
+        assert_eq!(code, 0, "{format:?}: {err}");
+        let size = std::fs::metadata(&out).expect("stat").len();
+        println!(
+            "{format:?}: {log_bytes} B of log, 300 000 waits -> {size} B in {:.2} s",
+            took.as_secs_f64()
+        );
+        assert!(took.as_secs() < 60, "{format:?} took {took:?}");
+    }
+}

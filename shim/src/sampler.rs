@@ -1,0 +1,674 @@
+//! The sampler (seed 002): a periodic task of the shim's thread that looks at every thread of
+//! the process from outside, through `/proc`, and never stops or signals one.
+//!
+//! Per thread it reads `/proc/self/task/TID/schedstat` (time on a CPU and time ready for one,
+//! exact, from the scheduler) and `/proc/self/task/TID/syscall` (the system call a blocked
+//! thread sits in, and its arguments), through descriptors kept open and read with `pread`;
+//! and, every [`CPU_EVERY_NS`], `/proc/stat` for each CPU's idle time. It writes what changed
+//! since the last sample: a thread that stayed blocked in the same call and did not run is not
+//! listed again.
+//!
+//! Descriptors: the shim must not hold one the program can count on, so each is moved to the
+//! high numbers the log uses (`log::move_high`), and the threads followed are capped by
+//! [`MAX_FOLLOWED`] and by what the descriptor limit leaves above those numbers; threads past
+//! the cap are counted as unsampled. Opening a file takes the lowest free number for the
+//! moment until it is moved (as the log's own growth does when it keeps no descriptor), once
+//! per thread. In a forked child the descriptors are closed ([`after_fork_child`]).
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadState};
+
+use crate::clock::now_ns;
+use crate::track::Tracker;
+
+/// Threads followed at most (two descriptors each).
+pub const MAX_FOLLOWED: usize = 256;
+/// Idle CPU time is sampled this often (the kernel counts it in 10 ms ticks).
+pub const CPU_EVERY_NS: u64 = 100_000_000;
+
+/// Every descriptor the sampler holds, so that a forked child can close them (the thread that
+/// owns the sampler does not come along). -1: free.
+static FDS: [AtomicI32; 2 * MAX_FOLLOWED + 2] =
+    [const { AtomicI32::new(-1) }; 2 * MAX_FOLLOWED + 2];
+
+fn keep(fd: i32) -> bool {
+    for slot in FDS.iter() {
+        if slot
+            .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            return true;
+        }
+    }
+    false
+}
+
+fn release(fd: i32) {
+    for slot in FDS.iter() {
+        if slot
+            .compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            // SAFETY: our own descriptor, forgotten first.
+            unsafe { libc::close(fd) };
+            return;
+        }
+    }
+}
+
+/// In a forked child: the descriptors name the parent's threads; closed.
+pub fn after_fork_child() {
+    for slot in FDS.iter() {
+        let fd = slot.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: a descriptor the parent's sampler held, copied into this process.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Opens `path` read-only and moves it to the high numbers; None if it cannot be kept.
+fn open_high(path: &str) -> Option<i32> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: a NUL-terminated path; our own descriptor.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    let high = crate::log::move_high(fd)?;
+    if keep(high) {
+        Some(high)
+    } else {
+        // SAFETY: ours, not kept.
+        unsafe { libc::close(high) };
+        None
+    }
+}
+
+/// Reads a `/proc` file from its start into `buf`; the bytes read.
+fn pread_all(fd: i32, buf: &mut [u8]) -> Option<&[u8]> {
+    // SAFETY: reading into our own buffer.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    (n >= 0).then(|| &buf[..n as usize])
+}
+
+/// `schedstat`: time on a CPU (ns), time ready and waiting for one (ns), timeslices.
+pub fn parse_schedstat(text: &[u8]) -> Option<(u64, u64, u64)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let mut it = s.split_ascii_whitespace().map(|w| w.parse::<u64>().ok());
+    Some((it.next()??, it.next()??, it.next()??))
+}
+
+/// `syscall`: None while the thread runs (or is ready to); (-1, 0) blocked outside a system
+/// call; (number, first argument) blocked in one.
+pub fn parse_syscall(text: &[u8]) -> Option<(i32, u64)> {
+    let s = std::str::from_utf8(text).ok()?.trim();
+    if s.starts_with("running") || s.is_empty() {
+        return None;
+    }
+    let mut it = s.split_ascii_whitespace();
+    let nr: i32 = it.next()?.parse().ok()?;
+    let arg0 = it
+        .next()
+        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0);
+    Some((nr, if nr < 0 { 0 } else { arg0 }))
+}
+
+/// Whether the first argument of system call `nr` is a descriptor (read, recvfrom, accept,
+/// epoll_wait, flock, ...; x86-64 numbers).
+pub fn takes_fd(nr: i32) -> bool {
+    cfg!(target_arch = "x86_64")
+        && matches!(
+            nr,
+            0 | 1
+                | 16
+                | 17
+                | 18
+                | 19
+                | 20
+                | 40
+                | 42
+                | 43
+                | 44
+                | 45
+                | 46
+                | 47
+                | 72
+                | 73
+                | 74
+                | 75
+                | 232
+                | 275
+                | 281
+                | 288
+                | 295
+                | 296
+                | 299
+                | 307
+                | 441
+        )
+}
+
+/// What a thread blocked in system call `nr` with first argument `arg0` waits on (seed 004):
+/// the descriptor's file, pipe or socket (with its protocol and addresses: the shim is in the
+/// process, so the descriptor is its own to ask), the descriptors an epoll set watches, the
+/// child a `wait4` waits for, the word of a futex the shim does not track. Empty when nothing
+/// more than the call's name can be said. Called only when a thread enters the state.
+pub fn describe(nr: i32, arg0: u64) -> String {
+    let mut out = String::new();
+    if takes_fd(nr) {
+        let fd = arg0 as i32;
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        out.push_str(&link);
+        if link.starts_with("socket:[") {
+            if let Some(s) = socket_text(fd) {
+                out.push(' ');
+                out.push_str(&s);
+            }
+        } else if link == "anon_inode:[eventpoll]" {
+            // One open of the set's fdinfo, when the thread enters its wait.
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let watched: Vec<&str> = info
+                .lines()
+                .filter_map(|l| l.strip_prefix("tfd:"))
+                .filter_map(|l| l.split_ascii_whitespace().next())
+                .take(16)
+                .collect();
+            if !watched.is_empty() {
+                out.push_str(" watching fds ");
+                out.push_str(&watched.join(","));
+            }
+        }
+    } else if cfg!(target_arch = "x86_64") && nr == 202 {
+        out = format!("untracked futex word {arg0:#x}");
+    } else if cfg!(target_arch = "x86_64") && nr == 61 {
+        out = match arg0 as i64 as i32 {
+            -1 => "any child".to_string(),
+            pid if pid > 0 => format!("child {pid}"),
+            pid => format!("process group {}", -pid),
+        };
+    }
+    out.chars().take(200).collect()
+}
+
+/// A socket's protocol and addresses: `tcp 127.0.0.1:8080 listening`, `tcp 127.0.0.1:41234 ->
+/// 127.0.0.1:8080`, `unix /run/x.sock`.
+fn socket_text(fd: i32) -> Option<String> {
+    let opt = |name: libc::c_int| -> Option<libc::c_int> {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a local int of the right size.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v)
+    };
+    let domain = opt(libc::SO_DOMAIN)?;
+    let ty = opt(libc::SO_TYPE).unwrap_or(0);
+    let listening = opt(libc::SO_ACCEPTCONN).unwrap_or(0) != 0;
+    let proto = match (domain, ty) {
+        (libc::AF_INET | libc::AF_INET6, libc::SOCK_STREAM) => "tcp",
+        (libc::AF_INET | libc::AF_INET6, libc::SOCK_DGRAM) => "udp",
+        (libc::AF_UNIX, _) => "unix",
+        (libc::AF_NETLINK, _) => "netlink",
+        _ => "socket",
+    };
+    let addr = |peer: bool| -> Option<String> {
+        // SAFETY: a zeroed sockaddr_storage is a valid out-parameter; its length is passed.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
+        // SAFETY: as above.
+        let r = unsafe {
+            if peer {
+                libc::getpeername(fd, p, &mut len)
+            } else {
+                libc::getsockname(fd, p, &mut len)
+            }
+        };
+        if r != 0 {
+            return None;
+        }
+        sockaddr_text(&ss, len as usize)
+    };
+    let mut out = proto.to_string();
+    if let Some(local) = addr(false) {
+        out.push(' ');
+        out.push_str(&local);
+    }
+    if listening {
+        out.push_str(" listening");
+    } else if let Some(peer) = addr(true) {
+        out.push_str(" -> ");
+        out.push_str(&peer);
+    }
+    Some(out)
+}
+
+fn sockaddr_text(ss: &libc::sockaddr_storage, len: usize) -> Option<String> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+            Some(format!("{ip}:{}", u16::from_be(a.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+            Some(format!("[{ip}]:{}", u16::from_be(a.sin6_port)))
+        }
+        libc::AF_UNIX => {
+            // SAFETY: the family says the storage holds a sockaddr_un.
+            let a = unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_un>() };
+            let path_len = len.saturating_sub(std::mem::size_of::<libc::sa_family_t>());
+            let bytes: Vec<u8> = a.sun_path[..path_len.min(a.sun_path.len())]
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&b| b != 0)
+                .collect();
+            (!bytes.is_empty()).then(|| String::from_utf8_lossy(&bytes).into_owned())
+        }
+        _ => None,
+    }
+}
+
+/// `/proc/stat`: (idle, iowait) ticks of each `cpuN` line, in CPU order.
+pub fn parse_cpus(text: &[u8]) -> Vec<(u64, u64)> {
+    let s = String::from_utf8_lossy(text);
+    let mut out = Vec::new();
+    for line in s.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            continue;
+        };
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let f: Vec<u64> = rest
+            .split_ascii_whitespace()
+            .skip(1)
+            .map(|w| w.parse().unwrap_or(0))
+            .collect();
+        out.push((
+            f.get(3).copied().unwrap_or(0),
+            f.get(4).copied().unwrap_or(0),
+        ));
+    }
+    out
+}
+
+/// One followed thread.
+struct Followed {
+    tid: u32,
+    schedstat: i32,
+    syscall: i32,
+    /// Cumulative schedstat at the last look.
+    on_cpu: u64,
+    delay: u64,
+    slices: u64,
+    /// What was written last: state, tracked kind, system call and argument.
+    last: (u8, u8, i32, u64),
+    written: bool,
+}
+
+/// The sampler's state, owned by the shim's thread.
+pub struct Sampler {
+    interval_ns: u64,
+    task_dir: Option<i32>,
+    stat: Option<i32>,
+    followed: Vec<Followed>,
+    own_tid: u32,
+    cpus: Vec<(u64, u64)>,
+    last_cpu_ns: u64,
+    tick_ns: u64,
+    buf: Vec<u8>,
+    /// Set when a look found nothing to follow with (no /proc): the sampler stops.
+    broken: bool,
+}
+
+impl Sampler {
+    /// A sampler every `interval_ns` (0: none).
+    pub fn new(interval_ns: u64, own_tid: u32) -> Option<Sampler> {
+        if interval_ns == 0 {
+            return None;
+        }
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        Some(Sampler {
+            interval_ns,
+            task_dir: None,
+            stat: None,
+            followed: Vec::new(),
+            own_tid,
+            cpus: Vec::new(),
+            last_cpu_ns: 0,
+            tick_ns: 1_000_000_000 / hz,
+            buf: vec![0u8; 64 * 1024],
+            broken: false,
+        })
+    }
+
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+
+    /// The tids of the process's threads, from `/proc/self/task`.
+    fn tids(&mut self) -> Option<Vec<u32>> {
+        if self.task_dir.is_none() {
+            let c = c"/proc/self/task";
+            // SAFETY: a NUL-terminated path; our own descriptor.
+            let fd = unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 {
+                return None;
+            }
+            let high = crate::log::move_high(fd)?;
+            if !keep(high) {
+                // SAFETY: ours, not kept.
+                unsafe { libc::close(high) };
+                return None;
+            }
+            self.task_dir = Some(high);
+        }
+        let fd = self.task_dir?;
+        // SAFETY: rewinding our own directory descriptor.
+        unsafe { libc::lseek(fd, 0, libc::SEEK_SET) };
+        let mut tids = Vec::new();
+        loop {
+            // SAFETY: getdents64 into our own buffer.
+            let n = unsafe {
+                libc::syscall(
+                    libc::SYS_getdents64,
+                    fd,
+                    self.buf.as_mut_ptr(),
+                    self.buf.len(),
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+            let mut off = 0usize;
+            let n = n as usize;
+            // linux_dirent64: ino u64, off i64, reclen u16, type u8, name NUL-terminated.
+            while off + 19 < n {
+                let reclen = u16::from_ne_bytes([self.buf[off + 16], self.buf[off + 17]]) as usize;
+                if reclen == 0 || off + reclen > n {
+                    break;
+                }
+                let name = &self.buf[off + 19..off + reclen];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+                if let Some(tid) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                    tids.push(tid);
+                }
+                off += reclen;
+            }
+        }
+        Some(tids)
+    }
+
+    /// One sample: the threads' states and, when due, the CPUs'.
+    pub fn sample(&mut self, tr: &Tracker) {
+        if self.broken {
+            return;
+        }
+        let now = now_ns();
+        let Some(tids) = self.tids() else {
+            self.broken = true;
+            return;
+        };
+        let tracked = tr.tracked_waits();
+        let mut entries = Vec::new();
+        let mut unsampled = 0u32;
+        let mut seen = vec![false; self.followed.len()];
+        for tid in tids {
+            if tid == self.own_tid {
+                continue;
+            }
+            let i = match self.followed.iter().position(|f| f.tid == tid) {
+                Some(i) => i,
+                None => {
+                    if self.followed.len() >= MAX_FOLLOWED {
+                        unsampled += 1;
+                        continue;
+                    }
+                    let base = format!("/proc/self/task/{tid}/");
+                    let Some(schedstat) = open_high(&(base.clone() + "schedstat")) else {
+                        unsampled += 1;
+                        continue;
+                    };
+                    let Some(syscall) = open_high(&(base + "syscall")) else {
+                        release(schedstat);
+                        unsampled += 1;
+                        continue;
+                    };
+                    self.followed.push(Followed {
+                        tid,
+                        schedstat,
+                        syscall,
+                        on_cpu: 0,
+                        delay: 0,
+                        slices: 0,
+                        last: (0, 0, -1, 0),
+                        written: false,
+                    });
+                    seen.push(false);
+                    self.followed.len() - 1
+                }
+            };
+            seen[i] = true;
+            let f = &mut self.followed[i];
+            let Some((on_cpu, delay, slices)) =
+                pread_all(f.schedstat, &mut self.buf).and_then(parse_schedstat)
+            else {
+                seen[i] = false;
+                continue;
+            };
+            let Some(sys) = pread_all(f.syscall, &mut self.buf).map(parse_syscall) else {
+                seen[i] = false;
+                continue;
+            };
+            let kind = tracked
+                .iter()
+                .find(|&&(t, _)| t == tid)
+                .map_or(0, |&(_, k)| k);
+            let (state, nr, arg0) = match sys {
+                None => (thread_state::RUNNING, -1, 0),
+                Some((nr, arg0)) if kind != 0 => (thread_state::TRACKED_WAIT, nr, arg0),
+                Some((nr, arg0)) => (thread_state::BLOCKED, nr, arg0),
+            };
+            let kind = if state == thread_state::TRACKED_WAIT {
+                kind
+            } else {
+                0
+            };
+            let now_state = (state, kind, nr, arg0);
+            let (d_cpu, d_delay, d_slices) = (
+                on_cpu.saturating_sub(f.on_cpu),
+                delay.saturating_sub(f.delay),
+                slices.saturating_sub(f.slices),
+            );
+            if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
+                let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
+                {
+                    describe(nr, arg0)
+                } else {
+                    String::new()
+                };
+                entries.push(ThreadState {
+                    tid,
+                    state,
+                    waiting_kind: kind,
+                    on_cpu_ns: d_cpu,
+                    run_delay_ns: d_delay,
+                    timeslices: d_slices.min(u64::from(u32::MAX)) as u32,
+                    syscall: nr,
+                    arg0,
+                    what,
+                });
+                f.written = true;
+                f.last = now_state;
+            }
+            (f.on_cpu, f.delay, f.slices) = (on_cpu, delay, slices);
+        }
+        // What the highwater's serialised rule counts as not ready to run besides the waits the
+        // shim tracks (threads it registered: the others are not in its live count).
+        let elsewhere = self
+            .followed
+            .iter()
+            .zip(&seen)
+            .filter(|(f, &seen)| {
+                seen && f.last.0 == thread_state::BLOCKED && tr.is_registered(f.tid)
+            })
+            .count();
+        tr.blocked_elsewhere
+            .store(elsewhere.min(i32::MAX as usize) as i32, Ordering::Relaxed);
+        // Threads gone since the last look: their descriptors go.
+        let mut i = 0;
+        while i < self.followed.len() {
+            if seen[i] {
+                i += 1;
+                continue;
+            }
+            let f = self.followed.swap_remove(i);
+            seen.swap_remove(i);
+            release(f.schedstat);
+            release(f.syscall);
+        }
+        if !entries.is_empty() || unsampled != 0 {
+            tr.log.write(
+                &ThreadSamples {
+                    ns: now,
+                    interval_ns: self.interval_ns,
+                    threads: entries,
+                    unsampled,
+                }
+                .into(),
+            );
+        }
+        if now.saturating_sub(self.last_cpu_ns) >= CPU_EVERY_NS {
+            self.last_cpu_ns = now;
+            self.sample_cpus(tr, now);
+        }
+    }
+
+    fn sample_cpus(&mut self, tr: &Tracker, now: u64) {
+        if self.stat.is_none() {
+            self.stat = open_high("/proc/stat");
+        }
+        let Some(fd) = self.stat else { return };
+        let Some(text) = pread_all(fd, &mut self.buf) else {
+            return;
+        };
+        let cpus = parse_cpus(text);
+        if !self.cpus.is_empty() && self.cpus.len() == cpus.len() {
+            let tick = self.tick_ns;
+            let idle = cpus
+                .iter()
+                .zip(&self.cpus)
+                .map(|(n, o)| n.0.saturating_sub(o.0) * tick)
+                .collect();
+            let iowait = cpus
+                .iter()
+                .zip(&self.cpus)
+                .map(|(n, o)| n.1.saturating_sub(o.1) * tick)
+                .collect();
+            tr.log.write(
+                &CpuSample {
+                    ns: now,
+                    idle_ns: idle,
+                    iowait_ns: iowait,
+                }
+                .into(),
+            );
+        }
+        self.cpus = cpus;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_gives_cpu_time_run_delay_and_slices() {
+        assert_eq!(
+            parse_schedstat(b"839382 2921770 2\n"),
+            Some((839382, 2921770, 2))
+        );
+        assert_eq!(parse_schedstat(b"12 x 3"), None);
+        assert_eq!(parse_schedstat(b""), None);
+    }
+
+    #[test]
+    fn the_syscall_file_tells_running_from_blocked_and_in_which_call() {
+        assert_eq!(parse_syscall(b"running\n"), None);
+        assert_eq!(
+            parse_syscall(b"0 0x3 0x7f7aae3aa000 0x20000 0x0 0x0 0x0 0x7fff18 0x7f7aae\n"),
+            Some((0, 3))
+        );
+        assert_eq!(
+            parse_syscall(b"230 0x0 0x0 0x7ffdc04137b0 0x7ffdc04137f0 0x0 0x1 0x7ffd 0x7f6d\n"),
+            Some((230, 0))
+        );
+        assert_eq!(parse_syscall(b"-1 0x7ffd 0x7f6d\n"), Some((-1, 0)));
+    }
+
+    #[test]
+    fn proc_stat_gives_each_cpus_idle_and_iowait_ticks() {
+        let text = b"cpu  1971640 164873 100994 336418 1764 0 1085 1554 0 0\n\
+cpu0 986668 82091 50427 167741 1050 0 450 777 0 0\n\
+cpu1 984972 82781 50566 168676 713 0 635 777 0 0\n\
+intr 1 2 3\n";
+        assert_eq!(parse_cpus(text), vec![(167741, 1050), (168676, 713)]);
+    }
+
+    #[test]
+    fn a_loopback_listener_and_a_connected_socket_are_named_by_their_addresses() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        use std::os::fd::AsRawFd;
+        assert_eq!(
+            socket_text(l.as_raw_fd()).unwrap(),
+            format!("tcp 127.0.0.1:{port} listening")
+        );
+        let text = socket_text(c.as_raw_fd()).unwrap();
+        assert!(
+            text.starts_with("tcp 127.0.0.1:") && text.ends_with(&format!(" -> 127.0.0.1:{port}")),
+            "{text}"
+        );
+        if cfg!(target_arch = "x86_64") {
+            let what = describe(43, l.as_raw_fd() as u64);
+            assert!(
+                what.starts_with("socket:[") && what.ends_with("listening"),
+                "{what}"
+            );
+            assert_eq!(describe(202, 0x1000), "untracked futex word 0x1000");
+            assert_eq!(describe(61, u64::MAX), "any child");
+        }
+    }
+
+    #[test]
+    fn read_and_accept_take_a_descriptor_first_and_futex_does_not() {
+        if cfg!(target_arch = "x86_64") {
+            assert!(takes_fd(0) && takes_fd(43) && takes_fd(232));
+            assert!(!takes_fd(202) && !takes_fd(230) && !takes_fd(-1));
+        }
+    }
+}

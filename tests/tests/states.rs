@@ -1,0 +1,160 @@
+//! Every reason a thread is not running: the shim's sampler tells running from ready for a CPU
+//! (the kernel's exact figures), waits on tracked objects from threads blocked elsewhere, and
+//! names the system call and the descriptor a blocked thread waits on.
+
+use serde_json::Value;
+use waitshim_tests::{run_both, Launch};
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+fn state_of<'a>(states: &'a Value, name: &str) -> &'a Value {
+    states["threads"]
+        .as_array()
+        .expect("thread_states.threads")
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no thread {name} in {states}"))
+}
+
+/// Three threads pinned to one CPU spin for 150 ms of CPU time each, a reader blocks in read()
+/// on a pipe and a locker on a mutex main holds, until the spinners are done.
+#[test]
+fn running_runnable_tracked_and_blocked_threads_are_told_apart() {
+    let run = run_both("thread_states", &[]);
+    assert_eq!(run.stdout_text(), "thread_states: done\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let states = &log.0["thread_states"];
+    assert_eq!(states["sampled"], true, "{states}");
+    assert_eq!(u(&states["interval_ns"]), 10_000_000);
+    for i in 1..=3 {
+        let s = state_of(states, &format!("spinner-{i}"));
+        let (life, running, runnable) =
+            (u(&s["life_ns"]), u(&s["running_ns"]), u(&s["runnable_ns"]));
+        // 150 ms of CPU, exact from the kernel up to the last sample before the thread ended
+        // (the sampler may have looked last well before, on a loaded machine).
+        assert!(
+            (60_000_000..=160_000_000).contains(&running),
+            "spinner-{i} ran {running} ns: {s}"
+        );
+        // Two others share its CPU: it waits for it a good part of its life.
+        assert!(runnable >= 50_000_000, "spinner-{i}: {s}");
+        assert!(running + runnable <= life + 20_000_000, "{s}");
+        assert_eq!(u(&s["tracked_wait_ns"]), 0, "{s}");
+    }
+    let reader = state_of(states, "reader");
+    let blocked = &reader["blocked_in"][0];
+    assert_eq!(blocked["name"], "read", "{reader}");
+    assert!(
+        blocked["what"].as_str().unwrap_or("").starts_with("pipe:["),
+        "{reader}"
+    );
+    assert!(
+        u(&blocked["ns"]) * 2 >= u(&reader["life_ns"]),
+        "blocked in read most of its life: {reader}"
+    );
+    assert_eq!(u(&reader["tracked_wait_ns"]), 0, "{reader}");
+    let locker = state_of(states, "locker");
+    assert!(
+        u(&locker["tracked_wait_ns"]) * 2 >= u(&locker["life_ns"]),
+        "in a tracked wait most of its life: {locker}"
+    );
+    assert_eq!(u(&locker["other_wait_ns"]), 0, "{locker}");
+    // CPUs were sampled too.
+    assert!(u(&states["cpus"]["count"]) >= 1, "{states}");
+    // The text names them likewise.
+    let section = a
+        .text
+        .split("THREAD STATES")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no THREAD STATES section:\n{}", a.text));
+    assert!(section.contains("\"reader\": read on pipe:["), "{section}");
+    assert!(section.contains("CPUs: "), "{section}");
+}
+
+/// WAITSHIM_SAMPLE=off: no sampling, no section; a bad value: one line, the default, and the
+/// program runs as natively.
+#[test]
+fn the_sampler_can_be_turned_off_and_a_bad_interval_is_one_line() {
+    let off = Launch::fixture("thread_states")
+        .env("WAITSHIM_SAMPLE", "off")
+        .run();
+    off.assert_success();
+    let a = off.analyze();
+    assert_eq!(a.log(0).0["thread_states"]["sampled"], false);
+    assert!(!a.text.contains("THREAD STATES"), "{}", a.text);
+
+    let bad = Launch::fixture("thread_states")
+        .env("WAITSHIM_SAMPLE", "often")
+        .run();
+    bad.assert_success();
+    assert_eq!(bad.stdout_text(), "thread_states: done\n");
+    let err = bad.stderr_text();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("WAITSHIM_SAMPLE") && err.contains("10ms"),
+        "{err}"
+    );
+    assert_eq!(bad.analyze().log(0).0["thread_states"]["sampled"], true);
+}
+
+/// A program serialised on one mutex, with one more thread blocked in read() all along: the
+/// reader is not ready to run, so reaching the mark while the others wait is still the
+/// serialised case (without the sampler's view it never was: the reader counted as runnable).
+#[test]
+fn a_thread_blocked_in_read_does_not_hide_that_the_program_is_serialised() {
+    let run = run_both("serial_reader", &[]);
+    assert_eq!(run.stdout_text(), "serial_reader: 450 rounds\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let serialised = log
+        .records()
+        .iter()
+        .filter(|r| r["reason"] == "serialised")
+        .count();
+    assert!(serialised >= 1, "serialised records: {}", a.text);
+}
+
+/// Threads blocked outside locks are named by their system call and resource (seed 004).
+#[test]
+fn waits_outside_locks_are_named_by_their_call_and_resource() {
+    let run = run_both("blocked_io", &[]);
+    assert_eq!(run.stdout_text(), "blocked_io: done\n");
+    // The forked child writes a log of its own: the parent's is the one with the threads.
+    let a = waitshim_tests::analyze(&run.logs, &[]);
+    let states = (0..run.logs.len())
+        .map(|i| &a.log(i).0["thread_states"])
+        .find(|s| s["sampled"] == true)
+        .unwrap_or_else(|| panic!("no sampled log: {}", a.text));
+    let check = |thread: &str, calls: &[&str], what: &dyn Fn(&str) -> bool| {
+        let t = state_of(states, thread);
+        let b = &t["blocked_in"][0];
+        let name = b["name"].as_str().unwrap_or("");
+        assert!(calls.contains(&name), "{thread}: blocked in {name}: {t}");
+        assert!(what(b["what"].as_str().unwrap_or("")), "{thread}: {t}");
+        assert!(u(&b["ns"]) >= 50_000_000, "{thread} waited 150 ms: {t}");
+        assert_eq!(u(&t["tracked_wait_ns"]), 0, "{t}");
+    };
+    check("acceptor", &["accept", "accept4"], &|w| {
+        w.starts_with("socket:[") && w.contains(" tcp 127.0.0.1:") && w.ends_with(" listening")
+    });
+    check("receiver", &["recvfrom", "recvmsg", "read"], &|w| {
+        w.contains(" tcp 127.0.0.1:") && w.contains(" -> 127.0.0.1:")
+    });
+    check(
+        "poller",
+        &["epoll_wait", "epoll_pwait", "epoll_pwait2"],
+        &|w| w.starts_with("anon_inode:[eventpoll] watching fds "),
+    );
+    check("flocker", &["flock"], &|w| {
+        w.starts_with("/tmp/waitshim-blocked-io-")
+    });
+    check("reaper", &["wait4", "waitid"], &|w| w.starts_with("child "));
+    check("sleeper", &["nanosleep", "clock_nanosleep"], &|w| {
+        w.is_empty()
+    });
+    let section = a.text.split("THREAD STATES").nth(1).expect("THREAD STATES");
+    assert!(section.contains("\"acceptor\": accept"), "{section}");
+}
