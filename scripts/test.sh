@@ -34,6 +34,9 @@ ensure_compilers
 ensure_packages pigz tmux
 # The readers the export tests check each format with: go tool pprof, protoc.
 ensure_packages golang-go protobuf-compiler
+# The history test on PostgreSQL starts a throw-away cluster of its own (skipped, saying so,
+# when the server cannot be installed).
+ensure_packages postgresql || say "PostgreSQL could not be installed: its history test will be skipped"
 
 step "Rust components (clippy, rustfmt)"
 ensure_rust_components

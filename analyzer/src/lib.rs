@@ -9,6 +9,8 @@ pub mod crossproc;
 pub mod ending;
 pub mod export;
 pub mod findings;
+pub mod gate;
+pub mod launch;
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;

@@ -2,6 +2,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use waitshim_analyze::gate::cli as gate;
 use waitshim_analyze::request::RequestOptions;
 use waitshim_analyze::top::{Source, TopOptions};
 use waitshim_analyze::{Options, SortKey};
@@ -16,13 +17,17 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze request PID [--timeout SECS] [--quiet]\n       \
                       waitshim-analyze policy check FILE\n       \
                       waitshim-analyze export --format FORMAT -o OUT FILE...\n       \
-                      waitshim-analyze why-no-log -- CMD [ARGS]",
+                      waitshim-analyze why-no-log -- CMD [ARGS]\n       \
+                      waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab]\n       \
+                      waitshim-analyze baseline -o FILE LOG...\n       \
+                      waitshim-analyze history add|show|check --job NAME [--db FILE|postgres://...] [LOG...]\n       \
+                      waitshim-analyze run [--check] [--fail-if EXPR]... [--json] [--shim PATH] [--log-dir DIR] -- CMD [ARGS]",
     // `waitshim-analyze top.log` and `./top` are files; only a first argument that is exactly a
     // command's name is a command.
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, export, policy, why-no-log) is read as a log when written \
+    after_help = "A log file named like a command (top, request, export, policy, why-no-log, check, baseline, history, run) is read as a log when written \
                   as a path: ./top."
 )]
 struct Cli {
@@ -85,6 +90,17 @@ enum Command {
         )]
         cmd: Vec<std::ffi::OsString>,
     },
+    /// Gate a run in CI: exit 0 when it passes, 1 when it fails (deadlocks, lock-order
+    /// inversions, --fail-if expressions, a --baseline), 2 when a log cannot be read.
+    Check(gate::CheckArgs),
+    /// Write a baseline (a diff-friendly JSON summary to commit) of these logs.
+    Baseline(gate::BaselineArgs),
+    /// A job's history of runs: add a run, show trends, check a run against it.
+    #[command(subcommand)]
+    History(gate::HistoryCommand),
+    /// Run CMD under the shim, report on every log it (and its children) wrote, and exit with
+    /// its status, or the gate's with --check.
+    Run(gate::RunArgs),
 }
 
 #[derive(Subcommand)]
@@ -210,6 +226,10 @@ fn main() {
             waitshim_analyze::policycheck::run(&file, out, err)
         }
         Some(Command::WhyNoLog { cmd }) => waitshim_analyze::whynolog::run(&cmd, out, err),
+        Some(Command::Check(a)) => gate::check(a, out, err),
+        Some(Command::Baseline(a)) => gate::baseline(a, out, err),
+        Some(Command::History(c)) => gate::history(c, out, err),
+        Some(Command::Run(a)) => gate::run(a, out, err),
         None => {
             let opts = Options {
                 sort: cli.sort,

@@ -1,0 +1,254 @@
+//! The command-line arguments of `check`, `baseline`, `history` and `run` (main.rs only names
+//! the subcommands).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::{CheckOptions, Format};
+use crate::launch::RunOptions;
+
+fn parse_tolerance(s: &str) -> Result<f64, String> {
+    let (num, scale) = match s.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (s, 1.0),
+    };
+    match num.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 && v * scale <= 100.0 => Ok(v * scale),
+        _ => Err(format!("'{s}' is not a tolerance (0.5, or 50%)")),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 7.0 * 86_400.0 => {
+            Ok(Duration::from_secs_f64(v * scale))
+        }
+        _ => Err(format!("'{s}' is not a duration (30s, 500ms, 10m)")),
+    }
+}
+
+/// What `check` and `run --check` share.
+#[derive(Args, Debug, Clone)]
+pub struct GateArgs {
+    /// Fail when this expression holds (repeatable), e.g. `hwm > 3`, `wait_total("queue.c:41") > 200ms`,
+    /// `lost_parallelism > 30% && threads > 2`. Metrics are listed in the README.
+    #[arg(long = "fail-if", value_name = "EXPR")]
+    pub fail_if: Vec<String>,
+    /// Compare with a baseline written by `waitshim-analyze baseline`.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// How much a baseline figure may grow (relative) before it counts as worse.
+    #[arg(long, value_name = "FRACTION", default_value = "50%", value_parser = parse_tolerance)]
+    pub tolerance: f64,
+    /// How failing conditions are written: text, github (workflow annotations) or gitlab (a
+    /// Code Quality report).
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = |s: &str| s.parse::<Format>())]
+    pub format: Format,
+    /// Do not fail on deadlocks and lock-order inversions unless an expression says so.
+    #[arg(long)]
+    pub no_default_gate: bool,
+    /// Do not open the program's binaries (sites are then module offsets).
+    #[arg(long)]
+    pub no_symbols: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Logs to check (each is checked on its own; baselines sum the logs of one program).
+    #[arg(required = true, value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BaselineArgs {
+    /// Where to write the baseline (`-` for stdout).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: PathBuf,
+    /// Do not open the program's binaries.
+    #[arg(long)]
+    pub no_symbols: bool,
+    #[arg(required = true, value_name = "LOG")]
+    pub logs: Vec<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Check the logs with the gate (deadlocks, inversions, --fail-if, --baseline) and exit 1
+    /// when it fails.
+    #[arg(long)]
+    pub check: bool,
+    #[command(flatten)]
+    pub gate: GateArgs,
+    /// Print the JSON report instead of the text one.
+    #[arg(long)]
+    pub json: bool,
+    /// Print no report (the gate's lines only).
+    #[arg(long)]
+    pub no_report: bool,
+    /// The shim to preload (default: libwaitshim.so beside waitshim-analyze).
+    #[arg(long, value_name = "PATH")]
+    pub shim: Option<PathBuf>,
+    /// Directory for the logs (created if missing; default: a new one in $TMPDIR).
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<PathBuf>,
+    /// Stop the command when it runs longer (SIGTERM, SIGKILL 5 s later): 30s, 500ms, 10m.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+    /// Also add the run to the history of this job (see `history add`).
+    #[arg(long, value_name = "NAME")]
+    pub history_job: Option<String>,
+    /// History database for --history-job (see `history`).
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<String>,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub cmd: Vec<OsString>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct HistoryCommon {
+    /// The job the runs belong to (a CI job's name).
+    #[arg(long, value_name = "NAME")]
+    pub job: String,
+    /// The database: a SQLite file, or postgres://... (default: see the README).
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum HistoryCommand {
+    /// Store the figures of a run (its logs) in the job's history.
+    Add {
+        #[command(flatten)]
+        common: HistoryCommon,
+        /// Do not open the program's binaries.
+        #[arg(long)]
+        no_symbols: bool,
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+    },
+    /// Print each metric's trend over the job's runs, and by hour of day.
+    Show {
+        #[command(flatten)]
+        common: HistoryCommon,
+        /// Runs shown at most (the latest).
+        #[arg(long, default_value_t = 30)]
+        last: usize,
+    },
+    /// Compare a run with the job's history; exit 1 and a notification when a figure moved.
+    Check {
+        #[command(flatten)]
+        common: HistoryCommon,
+        /// Notifications as JSON lines on stdout too.
+        #[arg(long)]
+        json: bool,
+        /// Also store this run once compared.
+        #[arg(long)]
+        add: bool,
+        /// Runs of history compared with at most.
+        #[arg(long, default_value_t = 20)]
+        window: usize,
+        /// Do not open the program's binaries.
+        #[arg(long)]
+        no_symbols: bool,
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+    },
+}
+
+impl GateArgs {
+    fn options(&self, logs: Vec<PathBuf>) -> CheckOptions {
+        CheckOptions {
+            logs,
+            fail_if: self.fail_if.clone(),
+            baseline: self.baseline.clone(),
+            tolerance: self.tolerance,
+            format: self.format,
+            default_gate: !self.no_default_gate,
+            symbols: !self.no_symbols,
+        }
+    }
+}
+
+pub fn check(a: CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    super::check(&a.gate.options(a.logs), out, err)
+}
+
+pub fn baseline(a: BaselineArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let mut bad = false;
+    let figs = super::figures_of(&a.logs, !a.no_symbols, err, &mut bad);
+    if bad {
+        return crate::EXIT_BAD_INPUT;
+    }
+    let text = super::baseline::build(&figs).to_json();
+    if a.output.as_os_str() == "-" {
+        let _ = out.write_all(text.as_bytes());
+        return 0;
+    }
+    match std::fs::write(&a.output, text) {
+        Ok(()) => {
+            let _ = writeln!(
+                err,
+                "waitshim: baseline of {} log(s) written to {}",
+                figs.len(),
+                a.output.display()
+            );
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "waitshim-analyze baseline: {}: {e}",
+                a.output.display()
+            );
+            crate::EXIT_BAD_INPUT
+        }
+    }
+}
+
+pub fn run(a: RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let g = a.gate.options(Vec::new());
+    let opts = RunOptions {
+        cmd: a.cmd,
+        shim: a.shim,
+        log_dir: a.log_dir,
+        timeout: a.timeout,
+        json: a.json,
+        no_report: a.no_report,
+        check: a.check,
+        fail_if: g.fail_if,
+        baseline: g.baseline,
+        tolerance: g.tolerance,
+        format: g.format,
+        default_gate: g.default_gate,
+        symbols: g.symbols,
+        history_job: a.history_job,
+        db: a.db,
+    };
+    crate::launch::run(&opts, out, err)
+}
+
+pub fn history(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    super::history::command(c, out, err)
+}

@@ -1,0 +1,362 @@
+//! The figures the gate, the baselines and the history compare, computed once per log from the
+//! model (the same counters, [`findings::costs`] and [`findings::thread_time`] the reports use).
+//!
+//! Run-level wait figures are over the *lock* group of objects (mutexes, rwlocks, spinlocks,
+//! futex words: see [`findings::Group`]): a condition variable a worker idles on while there is
+//! no work is not lost time, a lock another thread holds is. Per-object figures are of whatever
+//! the selector names, of any kind.
+
+use std::collections::BTreeMap;
+
+use crate::findings::{self, Group};
+use crate::report::Ctx;
+use crate::symbolize::Frame;
+use crate::{Analysis, Options};
+use waitshim_format::counter;
+
+/// Where something is in the source: for annotations and for the report's words.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Place {
+    /// The source file as the debug information names it (often absolute).
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    /// `queue.c:41 (main)`, or the module offset when there is no debug information.
+    pub site: String,
+    /// The function, when known.
+    pub function: Option<String>,
+}
+
+impl Place {
+    fn of(frame: &Frame) -> Place {
+        Place {
+            file: frame.file.clone(),
+            line: frame.line.filter(|&l| l > 0),
+            site: frame.site(),
+            function: frame.function.clone(),
+        }
+    }
+
+    /// `queue.c:41` (base name and line) when the debug information gave them.
+    pub fn source(&self) -> Option<String> {
+        let file = crate::symbolize::basename(self.file.as_deref()?);
+        Some(match self.line {
+            Some(l) => format!("{file}:{l}"),
+            None => file.to_string(),
+        })
+    }
+}
+
+/// One object's figures.
+#[derive(Debug, Clone, Default)]
+pub struct ObjectFigures {
+    pub object_id: u64,
+    pub kind: &'static str,
+    pub group: Option<Group>,
+    /// `mutex#3 "queue" queue_lock  created at queue.c:41 (main)`.
+    pub label: String,
+    /// The name given through the C API, and the variable holding it.
+    pub api_name: Option<String>,
+    pub global: Option<String>,
+    /// Where it was created (or first used).
+    pub created: Option<Place>,
+    /// The call site that waited for it longest.
+    pub wait_site: Option<Place>,
+    pub acquisitions: u64,
+    /// Acquisitions that found it held (brief waits included).
+    pub contended: u64,
+    /// Of those, the waits that blocked (went to sleep): not ended within the shim's back-off.
+    pub blocking: u64,
+    pub wait_ns: u64,
+    pub wait_max_ns: u64,
+    pub max_waiters: u64,
+    /// Threads still waiting for it when the log ended.
+    pub still_waiting: u64,
+}
+
+impl ObjectFigures {
+    /// Whether `selector` names this object: its C-API name, its variable, its creation site
+    /// (`queue.c:41`, `queue.c`, the `queue.c:41 (main)` the report shows) or the function that
+    /// created it.
+    pub fn matches(&self, selector: &str) -> bool {
+        let s = selector.trim();
+        if self.api_name.as_deref() == Some(s) || self.global.as_deref() == Some(s) {
+            return true;
+        }
+        let Some(p) = &self.created else {
+            return false;
+        };
+        if p.site == s || p.function.as_deref() == Some(s) || p.source().as_deref() == Some(s) {
+            return true;
+        }
+        // A file alone, or a path ending in the file and line.
+        if let Some(file) = &p.file {
+            let base = crate::symbolize::basename(file);
+            if base == s || file == s {
+                return true;
+            }
+            if let (Some(line), Some((f, l))) = (p.line, s.rsplit_once(':')) {
+                if l.parse::<u32>().ok() == Some(line) && (file.ends_with(f) && !f.is_empty()) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+}
+
+/// One log's figures.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    /// The log's path as given.
+    pub log: String,
+    pub pid: u32,
+    pub program: String,
+    /// When the run started (wall clock, Unix seconds; 0 when the log does not say).
+    pub started_unix_s: i64,
+    pub duration_ns: u64,
+    /// Every thread's life added up ([`findings::thread_time`]).
+    pub thread_time_ns: u64,
+    pub threads: u64,
+    pub hwm: u64,
+    /// The object whose waiters set the highwater mark.
+    pub hwm_object: Option<u64>,
+    /// Deadlocks that never broke: each cycle's objects.
+    pub deadlocks: Vec<Vec<u64>>,
+    /// Lock-order inversions (potential deadlocks, the ones that happened included).
+    pub inversions: Vec<Vec<u64>>,
+    /// Objects with any activity, by id.
+    pub objects: BTreeMap<u64, ObjectFigures>,
+}
+
+/// Ratio that is 0 for 0/0.
+pub fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// The sums of a set of objects, for run-level and selected figures.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sums {
+    pub objects: u64,
+    pub acquisitions: u64,
+    pub contended: u64,
+    pub blocking: u64,
+    pub wait_ns: u64,
+    pub wait_max_ns: u64,
+    pub max_waiters: u64,
+    pub still_waiting: u64,
+}
+
+impl Sums {
+    pub fn of<'a>(objects: impl Iterator<Item = &'a ObjectFigures>) -> Sums {
+        let mut s = Sums::default();
+        for o in objects {
+            s.objects += 1;
+            s.acquisitions = s.acquisitions.saturating_add(o.acquisitions);
+            s.contended = s.contended.saturating_add(o.contended);
+            s.blocking = s.blocking.saturating_add(o.blocking);
+            s.wait_ns = s.wait_ns.saturating_add(o.wait_ns);
+            s.wait_max_ns = s.wait_max_ns.max(o.wait_max_ns);
+            s.max_waiters = s.max_waiters.max(o.max_waiters);
+            s.still_waiting = s.still_waiting.saturating_add(o.still_waiting);
+        }
+        s
+    }
+}
+
+impl Figures {
+    /// Reads the figures off an analysed log (symbolized unless `symbols` is false).
+    pub fn of(a: &Analysis, symbols: bool) -> Figures {
+        let opts = Options {
+            symbols,
+            ..Options::default()
+        };
+        let mut ctx = Ctx::new(&a.summary, &a.model, &opts);
+        let m = &a.model;
+        let costs: BTreeMap<u64, findings::Cost> = findings::costs(m)
+            .into_iter()
+            .map(|c| (c.object_id, c))
+            .collect();
+        let mut still: BTreeMap<u64, u64> = BTreeMap::new();
+        if let Some(o) = &m.open_waits {
+            for w in &o.waits {
+                *still.entry(w.object_id).or_default() += 1;
+            }
+        }
+        let mut objects = BTreeMap::new();
+        let ids: Vec<u64> = m
+            .objects
+            .values()
+            .filter(|o| o.has_activity() || costs.contains_key(&o.object_id))
+            .map(|o| o.object_id)
+            .collect();
+        for id in ids {
+            let Some(o) = m.objects.get(&id) else {
+                continue;
+            };
+            let c = o.counters.as_ref();
+            let cost = costs.get(&id);
+            let acquisitions = c
+                .map_or(0, |c| c.acquisitions)
+                .saturating_add(o.kind_counter(counter::READ_ACQUISITIONS));
+            let contended = c
+                .map_or(0, |c| c.contended)
+                .saturating_add(o.kind_counter(counter::READ_CONTENDED));
+            let brief = o.kind_counter(counter::ENDED_BRIEF);
+            let kind = o.kind_name();
+            let group = o.kind().map(|k| Group::of(Some(k)));
+            let api_name = o.name().map(str::to_string);
+            let global = ctx.global_name(id);
+            let created = ctx.creation_site(id).map(|f| Place::of(&f));
+            let wait_site = cost
+                .and_then(|c| c.top_site)
+                .and_then(|(chain, _, _)| ctx.sym.site(m, chain))
+                .map(|f| Place::of(&f));
+            let label = ctx.object_label(id);
+            objects.insert(
+                id,
+                ObjectFigures {
+                    object_id: id,
+                    kind,
+                    group,
+                    label,
+                    api_name,
+                    global,
+                    created,
+                    wait_site,
+                    acquisitions,
+                    contended,
+                    blocking: contended.saturating_sub(brief),
+                    wait_ns: cost.map_or_else(|| o.wait_total_ns(), |c| c.wait_ns),
+                    wait_max_ns: cost.map_or(0, |c| c.max_wait_ns),
+                    max_waiters: cost.map_or(0, |c| c.max_waiters),
+                    still_waiting: still.get(&id).copied().unwrap_or(0),
+                },
+            );
+        }
+        let deadlocks = m
+            .real_deadlocks()
+            .map(|d| d.cycle.iter().map(|e| e.object_id).collect())
+            .collect();
+        let inversions = ctx
+            .inversions
+            .cycles
+            .iter()
+            .map(|c| c.cycle.clone())
+            .collect();
+        Figures {
+            log: a.summary.path.display().to_string(),
+            pid: m.run.as_ref().map_or(0, |r| r.pid),
+            program: m.run.as_ref().map_or_else(String::new, |r| {
+                crate::symbolize::basename(&r.exe).to_string()
+            }),
+            started_unix_s: m.run.as_ref().map_or(0, |r| {
+                i64::try_from(r.realtime_ns / 1_000_000_000).unwrap_or(0)
+            }),
+            duration_ns: m.duration_ns().0,
+            thread_time_ns: findings::thread_time(m),
+            threads: m.threads.len() as u64,
+            hwm: u64::from(m.hwm()),
+            hwm_object: m.final_highwater().map(|h| h.object_id),
+            deadlocks,
+            inversions,
+            objects,
+        }
+    }
+
+    /// The sums over the lock group: what the run-level figures are of.
+    pub fn locks(&self) -> Sums {
+        Sums::of(
+            self.objects
+                .values()
+                .filter(|o| o.group == Some(Group::Lock)),
+        )
+    }
+
+    /// The objects a selector names.
+    pub fn select(&self, selector: &str) -> Vec<&ObjectFigures> {
+        self.objects
+            .values()
+            .filter(|o| o.matches(selector))
+            .collect()
+    }
+
+    /// The lock that cost most: where a run-level figure about waiting points.
+    pub fn costliest_lock(&self) -> Option<&ObjectFigures> {
+        self.objects
+            .values()
+            .filter(|o| o.group == Some(Group::Lock) && o.wait_ns > 0)
+            .max_by(|a, b| {
+                a.wait_ns
+                    .cmp(&b.wait_ns)
+                    .then(b.object_id.cmp(&a.object_id))
+            })
+    }
+
+    /// The value of a metric of the run (`selector` None) or of the selected objects, and the
+    /// objects it is about (for annotations). `None` when the metric takes no selector.
+    pub fn value(&self, metric: &str, selector: Option<&str>) -> Option<(f64, Vec<u64>)> {
+        let (sums, about): (Sums, Vec<u64>) = match selector {
+            Some(s) => {
+                let sel = self.select(s);
+                (
+                    Sums::of(sel.iter().copied()),
+                    sel.iter().map(|o| o.object_id).collect(),
+                )
+            }
+            None => (
+                self.locks(),
+                self.costliest_lock()
+                    .map(|o| o.object_id)
+                    .into_iter()
+                    .collect(),
+            ),
+        };
+        let tt = self.thread_time_ns;
+        let v = match (metric, selector) {
+            ("deadlocks", None) => {
+                return Some((
+                    self.deadlocks.len() as f64,
+                    self.deadlocks.iter().flatten().copied().collect(),
+                ))
+            }
+            ("inversions", None) => {
+                return Some((
+                    self.inversions.len() as f64,
+                    self.inversions.iter().flatten().copied().collect(),
+                ))
+            }
+            ("threads", None) => self.threads as f64,
+            ("duration", None) => self.duration_ns as f64,
+            ("hwm", None) => return Some((self.hwm as f64, self.hwm_object.into_iter().collect())),
+            ("still_waiting", None) => {
+                // Every kind: a thread stuck on a condition variable at exit is stuck too.
+                let all = Sums::of(self.objects.values());
+                return Some((
+                    all.still_waiting as f64,
+                    self.objects
+                        .values()
+                        .filter(|o| o.still_waiting > 0)
+                        .map(|o| o.object_id)
+                        .collect(),
+                ));
+            }
+            ("wait_share", None) => ratio(Sums::of(self.objects.values()).wait_ns, tt),
+            ("hwm", Some(_)) => sums.max_waiters as f64,
+            ("still_waiting", Some(_)) => sums.still_waiting as f64,
+            ("acquisitions", _) => sums.acquisitions as f64,
+            ("waits", _) => sums.contended as f64,
+            ("blocking_waits", _) => sums.blocking as f64,
+            ("wait_total", _) => sums.wait_ns as f64,
+            ("wait_max", _) => sums.wait_max_ns as f64,
+            ("contended_ratio", _) => ratio(sums.contended, sums.acquisitions),
+            ("waits_per_acquisition", _) => ratio(sums.blocking, sums.acquisitions),
+            ("wait_share", Some(_)) | ("lost_parallelism", _) => ratio(sums.wait_ns, tt),
+            _ => return None,
+        };
+        Some((v, about))
+    }
+}

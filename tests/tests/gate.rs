@@ -1,0 +1,663 @@
+//! The CI commands: `check` (exit codes, expressions, annotations), `run` (the launcher),
+//! `baseline` and `history` (on SQLite, and on a PostgreSQL cluster the test starts itself).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use waitshim_tests::{analyzer_path, fixture, line_of, shim_path, Launch, Run, POLL_DEADLINE};
+
+fn analyzer(args: &[&str], logs: &[&Path]) -> Output {
+    Command::new(analyzer_path())
+        .args(args)
+        .args(logs)
+        .output()
+        .expect("run waitshim-analyze")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+/// A run of `gate_load` with `threads` workers (HWM threads - 1).
+fn load(threads: u32) -> Run {
+    let run = Launch::fixture("gate_load").arg(threads.to_string()).run();
+    run.assert_success();
+    run
+}
+
+fn check(args: &[&str], log: &Path) -> Output {
+    let mut a = vec!["check"];
+    a.extend_from_slice(args);
+    analyzer(&a, &[log])
+}
+
+#[test]
+fn check_exit_codes_clean_inversion_fail_if_garbage_and_bad_expressions() {
+    // convoy 3: the first holder sleeps 200 ms while the other two pile up: HWM 2.
+    let clean = Launch::fixture("convoy").arg("3").run();
+    clean.assert_success();
+    let log = clean.single_log();
+    let o = check(&[], log);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    assert!(text(&o).1.contains("passed"), "{:?}", text(&o));
+
+    // True and false expressions, units, combinations.
+    let creation = line_of("convoy.c", "creation-site");
+    let o = check(&["--fail-if", "hwm > 1"], log);
+    assert_eq!(code(&o), 1, "{:?}", text(&o));
+    let (out, _) = text(&o);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("hwm = 2"), "{out}");
+    assert!(out.contains(&format!("convoy.c:{creation}")), "{out}");
+    for (expr, want) in [
+        ("hwm > 2", 0),
+        ("hwm >= 2 && threads == 4", 1),
+        ("hwm > 5 || !(deadlocks == 0)", 0),
+        (&format!("wait_total(\"convoy.c:{creation}\") > 100ms"), 1),
+        (&format!("wait_total(\"convoy.c:{creation}\") > 1000s"), 0),
+        ("waits(\"convoy_lock\") == 2 && contended_ratio > 60%", 1),
+        ("lost_parallelism > 100%", 0),
+        ("wait_total(\"no_such.c:1\") > 0ns", 0),
+    ] {
+        let o = check(&["--fail-if", expr], log);
+        assert_eq!(code(&o), want, "{expr}: {:?}", text(&o));
+    }
+    // Every failing condition on its own line.
+    let o = check(
+        &["--fail-if", "hwm > 1", "--fail-if", "acquisitions > 0"],
+        log,
+    );
+    assert_eq!(code(&o), 1);
+    assert_eq!(
+        text(&o)
+            .0
+            .lines()
+            .filter(|l| l.starts_with("FAIL "))
+            .count(),
+        2,
+        "{:?}",
+        text(&o)
+    );
+
+    // GitHub annotations and a GitLab report point at the mutex's creation line.
+    let o = check(&["--format", "github", "--fail-if", "hwm > 1"], log);
+    let (out, _) = text(&o);
+    let line = out.lines().next().unwrap_or_default();
+    assert!(line.starts_with("::error file="), "{out}");
+    assert!(
+        line.contains(&format!("convoy.c,line={creation},")),
+        "{out}"
+    );
+    let o = check(&["--format", "gitlab", "--fail-if", "hwm > 1"], log);
+    assert_eq!(code(&o), 1);
+    let report: Value = serde_json::from_slice(&o.stdout).expect("gitlab JSON");
+    let item = &report[0];
+    assert!(
+        item["location"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("convoy.c"),
+        "{report}"
+    );
+    assert_eq!(item["location"]["lines"]["begin"], creation);
+    assert!(item["fingerprint"].as_str().is_some_and(|f| !f.is_empty()));
+
+    // A bad expression: exit 2 and the column.
+    let o = check(&["--fail-if", "hwm > 3 && wait_total > 200"], log);
+    assert_eq!(code(&o), 2);
+    assert!(text(&o).1.contains("column 25"), "{:?}", text(&o));
+    let o = check(&["--fail-if", "hwmm > 3"], log);
+    assert_eq!(code(&o), 2);
+    assert!(
+        text(&o).1.contains("unknown metric 'hwmm'"),
+        "{:?}",
+        text(&o)
+    );
+
+    // A file that is not a log, and one that does not exist: exit 2.
+    let garbage = clean.dir.path().join("garbage.log");
+    std::fs::write(&garbage, b"not a log at all\n").unwrap();
+    assert_eq!(code(&check(&[], &garbage)), 2);
+    assert_eq!(code(&check(&[], &clean.dir.path().join("missing.log"))), 2);
+
+    // A lock-order inversion fails the default gate; --no-default-gate lets it pass.
+    let inv = Launch::fixture("lock_inversion").run();
+    inv.assert_success();
+    let o = check(&[], inv.single_log());
+    assert_eq!(code(&o), 1, "{:?}", text(&o));
+    assert!(
+        text(&o).0.contains("lock-order inversion"),
+        "{:?}",
+        text(&o)
+    );
+    assert!(text(&o).0.contains("lock_inversion.c:"), "{:?}", text(&o));
+    assert_eq!(code(&check(&["--no-default-gate"], inv.single_log())), 0);
+    assert_eq!(
+        code(&check(
+            &["--no-default-gate", "--fail-if", "inversions > 0"],
+            inv.single_log()
+        )),
+        1
+    );
+}
+
+#[test]
+fn check_fails_a_deadlocked_run() {
+    let running = Launch::fixture("abba").spawn();
+    running.wait_for_stdout("abba: armed");
+    running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
+    let run = running.kill();
+    let o = check(&[], run.single_log());
+    assert_eq!(code(&o), 1, "{:?}", text(&o));
+    let (out, _) = text(&o);
+    assert!(
+        out.contains("deadlock: 2 threads wait for each other"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("abba.c:{}", line_of("abba.c", "creation-site-A"))),
+        "{out}"
+    );
+}
+
+/// `run` with the gate_forks fixture: the parent's and the exec'd child's logs are reported,
+/// and the status is the command's.
+#[test]
+fn run_reports_every_process_and_passes_the_exit_status_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let prog = fixture("gate_forks");
+    let o = Command::new(analyzer_path())
+        .arg("run")
+        .arg("--log-dir")
+        .arg(&logs)
+        .arg("--")
+        .arg(&prog)
+        .arg("7")
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 7, "{out}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "logs in {}",
+            logs.canonicalize().unwrap().display()
+        )),
+        "{err}"
+    );
+    assert!(
+        out.contains("gate_forks: child done") && out.contains("gate_forks: parent done"),
+        "{out}"
+    );
+    let parent = format!(
+        "gate_forks.c:{}",
+        line_of("gate_forks.c", "creation-site-parent")
+    );
+    let child = format!(
+        "gate_forks.c:{}",
+        line_of("gate_forks.c", "creation-site-child")
+    );
+    assert!(
+        out.contains(&parent),
+        "no report of the parent's mutex {parent}:\n{out}"
+    );
+    assert!(
+        out.contains(&child),
+        "no report of the exec'd child's mutex {child}:\n{out}"
+    );
+    assert_eq!(out.matches("waitshim report: ").count(), 2, "{out}");
+    assert_eq!(std::fs::read_dir(&logs).unwrap().count(), 2);
+
+    // --check with a passing gate keeps the command's status; --json reports as JSON.
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args(["run", "--check", "--json", "--shim"])
+        .arg(shim_path())
+        .arg("--")
+        .arg(&prog)
+        .arg("0")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let (out, _) = text(&o);
+    let json_start = out.find('{').expect("JSON report");
+    let report: Value = serde_json::from_str(&out[json_start..]).expect("JSON");
+    assert_eq!(report["logs"].as_array().map(Vec::len), Some(2));
+
+    // A failing --fail-if makes it 1: the exec'd child's mutex is taken 3 times (its log is
+    // gated too), the parent's twice.
+    let expr = format!("acquisitions(\"{child}\") == 3");
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args(["run", "--no-report", "--check", "--fail-if", &expr, "--"])
+        .arg(&prog)
+        .arg("0")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 1, "{:?}", text(&o));
+    assert!(text(&o).0.contains(&child), "{:?}", text(&o));
+}
+
+#[test]
+fn run_check_turns_a_planted_deadlock_into_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let mut child = Command::new(analyzer_path())
+        .args(["run", "--check", "--no-report", "--log-dir"])
+        .arg(&logs)
+        .arg("--")
+        .arg(fixture("abba"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "abba: armed\n");
+    // Wait for the deadlock in the hung program's log, then kill the program (not the launcher).
+    let deadline = Instant::now() + POLL_DEADLINE;
+    let log: PathBuf = loop {
+        let found: Vec<PathBuf> = std::fs::read_dir(&logs)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        if let [log] = found.as_slice() {
+            let o = analyzer(&["check"], &[log]);
+            if code(&o) == 1 && text(&o).0.contains("deadlock") {
+                break log.clone();
+            }
+        }
+        assert!(Instant::now() < deadline, "no deadlock in {found:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let pid: i32 = log
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| {
+            n.strip_prefix("waitshim.")?
+                .strip_suffix(".log")?
+                .parse()
+                .ok()
+        })
+        .expect("pid in the log's name");
+    // SAFETY: kill(2) of the hung fixture, a child of the launcher we started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let mut out = line;
+    std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+    assert!(err.contains("ended with status 137"), "{err}");
+    assert!(out.contains("FAIL ") && out.contains("deadlock"), "{out}");
+}
+
+#[test]
+fn baselines_are_stable_and_name_what_got_worse() {
+    let run = load(2);
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("waitshim-baseline.json");
+    let o = analyzer(
+        &["baseline", "-o", base.to_str().unwrap()],
+        &[run.single_log()],
+    );
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let first = std::fs::read_to_string(&base).unwrap();
+    let o = analyzer(&["baseline", "-o", "-"], &[run.single_log()]);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout),
+        first,
+        "the same log gives the same file"
+    );
+    let creation = line_of("gate_load.c", "creation-site");
+    let key = format!("mutex gate_load.c:{creation} (main)");
+    assert!(first.contains(&key), "{first}");
+    assert!(
+        !first.contains("0x") && !first.contains(&run.pid.to_string()),
+        "addresses or pids in:\n{first}"
+    );
+    let v: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(v["format"], "waitshim-baseline/1");
+    assert_eq!(v["programs"]["gate_load"]["run"]["hwm"], 1);
+
+    // The run it was made from passes; a run with three times the workers does not.
+    let b = base.to_str().unwrap();
+    assert_eq!(code(&check(&["--baseline", b], run.single_log())), 0);
+    let worse = load(6);
+    let o = check(&["--baseline", b], worse.single_log());
+    assert_eq!(code(&o), 1, "{:?}", text(&o));
+    let (out, _) = text(&o);
+    // Six workers queue up to five deep and wait most of their time; how deep they got, and
+    // how long they waited, is not forced: one of the figures must have risen, at the lock.
+    assert!(
+        out.contains("hwm rose from 1 to ") || out.contains("wait_share rose from"),
+        "{out}"
+    );
+    assert!(out.contains(&key), "{out}");
+    // A damaged baseline is an input error.
+    std::fs::write(&base, "{\"format\": 3}").unwrap();
+    assert_eq!(code(&check(&["--baseline", b], run.single_log())), 2);
+}
+
+/// Five runs, a like run, 20 A/A runs, a run whose contention grew, and two writers at once.
+fn history_scenario(db: &str) {
+    let job = format!("gate-{}", std::process::id());
+    let hist = |args: &[&str], logs: &[&Path]| {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["--job", &job, "--db", db]);
+        analyzer(&a, logs)
+    };
+    for _ in 0..5 {
+        let r = load(2);
+        let o = hist(&["history", "add"], &[r.single_log()]);
+        assert_eq!(code(&o), 0, "{:?}", text(&o));
+    }
+    let like = load(2);
+    let o = hist(&["history", "check"], &[like.single_log()]);
+    assert_eq!(code(&o), 0, "a like run alerted: {:?}", text(&o));
+    for i in 0..20 {
+        let r = load(2);
+        let o = hist(&["history", "check", "--add"], &[r.single_log()]);
+        assert_eq!(code(&o), 0, "A/A run {i} alerted: {:?}", text(&o));
+    }
+    let grown = load(6);
+    let o = hist(&["history", "check", "--json"], &[grown.single_log()]);
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 1, "{out}\n{err}");
+    let site = format!("gate_load.c:{}", line_of("gate_load.c", "creation-site"));
+    assert!(err.contains("REGRESSION") && err.contains(&site), "{err}");
+    let alerts: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert!(
+        alerts
+            .iter()
+            .any(|a| a["scope"].as_str().unwrap().contains(&site)),
+        "{out}"
+    );
+    let o = hist(&["history", "show", "--last", "1000"], &[]);
+    let (out, _) = text(&o);
+    assert!(out.starts_with(&format!("job {job}: 25 run(s)")), "{out}");
+    assert!(out.contains("by hour of day (UTC)"), "{out}");
+
+    // Two writers adding 8 runs each at once lose none.
+    let log = grown.single_log().to_path_buf();
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let (db, job, log) = (db.to_string(), format!("{job}-w"), log.clone());
+            std::thread::spawn(move || {
+                for _ in 0..8 {
+                    let o = Command::new(analyzer_path())
+                        .args(["history", "add", "--no-symbols", "--job", &job, "--db", &db])
+                        .arg(&log)
+                        .output()
+                        .unwrap();
+                    assert_eq!(
+                        o.status.code(),
+                        Some(0),
+                        "{}",
+                        String::from_utf8_lossy(&o.stderr)
+                    );
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let o = analyzer(
+        &[
+            "history",
+            "show",
+            "--last",
+            "1000",
+            "--job",
+            &format!("{job}-w"),
+            "--db",
+            db,
+        ],
+        &[],
+    );
+    assert!(
+        text(&o).0.starts_with(&format!("job {job}-w: 16 run(s)")),
+        "{:?}",
+        text(&o)
+    );
+}
+
+#[test]
+fn history_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ci/history.sqlite");
+    history_scenario(db.to_str().unwrap());
+    // The schema is versioned.
+    let o = analyzer(
+        &[
+            "history",
+            "show",
+            "--job",
+            "none",
+            "--db",
+            db.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code(&o), 0);
+    // A file that is not a database is an input error.
+    let bad = dir.path().join("bad.sqlite");
+    std::fs::write(&bad, vec![b'x'; 4096]).unwrap();
+    let o = analyzer(
+        &[
+            "history",
+            "show",
+            "--job",
+            "j",
+            "--db",
+            bad.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+}
+
+/// A throw-away PostgreSQL cluster in a temporary directory, on a Unix socket; stopped on drop.
+struct Cluster {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    as_nobody: bool,
+}
+
+impl Cluster {
+    fn find_bin() -> Option<PathBuf> {
+        let mut candidates = vec![PathBuf::from("/usr/local/bin")];
+        if let Ok(d) = std::fs::read_dir("/usr/lib/postgresql") {
+            let mut v: Vec<PathBuf> = d
+                .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+                .collect();
+            v.sort();
+            candidates.extend(v.into_iter().rev());
+        }
+        candidates
+            .into_iter()
+            .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+    }
+
+    fn cmd(&self, program: &str) -> Command {
+        let exe = self.bin.join(program);
+        if self.as_nobody {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        }
+    }
+
+    fn start() -> Result<Cluster, String> {
+        let bin = match Self::find_bin() {
+            Some(b) => b,
+            None => {
+                let _ = Command::new("apt-get")
+                    .args(["install", "-y", "-q", "postgresql"])
+                    .output();
+                Self::find_bin().ok_or(
+                    "no initdb/pg_ctl, and apt-get install postgresql did not provide them",
+                )?
+            }
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("wspg")
+            .tempdir_in("/tmp")
+            .map_err(|e| e.to_string())?;
+        // SAFETY: geteuid has no preconditions.
+        let as_nobody = unsafe { libc::geteuid() } == 0;
+        if as_nobody {
+            let c = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
+            // SAFETY: a valid path; nobody is uid 65534 on Debian.
+            if unsafe { libc::chown(c.as_ptr(), 65534, 65534) } != 0 {
+                return Err("cannot chown the cluster directory to nobody".into());
+            }
+        }
+        let cluster = Cluster {
+            bin,
+            dir,
+            as_nobody,
+        };
+        let data = cluster.dir.path().join("data");
+        let o = cluster
+            .cmd("initdb")
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err(format!("initdb: {}", String::from_utf8_lossy(&o.stderr)));
+        }
+        let opts = format!(
+            "-k {} -c listen_addresses='' -p 5432 -c fsync=off",
+            cluster.dir.path().display()
+        );
+        let o = cluster
+            .cmd("pg_ctl")
+            .args(["-w", "-t", "60", "-l"])
+            .arg(cluster.dir.path().join("log"))
+            .args(["-o", &opts, "-D"])
+            .arg(&data)
+            .arg("start")
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !o.status.success() {
+            return Err(format!(
+                "pg_ctl start: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(cluster)
+    }
+
+    fn url(&self) -> String {
+        let host = self.dir.path().display().to_string().replace('/', "%2F");
+        format!("postgresql://postgres@{host}:5432/postgres")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self
+            .cmd("pg_ctl")
+            .args(["-m", "immediate", "-D"])
+            .arg(self.dir.path().join("data"))
+            .arg("stop")
+            .output();
+    }
+}
+
+#[test]
+fn history_on_postgresql() {
+    let cluster = match Cluster::start() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("SKIPPED history_on_postgresql: no PostgreSQL server could be started: {e}");
+            return;
+        }
+    };
+    history_scenario(&cluster.url());
+}
+
+#[test]
+fn run_timeout_stops_a_command_that_runs_too_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = Instant::now();
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args([
+            "run",
+            "--no-report",
+            "--timeout",
+            "300ms",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    // SIGTERM: 128 + 15.
+    assert_eq!(code(&o), 143, "{err}");
+    assert!(err.contains("sending SIGTERM"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(30));
+    // A command that cannot be started is an error of the launcher (2), not the command's.
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args(["run", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the sleep's directory is left"
+    );
+    let o = Command::new(analyzer_path())
+        .args(["run", "--shim", "/nonexistent/libwaitshim.so", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    assert!(text(&o).1.contains("no shim at"), "{:?}", text(&o));
+}
+
+#[test]
+fn run_history_job_adds_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("h.sqlite");
+    let db = db.to_str().unwrap();
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args([
+            "run",
+            "--no-report",
+            "--history-job",
+            "launch",
+            "--db",
+            db,
+            "--",
+        ])
+        .arg(fixture("gate_load"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let o = analyzer(&["history", "show", "--job", "launch", "--db", db], &[]);
+    let (out, _) = text(&o);
+    assert!(out.starts_with("job launch: 1 run(s)"), "{out}");
+    assert!(out.contains("gate_load: run lost_parallelism"), "{out}");
+}
