@@ -126,6 +126,17 @@ pub struct Figures {
     pub inversions: Vec<Vec<u64>>,
     /// Objects with any activity, by id.
     pub objects: BTreeMap<u64, ObjectFigures>,
+    /// From the shim's sampler, when the run was sampled: the program's CPU capacity, what of it
+    /// went unused while threads waited, and that by object (README, Thread states).
+    pub sampled_lost: Option<SampledLost>,
+}
+
+/// Lost parallelism as the sampler measured it.
+#[derive(Debug, Clone, Default)]
+pub struct SampledLost {
+    pub capacity_ns: u64,
+    pub lost_ns: u64,
+    pub by_object: BTreeMap<u64, u64>,
 }
 
 /// Ratio that is 0 for 0/0.
@@ -264,6 +275,20 @@ impl Figures {
             deadlocks,
             inversions,
             objects,
+            sampled_lost: (m.states.any() && m.states.lost.capacity_ns > 0).then(|| SampledLost {
+                capacity_ns: m.states.lost.capacity_ns,
+                lost_ns: m.states.lost.lost_ns,
+                by_object: m
+                    .states
+                    .lost
+                    .by
+                    .iter()
+                    .filter_map(|(k, &ns)| match k {
+                        crate::states::Waited::Object(id) => Some((*id, ns)),
+                        _ => None,
+                    })
+                    .collect(),
+            }),
         }
     }
 
@@ -354,6 +379,20 @@ impl Figures {
             ("wait_max", _) => sums.wait_max_ns as f64,
             ("contended_ratio", _) => ratio(sums.contended, sums.acquisitions),
             ("waits_per_acquisition", _) => ratio(sums.blocking, sums.acquisitions),
+            // Sampled: the program's CPU time left unused while its threads waited (on the
+            // selected objects); unsampled runs keep the share of the threads' time waited.
+            ("lost_parallelism", None) if self.sampled_lost.is_some() => {
+                let l = self.sampled_lost.as_ref().expect("checked");
+                ratio(l.lost_ns, l.capacity_ns)
+            }
+            ("lost_parallelism", Some(_)) if self.sampled_lost.is_some() => {
+                let l = self.sampled_lost.as_ref().expect("checked");
+                let lost = about
+                    .iter()
+                    .map(|id| l.by_object.get(id).copied().unwrap_or(0))
+                    .fold(0u64, u64::saturating_add);
+                ratio(lost, l.capacity_ns)
+            }
             ("wait_share", Some(_)) | ("lost_parallelism", _) => ratio(sums.wait_ns, tt),
             _ => return None,
         };
