@@ -17,6 +17,7 @@ pub mod chrome;
 pub mod folded;
 pub mod perfetto;
 pub mod pprof;
+pub mod slices;
 pub mod timeline;
 
 use std::fs::File;
