@@ -63,8 +63,9 @@ enum Command {
     /// counters and pending records to the log), then print the report of the log as it stands.
     Request(RequestArgs),
     /// Write the run in a format other tools open: pprof (gzipped profile.proto), folded
-    /// (stacks weighted by wait ns), flamegraph (SVG), chrome (Trace Event JSON) or perfetto
-    /// (native protobuf trace). See README, section Exports.
+    /// (stacks weighted by wait ns), flamegraph (SVG), chrome (Trace Event JSON), perfetto
+    /// (native protobuf trace) or html (a self-contained page: a timeline per thread and the
+    /// objects table). See README, section Exports.
     Export(ExportArgs),
     /// Collection policies (WAITSHIM_POLICY).
     #[command(subcommand)]
@@ -95,7 +96,7 @@ enum PolicyCommand {
 
 #[derive(Args)]
 struct ExportArgs {
-    /// pprof, folded, flamegraph, chrome or perfetto.
+    /// pprof, folded, flamegraph, chrome, perfetto or html.
     #[arg(long, value_name = "FORMAT",
           value_parser = |s: &str| s.parse::<waitshim_analyze::export::Format>())]
     format: waitshim_analyze::export::Format,
