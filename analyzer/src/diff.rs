@@ -57,6 +57,8 @@ pub struct RunFigures {
     pub inversions: u64,
     /// Summed over threads: running, runnable, tracked waits, other waits (ns), when sampled.
     pub states: Option<[u64; 4]>,
+    /// What is missing from the log (damage, a cut or unended log), if anything.
+    pub incomplete: Option<String>,
 }
 
 /// The key of an object: kind, creation site, global name.
@@ -113,6 +115,22 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
         inversions: ctx.inversions.cycles.len() as u64,
         ..RunFigures::default()
     };
+    let mut missing = Vec::new();
+    if a.summary.damage_count > 0 {
+        missing.push(format!(
+            "{} damaged stretches ({} bytes) skipped",
+            a.summary.damage_count, a.summary.damage_bytes
+        ));
+    }
+    if a.summary.ending != crate::read::Ending::Clean {
+        missing.push(format!("the file ends {}", a.summary.ending.as_str()));
+    }
+    if m.run_end.is_none() {
+        missing.push("no end record (the program did not exit through the shim)".into());
+    }
+    if !missing.is_empty() {
+        out.incomplete = Some(missing.join("; "));
+    }
     let records = m.records_per_object();
     for c in crate::findings::costs(m) {
         let key = object_key(&mut ctx, c.object_id);
@@ -229,6 +247,13 @@ pub fn text(b: &RunFigures, a: &RunFigures, top: usize) -> String {
         fmt_ns(a.duration_ns),
         a.threads
     ));
+    for (which, r) in [("before", b), ("after", a)] {
+        if let Some(why) = &r.incomplete {
+            s.push_str(&format!(
+                "WARNING: the {which} log is incomplete: {why}; its figures stop where it does\n"
+            ));
+        }
+    }
     s.push_str(&format!("highwater: {}", change(b.hwm, a.hwm, num)));
     if let Some(o) = &a.hwm_object {
         s.push_str(&format!(" (after: on {o})"));
@@ -411,8 +436,10 @@ pub fn json(b: &RunFigures, a: &RunFigures) -> Value {
     };
     json!({
         "schema": "waitshim-diff/1",
-        "before": {"program": b.program, "duration_ns": b.duration_ns, "threads": b.threads},
-        "after": {"program": a.program, "duration_ns": a.duration_ns, "threads": a.threads},
+        "before": {"program": b.program, "duration_ns": b.duration_ns, "threads": b.threads,
+                   "incomplete": b.incomplete},
+        "after": {"program": a.program, "duration_ns": a.duration_ns, "threads": a.threads,
+                  "incomplete": a.incomplete},
         "highwater": {"before": b.hwm, "after": a.hwm, "change": a.hwm as i128 - b.hwm as i128,
                       "object_before": b.hwm_object, "object_after": a.hwm_object},
         "deadlocks": pair(b.deadlocks, a.deadlocks),

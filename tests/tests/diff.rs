@@ -110,6 +110,17 @@ fn diff_of_a_log_with_itself_changes_nothing_and_bad_input_is_an_error() {
             "{err}"
         );
     }
+    // A log cut short still compares, with a warning saying so.
+    let cut = run.dir.path().join("cut.log");
+    let bytes = std::fs::read(log).expect("read log");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let o = diff(&[cut.as_os_str(), log.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("WARNING: the before log is incomplete"),
+        "{text}"
+    );
     let missing = run.dir.path().join("missing.log");
     let o = diff(&[log.as_os_str(), missing.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
