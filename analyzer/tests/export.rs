@@ -311,6 +311,28 @@ fn html_of_a_64_thread_60_second_sampled_run_stays_small() {
             "{format:?}: 64 threads x 60 s sampled every 10 ms ({log_bytes} B of log) -> {size} B in {:.2} s",
             took.as_secs_f64()
         );
+        // The binary's peak memory for the same export: threads and objects, not samples.
+        let again = out.with_extension(format!("{ext}.2"));
+        let b = run_analyzer(
+            &[
+                "export".as_ref(),
+                "--format".as_ref(),
+                match format {
+                    Format::Html => "html",
+                    Format::Perfetto => "perfetto",
+                    _ => "chrome",
+                }
+                .as_ref(),
+                "--no-symbols".as_ref(),
+                "-o".as_ref(),
+                again.as_os_str(),
+                log.as_os_str(),
+            ],
+            std::time::Duration::from_secs(120),
+        );
+        assert_eq!(b.code, Some(0), "{}", b.stderr);
+        println!("{format:?}: peak memory {} MB", b.max_rss_kb / 1024);
+        assert!(b.max_rss_kb < 200 * 1024, "{format:?}: {} kB", b.max_rss_kb);
         if format == Format::Html {
             // 64 threads x 2000 buckets, runs of equal buckets written once, and the records.
             assert!(size < 3_000_000, "{size} B");

@@ -50,9 +50,23 @@ struct Strings {
     ids: HashMap<String, u32>,
 }
 
+/// Distinct strings kept at most (descriptor names can be many: a server's sockets); later
+/// ones share one entry saying so.
+const MAX_STRINGS: usize = 20_000;
+
 impl Strings {
     fn id(&mut self, s: &str) -> u32 {
         if let Some(&i) = self.ids.get(s) {
+            return i;
+        }
+        if self.list.len() >= MAX_STRINGS {
+            let more = "(more details than the page keeps)";
+            if let Some(&i) = self.ids.get(more) {
+                return i;
+            }
+            self.list.push(more.to_string());
+            let i = self.list.len() as u32;
+            self.ids.insert(more.to_string(), i);
             return i;
         }
         let i = self.list.len() as u32 + 1;
