@@ -6,6 +6,7 @@
 //! in memory that grows with the run's objects, threads and chains, never with its events.
 
 pub mod crossproc;
+pub mod diff;
 pub mod ending;
 pub mod export;
 pub mod findings;

@@ -17,6 +17,7 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze request PID [--timeout SECS] [--quiet]\n       \
                       waitshim-analyze policy check FILE\n       \
                       waitshim-analyze export --format FORMAT -o OUT FILE...\n       \
+                      waitshim-analyze diff BEFORE AFTER [--json]\n       \
                       waitshim-analyze why-no-log -- CMD [ARGS]\n       \
                       waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab]\n       \
                       waitshim-analyze baseline -o FILE LOG...\n       \
@@ -27,7 +28,7 @@ use waitshim_analyze::{Options, SortKey};
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, export, policy, why-no-log, check, baseline, history, run) is read as a log when written \
+    after_help = "A log file named like a command (top, request, export, diff, policy, why-no-log, check, baseline, history, run) is read as a log when written \
                   as a path: ./top."
 )]
 struct Cli {
@@ -68,9 +69,28 @@ enum Command {
     /// counters and pending records to the log), then print the report of the log as it stands.
     Request(RequestArgs),
     /// Write the run in a format other tools open: pprof (gzipped profile.proto), folded
-    /// (stacks weighted by wait ns), flamegraph (SVG), chrome (Trace Event JSON) or perfetto
-    /// (native protobuf trace). See README, section Exports.
+    /// (stacks weighted by wait ns), flamegraph (SVG), chrome (Trace Event JSON), perfetto
+    /// (native protobuf trace) or html (a self-contained page: a timeline per thread and the
+    /// objects table). See README, section Exports.
     Export(ExportArgs),
+    /// Compare two runs: objects and wait sites matched by kind, creation site and the
+    /// program's own frames (addresses differ), each metric before → after with its change;
+    /// new and vanished contention, highwater, deadlocks, inversions, thread states.
+    Diff {
+        /// The log of the run before the change.
+        before: PathBuf,
+        /// The log of the run after it.
+        after: PathBuf,
+        /// Print one JSON document (schema waitshim-diff/1) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Objects and wait sites shown in the text.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Do not open the program's binaries (objects then match by module+offset).
+        #[arg(long)]
+        no_symbols: bool,
+    },
     /// Collection policies (WAITSHIM_POLICY).
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -111,7 +131,7 @@ enum PolicyCommand {
 
 #[derive(Args)]
 struct ExportArgs {
-    /// pprof, folded, flamegraph, chrome or perfetto.
+    /// pprof, folded, flamegraph, chrome, perfetto or html.
     #[arg(long, value_name = "FORMAT",
           value_parser = |s: &str| s.parse::<waitshim_analyze::export::Format>())]
     format: waitshim_analyze::export::Format,
@@ -221,6 +241,20 @@ fn main() {
                 symbols: !x.no_symbols,
             };
             waitshim_analyze::export::run(&x.files, &opts, err)
+        }
+        Some(Command::Diff {
+            before,
+            after,
+            json,
+            top,
+            no_symbols,
+        }) => {
+            let opts = Options {
+                top,
+                symbols: !no_symbols,
+                ..Options::default()
+            };
+            waitshim_analyze::diff::run(&before, &after, json, &opts, out, err)
         }
         Some(Command::Policy(PolicyCommand::Check { file })) => {
             waitshim_analyze::policycheck::run(&file, out, err)

@@ -9,13 +9,15 @@ use std::time::Instant;
 use common::*;
 use serde_json::Value;
 use waitshim_analyze::export::{run, ExportOptions, Format, Side};
+use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadState};
 
-const FORMATS: [(Format, &str); 5] = [
+const FORMATS: [(Format, &str); 6] = [
     (Format::Pprof, "pprof"),
     (Format::Folded, "folded"),
     (Format::Flamegraph, "svg"),
     (Format::Chrome, "json"),
     (Format::Perfetto, "perfetto-trace"),
+    (Format::Html, "html"),
 ];
 
 /// Exports `log` to `dir/out.EXT`; the exit code, stderr and the file.
@@ -212,5 +214,130 @@ fn a_heavy_log_exports_in_every_format_in_seconds() {
             took.as_secs_f64()
         );
         assert!(took.as_secs() < 60, "{format:?} took {took:?}");
+    }
+}
+
+/// A sampled run of `threads` threads over `secs` seconds: a sample every 10 ms listing every
+/// thread, each in a state drawn from a fixed pseudo-random sequence (running, ready, in a
+/// tracked wait, blocked in read on a pipe), idle CPUs every 100 ms, and a contention record
+/// every 10 ms.
+fn sampled_log(threads: u32, secs: u64) -> LogBuilder {
+    let mut b = convoy_log();
+    for tid in 109..100 + threads {
+        b.thread(tid, &format!("worker-{tid}"));
+    }
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let interval = 10 * MS;
+    let waiters: Vec<(u32, u32)> = (102..106).map(|t| (t, 10)).collect();
+    for i in 1..=secs * 100 {
+        let ns = T0 + 2 * MS + i * interval;
+        let entries = (100..100 + threads)
+            .map(|tid| {
+                let r = next();
+                let state = [
+                    thread_state::RUNNING,
+                    thread_state::RUNNING,
+                    thread_state::TRACKED_WAIT,
+                    thread_state::BLOCKED,
+                ][(r % 4) as usize];
+                ThreadState {
+                    tid,
+                    state,
+                    waiting_kind: if state == thread_state::TRACKED_WAIT {
+                        2
+                    } else {
+                        0
+                    },
+                    on_cpu_ns: (r >> 8) % interval,
+                    run_delay_ns: (r >> 32) % (interval / 4),
+                    timeslices: 1,
+                    syscall: if state == thread_state::BLOCKED {
+                        0
+                    } else {
+                        -1
+                    },
+                    arg0: 3,
+                    what: if state == thread_state::BLOCKED {
+                        "pipe:[77]".into()
+                    } else {
+                        String::new()
+                    },
+                }
+            })
+            .collect();
+        b.push(ThreadSamples {
+            ns,
+            interval_ns: interval,
+            threads: entries,
+            unsampled: 0,
+        });
+        if i % 10 == 0 {
+            b.push(CpuSample {
+                ns,
+                idle_ns: vec![(next() % 100) * MS, 0],
+                iowait_ns: vec![0, 0],
+            });
+        }
+        let at = 2 * MS + i * interval;
+        b.open(1000 + i, 1 + i % 3, 4, at, (102, 10));
+        b.close(1000 + i, 1 + i % 3, 4, at + 5 * MS, 5 * MS, &waiters, 0);
+    }
+    b.end(3 * MS + (secs * 100 + 1) * interval, 7);
+    b
+}
+
+#[test]
+fn html_of_a_64_thread_60_second_sampled_run_stays_small() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = sampled_log(64, 60).write(dir.path(), "sampled.log");
+    let log_bytes = std::fs::metadata(&log).expect("stat").len();
+    for (format, ext) in [
+        (Format::Html, "html"),
+        (Format::Perfetto, "pftrace"),
+        (Format::Chrome, "json"),
+    ] {
+        let t = Instant::now();
+        let (code, err, out) = export(&log, format, Side::Waiters, ext);
+        let took = t.elapsed();
+        assert_eq!(code, 0, "{err}");
+        let size = std::fs::metadata(&out).expect("stat").len();
+        println!(
+            "{format:?}: 64 threads x 60 s sampled every 10 ms ({log_bytes} B of log) -> {size} B in {:.2} s",
+            took.as_secs_f64()
+        );
+        // The binary's peak memory for the same export: threads and objects, not samples.
+        let again = out.with_extension(format!("{ext}.2"));
+        let b = run_analyzer(
+            &[
+                "export".as_ref(),
+                "--format".as_ref(),
+                match format {
+                    Format::Html => "html",
+                    Format::Perfetto => "perfetto",
+                    _ => "chrome",
+                }
+                .as_ref(),
+                "--no-symbols".as_ref(),
+                "-o".as_ref(),
+                again.as_os_str(),
+                log.as_os_str(),
+            ],
+            std::time::Duration::from_secs(120),
+        );
+        assert_eq!(b.code, Some(0), "{}", b.stderr);
+        println!("{format:?}: peak memory {} MB", b.max_rss_kb / 1024);
+        assert!(b.max_rss_kb < 200 * 1024, "{format:?}: {} kB", b.max_rss_kb);
+        if format == Format::Html {
+            // 64 threads x 2000 buckets, runs of equal buckets written once, and the records.
+            assert!(size < 3_000_000, "{size} B");
+            let html = std::fs::read_to_string(&out).expect("read");
+            assert!(html.contains("worker-163"), "every thread is on the page");
+        }
     }
 }

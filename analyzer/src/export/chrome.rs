@@ -8,6 +8,7 @@ use std::io::{self, Write};
 
 use serde_json::{json, Map, Value};
 
+use super::slices;
 use super::timeline::{self, wait_name};
 use super::{Exporter, Source};
 
@@ -71,6 +72,43 @@ pub(super) fn wait_args(src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'stat
         args.push(("ended", Arg::Str("not by the end of the log".into())));
     }
     args
+}
+
+/// What a state slice's arguments say: the system call and its descriptor, the kind of object,
+/// and whether its place in the interval is an estimate.
+pub(super) fn state_args(s: &slices::Slice) -> Vec<(&'static str, Arg)> {
+    let mut args = Vec::new();
+    match &s.state {
+        slices::State::Blocked { syscall, what } => {
+            args.push(("syscall", Arg::Str(slices::syscall_text(*syscall))));
+            if !what.is_empty() {
+                args.push(("what", Arg::Str(what.clone())));
+            }
+        }
+        slices::State::Tracked(Some(k)) => {
+            if let Some(kind) = waitshim_format::ObjectKind::from_u8(*k) {
+                args.push(("object_kind", Arg::Str(format!("{kind:?}").to_lowercase())));
+            }
+        }
+        slices::State::Unseen => args.push((
+            "note",
+            Arg::Str("neither running nor ready, in no state a sample saw".into()),
+        )),
+        _ => {}
+    }
+    if s.estimated {
+        args.push(("split", Arg::Str(ESTIMATE.into())));
+    }
+    args
+}
+
+/// What an estimated slice says of itself.
+pub(super) const ESTIMATE: &str = "proportional: the interval between two samples is split by \
+the kernel's running and runnable times in it; where in the interval each part lay is an estimate";
+
+/// The chrome tid of a thread's states track (beside its own: slices of the two overlap).
+pub(super) fn states_tid(tid: u32) -> u64 {
+    1_000_000_000 + u64::from(tid)
 }
 
 fn to_map(args: Vec<(&'static str, Arg)>) -> Value {
@@ -139,6 +177,36 @@ impl<W: Write> Exporter for Chrome<W> {
                                "cat": "wait", "pid": pid, "tid": tid,
                                "ts": self.ts(w.start),
                                "dur": (w.end - w.start) as f64 / 1000.0, "args": args}))
+        })?;
+        // The sampler's states, on a track of their own beside each thread's.
+        let mut named = std::collections::HashSet::new();
+        let path = src.ctx.summary.path.clone();
+        slices::for_each(model, &path, |ev| match ev {
+            slices::Event::Slice(s) => {
+                let stid = states_tid(s.tid);
+                if named.insert(s.tid) {
+                    let name = format!("{} states", src.thread_name(s.tid));
+                    self.event(&json!({"ph": "M", "name": "thread_name", "pid": pid,
+                                       "tid": stid, "args": {"name": name}}))?;
+                    self.event(&json!({"ph": "M", "name": "thread_sort_index", "pid": pid,
+                                       "tid": stid, "args": {"sort_index": u64::from(s.tid) * 2 + 1}}))?;
+                    self.event(&json!({"ph": "M", "name": "thread_sort_index", "pid": pid,
+                                       "tid": s.tid, "args": {"sort_index": u64::from(s.tid) * 2}}))?;
+                }
+                let args = to_map(state_args(&s));
+                self.event(&json!({"ph": "X", "name": s.state.name(), "cat": "state",
+                                   "pid": pid, "tid": stid, "ts": self.ts(s.start),
+                                   "dur": (s.end - s.start) as f64 / 1000.0, "args": args}))
+            }
+            slices::Event::IdleCpus {
+                start, idle, cpus, ..
+            } => {
+                let idle = (idle * 100.0).round() / 100.0;
+                self.event(
+                    &json!({"ph": "C", "name": format!("Idle CPUs (of {cpus})"), "pid": pid,
+                                   "ts": self.ts(start), "args": {"idle": idle}}),
+                )
+            }
         })?;
         Ok(())
     }

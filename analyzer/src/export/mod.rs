@@ -7,6 +7,7 @@
 //! - [`folded`]: folded stacks weighted by wait time, and an SVG flame graph drawn from them.
 //! - [`chrome`]: Trace Event Format JSON, a track per thread.
 //! - [`perfetto`]: Perfetto's native TrackEvent protobuf, strings interned.
+//! - [`html`]: one self-contained page with a timeline per thread and the objects table.
 //!
 //! Two sides of a wait can be exported as stacks: the waiter's chain (where the thread waited,
 //! from the log's cumulative wait sites: every contended wait is in them) or the holder's chain
@@ -15,8 +16,10 @@
 
 pub mod chrome;
 pub mod folded;
+pub mod html;
 pub mod perfetto;
 pub mod pprof;
+pub mod slices;
 pub mod timeline;
 
 use std::fs::File;
@@ -35,6 +38,7 @@ pub enum Format {
     Flamegraph,
     Chrome,
     Perfetto,
+    Html,
 }
 
 impl std::str::FromStr for Format {
@@ -46,9 +50,10 @@ impl std::str::FromStr for Format {
             "flamegraph" => Format::Flamegraph,
             "chrome" => Format::Chrome,
             "perfetto" => Format::Perfetto,
+            "html" => Format::Html,
             _ => {
                 return Err(format!(
-                    "unknown format '{s}': pprof, folded, flamegraph, chrome or perfetto"
+                    "unknown format '{s}': pprof, folded, flamegraph, chrome, perfetto or html"
                 ))
             }
         })
@@ -264,6 +269,7 @@ fn export_to<W: Write + 'static>(
         Format::Flamegraph => Box::new(folded::Folded::new(out, opts.side, true)),
         Format::Chrome => Box::new(chrome::Chrome::new(out)?),
         Format::Perfetto => Box::new(perfetto::Perfetto::new(out)),
+        Format::Html => Box::new(html::Html::new(out)),
     };
     let report_opts = Options {
         symbols: opts.symbols,

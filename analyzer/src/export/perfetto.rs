@@ -15,7 +15,8 @@ use std::io::{self, Write};
 
 use prost::Message;
 
-use super::chrome::{wait_args, Arg};
+use super::chrome::{state_args, wait_args, Arg};
+use super::slices;
 use super::timeline::{self, wait_name};
 use super::{Exporter, Source};
 
@@ -93,6 +94,8 @@ pub struct TrackEvent {
     pub categories: Vec<String>,
     #[prost(int64, optional, tag = "30")]
     pub counter_value: Option<i64>,
+    #[prost(double, optional, tag = "44")]
+    pub double_counter_value: Option<f64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -275,6 +278,16 @@ fn thread_uuid(pid: u32, tid: u32) -> u64 {
     (u64::from(pid) << 32) | u64::from(tid.min(0xffff_fffd))
 }
 
+/// A thread's states track (a child of its thread track).
+fn states_uuid(pid: u32, tid: u32) -> u64 {
+    thread_uuid(pid, tid) | (1 << 63)
+}
+
+/// The process's idle-CPUs counter track.
+fn idle_uuid(pid: u32) -> u64 {
+    (1 << 62) | (u64::from(pid) << 32)
+}
+
 /// The process's highwater-mark counter track.
 fn highwater_uuid(pid: u32) -> u64 {
     (u64::from(pid) << 32) | 0xffff_fffe
@@ -370,6 +383,57 @@ impl<W: Write> Exporter for Perfetto<W> {
         for t in &tracks {
             self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
         }
+        // The sampler's states, on a child track of each thread's (they overlap its waits).
+        let mut described = std::collections::HashSet::new();
+        let mut idle_described = false;
+        let path = src.ctx.summary.path.clone();
+        slices::for_each(model, &path, |ev| match ev {
+            slices::Event::Slice(s) => {
+                let uuid = states_uuid(pid, s.tid);
+                if described.insert(s.tid) {
+                    self.packet(TracePacket {
+                        track_descriptor: Some(TrackDescriptor {
+                            uuid: Some(uuid),
+                            name: Some("States".into()),
+                            parent_uuid: Some(thread_uuid(pid, s.tid)),
+                            ..TrackDescriptor::default()
+                        }),
+                        ..TracePacket::default()
+                    })?;
+                }
+                let args = state_args(&s);
+                self.event(s.start, uuid, SLICE_BEGIN, Some(&s.state.name()), &args)?;
+                self.event(s.end, uuid, SLICE_END, None, &[])
+            }
+            slices::Event::IdleCpus {
+                start, idle, cpus, ..
+            } => {
+                let uuid = idle_uuid(pid);
+                if !idle_described {
+                    idle_described = true;
+                    self.packet(TracePacket {
+                        track_descriptor: Some(TrackDescriptor {
+                            uuid: Some(uuid),
+                            name: Some(format!("Idle CPUs (of {cpus}, the machine's)")),
+                            parent_uuid: Some(puuid),
+                            counter: Some(CounterDescriptor {}),
+                            ..TrackDescriptor::default()
+                        }),
+                        ..TracePacket::default()
+                    })?;
+                }
+                self.packet(TracePacket {
+                    timestamp: Some(start),
+                    track_event: Some(TrackEvent {
+                        r#type: Some(COUNTER),
+                        track_uuid: Some(uuid),
+                        double_counter_value: Some(idle),
+                        ..TrackEvent::default()
+                    }),
+                    ..TracePacket::default()
+                })
+            }
+        })?;
         Ok(())
     }
 

@@ -1,0 +1,127 @@
+//! `waitshim-analyze diff BEFORE AFTER`: two runs of one fixture with different thread counts,
+//! matched by creation site (addresses differ), name the object whose contention grew.
+
+use std::process::Command;
+
+use serde_json::Value;
+use waitshim_tests::{analyzer_path, line_of, run_both};
+
+fn diff(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    Command::new(analyzer_path())
+        .arg("diff")
+        .args(args)
+        .output()
+        .expect("run waitshim-analyze diff")
+}
+
+#[test]
+fn convoy_with_more_threads_names_the_lock_whose_contention_grew() {
+    let before = run_both("convoy", &["3"]);
+    let after = run_both("convoy", &["8"]);
+    let (b, a) = (before.single_log(), after.single_log());
+    let created = format!("convoy.c:{}", line_of("convoy.c", "creation-site"));
+
+    let o = diff(&[b.as_os_str(), a.as_os_str(), "--json".as_ref()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("diff --json is JSON");
+    assert_eq!(doc["schema"], "waitshim-diff/1");
+    let objects = doc["objects"].as_array().expect("objects");
+    // The largest growth in wait: the convoy's mutex, matched across the runs by its site.
+    let grew = objects
+        .iter()
+        .max_by_key(|o| {
+            o["after"]["wait_total_ns"].as_i64().unwrap_or(0)
+                - o["before"]["wait_total_ns"].as_i64().unwrap_or(0)
+        })
+        .expect("an object");
+    let key = grew["key"].as_str().expect("key");
+    assert!(
+        key.starts_with("mutex convoy_lock") && key.contains(&created),
+        "{key}"
+    );
+    assert_eq!(grew["contention"], "both");
+    assert_eq!(grew["before"]["max_waiters"], 2, "{grew}");
+    assert_eq!(grew["after"]["max_waiters"], 7, "{grew}");
+    assert_eq!(grew["after"]["waits"], 7, "{grew}");
+    assert_eq!(doc["highwater"]["before"], 2);
+    assert_eq!(doc["highwater"]["after"], 7);
+    assert!(doc["highwater"]["object_after"]
+        .as_str()
+        .unwrap_or("")
+        .contains(&created));
+    assert_eq!(doc["deadlocks"]["change"], 0);
+    // The wait site is matched too: the worker's lock call.
+    let lock_site = format!("convoy.c:{}", line_of("convoy.c", "lock-site"));
+    assert!(
+        doc["wait_sites"]
+            .as_array()
+            .expect("sites")
+            .iter()
+            .any(|s| s["chain"].as_str().unwrap_or("").contains(&lock_site)
+                && s["waits"]["before"] == 2
+                && s["waits"]["after"] == 7),
+        "{}",
+        doc["wait_sites"]
+    );
+    // Both runs were sampled: thread states are compared.
+    assert!(
+        doc["thread_states"]["tracked_wait_ns"]["change"]
+            .as_i64()
+            .unwrap_or(0)
+            > 0
+    );
+
+    // The text puts it first among the objects, with its figures before → after.
+    let o = diff(&[b.as_os_str(), a.as_os_str()]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    let objects = text.split("\nOBJECTS").nth(1).expect("OBJECTS section");
+    let first = objects.lines().nth(1).unwrap_or("");
+    assert!(
+        first.contains("convoy_lock") && first.contains(&created),
+        "{text}"
+    );
+    assert!(objects.contains("max waiters  2 → 7 (+5"), "{text}");
+    assert!(text.contains("highwater: 2 → 7"), "{text}");
+}
+
+#[test]
+fn diff_of_a_log_with_itself_changes_nothing_and_bad_input_is_an_error() {
+    let run = run_both("convoy", &["4"]);
+    let log = run.single_log();
+    let o = diff(&[log.as_os_str(), log.as_os_str(), "--json".as_ref()]);
+    assert!(o.status.success());
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    for obj in doc["objects"].as_array().expect("objects") {
+        assert_eq!(obj["before"], obj["after"], "{obj}");
+    }
+    let not_a_log = run.dir.path().join("not-a-log");
+    std::fs::write(&not_a_log, b"hello").expect("write");
+    for args in [
+        [log.as_os_str(), not_a_log.as_os_str()],
+        [not_a_log.as_os_str(), log.as_os_str()],
+    ] {
+        let o = diff(&args);
+        assert_eq!(o.status.code(), Some(2));
+        assert!(o.stdout.is_empty());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("not-a-log") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+    // A log cut short still compares, with a warning saying so.
+    let cut = run.dir.path().join("cut.log");
+    let bytes = std::fs::read(log).expect("read log");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let o = diff(&[cut.as_os_str(), log.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("WARNING: the before log is incomplete"),
+        "{text}"
+    );
+    let missing = run.dir.path().join("missing.log");
+    let o = diff(&[log.as_os_str(), missing.as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+}
