@@ -268,6 +268,7 @@ fn sampled_log(threads: u32, secs: u64) -> LogBuilder {
                     } else {
                         String::new()
                     },
+                    object_id: 0,
                 }
             })
             .collect();
