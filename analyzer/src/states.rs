@@ -328,54 +328,14 @@ pub fn rows(m: &crate::model::Model) -> Vec<Row<'_>> {
     rows
 }
 
-/// The name of a system call by its x86-64 number, for the calls threads block in.
+/// The name of a system call by its x86-64 number, for the calls threads block in; -1 and -2
+/// are the states' own (asleep outside a call; several calls summed).
 pub fn syscall_name(nr: i32) -> Option<&'static str> {
-    Some(match nr {
-        0 => "read",
-        1 => "write",
-        7 => "poll",
-        16 => "ioctl",
-        17 => "pread64",
-        18 => "pwrite64",
-        19 => "readv",
-        20 => "writev",
-        23 => "select",
-        34 => "pause",
-        35 => "nanosleep",
-        40 => "sendfile",
-        42 => "connect",
-        43 => "accept",
-        44 => "sendto",
-        45 => "recvfrom",
-        46 => "sendmsg",
-        47 => "recvmsg",
-        61 => "wait4",
-        65 => "semop",
-        72 => "fcntl",
-        73 => "flock",
-        74 => "fsync",
-        75 => "fdatasync",
-        128 => "rt_sigtimedwait",
-        130 => "rt_sigsuspend",
-        202 => "futex",
-        230 => "clock_nanosleep",
-        232 => "epoll_wait",
-        247 => "waitid",
-        270 => "pselect6",
-        271 => "ppoll",
-        275 => "splice",
-        281 => "epoll_pwait",
-        288 => "accept4",
-        295 => "preadv",
-        296 => "pwritev",
-        299 => "recvmmsg",
-        307 => "sendmmsg",
-        426 => "io_uring_enter",
-        441 => "epoll_pwait2",
-        -1 => "(asleep outside a system call)",
-        -2 => "(other calls)",
-        _ => return None,
-    })
+    match nr {
+        -1 => Some("(asleep outside a system call)"),
+        -2 => Some("(other calls)"),
+        _ => waitshim_format::syscalls::name(nr),
+    }
 }
 
 /// `read on pipe:[123]`, `futex`, `syscall 999`.

@@ -9,6 +9,7 @@
 
 pub mod frame;
 pub mod record;
+pub mod syscalls;
 pub mod wire;
 
 pub use frame::{append_frame, file_header, frame_len, Ending, FrameReader, Item, OpenError};

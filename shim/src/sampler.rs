@@ -116,39 +116,9 @@ pub fn parse_syscall(text: &[u8]) -> Option<(i32, u64)> {
     Some((nr, if nr < 0 { 0 } else { arg0 }))
 }
 
-/// Whether the first argument of system call `nr` is a descriptor (read, recvfrom, accept,
-/// epoll_wait, flock, ...; x86-64 numbers).
+/// Whether the first argument of system call `nr` is a descriptor (the numbers are x86-64's).
 pub fn takes_fd(nr: i32) -> bool {
-    cfg!(target_arch = "x86_64")
-        && matches!(
-            nr,
-            0 | 1
-                | 16
-                | 17
-                | 18
-                | 19
-                | 20
-                | 40
-                | 42
-                | 43
-                | 44
-                | 45
-                | 46
-                | 47
-                | 72
-                | 73
-                | 74
-                | 75
-                | 232
-                | 275
-                | 281
-                | 288
-                | 295
-                | 296
-                | 299
-                | 307
-                | 441
-        )
+    cfg!(target_arch = "x86_64") && waitshim_format::syscalls::takes_fd(nr)
 }
 
 /// What a thread blocked in system call `nr` with first argument `arg0` waits on (seed 004):

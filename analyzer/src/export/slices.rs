@@ -88,38 +88,7 @@ fn tracked_name(kind: Option<u8>) -> &'static str {
 
 /// The system calls that wait for a descriptor: `Wait: I/O`.
 fn is_io(syscall: i32) -> bool {
-    matches!(
-        syscall,
-        0 | 1
-            | 7
-            | 16
-            | 17
-            | 18
-            | 19
-            | 20
-            | 23
-            | 40
-            | 42
-            | 43
-            | 44
-            | 45
-            | 46
-            | 47
-            | 74
-            | 75
-            | 232
-            | 270
-            | 271
-            | 275
-            | 281
-            | 288
-            | 295
-            | 296
-            | 299
-            | 307
-            | 426
-            | 441
-    )
+    waitshim_format::syscalls::is_io(syscall)
 }
 
 fn blocked_name(syscall: i32) -> String {
