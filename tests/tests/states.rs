@@ -41,7 +41,9 @@ fn running_runnable_tracked_and_blocked_threads_are_told_apart() {
         );
         // Two others share its CPU: it waits for it a good part of its life.
         assert!(runnable >= 50_000_000, "spinner-{i}: {s}");
-        assert!(running + runnable <= life + 20_000_000, "{s}");
+        // The kernel counts from the clone, the life from the thread's first step in the shim:
+        // on a loaded machine the new thread may wait for a CPU in between.
+        assert!(running + runnable <= life + 100_000_000, "{s}");
         assert_eq!(u(&s["tracked_wait_ns"]), 0, "{s}");
     }
     let reader = state_of(states, "reader");
@@ -106,7 +108,7 @@ fn the_sampler_can_be_turned_off_and_a_bad_interval_is_one_line() {
 #[test]
 fn a_thread_blocked_in_read_does_not_hide_that_the_program_is_serialised() {
     let run = run_both("serial_reader", &[]);
-    assert_eq!(run.stdout_text(), "serial_reader: 450 rounds\n");
+    assert_eq!(run.stdout_text(), "serial_reader: 60 holds\n");
     let a = run.analyze();
     let log = a.log(0);
     let serialised = log
@@ -114,7 +116,12 @@ fn a_thread_blocked_in_read_does_not_hide_that_the_program_is_serialised() {
         .iter()
         .filter(|r| r["reason"] == "serialised")
         .count();
-    assert!(serialised >= 1, "serialised records: {}", a.text);
+    // Rounds 2 to 20 reach the mark (2 waiters) while nothing else could run.
+    assert!(
+        serialised >= 15,
+        "serialised records: {serialised}\n{}",
+        a.text
+    );
 }
 
 /// Threads blocked outside locks are named by their system call and resource (seed 004).
