@@ -385,9 +385,7 @@ impl Pending<'_> {
         let outcome = match (r, woken_at) {
             (0, Some(_)) if wake & 1 != 0 => Outcome::Broadcast,
             (0, _) => Outcome::Signalled,
-            (ETIMEDOUT, _) => Outcome::TimedOut,
-            (EOWNERDEAD, _) => Outcome::OwnerDied,
-            (e, _) => Outcome::Failed(e),
+            (e, _) => Outcome::of(e),
         };
         // From the wake-up to the return: the time spent re-acquiring the mutex.
         let reacquire = match (r, woken_at) {

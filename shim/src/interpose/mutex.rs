@@ -13,7 +13,6 @@ use libc::{
 };
 use waitshim_format::{mutex_kind, ObjectKind};
 
-use crate::clock;
 use crate::layout::mutex as glibc_mutex;
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
@@ -370,16 +369,6 @@ fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int
     r
 }
 
-/// How a lock call that waited ended, from its return code.
-fn outcome_of(r: c_int) -> Outcome {
-    match r {
-        0 => Outcome::Acquired,
-        EOWNERDEAD => Outcome::OwnerDied,
-        ETIMEDOUT => Outcome::TimedOut,
-        e => Outcome::Failed(e),
-    }
-}
-
 /// Robust, priority-inheriting and priority-protecting mutexes, and every mutex when another
 /// interposer follows this one ([`CHAINED`]): one call to the real function, judged contended
 /// when the mutex had an owner just before. A wait-for cycle is confirmed by a
@@ -406,12 +395,9 @@ unsafe fn without_trylock(
     let obj = tr.object(t, addr, KIND, subtype(addr));
     engage::attempting(t, obj);
     let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
-    if w.suspected() {
-        std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
-        engage::wait_check(tr, t, &mut w);
-    }
+    engage::confirm_before_call(tr, t, &mut w);
     let r = call();
-    let outcome = outcome_of(r);
+    let outcome = Outcome::of(r);
     let acquired = outcome.acquired();
     engage::wait_end(tr, t, w, outcome);
     if acquired {
@@ -466,29 +452,11 @@ unsafe fn contended(
     //
     // Without a deadline of the caller's, the slices run on the monotonic clock when glibc has
     // clocklock (2.30+), from the wait's own start time: no clock read for the first one.
-    let monotonic = deadline.is_none() && real::slot::pthread_mutex_clocklock.available();
-    let mut since = w.start;
-    let r = loop {
-        let (clk, slice) = if monotonic {
-            let at = since + w.slice_ns();
-            (libc::CLOCK_MONOTONIC, clock::timespec_of(at))
-        } else {
-            let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
-            (clk, clock::deadline_after(clk, w.slice_ns()))
-        };
-        let (until, is_callers) = match deadline {
-            Some((_, d)) if (d.tv_sec, d.tv_nsec) <= (slice.tv_sec, slice.tv_nsec) => (d, true),
-            _ => (slice, false),
-        };
-        let r = real_wait(Some((clk, until)));
-        if r == ETIMEDOUT && !is_callers {
-            engage::wait_check(tr, t, &mut w);
-            since = clock::now_ns();
-            continue;
-        }
-        break r;
-    };
-    let outcome = outcome_of(r);
+    let monotonic = real::slot::pthread_mutex_clocklock.available();
+    let r = engage::wait_sliced(tr, t, &mut w, deadline, monotonic, |clk, until| {
+        real_wait(Some((clk, *until)))
+    });
+    let outcome = Outcome::of(r);
     let acquired = outcome.acquired();
     engage::wait_end(tr, t, w, outcome);
     if acquired {

@@ -12,7 +12,6 @@
 use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec, EBUSY, ETIMEDOUT};
 use waitshim_format::ObjectKind;
 
-use crate::clock;
 use crate::layout::rwlock as glibc_rwlock;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
@@ -300,27 +299,11 @@ unsafe fn lock_busy(
         engage::attempting(t, obj);
     }
     let mut w = engage::wait_begin(tr, t, obj, side);
-    let r = loop {
-        let clk = deadline.map_or(libc::CLOCK_REALTIME, |d| d.0);
-        let slice = clock::deadline_after(clk, w.slice_ns());
-        let (until, is_callers) = match deadline {
-            Some((_, d)) if (d.tv_sec, d.tv_nsec) <= (slice.tv_sec, slice.tv_nsec) => (d, true),
-            _ => (slice, false),
-        };
+    let r = engage::wait_sliced(tr, t, &mut w, deadline, false, |clk, until| {
         // SAFETY: the caller's rwlock, a valid absolute time.
-        let r = unsafe { real_lock(l, side, Some((clk, until))) };
-        if r == ETIMEDOUT && !is_callers {
-            engage::wait_check(tr, t, &mut w);
-            continue;
-        }
-        break r;
-    };
-    let outcome = match r {
-        0 => Outcome::Acquired,
-        ETIMEDOUT => Outcome::TimedOut,
-        e => Outcome::Failed(e),
-    };
-    engage::wait_end(tr, t, w, outcome);
+        unsafe { real_lock(l, side, Some((clk, *until))) }
+    });
+    engage::wait_end(tr, t, w, Outcome::of(r));
     if r == 0 {
         match side {
             Side::Shared => read_engaged(t, addr),

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
 use crossbeam_skiplist::SkipMap;
-use libc::{c_char, c_int, c_uint, clockid_t, mode_t, sem_t, timespec, EAGAIN, EINTR, ETIMEDOUT};
+use libc::{c_char, c_int, c_uint, clockid_t, mode_t, sem_t, timespec, EAGAIN};
 use waitshim_format::{counter, ObjectKind};
 
 use crate::clock::now_ns;
@@ -438,13 +438,8 @@ unsafe fn contended(
     let r = inside.cancellable(call);
     let e = errno();
     let w = ManuallyDrop::into_inner(w);
-    let outcome = match (r, e) {
-        (0, _) => Outcome::Acquired,
-        (_, ETIMEDOUT) => Outcome::TimedOut,
-        (_, EINTR) => Outcome::Interrupted,
-        (_, e) => Outcome::Failed(e),
-    };
-    engage::wait_end(tr, t, w, outcome);
+    // sem_*wait answer -1 and errno.
+    engage::wait_end(tr, t, w, Outcome::of(if r == 0 { 0 } else { e }));
     if r == 0 {
         match t.cached(addr) {
             Some((slot, _)) => {

@@ -101,11 +101,7 @@ unsafe fn spin(t: &ThreadRec, l: *mut pthread_spinlock_t) -> c_int {
             }
             std::hint::spin_loop();
         }
-        let now = now_ns();
-        if now >= slice_end {
-            engage::wait_check(tr, t, &mut w);
-            slice_end = now + w.slice_ns();
-        }
+        engage::check_when_due(tr, t, &mut w, now_ns(), &mut slice_end);
     }
 }
 

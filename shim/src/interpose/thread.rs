@@ -4,9 +4,7 @@ use std::sync::atomic::Ordering;
 
 use std::mem::ManuallyDrop;
 
-use libc::{
-    c_char, c_int, c_void, clockid_t, pthread_attr_t, pthread_t, timespec, EBUSY, ETIMEDOUT,
-};
+use libc::{c_char, c_int, c_void, clockid_t, pthread_attr_t, pthread_t, timespec, EBUSY};
 use waitshim_format::{ObjectKind, ThreadName};
 
 use crate::clock::now_ns;
@@ -287,10 +285,7 @@ fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
         thread_object(tr, t, th).map(|obj| {
             await_tid(obj);
             let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
-            if w.suspected() {
-                std::thread::sleep(std::time::Duration::from_nanos(engage::SUSPECT_SLICE_NS));
-                engage::wait_check(tr, t, &mut w);
-            }
+            engage::confirm_before_call(tr, t, &mut w);
             ManuallyDrop::new(w)
         })
     };
@@ -308,12 +303,7 @@ fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
     };
     let r = call();
     let _in = Inside::enter();
-    let outcome = match r {
-        0 => Outcome::Acquired,
-        ETIMEDOUT => Outcome::TimedOut,
-        e => Outcome::Failed(e),
-    };
-    engage::wait_end(tr, t, ManuallyDrop::into_inner(w), outcome);
+    engage::wait_end(tr, t, ManuallyDrop::into_inner(w), Outcome::of(r));
     if r == 0 {
         joined(tr, t, th);
     }

@@ -643,6 +643,51 @@ pub fn wait_abandoned() {
     obj.touch();
 }
 
+/// Waits for `w` in the real timed call `wait` (given a clock and an absolute time), cut in
+/// slices between which the thread looks for wait-for cycles ([`super::drive::sliced`]); the
+/// caller's `deadline` ends it as the real call would have.
+pub fn wait_sliced(
+    tr: &Tracker,
+    t: &ThreadRec,
+    w: &mut Wait,
+    deadline: super::drive::Deadline,
+    monotonic: bool,
+    wait: impl FnMut(libc::clockid_t, &libc::timespec) -> libc::c_int,
+) -> libc::c_int {
+    let (start, first) = (w.start, w.slice_ns());
+    super::drive::sliced(
+        &super::drive::SystemClocks,
+        deadline,
+        monotonic,
+        start,
+        first,
+        wait,
+        || {
+            wait_check(tr, t, w);
+            w.slice_ns()
+        },
+    )
+}
+
+/// A wait that is one real call, which cannot be cut in slices: a wait-for cycle suspected when
+/// it began is confirmed (or dismissed) by a second look a few milliseconds later, before the
+/// call.
+pub fn confirm_before_call(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
+    if w.suspected() {
+        std::thread::sleep(std::time::Duration::from_nanos(SUSPECT_SLICE_NS));
+        wait_check(tr, t, w);
+    }
+}
+
+/// For a wait that polls (a spinlock): at `now`, if the slice that ends at `*slice_end` is
+/// over, looks for wait-for cycles and starts the next slice.
+pub fn check_when_due(tr: &Tracker, t: &ThreadRec, w: &mut Wait, now: u64, slice_end: &mut u64) {
+    if now >= *slice_end {
+        wait_check(tr, t, w);
+        *slice_end = now + w.slice_ns();
+    }
+}
+
 /// A wait slice expired and the thread waits on: look for a wait-for cycle again.
 pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     crate::stack::roomy(|| wait_check_here(tr, t, w))
@@ -682,6 +727,19 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How a wait ended, from the result of the real call (an error number, 0 for success): the
+    /// one mapping of every family's results to reasons. A condition variable tells a signal
+    /// from a broadcast itself, before asking this for the rest.
+    pub fn of(r: libc::c_int) -> Outcome {
+        match r {
+            0 => Outcome::Acquired,
+            libc::EOWNERDEAD => Outcome::OwnerDied,
+            libc::ETIMEDOUT => Outcome::TimedOut,
+            libc::EINTR => Outcome::Interrupted,
+            e => Outcome::Failed(e),
+        }
+    }
+
     fn key(self) -> u16 {
         match self {
             Outcome::Acquired => counter::ENDED_ACQUIRED,

@@ -2,6 +2,7 @@
 //! mark), its life cycle (start, fork, exit) and the periodic flush of counters.
 
 pub mod deadlock;
+pub mod drive;
 pub mod engage;
 pub mod handler_counts;
 pub mod highwater;
