@@ -447,8 +447,18 @@ wire_struct! {
     }
 }
 
+/// Values of [`Deadlock::detected_by`] that are not a thread.
+pub mod deadlock {
+    /// Found by the shim's thread: every thread of the process waited, with no deadline, on
+    /// objects of the process, and nothing changed between two looks a second apart. The edges
+    /// are every thread's wait; an object nobody holds (a condition variable, a semaphore) has
+    /// holder 0: no thread is left to signal or post it.
+    pub const EVERY_THREAD_WAITS: u32 = 0;
+}
+
 wire_struct! {
-    /// A wait closed a cycle in the wait-for graph: these threads can never proceed.
+    /// A wait closed a cycle in the wait-for graph: these threads can never proceed. (Or, found by
+    /// [`deadlock::EVERY_THREAD_WAITS`], every thread of the process waits for the others.)
     pub struct Deadlock {
         pub ns: u64,
         pub detected_by: u32,

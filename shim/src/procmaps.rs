@@ -7,6 +7,9 @@ pub struct Mapping {
     pub start: u64,
     pub end: u64,
     pub exec: bool,
+    /// Mapped shared (`MAP_SHARED`, System V or POSIX shared memory): other processes may map
+    /// the same pages.
+    pub shared: bool,
     pub offset: u64,
     pub path: String,
 }
@@ -31,6 +34,7 @@ fn parse(line: &str) -> Option<Mapping> {
         start: u64::from_str_radix(lo, 16).ok()?,
         end: u64::from_str_radix(hi, 16).ok()?,
         exec: perms.as_bytes().get(2) == Some(&b'x'),
+        shared: perms.as_bytes().get(3) == Some(&b's'),
         offset,
         path,
     })
@@ -54,4 +58,10 @@ pub fn module_of(maps: &[Mapping], addr: u64) -> Option<(&str, u64)> {
 pub fn is_code(maps: &[Mapping], addr: u64) -> bool {
     maps.iter()
         .any(|m| m.exec && (m.start..m.end).contains(&addr))
+}
+
+/// Whether `addr` lies in memory mapped shared, which another process may write.
+pub fn is_shared(maps: &[Mapping], addr: u64) -> bool {
+    maps.iter()
+        .any(|m| m.shared && (m.start..m.end).contains(&addr))
 }

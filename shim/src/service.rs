@@ -207,6 +207,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         crate::sampler::Sampler::new(tr.config.sample_ns, SERVICE_TID.load(Ordering::Relaxed))
     });
     let mut next_sample = last_flush;
+    let mut hang_seen = Vec::new();
     loop {
         let sleep = match &sampler {
             Some(_) => next_sample.saturating_sub(now_ns()).clamp(1, SLEEP_NS),
@@ -254,6 +255,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
                 last_flush = now;
                 tr.flush_periodic();
                 crate::policy::write_stats(tr, false);
+                look_for_hang(tr, &mut hang_seen, now);
             }
         }
         BUSY.store(false, Ordering::SeqCst);
@@ -262,6 +264,35 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
 
 /// Serves a data request on the calling thread: every counter and pending record reaches the
 /// log, then a [`Snapshot`] record says so. Returns the snapshot's number.
+#[cfg(not(test))]
+fn program_handles_asynchronous_signals() -> bool {
+    crate::interpose::signal::asynchronous_handlers()
+}
+
+/// Unit tests run without the interposed functions.
+#[cfg(test)]
+fn program_handles_asynchronous_signals() -> bool {
+    false
+}
+
+/// The every-thread-waits check ([`crate::track::deadlock::look_for_hang`]), with what it needs
+/// to know of the process: its task count, which memory is shared (read only when every thread
+/// has waited unchanged since the last look) and the program's signal handlers.
+fn look_for_hang(tr: &Tracker, last: &mut Vec<(u32, u64)>, now: u64) {
+    let maps = std::cell::OnceCell::new();
+    let tasks = || std::fs::read_dir("/proc/self/task").map_or(usize::MAX, |d| d.count());
+    let shared = |addr: usize| {
+        crate::procmaps::is_shared(maps.get_or_init(crate::procmaps::read), addr as u64)
+    };
+    let around = crate::track::deadlock::Surroundings {
+        own_tid: SERVICE_TID.load(Ordering::Relaxed),
+        tasks: &tasks,
+        shared: &shared,
+        async_handlers: program_handles_asynchronous_signals(),
+    };
+    crate::track::deadlock::look_for_hang(tr, &around, last, now);
+}
+
 pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
     let _in = Inside::enter();
     tr.flush_all();

@@ -400,3 +400,95 @@ fn a_hang_through_a_condition_variable_and_a_mutex_names_the_thread_waiting_whil
     assert_eq!(holding[0]["holds"], table["object_id"]);
     assert_eq!(holding[0]["needed_by"], tid_of("signaller"));
 }
+
+/// The hang above, with main then joining the waiter: every thread of the process waits, with no
+/// deadline, on objects of the process, and none can wake another. No wait-for cycle shows it
+/// (a condition variable has no holder), so the shim's thread finds it, seeing every thread
+/// wait unchanged a second apart, and records it as a deadlock while the program hangs: the
+/// report names the waiter waiting on the condition variable while holding the mutex the
+/// signaller waits for.
+#[test]
+fn every_thread_waiting_through_a_condition_variable_is_a_deadlock_found_while_it_hangs() {
+    let a = deadlock_then_kill_with(
+        Launch::fixture("cond_mutex_hang").arg("join"),
+        "cond_mutex_hang: both threads wait",
+    );
+    let text = &a.text;
+    let f = "cond_mutex_hang.c";
+    let head = text
+        .lines()
+        .find(|l| l.starts_with("DEADLOCK 1 "))
+        .unwrap_or_else(|| panic!("no DEADLOCK 1:\n{text}"));
+    assert!(
+        head.contains("by the shim's thread")
+            && head.contains("all 3 threads of the process wait for one another"),
+        "{head}"
+    );
+    let line_with = |needle: &str| {
+        text.lines()
+            .skip_while(|l| !l.starts_with("DEADLOCK 1 "))
+            .find(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no line with {needle:?}:\n{text}"))
+            .to_string()
+    };
+    let knot = line_with("\"waiter\" waits on cond#");
+    assert!(
+        knot.contains(&format!("{f}:{} (main)", line_of(f, "init-cond")))
+            && knot.contains("while holding mutex#")
+            && knot.contains(&format!("{f}:{} (main)", line_of(f, "init-table")))
+            && knot.contains("\"signaller\" waits for")
+            && knot.ends_with("no thread is left to signal it"),
+        "{knot}"
+    );
+    assert!(
+        line_with("\"signaller\" waits for mutex#").contains("held by thread"),
+        "{text}"
+    );
+    assert!(
+        line_with("to finish (joins thread#").contains("\"waiter\""),
+        "{text}"
+    );
+    // The JSON: one deadlock, found by the every-thread-waits check, with each thread's wait.
+    let log = a.log(0);
+    let d = log.deadlocks();
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!(d[0]["found_by"], "every_thread_waits");
+    assert_eq!(d[0]["detected_by"], 0);
+    let cycle = d[0]["cycle"].as_array().expect("cycle");
+    assert_eq!(cycle.len(), 3, "{cycle:?}");
+    let cond = log.object_created_at(f, line_of(f, "init-cond"));
+    let on_cond = cycle
+        .iter()
+        .find(|e| e["object_id"] == cond["object_id"])
+        .expect("the waiter's wait on the condition variable");
+    assert_eq!(on_cond["holder_tid"], 0);
+    assert!(
+        log.chain_has(&on_cond["wait_chain"], f, line_of(f, "cond-wait")),
+        "{}",
+        log.chain_text(&on_cond["wait_chain"])
+    );
+    let table = log.object_created_at(f, line_of(f, "init-table"));
+    let on_table = cycle
+        .iter()
+        .find(|e| e["object_id"] == table["object_id"])
+        .expect("the signaller's wait on the mutex");
+    assert_eq!(on_table["holder_tid"], on_cond["tid"]);
+}
+
+/// The same two threads stuck, while main sits in poll() on a pipe: a wait the shim does not
+/// track, after which main could still signal. Every thread waits, but not all on objects of the
+/// process: no deadlock is claimed, and the report shows the two waits still in progress at exit.
+#[test]
+fn a_thread_blocked_outside_the_tracked_objects_keeps_the_hang_from_being_claimed() {
+    let run = Launch::fixture("cond_mutex_hang").arg("poll").run();
+    run.assert_success();
+    let a = run.analyze();
+    assert!(a.text.contains("deadlocks: 0"), "{}", a.text);
+    assert!(a.log(0).deadlocks().is_empty());
+    assert!(
+        a.text
+            .contains("STILL WAITING (2: threads waiting when the program ended)"),
+        "{}",
+        a.text
+    );
+}

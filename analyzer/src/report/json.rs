@@ -279,6 +279,7 @@ struct DeadlockEdgeJson {
 struct DeadlockJson {
     at_ns: u64,
     detected_by: u32,
+    found_by: &'static str,
     broken: Option<BrokenJson>,
     cycle: Vec<DeadlockEdgeJson>,
 }
@@ -1139,6 +1140,11 @@ fn deadlock(ctx: &mut Ctx<'_>, d: &Deadlock) -> DeadlockJson {
     DeadlockJson {
         at_ns: m.rel(d.ns),
         detected_by: d.detected_by,
+        found_by: if crate::report::every_thread_waits(d) {
+            "every_thread_waits"
+        } else {
+            "cycle"
+        },
         broken: m.broken(d).map(|b| BrokenJson {
             tid: b.tid,
             at_ns: m.rel(b.ns),

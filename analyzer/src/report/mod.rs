@@ -187,6 +187,35 @@ pub fn cycle_words(n: usize) -> String {
     }
 }
 
+/// Whether the deadlock was found by the shim's every-thread-waits check rather than as a
+/// wait-for cycle.
+pub fn every_thread_waits(d: &waitshim_format::Deadlock) -> bool {
+    d.detected_by == waitshim_format::deadlock::EVERY_THREAD_WAITS
+}
+
+/// What a deadlock is, in words: a cycle, or every thread of the process waiting.
+pub fn deadlock_words(d: &waitshim_format::Deadlock) -> String {
+    if every_thread_waits(d) {
+        match d.cycle.len() {
+            1 => {
+                "the process's one thread waits for what nothing in the process can do".to_string()
+            }
+            n => format!("all {n} threads of the process wait for one another"),
+        }
+    } else {
+        cycle_words(d.cycle.len())
+    }
+}
+
+/// Who found a deadlock: a waiting thread, or the shim's thread.
+pub fn detector_words(d: &waitshim_format::Deadlock) -> String {
+    if every_thread_waits(d) {
+        "the shim's thread (every thread waited, unchanged, a second apart)".to_string()
+    } else {
+        format!("thread {}", d.detected_by)
+    }
+}
+
 pub fn fmt_ns(ns: u64) -> String {
     let f = ns as f64;
     if ns < 1_000 {

@@ -379,11 +379,11 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
         for (i, d) in real.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
             let _ = writeln!(
                 out,
-                "\nDEADLOCK {} (detected at {} by thread {}): {} and can never proceed",
+                "\nDEADLOCK {} (detected at {} by {}): {} and can never proceed",
                 i + 1,
                 fmt_ns(m.rel(d.ns)),
-                d.detected_by,
-                crate::report::cycle_words(d.cycle.len())
+                crate::report::detector_words(d),
+                crate::report::deadlock_words(d)
             );
             cycle(ctx, d, out);
         }
@@ -749,6 +749,9 @@ fn cross_process(ctx: &mut Ctx<'_>, out: &mut String) {
 
 /// The threads and objects of a wait-for cycle, and each thread's wait chain.
 fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
+    if crate::report::every_thread_waits(d) {
+        return every_thread_waits(ctx, d, out);
+    }
     let m = ctx.model;
     let shown = &d.cycle[..d.cycle.len().min(MAX_CYCLE_SHOWN)];
     let mut cycle = String::from("  cycle: ");
@@ -781,6 +784,73 @@ fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
         let _ = writeln!(
             out,
             "  ... {} more threads of the cycle not shown (all are in the JSON report)",
+            d.cycle.len() - shown.len()
+        );
+    }
+}
+
+/// A deadlock no wait-for cycle shows: every thread waits. Each wait, with who holds what it
+/// waits for; an object nobody holds (a condition variable, a semaphore, a barrier) has no one
+/// left to act on it, and a thread waiting on one while holding what others wait for is the
+/// knot (it waits for a wake-up from a thread that waits for it).
+fn every_thread_waits(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
+    let m = ctx.model;
+    let shown = &d.cycle[..d.cycle.len().min(MAX_CYCLE_SHOWN)];
+    for e in shown {
+        let who = ctx.thread_label(e.tid);
+        let what = ctx.object_label(e.object_id);
+        let kind = m.objects.get(&e.object_id).and_then(|o| o.kind());
+        if e.holder_tid != 0 {
+            let holder = ctx.thread_label(e.holder_tid);
+            if kind == Some(ObjectKind::Thread) {
+                let _ = writeln!(out, "  {who} waits for {holder} to finish (joins {what})");
+            } else {
+                let _ = writeln!(out, "  {who} waits for {what}, held by {holder}");
+            }
+            continue;
+        }
+        let act = match kind {
+            Some(ObjectKind::Cond) => "signal it",
+            Some(ObjectKind::Semaphore) => "post it",
+            Some(ObjectKind::Barrier) => "arrive at it",
+            _ => "wake it",
+        };
+        let held: Vec<String> = d
+            .cycle
+            .iter()
+            // A thread "holds" its own thread object: the join is on the joiner's line.
+            .filter(|o| {
+                o.holder_tid == e.tid
+                    && m.objects.get(&o.object_id).and_then(|x| x.kind())
+                        != Some(ObjectKind::Thread)
+            })
+            .map(|o| {
+                format!(
+                    "{} (which {} waits for)",
+                    ctx.object_label(o.object_id),
+                    ctx.thread_label(o.tid)
+                )
+            })
+            .collect();
+        if held.is_empty() {
+            let _ = writeln!(out, "  {who} waits on {what}: no thread is left to {act}");
+        } else {
+            let _ = writeln!(
+                out,
+                "  {who} waits on {what} while holding {}: no thread is left to {act}",
+                held.join(", ")
+            );
+        }
+    }
+    for e in shown {
+        let who = ctx.thread_label(e.tid);
+        let _ = writeln!(out, "  wait chain of {who}:");
+        chain(ctx, e.wait_chain, "    ", out);
+    }
+    if shown.len() < d.cycle.len() {
+        let _ = writeln!(
+            out,
+            "  ... {} more waiting threads not shown (all are in the JSON report)",
             d.cycle.len() - shown.len()
         );
     }

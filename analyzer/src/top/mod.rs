@@ -511,8 +511,12 @@ impl Top {
             lines.push(format!(
                 "at {}, found by {}: {}",
                 fmt_ns(self.rel(d.ns)),
-                self.thread_label(d.detected_by),
-                crate::report::cycle_words(d.cycle.len())
+                if crate::report::every_thread_waits(d) {
+                    "the shim's thread".to_string()
+                } else {
+                    self.thread_label(d.detected_by)
+                },
+                crate::report::deadlock_words(d)
             ));
             for e in &d.cycle {
                 lines.push(format!(

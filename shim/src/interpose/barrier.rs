@@ -90,7 +90,11 @@ pub unsafe extern "C" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_in
     let arrival = obj.acquisitions.fetch_add(1, Ordering::Relaxed) + 1;
     obj.touch();
     // The prediction: an arrival taken for the round's last begins no tracked wait.
-    let w = (arrival % count != 0).then(|| engage::wait_begin(tr, t, obj, Side::Exclusive));
+    let w = (arrival % count != 0).then(|| {
+        let w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+        engage::untimed(t);
+        w
+    });
     let start = if w.is_none() { now_ns() } else { 0 };
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_barrier_wait(b) };

@@ -253,7 +253,7 @@ unsafe extern "C-unwind" fn wait_from(
     sp: usize,
 ) -> c_int {
     // SAFETY: forwarding the caller's arguments.
-    unsafe { tracked_wait(c, m, CallSite { ret, sp }, || real::wait(c, m)) }
+    unsafe { tracked_wait(c, m, CallSite { ret, sp }, true, || real::wait(c, m)) }
 }
 
 #[no_mangle]
@@ -267,7 +267,11 @@ pub unsafe extern "C-unwind" fn pthread_cond_timedwait(
         return unsafe { real::timedwait(c, m, ts) };
     }
     // SAFETY: forwarding the caller's arguments.
-    unsafe { tracked_wait(c, m, CallSite::default(), || real::timedwait(c, m, ts)) }
+    unsafe {
+        tracked_wait(c, m, CallSite::default(), false, || {
+            real::timedwait(c, m, ts)
+        })
+    }
 }
 
 #[no_mangle]
@@ -282,7 +286,11 @@ pub unsafe extern "C-unwind" fn pthread_cond_clockwait(
         return unsafe { real::clockwait(c, m, clk, ts) };
     }
     // SAFETY: forwarding the caller's arguments.
-    unsafe { tracked_wait(c, m, CallSite::default(), || real::clockwait(c, m, clk, ts)) }
+    unsafe {
+        tracked_wait(c, m, CallSite::default(), false, || {
+            real::clockwait(c, m, clk, ts)
+        })
+    }
 }
 
 /// A wait on `c` with mutex `m`; `call` is the real wait.
@@ -290,6 +298,7 @@ unsafe fn tracked_wait(
     c: *mut pthread_cond_t,
     m: *mut pthread_mutex_t,
     site: CallSite,
+    untimed: bool,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
     let (Some(t), Some(tr)) = (current(), tracker()) else {
@@ -301,6 +310,9 @@ unsafe fn tracked_wait(
     // glibc releases the mutex inside the wait: what our unlock wrapper would have done.
     engage::disengaging(t, m as usize);
     let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
+    if untimed {
+        engage::untimed(t);
+    }
     cond.busy()
         .last_wait_start
         .fetch_max(w.start, Ordering::AcqRel);

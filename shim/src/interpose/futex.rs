@@ -256,6 +256,10 @@ fn wait(a: &[c_long; 6]) -> c_long {
     // Its chain is always unwound: the call site, inside the language's lock, is the same for
     // every lock of the program, so the chain cache would mix up their waits.
     let w = ManuallyDrop::new(engage::wait_begin(tr, t, obj, Side::Exclusive));
+    if a[3] == 0 {
+        // No timeout.
+        engage::untimed(t);
+    }
     set_errno(caller_errno);
     let r = inside.cancellable(|| forward(SYS_FUTEX, a));
     let e = errno();

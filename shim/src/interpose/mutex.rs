@@ -176,7 +176,7 @@ unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c
     let kind = glibc_mutex::kind(m as usize);
     if kind & NO_TRYLOCK_FIRST != 0 {
         // SAFETY: forwarding the caller's mutex.
-        return unsafe { without_trylock(t, m, || real::pthread_mutex_lock(m)) };
+        return unsafe { without_trylock(t, m, true, || real::pthread_mutex_lock(m)) };
     }
     // A free private mutex in a single-threaded process cannot be taken by anyone else, so the
     // real lock cannot wait: account for the acquisition first and leave by a tail call into
@@ -201,7 +201,7 @@ unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &T
     // the mutex's cache line from the holder, whose unlock then has to take it back.
     if chained() {
         // SAFETY: forwarding the caller's mutex.
-        return unsafe { without_trylock(t, m, || real::pthread_mutex_lock(m)) };
+        return unsafe { without_trylock(t, m, true, || real::pthread_mutex_lock(m)) };
     }
     let addr = m as usize;
     if glibc_mutex::lock_word(addr) != 0
@@ -326,7 +326,7 @@ unsafe fn timed(
     let t = match current() {
         Some(t) if glibc_mutex::kind(m as usize) & NO_TRYLOCK_FIRST != 0 || chained() => {
             // SAFETY: forwarding the caller's mutex and deadline.
-            return unsafe { without_trylock(t, m, || pass(m, ts)) };
+            return unsafe { without_trylock(t, m, false, || pass(m, ts)) };
         }
         // An invalid deadline is only checked by glibc when it has to wait: let it decide.
         Some(t) if valid(ts) => t,
@@ -378,6 +378,7 @@ fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int
 unsafe fn without_trylock(
     t: &ThreadRec,
     m: *mut pthread_mutex_t,
+    untimed: bool,
     call: impl Fn() -> c_int,
 ) -> c_int {
     let addr = m as usize;
@@ -395,6 +396,9 @@ unsafe fn without_trylock(
     let obj = tr.object(t, addr, KIND, subtype(addr));
     engage::attempting(t, obj);
     let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+    if untimed {
+        engage::untimed(t);
+    }
     engage::confirm_before_call(tr, t, &mut w);
     let r = call();
     let outcome = Outcome::of(r);
@@ -445,6 +449,9 @@ unsafe fn contended(
     }
     engage::attempting(t, obj);
     let mut w = engage::wait_begin_at(tr, t, obj, Side::Exclusive, site);
+    if deadline.is_none() {
+        engage::untimed(t);
+    }
     // Always sliced, even when no cycle is suspected: besides letting the wait look for cycles,
     // glibc's timed lock behaves better than its plain lock under heavy contention here (4
     // threads hammering one mutex: 450 k contended waits and 0.83 s with timed slices, against

@@ -299,6 +299,9 @@ unsafe fn lock_busy(
         engage::attempting(t, obj);
     }
     let mut w = engage::wait_begin(tr, t, obj, side);
+    if deadline.is_none() {
+        engage::untimed(t);
+    }
     let r = engage::wait_sliced(tr, t, &mut w, deadline, false, |clk, until| {
         // SAFETY: the caller's rwlock, a valid absolute time.
         unsafe { real_lock(l, side, Some((clk, *until))) }

@@ -317,7 +317,7 @@ pub unsafe extern "C" fn sem_wait(s: *mut sem_t) -> c_int {
 
 unsafe extern "C" fn wait_from(s: *mut sem_t, entry_sp: usize) -> c_int {
     // SAFETY: forwarding / the caller's semaphore; `sem_wait` has not returned.
-    unsafe { wait(s, entry_sp, || glibc::sem_wait(s)) }
+    unsafe { wait(s, entry_sp, true, || glibc::sem_wait(s)) }
 }
 
 #[no_mangle]
@@ -329,7 +329,7 @@ pub unsafe extern "C" fn sem_timedwait(s: *mut sem_t, ts: *const timespec) -> c_
         return unsafe { glibc::sem_timedwait(s, ts) };
     }
     // SAFETY: forwarding / the caller's semaphore and valid deadline.
-    unsafe { wait(s, 0, || glibc::sem_timedwait(s, ts)) }
+    unsafe { wait(s, 0, false, || glibc::sem_timedwait(s, ts)) }
 }
 
 #[no_mangle]
@@ -344,13 +344,14 @@ pub unsafe extern "C" fn sem_clockwait(
         return unsafe { glibc::sem_clockwait(s, clk, ts) };
     }
     // SAFETY: as above.
-    unsafe { wait(s, 0, || glibc::sem_clockwait(s, clk, ts)) }
+    unsafe { wait(s, 0, false, || glibc::sem_clockwait(s, clk, ts)) }
 }
 
 /// Shared by the three waits; `call` is the real wait the caller asked for. `entry_sp` is the
-/// entry stack pointer of the interposed function (0: unknown), for the call site.
+/// entry stack pointer of the interposed function (0: unknown), for the call site; `untimed`:
+/// the caller gave no deadline.
 #[inline(always)]
-unsafe fn wait(s: *mut sem_t, entry_sp: usize, call: impl Fn() -> c_int) -> c_int {
+unsafe fn wait(s: *mut sem_t, entry_sp: usize, untimed: bool, call: impl Fn() -> c_int) -> c_int {
     let Some(t) = current() else {
         return call();
     };
@@ -384,7 +385,7 @@ unsafe fn wait(s: *mut sem_t, entry_sp: usize, call: impl Fn() -> c_int) -> c_in
     // SAFETY: as above.
     unsafe { *errno_at = caller_errno };
     // SAFETY: the caller's semaphore.
-    unsafe { contended(t, s, caller_errno, site, call) }
+    unsafe { contended(t, s, caller_errno, site, untimed, call) }
 }
 
 /// Stays away from the semaphore at zero for a moment and tries once more: true if `t` took a
@@ -421,6 +422,7 @@ unsafe fn contended(
     s: *mut sem_t,
     caller_errno: c_int,
     site: CallSite,
+    untimed: bool,
     call: impl Fn() -> c_int,
 ) -> c_int {
     let addr = s as usize;
@@ -434,6 +436,9 @@ unsafe fn contended(
     let inside = ManuallyDrop::new(Inside::enter());
     let obj = object(tr, t, addr);
     let w = ManuallyDrop::new(engage::wait_begin_at(tr, t, obj, Side::Exclusive, site));
+    if untimed {
+        engage::untimed(t);
+    }
     set_errno(caller_errno);
     let r = inside.cancellable(call);
     let e = errno();

@@ -259,6 +259,27 @@ fn install(sig: c_int, handler: sighandler_t, flags: c_int, mask_self: bool) -> 
     old.sa_sigaction
 }
 
+/// Whether the program has a handler of its own for a signal that can arrive while every one of
+/// its threads waits: one that no fault of a running thread raises. Such a handler may post a
+/// semaphore (`sem_post` is async-signal-safe) and so end a wait nothing else would end.
+/// Handlers installed through `sigset` or `sigvec`, or before the shim started, are not seen.
+pub fn asynchronous_handlers() -> bool {
+    const RAISED_BY_A_RUNNING_THREAD: [c_int; 8] = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+        libc::SIGABRT,
+        libc::SIGPIPE,
+    ];
+    (1..NSIG).any(|i| {
+        HANDLERS[i].load(Ordering::Relaxed) != 0
+            && !RAISED_BY_A_RUNNING_THREAD.contains(&(i as c_int))
+    })
+}
+
 /// BSD semantics (glibc's `signal`): restarting unless `siginterrupt` said otherwise, the signal
 /// blocked while its handler runs.
 fn bsd(sig: c_int, handler: sighandler_t) -> sighandler_t {

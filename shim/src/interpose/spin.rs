@@ -85,6 +85,7 @@ unsafe fn spin(t: &ThreadRec, l: *mut pthread_spinlock_t) -> c_int {
     let obj = tr.object(t, addr, KIND, 0);
     engage::attempting(t, obj);
     let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+    engage::untimed(t);
     let mut slice_end = w.start + w.slice_ns();
     loop {
         // Test, then test-and-set: the spinning reads the word from its own cache and only

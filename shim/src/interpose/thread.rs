@@ -136,7 +136,7 @@ mod real_join {
 #[no_mangle]
 pub unsafe extern "C" fn pthread_join(th: pthread_t, ret: *mut *mut c_void) -> c_int {
     // SAFETY: forwarding.
-    joining(th, || unsafe { real::pthread_join(th, ret) })
+    joining(th, true, || unsafe { real::pthread_join(th, ret) })
 }
 
 #[no_mangle]
@@ -146,7 +146,7 @@ pub unsafe extern "C" fn pthread_timedjoin_np(
     ts: *const timespec,
 ) -> c_int {
     // SAFETY: forwarding.
-    joining(th, || unsafe {
+    joining(th, false, || unsafe {
         real_join::pthread_timedjoin_np(th, ret, ts)
     })
 }
@@ -164,7 +164,7 @@ pub unsafe extern "C" fn pthread_clockjoin_np(
         return unsafe { real_join::pthread_clockjoin_np(th, ret, clk, ts) };
     }
     // SAFETY: forwarding.
-    joining(th, || unsafe {
+    joining(th, false, || unsafe {
         real_join::pthread_clockjoin_np(th, ret, clk, ts)
     })
 }
@@ -271,7 +271,7 @@ fn joined(tr: &Tracker, t: &ThreadRec, th: pthread_t) {
 /// The real join is one call (a wait-for cycle through it is confirmed by a second walk a few
 /// milliseconds later), during which nothing of the shim's needs dropping: a join is a
 /// cancellation point, and a cancellation unwinds through this frame.
-fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
+fn joining(th: pthread_t, untimed: bool, call: impl Fn() -> c_int) -> c_int {
     let (Some(t), Some(tr)) = (current(), tracker()) else {
         return call();
     };
@@ -285,6 +285,9 @@ fn joining(th: pthread_t, call: impl Fn() -> c_int) -> c_int {
         thread_object(tr, t, th).map(|obj| {
             await_tid(obj);
             let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+            if untimed {
+                engage::untimed(t);
+            }
             engage::confirm_before_call(tr, t, &mut w);
             ManuallyDrop::new(w)
         })

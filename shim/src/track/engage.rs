@@ -485,6 +485,7 @@ fn wait_begin_at_here(
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
     // Only this thread writes it: no read-modify-write needed.
+    t.wait_untimed.store(false, Ordering::Relaxed);
     t.wait_seq
         .store(t.wait_seq.load(Ordering::Relaxed) + 1, Ordering::Release);
     t.waiting_on
@@ -669,6 +670,11 @@ pub fn wait_sliced(
     )
 }
 
+/// The wait `t` has just begun has no deadline (see [`deadlock::look_for_hang`]).
+pub fn untimed(t: &ThreadRec) {
+    t.wait_untimed.store(true, Ordering::Release);
+}
+
 /// A wait that is one real call, which cannot be cut in slices: a wait-for cycle suspected when
 /// it began is confirmed (or dismissed) by a second look a few milliseconds later, before the
 /// call.
@@ -698,7 +704,7 @@ fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     let now = deadlock::find_cycle(tr, t);
     if let (Some(prev), Some(cur)) = (&w.suspect, &now) {
         if prev == cur {
-            deadlock::report(tr, t, cur, now_ns());
+            deadlock::report(tr, t.tid(), cur, now_ns());
         }
     }
     w.suspect = now;

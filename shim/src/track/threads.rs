@@ -159,6 +159,9 @@ pub struct ThreadRec {
     /// Incremented at each wait: a wait-for cycle seen twice with the same sequence numbers is
     /// the same, still-blocked cycle.
     pub wait_seq: AtomicU64,
+    /// The wait in progress has no deadline: only another thread (or process, or a signal
+    /// handler) can end it. Cleared when a wait begins, set by the wrapper that knows.
+    pub wait_untimed: AtomicBool,
     pub wait_chain: AtomicU32,
     pub wait_start: AtomicU64,
     /// When the thread is part of a wait-for cycle recorded as a deadlock: that record's time
@@ -231,6 +234,7 @@ impl ThreadRec {
             }),
             waiting_on: AtomicPtr::new(std::ptr::null_mut()),
             wait_seq: AtomicU64::new(0),
+            wait_untimed: AtomicBool::new(false),
             wait_chain: AtomicU32::new(0),
             wait_start: AtomicU64::new(0),
             in_deadlock: AtomicU64::new(0),
@@ -406,6 +410,7 @@ impl ThreadRec {
         self.wait_chain.store(0, Ordering::Relaxed);
         self.wait_start.store(0, Ordering::Relaxed);
         self.in_deadlock.store(0, Ordering::Relaxed);
+        self.wait_untimed.store(false, Ordering::Relaxed);
         self.attention
             .store(std::ptr::null_mut(), Ordering::Relaxed);
         for r in &self.reads {
