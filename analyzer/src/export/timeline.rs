@@ -205,7 +205,10 @@ pub fn tracks(model: &Model) -> Vec<Track> {
                 ns: d.ns,
                 name: name.into(),
                 object_id: Some(e.object_id),
-                detail: format!("waits for an object held by thread {}", e.holder_tid),
+                detail: match e.holder_tid {
+                    0 => "every thread waits; nobody is left to act on this object".to_string(),
+                    h => format!("waits for an object held by thread {h}"),
+                },
             });
         }
     }
