@@ -15,9 +15,37 @@ use std::sync::Mutex;
 
 const SHARDS: usize = 64;
 
-/// Hashes an address: objects are aligned, so the low bits carry nothing.
+/// Hashes an address so that the objects of one 4 KiB page stay together in their shard's
+/// table: a program that walks an array of mutexes (a lock per row, per bucket) then finds
+/// them in neighbouring buckets, where a hash that scatters every address made each lookup
+/// cache and TLB misses (a million-mutex program ran 2.4 times longer under the shim).
+///
+/// The table takes its bucket from the low bits of the hash and a tag byte from the top seven.
+/// So: the low 9 bits are the object's place in its page (its address in 8-byte words), XORed
+/// with bits of the page's own mix so that objects at the same place in many pages do not
+/// collide in a small table; the bits above come from the page's mix, so pages scatter; the top
+/// seven from a mix of the whole address, so that the keys of one page carry different tags.
 #[derive(Default)]
 pub struct AddrHasher(u64);
+
+const PAGE_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+const TAG_MIX: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const IN_PAGE: u64 = 511;
+const BELOW_TAG: u64 = (1 << 57) - 1;
+
+fn page_mix(addr: usize) -> u64 {
+    ((addr as u64) >> 12).wrapping_mul(PAGE_MIX)
+}
+
+/// The hash of an address (see [`AddrHasher`]).
+pub fn addr_hash(addr: usize) -> u64 {
+    let page = page_mix(addr);
+    let word = (addr as u64) >> 3;
+    let low = (word ^ (page >> 20)) & IN_PAGE;
+    let mid = (page >> 11) & BELOW_TAG & !IN_PAGE;
+    let tag = ((addr as u64) >> 3).wrapping_mul(TAG_MIX) & !BELOW_TAG;
+    tag | mid | low
+}
 
 impl Hasher for AddrHasher {
     fn finish(&self) -> u64 {
@@ -31,17 +59,16 @@ impl Hasher for AddrHasher {
     }
 
     fn write_usize(&mut self, addr: usize) {
-        self.0 = ((addr as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = addr_hash(addr);
     }
 }
 
-/// The shard of an address: bits of the address's hash that the shard's own table does not use.
-/// The table takes its bucket from the low bits and a tag byte from the top seven: a shard
-/// chosen by the top bits gave every key of a shard the same tag, and each probe compared keys
-/// one by one (a third of a million-mutex program's time went there).
+/// The shard of an address: the objects of one page share a shard (see [`AddrHasher`]), taken
+/// from the top bits of the page's mix.
 fn shard_of(addr: usize) -> usize {
-    let h = ((addr as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    ((h >> 40) as usize) % SHARDS
+    // The top bits of a multiplicative mix depend on every bit of the page number (the low
+    // ones only on its low bits); the table's buckets use them only beyond 2^46 buckets.
+    (page_mix(addr) >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
 type Shard<T> = Mutex<HashMap<usize, &'static T, BuildHasherDefault<AddrHasher>>>;
@@ -185,12 +212,52 @@ mod tests {
         let mut tags = vec![std::collections::HashSet::new(); SHARDS];
         for i in 0..100_000usize {
             let addr = 0x7f00_0000_0000 + i * 40;
-            let h = ((addr as u64) >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            tags[shard_of(addr)].insert(h >> 57);
+            tags[shard_of(addr)].insert(addr_hash(addr) >> 57);
         }
         for (i, t) in tags.iter().enumerate() {
             assert!(t.len() >= 100, "shard {i}: only {} tags", t.len());
         }
+    }
+
+    #[test]
+    fn the_objects_of_one_page_share_a_shard_and_a_block_of_neighbouring_buckets() {
+        // An array of 40-byte mutexes: those in one page land in one shard, and in one block of
+        // 512 buckets of any table of at least that size.
+        let base = 0x7f00_0000_0000usize;
+        for i in 0..100 {
+            let addr = base + i * 40;
+            assert_eq!(shard_of(addr), shard_of(base));
+            assert_eq!(
+                addr_hash(addr) & !IN_PAGE & BELOW_TAG,
+                addr_hash(base) & !IN_PAGE & BELOW_TAG
+            );
+        }
+        // Distinct addresses of a page: distinct buckets.
+        let low: std::collections::HashSet<u64> = (0..512)
+            .map(|i| addr_hash(base + i * 8) & IN_PAGE)
+            .collect();
+        assert_eq!(low.len(), 512);
+    }
+
+    #[test]
+    fn objects_at_the_same_place_in_many_pages_spread_over_a_small_table() {
+        // A mutex at offset 0 of 4 KiB structures: in a 64-bucket table they must not all
+        // take one bucket.
+        let mut buckets = std::collections::HashMap::new();
+        for i in 0..10_000usize {
+            let addr = 0x5555_0000_0000 + i * 4096;
+            *buckets.entry(addr_hash(addr) & 63).or_insert(0u32) += 1;
+        }
+        assert_eq!(buckets.len(), 64);
+        assert!(
+            buckets.values().all(|&n| n < 10_000 / 64 * 2),
+            "{buckets:?}"
+        );
+        // And over the shards.
+        let shards: std::collections::HashSet<usize> = (0..10_000usize)
+            .map(|i| shard_of(0x5555_0000_0000 + i * 4096))
+            .collect();
+        assert_eq!(shards.len(), SHARDS);
     }
 
     #[test]
