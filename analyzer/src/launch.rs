@@ -94,7 +94,10 @@ fn launch(opts: &RunOptions, dir: &Path, shim: &Path, err: &mut dyn Write) -> Re
     let mut child = Command::new(program)
         .args(args)
         .env("LD_PRELOAD", preload)
-        .env("WAITSHIM_LOG", dir.join("waitshim.%p.log"))
+        .env(
+            waitshim_format::contract::env::LOG,
+            dir.join(waitshim_format::contract::LOG_PATTERN),
+        )
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
     // Ctrl-C reaches the command (same process group) and ends it; the launcher stays to report

@@ -78,11 +78,12 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
     if !procfs::has_shim(&maps) {
         return Err(err(procfs::FindError::NotTraced(pid)));
     }
-    let setting = procfs::environ_var(pid, "WAITSHIM_SIGNAL").map_err(|e| {
-        RequestError(format!(
-            "cannot read the environment of process {pid} to learn its request signal: {e}"
-        ))
-    })?;
+    let setting =
+        procfs::environ_var(pid, waitshim_format::contract::env::SIGNAL).map_err(|e| {
+            RequestError(format!(
+                "cannot read the environment of process {pid} to learn its request signal: {e}"
+            ))
+        })?;
     let sig = request_signal(pid, setting.as_deref())?;
     let sig_name = signal::name(sig, libc::SIGRTMIN(), libc::SIGRTMAX());
     let (log, file) = procfs::find_log(pid).map_err(err)?;
@@ -119,7 +120,8 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
     // The shim serves requests on its own thread (named `waitshim`): the signal goes to that
     // thread alone, so that no thread of the program is interrupted. A process without it (no
     // thread created yet) has nobody to serve the request: it is not sent.
-    let Some(service) = procfs::thread_named(pid, "waitshim") else {
+    let Some(service) = procfs::thread_named(pid, waitshim_format::contract::SHIM_THREAD_NAME)
+    else {
         return Err(RequestError(format!(
             "process {pid} has no waitshim thread yet: the shim serves requests from its own \
              thread, which starts with the program's first pthread_create (the log of a \

@@ -13,6 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use goblin::elf::{header, program_header, Elf};
+use waitshim_format::contract;
 
 /// The largest file read whole to look at its ELF headers (a program's headers are at its start,
 /// but goblin parses from a whole image; a larger file is read up to this many bytes).
@@ -433,16 +434,16 @@ fn check_preload(env: &Env, machine: Option<u16>, f: &mut Vec<Finding>) {
 /// WAITSHIM_DISABLE and the log's directory (README: `WAITSHIM_LOG`, `%p` for the pid, relative
 /// to the program's working directory, default `waitshim.%p.log`).
 fn check_settings(env: &Env, f: &mut Vec<Finding>) {
-    if let Some(v) = env.var("WAITSHIM_DISABLE") {
+    if let Some(v) = env.var(contract::env::DISABLE) {
         if !v.is_empty() && v != "0" {
             f.push(problem(
                 "WAITSHIM_DISABLE is set: the shim loads but traces nothing and writes no log",
             ));
         }
     }
-    let pattern = match env.var("WAITSHIM_LOG") {
+    let pattern = match env.var(contract::env::LOG) {
         Some(v) if !v.is_empty() => PathBuf::from(v),
-        _ => PathBuf::from("waitshim.%p.log"),
+        _ => PathBuf::from(contract::LOG_PATTERN),
     };
     let dir = match pattern.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

@@ -7,6 +7,7 @@
 //! hands out each record with its frame's offset and length in the file, so that a reader can
 //! step over what it does not understand.
 
+pub mod contract;
 pub mod frame;
 pub mod record;
 pub mod syscalls;

@@ -8,6 +8,8 @@
 //! - `WAITSHIM_SIGNAL`: the data request signal (default `SIGRTMAX-3`; `none` disables).
 //! - `WAITSHIM_SAMPLE`: the sampler's interval (`10ms` default, `1ms` to `10s`; `off`).
 
+use waitshim_format::contract::{env as var, LOG_PATTERN};
+
 #[derive(Clone)]
 pub struct Config {
     pub log_pattern: Vec<u8>,
@@ -50,10 +52,13 @@ pub fn parse_sample(v: &str) -> Result<u64, String> {
     Ok(ns as u64)
 }
 
-fn env(name: &[u8]) -> Option<Vec<u8>> {
+fn env(name: &str) -> Option<Vec<u8>> {
+    let mut z = [0u8; 32];
+    let n = name.len().min(z.len() - 1);
+    z[..n].copy_from_slice(&name.as_bytes()[..n]);
     // SAFETY: NUL-terminated name; getenv's result is copied before anything can change it.
     unsafe {
-        let p = libc::getenv(name.as_ptr() as *const libc::c_char);
+        let p = libc::getenv(z.as_ptr() as *const libc::c_char);
         if p.is_null() {
             None
         } else {
@@ -63,13 +68,13 @@ fn env(name: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// A variable that is set and not empty.
-fn text(name: &[u8]) -> Option<String> {
+fn text(name: &str) -> Option<String> {
     env(name)
         .filter(|v| !v.is_empty())
         .map(|v| String::from_utf8_lossy(&v).into_owned())
 }
 
-fn flag(name: &[u8]) -> bool {
+fn flag(name: &str) -> bool {
     matches!(env(name).as_deref(), Some(v) if !v.is_empty() && v != b"0")
 }
 
@@ -77,7 +82,7 @@ impl Config {
     /// Reads the environment; a bad value is reported on stderr and replaced by its default.
     pub fn from_env() -> Config {
         let mut depth = 24;
-        if let Some(v) = env(b"WAITSHIM_DEPTH\0") {
+        if let Some(v) = env(var::DEPTH) {
             match std::str::from_utf8(&v)
                 .ok()
                 .and_then(|s| s.trim().parse::<usize>().ok())
@@ -89,15 +94,15 @@ impl Config {
                 )),
             }
         }
-        let log_pattern = match env(b"WAITSHIM_LOG\0") {
+        let log_pattern = match env(var::LOG) {
             Some(v) if !v.is_empty() => v,
             Some(_) => {
-                crate::diag::line("WAITSHIM_LOG is empty; using waitshim.%p.log");
-                b"waitshim.%p.log".to_vec()
+                crate::diag::line(&format!("{} is empty; using {LOG_PATTERN}", var::LOG));
+                LOG_PATTERN.as_bytes().to_vec()
             }
-            None => b"waitshim.%p.log".to_vec(),
+            None => LOG_PATTERN.as_bytes().to_vec(),
         };
-        let sample_ns = match text(b"WAITSHIM_SAMPLE\0") {
+        let sample_ns = match text(var::SAMPLE) {
             None => DEFAULT_SAMPLE_NS,
             Some(v) => parse_sample(&v).unwrap_or_else(|e| {
                 crate::diag::line(&format!("WAITSHIM_SAMPLE: {e}; sampling every 10ms"));
@@ -107,11 +112,11 @@ impl Config {
         Config {
             log_pattern,
             sample_ns,
-            quiet: flag(b"WAITSHIM_QUIET\0"),
+            quiet: flag(var::QUIET),
             depth,
-            disabled: flag(b"WAITSHIM_DISABLE\0"),
-            policy: text(b"WAITSHIM_POLICY\0"),
-            signal: text(b"WAITSHIM_SIGNAL\0"),
+            disabled: flag(var::DISABLE),
+            policy: text(var::POLICY),
+            signal: text(var::SIGNAL),
         }
     }
 }

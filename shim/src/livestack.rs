@@ -23,8 +23,7 @@ use crate::track::Tracker;
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 
 /// How the holder's stack was taken (the `live` field of `HolderStack` records).
-pub const BY_SIGNAL: u8 = 1;
-pub const SCANNED: u8 = 2;
+pub use waitshim_format::contract::holder_stack::{BY_SIGNAL, SCANNED};
 
 const IDLE: u32 = 0;
 const ASKED: u32 = 1;

@@ -16,6 +16,7 @@
 //! interrupted.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use waitshim_format::contract::SHIM_THREAD_NAME;
 
 use waitshim_format::{note_level, snapshot_source, Note, Snapshot};
 
@@ -178,17 +179,12 @@ fn start() {
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     // Everything this thread calls goes straight to the real functions.
     std::mem::forget(Inside::enter());
+    let mut name = [0u8; 16];
+    let n = SHIM_THREAD_NAME.len().min(15);
+    name[..n].copy_from_slice(&SHIM_THREAD_NAME.as_bytes()[..n]);
     // SAFETY: prctl with a NUL-terminated name; names this thread only (the program's threads
     // are found by their own names; `request` finds this one by it).
-    unsafe {
-        libc::prctl(
-            libc::PR_SET_NAME,
-            c"waitshim".as_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
     SERVICE_TID.store(gettid(), Ordering::Release);
     let sig = REQUEST_SIGNAL.load(Ordering::Relaxed);
     if sig > 0 {

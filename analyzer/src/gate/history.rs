@@ -61,7 +61,7 @@ pub const MIN_RELATIVE: f64 = 0.25;
 /// The default database: `$WAITSHIM_HISTORY`, else `.waitshim/history.sqlite` in the working
 /// directory (inside a CI checkout, where a cache can keep it).
 pub fn default_db() -> String {
-    std::env::var("WAITSHIM_HISTORY")
+    std::env::var(waitshim_format::contract::env::HISTORY)
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| ".waitshim/history.sqlite".to_string())

@@ -13,6 +13,7 @@ use std::io::Write;
 
 use serde::ser::{SerializeMap, SerializeSeq, Serializer};
 use serde::Serialize;
+use waitshim_format::contract::holder_stack;
 use waitshim_format::{
     end_reason, origin, Deadlock, Highwater, HolderStack, Module, ObjectKind, ObjectsChurned,
     ObjectsQuiet, PolicyVersion, RuleStats, Snapshot, WaitEvent, WaiterChains,
@@ -1247,8 +1248,8 @@ fn holder_stack(ctx: &mut Ctx<'_>, h: &HolderStack) -> HolderStackJson {
         rule: h.rule,
         live: h.live != 0,
         how: match h.live {
-            0 => "acquired",
-            1 => "signal",
+            holder_stack::ACQUIRED => "acquired",
+            holder_stack::BY_SIGNAL => "signal",
             _ => "scanned",
         },
         chain: chain_ref(h.chain_id),

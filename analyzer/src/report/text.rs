@@ -4,7 +4,9 @@
 //! threads.
 
 use std::collections::HashSet;
+
 use std::fmt::Write;
+use waitshim_format::contract::holder_stack;
 
 use waitshim_format::{counter, end_reason, Counters, Deadlock, DeadlockBroken, ObjectKind};
 
@@ -1989,8 +1991,8 @@ fn collected_object(ctx: &mut Ctx<'_>, object_id: u64, c: &Collected, out: &mut 
             let holder = ctx.thread_label(g.holder_tid);
             let rules: Vec<String> = g.rules.iter().map(|&(v, r)| rule_name(v, r)).collect();
             let what = match g.live {
-                0 => "where it acquired the object",
-                1 => "its live stack (what it was doing when asked)",
+                holder_stack::ACQUIRED => "where it acquired the object",
+                holder_stack::BY_SIGNAL => "its live stack (what it was doing when asked)",
                 _ => "its stack while blocked in a system call (scanned for return addresses)",
             };
             let _ = writeln!(

@@ -1,0 +1,67 @@
+//! Names the shim and the analyzer both rely on outside the records: the environment variables
+//! users set, the default log file pattern, the name of the shim's thread (the analyzer finds
+//! it by that name to send data requests), and the codes of how a holder's stack was taken.
+
+/// Environment variables read by the shim (and by the analyzer when it inspects a process or
+/// launches one).
+pub mod env {
+    /// The log path; `%p` is replaced by the pid.
+    pub const LOG: &str = "WAITSHIM_LOG";
+    /// Set and not `0`: the shim loads but tracks nothing and writes no log.
+    pub const DISABLE: &str = "WAITSHIM_DISABLE";
+    /// Set and not `0`: no "log written" line on stderr at exit.
+    pub const QUIET: &str = "WAITSHIM_QUIET";
+    /// The policy file.
+    pub const POLICY: &str = "WAITSHIM_POLICY";
+    /// The data-request signal, or `off`.
+    pub const SIGNAL: &str = "WAITSHIM_SIGNAL";
+    /// The sampler's interval, or `off`.
+    pub const SAMPLE: &str = "WAITSHIM_SAMPLE";
+    /// Frames per call chain.
+    pub const DEPTH: &str = "WAITSHIM_DEPTH";
+    /// The analyzer's history database (`history`, `run --history-job`).
+    pub const HISTORY: &str = "WAITSHIM_HISTORY";
+}
+
+/// The log path when [`env::LOG`] is not set: in the working directory, `%p` the pid.
+pub const LOG_PATTERN: &str = "waitshim.%p.log";
+
+/// The kernel name (`comm`) of the shim's own thread. At most 15 bytes, the kernel's limit.
+pub const SHIM_THREAD_NAME: &str = "waitshim";
+
+/// [`crate::HolderStack::live`]: how the holder's stack was taken.
+pub mod holder_stack {
+    /// Where the holder acquired the object (its acquisition chain).
+    pub const ACQUIRED: u8 = 0;
+    /// What the holder was doing when asked: unwound by the holder itself on a signal.
+    pub const BY_SIGNAL: u8 = 1;
+    /// Scanned from the holder's stack while it was blocked in a system call.
+    pub const SCANNED: u8 = 2;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shim_threads_name_fits_the_kernels_limit() {
+        assert!(SHIM_THREAD_NAME.len() <= 15 && !SHIM_THREAD_NAME.contains('\0'));
+    }
+
+    #[test]
+    fn every_variable_has_the_products_prefix() {
+        for v in [
+            env::LOG,
+            env::DISABLE,
+            env::QUIET,
+            env::POLICY,
+            env::SIGNAL,
+            env::SAMPLE,
+            env::DEPTH,
+            env::HISTORY,
+        ] {
+            assert!(v.starts_with("WAITSHIM_"), "{v}");
+        }
+        assert!(LOG_PATTERN.contains("%p"));
+    }
+}
