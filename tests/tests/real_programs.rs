@@ -115,24 +115,20 @@ fn sqlite_threads_sharing_a_connection_rank_the_connection_mutex_first() {
     );
 }
 
-/// memcached on 127.0.0.1 under a bounded load (8 connections × 5000 set/get pairs, checked):
-/// its background threads idle on condition variables for the whole run, which used to head
-/// the report; the first finding is now the lock its workers fought over, with the groups
-/// named, and the report says the binary has no debug information.
-#[test]
-fn memcached_under_a_bounded_load_ranks_its_hot_lock_first() {
+/// Runs `memcached` (4 worker threads) on 127.0.0.1 under the shim with a bounded load (8
+/// connections × 5000 set/get pairs, checked), stops it with SIGTERM and analyzes its log.
+fn memcached_under_load(memcached: &std::path::Path) -> Analysis {
     use std::net::{TcpListener, TcpStream};
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    let memcached = debian_program("memcached", "memcached");
     let client = waitshim_tests::fixture("mc_client");
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
     let dir = tempfile::tempdir().expect("log dir");
-    let mut server = Command::new(&memcached)
+    let mut server = Command::new(memcached)
         .args(["-u", "root", "-l", "127.0.0.1", "-U", "0", "-t", "4", "-p"])
         .arg(port.to_string())
         .env("LD_PRELOAD", waitshim_tests::shim_path())
@@ -169,7 +165,16 @@ fn memcached_under_a_bounded_load_ranks_its_hot_lock_first() {
         .map(|e| e.expect("entry").path())
         .collect();
     assert_eq!(logs.len(), 1, "{logs:?} (memcached {status})");
-    let a = waitshim_tests::analyze(&logs, &[]);
+    waitshim_tests::analyze(&logs, &[])
+}
+
+/// memcached on 127.0.0.1 under a bounded load (8 connections × 5000 set/get pairs, checked):
+/// its background threads idle on condition variables for the whole run, which used to head
+/// the report; the first finding is now the lock its workers fought over, with the groups
+/// named, and the report says the binary has no debug information.
+#[test]
+fn memcached_under_a_bounded_load_ranks_its_hot_lock_first() {
+    let a = memcached_under_load(&debian_program("memcached", "memcached"));
     let first = first_finding(&a);
     assert!(
         first.contains(" mutex#"),
@@ -192,4 +197,60 @@ fn memcached_under_a_bounded_load_ranks_its_hot_lock_first() {
         "{}",
         a.text
     );
+}
+
+/// The same memcached built from Debian's source with `-g` (scripts/build-memcached.sh), as a
+/// user profiling their server builds it: its global locks are named from the symbol table, an
+/// element of an array of them with its index (`lru_locks[N]`, created in a loop), and a
+/// statically initialised one (`stats_lock`) as first used where it was, not "created" there.
+#[test]
+fn memcached_built_with_debug_information_has_its_global_locks_named() {
+    let dir = waitshim_tests::workspace_root().join("target/debian-src/memcached");
+    let status = std::process::Command::new("bash")
+        .arg(waitshim_tests::workspace_root().join("scripts/build-memcached.sh"))
+        .arg(&dir)
+        .status()
+        .expect("run scripts/build-memcached.sh");
+    assert!(status.success(), "could not build memcached from source");
+    let a = memcached_under_load(&dir.join("memcached"));
+    let first = first_finding(&a);
+    assert!(
+        first.contains(" mutex#"),
+        "first finding: {first}\n{}",
+        a.text
+    );
+    assert!(
+        !a.text.contains("memcached has no debug information"),
+        "{}",
+        a.text
+    );
+    // The LRU locks, an array: the busiest rows of the locks group name its elements.
+    let locks: Vec<&str> = a
+        .text
+        .split("  locks: waiting for what another thread holds:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no locks group:\n{}", a.text))
+        .lines()
+        .filter(|l| l.contains(" mutex#"))
+        .collect();
+    assert!(
+        locks
+            .iter()
+            .any(|l| l.contains(" lru_locks[") && l.contains("created at thread.c:")),
+        "{}",
+        a.text
+    );
+    // stats_lock, statically initialised: named from the symbol table, first used in
+    // assoc_init (whichever place its waits rank).
+    let log = a.log(0);
+    let stats = log
+        .objects()
+        .into_iter()
+        .find(|o| o["global"]["name"] == "stats_lock")
+        .unwrap_or_else(|| panic!("no object named stats_lock"));
+    assert_eq!(stats["origin"], "first_use", "{stats}");
+    assert_eq!(stats["creation_site"]["function"], "assoc_init", "{stats}");
+    if let Some(row) = a.text.lines().find(|l| l.contains(" stats_lock @0x")) {
+        assert!(row.contains("first used in assoc.c:"), "{row}");
+    }
 }
