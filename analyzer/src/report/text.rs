@@ -777,18 +777,7 @@ fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
         let holder = ctx.thread_label(e.holder_tid);
         let _ = writeln!(out, "  {who} waits for {what}, held by {holder}");
     }
-    for e in shown {
-        let who = ctx.thread_label(e.tid);
-        let _ = writeln!(out, "  wait chain of {who}:");
-        chain(ctx, e.wait_chain, "    ", out);
-    }
-    if shown.len() < d.cycle.len() {
-        let _ = writeln!(
-            out,
-            "  ... {} more threads of the cycle not shown (all are in the JSON report)",
-            d.cycle.len() - shown.len()
-        );
-    }
+    wait_chains(ctx, d, shown, "threads of the cycle", out);
 }
 
 /// A deadlock no wait-for cycle shows: every thread waits. Each wait, with who holds what it
@@ -844,6 +833,17 @@ fn every_thread_waits(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
             );
         }
     }
+    wait_chains(ctx, d, shown, "waiting threads", out);
+}
+
+/// The wait chain of each thread of a deadlock shown, and how many more there are.
+fn wait_chains(
+    ctx: &mut Ctx<'_>,
+    d: &Deadlock,
+    shown: &[waitshim_format::DeadlockEdge],
+    more: &str,
+    out: &mut String,
+) {
     for e in shown {
         let who = ctx.thread_label(e.tid);
         let _ = writeln!(out, "  wait chain of {who}:");
@@ -852,7 +852,7 @@ fn every_thread_waits(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
     if shown.len() < d.cycle.len() {
         let _ = writeln!(
             out,
-            "  ... {} more waiting threads not shown (all are in the JSON report)",
+            "  ... {} more {more} not shown (all are in the JSON report)",
             d.cycle.len() - shown.len()
         );
     }
