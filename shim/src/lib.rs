@@ -27,17 +27,19 @@ mod modules;
 mod policy;
 mod procmaps;
 mod real;
+mod runtime;
 mod sampler;
 mod service;
 mod signals;
 mod stack;
 mod symbols;
 mod track;
+mod wants;
 
 #[cfg(not(test))]
 #[ctor::ctor]
 fn start() {
-    track::init();
+    runtime::start();
 }
 
 #[cfg(not(test))]

@@ -17,7 +17,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-use waitshim_format::{note_level, snapshot_source, Note, Snapshot};
+use waitshim_format::{snapshot_source, Snapshot};
 
 use crate::clock::now_ns;
 use crate::track::threads::{gettid, Inside};
@@ -62,8 +62,8 @@ pub fn init(tr: &Tracker, spec: Option<&str>) {
         Ok(waitshim_policy::signal::SignalSpec::None) => return,
         Ok(waitshim_policy::signal::SignalSpec::Number(n)) => n,
         Err(e) => {
-            say(
-                tr,
+            crate::diag::say(
+                &tr.log,
                 &format!("WAITSHIM_SIGNAL: {e}; data requests by signal are off"),
             );
             return;
@@ -72,24 +72,11 @@ pub fn init(tr: &Tracker, spec: Option<&str>) {
     let name = waitshim_policy::signal::name(sig, rtmin, rtmax);
     match crate::signals::install(sig, on_request) {
         Ok(()) => REQUEST_SIGNAL.store(sig, Ordering::Relaxed),
-        Err(why) => say(
-            tr,
+        Err(why) => crate::diag::say(
+            &tr.log,
             &format!("data request signal {name}: {why}; data requests by signal are off"),
         ),
     }
-}
-
-/// One line on stderr and the same as a warning in the log.
-pub fn say(tr: &Tracker, msg: &str) {
-    crate::diag::line(msg);
-    tr.log.write(
-        &Note {
-            ns: now_ns(),
-            level: note_level::WARNING,
-            text: msg.into(),
-        }
-        .into(),
-    );
 }
 
 fn wake() {
@@ -225,7 +212,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             let asked = FLUSHES_ASKED.load(Ordering::Acquire);
             if asked != FLUSHES_DONE.load(Ordering::Relaxed) {
                 tr.flush_all();
-                crate::policy::write_stats(tr, true);
+                crate::policy::write_stats(&tr.log, true);
                 FLUSHES_DONE.store(asked, Ordering::Release);
                 last_flush = now;
             }
@@ -241,7 +228,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             }
             if now.saturating_sub(last_reload) >= RELOAD_CHECK_NS {
                 last_reload = now;
-                crate::policy::reload_if_changed(tr);
+                crate::policy::reload_if_changed(&tr.log);
             }
             if let Some(s) = sampler.as_mut() {
                 if now >= next_sample {
@@ -254,7 +241,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             if now.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
                 last_flush = now;
                 tr.flush_periodic();
-                crate::policy::write_stats(tr, false);
+                crate::policy::write_stats(&tr.log, false);
                 look_for_hang(tr, &mut hang_seen, now);
             }
         }
@@ -296,7 +283,7 @@ fn look_for_hang(tr: &Tracker, last: &mut Vec<(u32, u64)>, now: u64) {
 pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
     let _in = Inside::enter();
     tr.flush_all();
-    crate::policy::write_stats(tr, true);
+    crate::policy::write_stats(&tr.log, true);
     let seq = SNAPSHOTS.fetch_add(1, Ordering::AcqRel) + 1;
     tr.log.write(
         &Snapshot {

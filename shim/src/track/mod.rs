@@ -1,11 +1,13 @@
 //! Tracking state: the tracker (log, object and thread skiplists, interned chains, highwater
 //! mark), its life cycle (start, fork, exit) and the periodic flush of counters.
 
+pub mod collect;
 pub mod deadlock;
 pub mod drive;
 pub mod engage;
 pub mod handler_counts;
 pub mod highwater;
+pub mod hooks;
 pub mod lockgraph;
 pub mod lockorder;
 pub mod objects;
@@ -254,13 +256,16 @@ pub fn init() {
         Ok(tr) => {
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             register_thread(tr, None);
-            crate::policy::init(tr, tr.config.policy.as_deref());
-            crate::service::init(tr, tr.config.signal.as_deref());
+            hooks::start(tr);
             #[cfg(not(test))]
             crate::interpose::signal::watch_fatal_signals();
             // SAFETY: registering a plain function as the fork child handler.
             unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
             STATE.store(READY, Ordering::Release);
+            // Paired with the fence in `hooks::register`: registered meanwhile (on another
+            // thread), the layers above start here.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            hooks::start(tr);
         }
         Err(msg) => {
             crate::diag::line(&format!("{msg}; the program runs untraced"));
@@ -506,9 +511,9 @@ extern "C" fn fork_child() {
                     .store(std::ptr::null_mut(), Ordering::Relaxed);
                 attach_thread(tr, rec, None);
             }
-            crate::service::after_fork_child();
-            crate::sampler::after_fork_child();
-            crate::policy::after_fork_child(tr);
+            if let Some(h) = hooks::get() {
+                (h.forked_child)(tr);
+            }
             STATE.store(READY, Ordering::Release);
         }
         Err(msg) => {
@@ -541,9 +546,13 @@ fn finish_here(reason: u8) {
         return;
     }
     let _in = Inside::enter();
-    crate::service::stop();
+    if let Some(h) = hooks::get() {
+        (h.ending)(tr, false);
+    }
     tr.flush_all();
-    crate::policy::write_stats(tr, true);
+    if let Some(h) = hooks::get() {
+        (h.flushed)(tr, true);
+    }
     end_log(tr, reason);
     if !tr.config.quiet {
         let how = if reason == end_reason::UNDERSCORE_EXIT {
@@ -591,7 +600,9 @@ pub fn before_exec(path: &str) -> bool {
         && tr.next_record.load(Ordering::Relaxed) == 1;
     if !empty {
         tr.flush_all();
-        crate::policy::write_stats(tr, false);
+        if let Some(h) = hooks::get() {
+            (h.flushed)(tr, false);
+        }
     }
     let now = now_ns();
     tr.log.write_final(
@@ -659,8 +670,9 @@ fn end_log(tr: &Tracker, reason: u8) {
 /// one, flushes the counters (it waits at most a moment for it: it may need that lock too);
 /// then the end record, which needs no allocation, and the stderr line, built in place.
 fn finish_in_handler(tr: &Tracker, reason: u8) {
-    crate::service::flush_by_service(300_000_000);
-    crate::service::stop();
+    if let Some(h) = hooks::get() {
+        (h.ending)(tr, true);
+    }
     end_log(tr, reason);
     if !tr.config.quiet {
         let p = &tr.log.path;
@@ -772,7 +784,7 @@ impl Tracker {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&obj.addr());
         if let Some(name) = name {
-            crate::policy::object_named(obj, &name);
+            collect::object_cell(obj).set_name(&name);
             self.log.write(
                 &ObjectName {
                     object_id: self.id_of(obj),
@@ -1113,7 +1125,7 @@ impl Tracker {
     pub fn name_object(&self, addr: usize, name: String) {
         match self.objects.get(addr) {
             Some(obj) => {
-                crate::policy::object_named(obj, &name);
+                collect::object_cell(obj).set_name(&name);
                 self.log.write(
                     &ObjectName {
                         object_id: self.id_of(obj),
