@@ -404,3 +404,167 @@ fn thread_mask(a: &Active, p: &ThreadCell, facts: &mut dyn Facts) -> u64 {
     p.version.store(a.version, Ordering::Release);
     mask
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waitshim_format::ObjectKind;
+
+    /// A wait's facts as plain data, as the core would find them.
+    #[derive(Default)]
+    struct Plain {
+        creation_site: Vec<&'static str>,
+        thread_name: Option<&'static str>,
+        thread_group: Vec<&'static str>,
+        depth: u32,
+    }
+
+    impl Facts for Plain {
+        fn creation_site(&mut self) -> Vec<Box<str>> {
+            self.creation_site.iter().map(|&s| s.into()).collect()
+        }
+        fn thread_name(&mut self) -> Option<String> {
+            self.thread_name.map(String::from)
+        }
+        fn thread_group(&mut self) -> Vec<Box<str>> {
+            self.thread_group.iter().map(|&s| s.into()).collect()
+        }
+        fn stack_depth(&mut self) -> u32 {
+            self.depth
+        }
+    }
+
+    fn version(json: &str) -> &'static Active {
+        let policy = waitshim_policy::parse(json).expect("valid policy");
+        let counters = policy
+            .rules
+            .iter()
+            .map(|_| RuleCounters::default())
+            .collect();
+        Box::leak(Box::new(Active {
+            version: 1,
+            policy,
+            user: true,
+            counters,
+        }))
+    }
+
+    /// A wait on a fresh mutex by a fresh thread, with `waiters` waiting (this one included).
+    fn ask(a: &'static Active, waiters: u32, facts: &mut Plain) -> Answer {
+        let (object, thread) = (ObjectCell::default(), ThreadCell::default());
+        let ctx = WaitContext {
+            kind: ObjectKind::Mutex,
+            addr: 0x1000,
+            waiters,
+            object: &object,
+            thread: &thread,
+        };
+        decide_with(a, &ctx, facts)
+    }
+
+    fn collects(answer: &Answer) -> Option<u32> {
+        match answer.decision {
+            Decision::Act(act) => Some(act.collect),
+            Decision::Pass { .. } => None,
+        }
+    }
+
+    #[test]
+    fn a_rule_with_min_waiters_3_acts_on_the_third_waiter_not_the_second() {
+        let a = version(r#"{"rules":[{"when":{"min_waiters":3},"actions":["waiter_chain"]}]}"#);
+        let mut facts = Plain::default();
+        let second = ask(a, 2, &mut facts);
+        assert!(
+            matches!(
+                second.decision,
+                Decision::Pass {
+                    waiter_chain: false
+                }
+            ),
+            "2 waiters: nothing collected"
+        );
+        assert_eq!(collects(&ask(a, 3, &mut facts)), Some(action::WAITER_CHAIN));
+        assert_eq!(a.counters[0].requests.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_creation_site_glob_copied_from_a_report_matches_the_demangled_cxx_constructor() {
+        let a = version(
+            r#"{"rules":[{"match":{"creation_site":"db::Pool::Pool*"},"actions":["record","holder_chain"]}]}"#,
+        );
+        // As the core hands it: the demangled name, then the symbol as written.
+        let mut pool = Plain {
+            creation_site: vec!["db::Pool::Pool()", "_ZN2db4PoolC2Ev", "main"],
+            ..Plain::default()
+        };
+        let answer = ask(a, 2, &mut pool);
+        assert_eq!(
+            collects(&answer),
+            Some(action::RECORD | action::HOLDER_CHAIN)
+        );
+        assert_eq!(
+            answer.holder_chains,
+            Some(true),
+            "the core must note where the object is acquired"
+        );
+        let mut other = Plain {
+            creation_site: vec!["_ZN5cache4bumpEv", "cache::bump()", "main"],
+            ..Plain::default()
+        };
+        assert_eq!(collects(&ask(a, 2, &mut other)), None);
+    }
+
+    #[test]
+    fn a_thread_group_glob_selects_the_waits_of_pool_workers_only() {
+        let a = version(
+            r#"{"rules":[{"match":{"thread_group":"db::Pool::worker*"},"actions":["record"]}]}"#,
+        );
+        let mut worker = Plain {
+            thread_group: vec!["_ZN2db4Pool6workerEPv", "db::Pool::worker(void*)"],
+            ..Plain::default()
+        };
+        assert_eq!(collects(&ask(a, 2, &mut worker)), Some(action::RECORD));
+        let mut main = Plain {
+            thread_group: vec!["main"],
+            ..Plain::default()
+        };
+        assert_eq!(collects(&ask(a, 2, &mut main)), None);
+        let mut unknown = Plain::default();
+        assert_eq!(collects(&ask(a, 2, &mut unknown)), None);
+    }
+
+    #[test]
+    fn which_rules_select_an_object_is_worked_out_once_per_policy_version() {
+        let a = version(r#"{"rules":[{"match":{"creation_site":"db_*"},"actions":["record"]}]}"#);
+        let (object, thread) = (ObjectCell::default(), ThreadCell::default());
+        let ctx = WaitContext {
+            kind: ObjectKind::Mutex,
+            addr: 0x1000,
+            waiters: 2,
+            object: &object,
+            thread: &thread,
+        };
+        let mut db = Plain {
+            creation_site: vec!["db_open"],
+            ..Plain::default()
+        };
+        assert!(decide_with(a, &ctx, &mut db).holder_chains == Some(false));
+        // Cached: the facts are not asked again.
+        let mut elsewhere = Plain {
+            creation_site: vec!["elsewhere"],
+            ..Plain::default()
+        };
+        let again = decide_with(a, &ctx, &mut elsewhere);
+        assert!(again.holder_chains.is_none());
+        assert_eq!(collects(&again), Some(action::RECORD));
+    }
+
+    #[test]
+    fn a_wait_shorter_than_min_wait_is_decided_later() {
+        let a = version(r#"{"rules":[{"when":{"min_wait":"2ms"},"actions":["record"]}]}"#);
+        match ask(a, 2, &mut Plain::default()).decision {
+            Decision::Act(act) => assert_eq!(act.min_wait_ns, 2_000_000),
+            Decision::Pass { .. } => panic!("the rule must act once the wait lasts 2 ms"),
+        }
+    }
+}

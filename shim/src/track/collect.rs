@@ -371,3 +371,21 @@ pub fn holder_took(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry) {
     st.holder_chain.store(chain, Ordering::Relaxed);
     st.holder_tid.store(t.tid(), Ordering::Release);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::both_spellings;
+
+    #[test]
+    fn a_cxx_symbol_is_handed_to_the_policy_as_reports_show_it_and_as_written() {
+        let mut names = Vec::new();
+        both_spellings("_ZN2db4PoolC2Ev".into(), &mut names);
+        assert_eq!(
+            names,
+            ["db::Pool::Pool()".into(), "_ZN2db4PoolC2Ev".into()] as [Box<str>; 2]
+        );
+        let mut plain = Vec::new();
+        both_spellings("db_open".into(), &mut plain);
+        assert_eq!(plain, ["db_open".into()] as [Box<str>; 1]);
+    }
+}
