@@ -1,5 +1,5 @@
 //! What the core needs from the layers above it, registered once at start by the runtime
-//! (`crate::runtime`, from the library constructor): the policy's decision for a contended
+//! (`runtime.rs`, from the library constructor): the policy's decision for a contended
 //! wait, live holder stacks, and the steps of the life cycle that belong to the shim's own
 //! thread and to the policy. The core names none of those layers: it calls what is registered
 //! here (one atomic load; async-signal-safe), and without it tracks as with the built-in policy.
