@@ -77,7 +77,7 @@ pub extern "C" fn waitshim_policy_reload() -> c_int {
         return 0;
     }
     let _in = Inside::enter();
-    match crate::policy::reload(tr) {
+    match crate::policy::reload(&tr.log) {
         Ok(v) => c_int::try_from(v).unwrap_or(c_int::MAX),
         Err(_) => -1,
     }

@@ -93,3 +93,16 @@ pub fn fatal_missing_symbol(name: &[u8]) -> ! {
     // SAFETY: abort is always safe to call.
     unsafe { libc::abort() }
 }
+
+/// One line on stderr and the same as a warning in the log.
+pub fn say(log: &crate::log::Log, msg: &str) {
+    line(msg);
+    log.write(
+        &waitshim_format::Note {
+            ns: crate::clock::now_ns(),
+            level: waitshim_format::note_level::WARNING,
+            text: msg.into(),
+        }
+        .into(),
+    );
+}

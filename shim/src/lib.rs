@@ -27,21 +27,87 @@ mod modules;
 mod policy;
 mod procmaps;
 mod real;
+mod runtime;
 mod sampler;
 mod service;
 mod signals;
 mod stack;
 mod symbols;
 mod track;
+mod wants;
 
 #[cfg(not(test))]
 #[ctor::ctor]
 fn start() {
-    track::init();
+    runtime::start();
 }
 
 #[cfg(not(test))]
 #[ctor::dtor]
 fn stop() {
     track::finish(waitshim_format::end_reason::EXIT);
+}
+
+/// The arrows that must never exist in the shim (`WHITEBOARD.md`): the tracking core does not
+/// name the policy, the live-stack code, the shim's thread, the sampler or the runtime above
+/// it (it calls what they register, `track::hooks`), and the policy and the live-stack code
+/// do not reach into the core's entries (the core hands them `wants`).
+#[cfg(test)]
+mod layering {
+    use std::path::Path;
+
+    fn sources(dir: &Path) -> Vec<(String, String)> {
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(dir).expect("source directory") {
+            let path = e.expect("entry").path();
+            if path.is_dir() {
+                files.extend(sources(&path));
+            } else if path.extension().is_some_and(|x| x == "rs") {
+                files.push((path.display().to_string(), code(&path)));
+            }
+        }
+        files
+    }
+
+    /// A source file without its comments (which may name anything).
+    fn code(path: &Path) -> String {
+        let text = std::fs::read_to_string(path).expect("source file");
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn src() -> &'static Path {
+        Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))
+    }
+
+    #[test]
+    fn the_tracking_core_names_none_of_the_layers_above_it() {
+        let files = sources(&src().join("track"));
+        assert!(files.len() >= 10, "the core's files: {}", files.len());
+        for (path, text) in files {
+            for layer in ["policy", "livestack", "service", "sampler", "runtime"] {
+                for spelling in [format!("crate::{layer}"), format!("super::super::{layer}")] {
+                    assert!(
+                        !text.contains(&spelling),
+                        "{path} names {spelling}: the core calls what is registered in track::hooks"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_policy_and_the_live_stack_code_do_not_reach_into_the_core() {
+        for name in ["policy.rs", "livestack.rs", "wants.rs"] {
+            let text = code(&src().join(name));
+            for spelling in ["crate::track", "super::track", "crate::{"] {
+                assert!(
+                    !text.contains(spelling),
+                    "{name} names {spelling}: it is handed what it needs (crate::wants)"
+                );
+            }
+        }
+    }
 }

@@ -12,12 +12,14 @@
 //! The signal is taken only if the program has no handler of its own for it (nor ignores it). A
 //! holder that does not answer (it blocks the signal) is not asked again until it has answered.
 
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use std::sync::atomic::AtomicUsize;
 
 use crate::chain::{self, MAX_DEPTH};
+use crate::log::Log;
 use crate::procmaps;
-use crate::track::threads::{own_record, ThreadRec};
-use crate::track::Tracker;
+use crate::wants::{StackBox, STACK_IDLE as IDLE};
 
 /// The signal in use, 0 when live stacks by signal are unavailable.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
@@ -25,7 +27,6 @@ static SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// How the holder's stack was taken (the `live` field of `HolderStack` records).
 pub use waitshim_format::contract::holder_stack::{BY_SIGNAL, SCANNED};
 
-const IDLE: u32 = 0;
 const ASKED: u32 = 1;
 const UNWINDING: u32 = 2;
 const DONE: u32 = 3;
@@ -37,33 +38,30 @@ const ANSWER_NS: u64 = 50_000_000;
 /// Bytes of a blocked holder's stack scanned for return addresses.
 const SCAN_BYTES: usize = 64 * 1024;
 
-/// A thread's mailbox for stack requests.
-pub struct StackBox {
-    state: AtomicU32,
-    len: AtomicU32,
-    frames: [AtomicU64; MAX_DEPTH],
+/// How the signal handler finds the mailbox of the thread it runs on (a `fn() -> *const
+/// StackBox`, null when the thread has none), set at start by the layer that knows where
+/// threads keep theirs: one atomic load in the handler.
+static MAILBOX_OF_CALLER: AtomicUsize = AtomicUsize::new(0);
+
+/// Tells the signal handler how to find the calling thread's mailbox (at start, before any
+/// policy can ask for live stacks).
+pub fn set_mailbox_of_caller(f: fn() -> *const StackBox) {
+    MAILBOX_OF_CALLER.store(f as usize, Ordering::Release);
 }
 
-impl Default for StackBox {
-    fn default() -> Self {
-        StackBox {
-            state: AtomicU32::new(IDLE),
-            len: AtomicU32::new(0),
-            frames: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
+fn mailbox_of_caller() -> *const StackBox {
+    let f = MAILBOX_OF_CALLER.load(Ordering::Acquire);
+    if f == 0 {
+        return std::ptr::null();
     }
-}
-
-impl StackBox {
-    /// For a new thread reusing the record of one that ended.
-    pub fn reset(&self) {
-        self.state.store(IDLE, Ordering::Release);
-        self.len.store(0, Ordering::Relaxed);
-    }
+    // SAFETY: a non-zero value was stored from a `fn() -> *const StackBox` in
+    // `set_mailbox_of_caller`.
+    let f: fn() -> *const StackBox = unsafe { std::mem::transmute(f) };
+    f()
 }
 
 /// A policy asks for live stacks: take the signal (once).
-pub fn setup(tr: &Tracker, spec: &str) {
+pub fn setup(log: &Log, spec: &str) {
     if SIGNAL.load(Ordering::Relaxed) != 0 {
         return;
     }
@@ -72,8 +70,8 @@ pub fn setup(tr: &Tracker, spec: &str) {
         Ok(waitshim_policy::signal::SignalSpec::Number(n)) => n,
         Ok(waitshim_policy::signal::SignalSpec::None) => return,
         Err(e) => {
-            crate::service::say(
-                tr,
+            crate::diag::say(
+                log,
                 &format!("stack_signal: {e}; running holders get no live stack"),
             );
             return;
@@ -81,8 +79,8 @@ pub fn setup(tr: &Tracker, spec: &str) {
     };
     match crate::signals::install(sig, on_signal) {
         Ok(()) => SIGNAL.store(sig, Ordering::Relaxed),
-        Err(why) => crate::service::say(
-            tr,
+        Err(why) => crate::diag::say(
+            log,
             &format!(
                 "stack_signal {}: {why}; running holders get no live stack",
                 waitshim_policy::signal::name(sig, rtmin, rtmax)
@@ -100,12 +98,13 @@ extern "C" fn on_signal(_sig: libc::c_int, _info: *mut libc::siginfo_t, ctx: *mu
     unsafe { undo_interruption(ctx) };
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
-    let p = own_record();
+    let p = mailbox_of_caller();
     if p.is_null() {
         return;
     }
-    // SAFETY: thread records are leaked and never freed; this is the thread's own.
-    let b = unsafe { &(*p).stack };
+    // SAFETY: mailboxes live in thread records, which are leaked and never freed; this is the
+    // thread's own.
+    let b = unsafe { &*p };
     if b.state
         .compare_exchange(ABANDONED, IDLE, Ordering::AcqRel, Ordering::Relaxed)
         .is_ok()
@@ -260,20 +259,17 @@ fn scan(sp: u64, pc: u64, depth: usize) -> Vec<u64> {
     frames
 }
 
-/// The waiter's side: the chain of what thread `holder` is doing now, and how it was taken.
-pub fn ask(tr: &Tracker, holder: u32) -> Option<(u32, u8)> {
-    let rec = tr.thread(holder)?;
+/// The waiter's side: the frames of what thread `holder` of process `pid` is doing now (at most
+/// `depth`, innermost first), and how they were taken. `mailbox` is the holder's.
+pub fn ask(pid: u32, holder: u32, mailbox: &StackBox, depth: usize) -> Option<(Vec<u64>, u8)> {
     match whereabouts(holder) {
-        Whereabouts::Blocked { sp, pc } => {
-            let frames = scan(sp, pc, tr.config.depth);
-            Some((tr.chains.intern(&frames, &tr.log), SCANNED))
-        }
-        Whereabouts::Running => by_signal(tr, rec, holder).map(|c| (c, BY_SIGNAL)),
+        Whereabouts::Blocked { sp, pc } => Some((scan(sp, pc, depth), SCANNED)),
+        Whereabouts::Running => by_signal(pid, mailbox, holder).map(|f| (f, BY_SIGNAL)),
         Whereabouts::Unknown => None,
     }
 }
 
-fn by_signal(tr: &Tracker, rec: &ThreadRec, holder: u32) -> Option<u32> {
+fn by_signal(pid: u32, b: &StackBox, holder: u32) -> Option<Vec<u64>> {
     let sig = SIGNAL.load(Ordering::Relaxed);
     if sig == 0 {
         return None;
@@ -281,7 +277,6 @@ fn by_signal(tr: &Tracker, rec: &ThreadRec, holder: u32) -> Option<u32> {
     if !crate::signals::still_ours(sig, on_signal) {
         return None;
     }
-    let b = &rec.stack;
     // One question at a time per holder; the asker that set ASKED is the one that collects.
     b.state
         .compare_exchange(IDLE, ASKED, Ordering::AcqRel, Ordering::Relaxed)
@@ -290,7 +285,7 @@ fn by_signal(tr: &Tracker, rec: &ThreadRec, holder: u32) -> Option<u32> {
     let sent = unsafe {
         libc::syscall(
             libc::SYS_tgkill,
-            tr.pid as libc::c_long,
+            pid as libc::c_long,
             holder as libc::c_long,
             sig as libc::c_long,
         )
@@ -331,5 +326,5 @@ fn by_signal(tr: &Tracker, rec: &ThreadRec, holder: u32) -> Option<u32> {
         .map(|f| f.load(Ordering::Relaxed))
         .collect();
     b.state.store(IDLE, Ordering::Release);
-    (n > 0).then(|| tr.chains.intern(&frames, &tr.log))
+    (n > 0).then_some(frames)
 }

@@ -1,27 +1,25 @@
-//! The collection policy in force (`WAITSHIM_POLICY`, hot-reloaded) and its evaluation at each
-//! contended wait.
+//! The collection policy in force (`WAITSHIM_POLICY`, hot-reloaded) and its decision at each
+//! contended wait: from the context the core hands it ([`crate::wants`]), what to collect. The
+//! core collects; this module never looks into the core's entries.
 //!
 //! Versions are published through one atomic pointer and never freed: each keeps the statistics
 //! of its rules until exit, and a reload is rare, so a version costs a few hundred bytes for the
 //! life of the process. (The spec names `arc-swap`; a leaked version needs no reference counting,
 //! and the contended path then reads the policy with one plain load.)
 //!
-//! Which rules select an object is decided once per object and policy version and cached on the
-//! object's tracking entry (a version number and a bit per rule); the same for the waiting
+//! Which rules select an object is decided once per object and policy version and cached in the
+//! object's policy cell (a version number and a bit per rule); the same for the waiting
 //! thread. Objects no rule selects pay the cached check and nothing else.
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
 
-use waitshim_format::{
-    action, HolderStack, PolicyVersion, RuleStats, WaitEvent, WaiterChains, WaiterRef,
-};
+use waitshim_format::{action, PolicyVersion, RuleStats};
 use waitshim_policy::{Policy, Rule, Verdict};
 
 use crate::clock::now_ns;
-use crate::track::objects::{ObjEntry, HOLDER_CHAINS};
-use crate::track::threads::ThreadRec;
-use crate::track::{CallSite, Tracker};
+use crate::log::Log;
+use crate::wants::{Act, Answer, Decision, Facts, ObjectCell, ThreadCell, WaitContext};
 
 /// One version of the policy.
 pub struct Active {
@@ -72,84 +70,26 @@ pub fn active() -> Option<&'static Active> {
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
-/// Per-object policy state: which rules select it (cached per version) and the criteria state.
-#[derive(Default)]
-pub struct ObjPolicy {
-    version: AtomicU32,
-    mask: AtomicU64,
-    /// Requests the rules saw on it, for `every_nth`.
-    requests: AtomicU64,
-    /// The largest waiter count acted on, for `granularity`.
-    last_acted: AtomicU32,
-    /// Where the current holder acquired the object (rules with `holder_chain`).
-    pub holder_tid: AtomicU32,
-    pub holder_chain: AtomicU32,
-    /// The name given through the C API.
-    name: Mutex<Option<String>>,
-}
-
-/// Per-thread policy state.
-#[derive(Default)]
-pub struct ThreadPolicy {
-    version: AtomicU32,
-    mask: AtomicU64,
-    /// Bumped when the thread is (re)named; the cached mask is for `seen_names`.
-    names: AtomicU32,
-    seen_names: AtomicU32,
-    name: Mutex<Option<String>>,
-    /// The start routine (0 for the main thread and threads the shim did not see created).
-    pub routine: AtomicU64,
-}
-
-impl ThreadPolicy {
-    /// For a new thread reusing the record of one that ended.
-    pub fn reset(&self) {
-        *self.name.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        self.names.fetch_add(1, Ordering::Release);
-        self.version.store(0, Ordering::Release);
-        self.routine.store(0, Ordering::Relaxed);
-    }
-
-    pub fn set_name(&self, name: &str) {
-        *self.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(name.into());
-        self.names.fetch_add(1, Ordering::Release);
-    }
-}
-
-fn obj_policy(obj: &ObjEntry) -> &ObjPolicy {
-    obj.busy().policy.get_or_init(Box::default)
-}
-
-/// An object was named through the C API.
-pub fn object_named(obj: &ObjEntry, name: &str) {
-    *obj_policy(obj)
-        .name
-        .lock()
-        .unwrap_or_else(|e| e.into_inner()) = Some(name.into());
-    // Re-evaluate the object's selectors.
-    obj_policy(obj).version.store(0, Ordering::Release);
-}
-
 /// Reads `WAITSHIM_POLICY` (None: the built-in default) and puts it in force. An invalid file
 /// leaves the default in force, says why on stderr and in the log, and is read again when it
 /// changes.
-pub fn init(tr: &Tracker, path: Option<&str>) {
+pub fn init(log: &Log, path: Option<&str>) {
     let Some(path) = path else {
-        activate(tr, waitshim_policy::builtin(), "", false);
+        activate(log, waitshim_policy::builtin(), "", false);
         return;
     };
     *SOURCE.lock().unwrap_or_else(|e| e.into_inner()) =
         Some((path.to_string(), stamp(path).unwrap_or_default()));
     match read(path) {
         Ok(p) => {
-            activate(tr, p, path, true);
+            activate(log, p, path, true);
         }
         Err(e) => {
-            crate::service::say(
-                tr,
+            crate::diag::say(
+                log,
                 &format!("WAITSHIM_POLICY={path}: {e}; collecting with the built-in policy"),
             );
-            activate(tr, waitshim_policy::builtin(), "", false);
+            activate(log, waitshim_policy::builtin(), "", false);
         }
     }
 }
@@ -162,7 +102,7 @@ fn read(path: &str) -> Result<Policy, String> {
 /// A policy file larger than this is refused (real ones are a few hundred bytes).
 const POLICY_MAX_BYTES: u64 = 1 << 20;
 
-fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
+fn activate(log: &Log, policy: Policy, source: &str, user: bool) -> u32 {
     let mut versions = VERSIONS.lock().unwrap_or_else(|e| e.into_inner());
     let version = versions.len() as u32 + 1;
     let counters = policy
@@ -177,9 +117,9 @@ fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
         counters,
     }));
     versions.push(a);
-    write_version(tr, a, source);
+    write_version(log, a, source);
     if a.policy.wants_live_stack() {
-        crate::livestack::setup(tr, a.policy.stack_signal_spec());
+        crate::livestack::setup(log, a.policy.stack_signal_spec());
     }
     // Under the lock: two reloads at once publish in the order they are numbered.
     ACTIVE.store(a as *const Active as *mut Active, Ordering::Release);
@@ -187,8 +127,8 @@ fn activate(tr: &Tracker, policy: Policy, source: &str, user: bool) -> u32 {
     version
 }
 
-fn write_version(tr: &Tracker, a: &Active, source: &str) {
-    tr.log.write(
+fn write_version(log: &Log, a: &Active, source: &str) {
+    log.write(
         &PolicyVersion {
             version: a.version,
             ns: now_ns(),
@@ -202,7 +142,7 @@ fn write_version(tr: &Tracker, a: &Active, source: &str) {
 
 /// Reads the policy file again (the C API's `waitshim_policy_reload`, or a change noticed by
 /// the shim's thread). Returns the new version; an invalid file keeps the old one.
-pub fn reload(tr: &Tracker) -> Result<u32, String> {
+pub fn reload(log: &Log) -> Result<u32, String> {
     let path = source_path()?;
     let now = stamp(&path).unwrap_or_default();
     if let Ok(mut src) = SOURCE.try_lock() {
@@ -211,11 +151,11 @@ pub fn reload(tr: &Tracker) -> Result<u32, String> {
         }
     }
     match read(&path) {
-        Ok(p) => Ok(activate(tr, p, &path, true)),
+        Ok(p) => Ok(activate(log, p, &path, true)),
         Err(e) => {
             let keep = active().map_or(0, |a| a.version);
             let msg = format!("policy reload from {path}: {e}; keeping policy version {keep}");
-            crate::service::say(tr, &msg);
+            crate::diag::say(log, &msg);
             Err(msg)
         }
     }
@@ -234,7 +174,7 @@ fn source_path() -> Result<String, String> {
 }
 
 /// Reloads when the policy file changed since it was last read.
-pub fn reload_if_changed(tr: &Tracker) {
+pub fn reload_if_changed(log: &Log) {
     let (Ok(path), Ok(seen)) = (
         source_path(),
         SOURCE
@@ -244,13 +184,13 @@ pub fn reload_if_changed(tr: &Tracker) {
         return;
     };
     if stamp(&path).is_some_and(|now| now != seen) {
-        let _ = reload(tr);
+        let _ = reload(log);
     }
 }
 
 /// Writes the statistics of every rule that changed since they were last written (`all`:
 /// every rule that ever saw a request).
-pub fn write_stats(tr: &Tracker, all: bool) {
+pub fn write_stats(log: &Log, all: bool) {
     // try_lock: this also runs at `_exit`, which a signal handler may call while the
     // interrupted code holds the lock; statistics are then left as last written.
     let Ok(versions) = VERSIONS.try_lock().map(|v| v.clone()) else {
@@ -269,7 +209,7 @@ pub fn write_stats(tr: &Tracker, all: bool) {
                 continue;
             }
             c.written.store(sum, Ordering::Relaxed);
-            tr.log.write(
+            log.write(
                 &RuleStats {
                     version: a.version,
                     rule: i as u32,
@@ -284,111 +224,151 @@ pub fn write_stats(tr: &Tracker, all: bool) {
     }
 }
 
-/// The function names of an object's creation chain (only when a selector looks at them): each
-/// as its symbol is written (mangled) and, when that differs, demangled as reports show it
-/// (`db::Pool::create()`), so that a glob copied from a report matches.
-fn creation_symbols(tr: &Tracker, obj: &ObjEntry) -> Vec<Box<str>> {
-    let chain = obj.create_chain.load(Ordering::Relaxed);
-    tr.chains.frames(chain).map_or_else(Vec::new, |frames| {
-        let maps = crate::procmaps::read();
-        let mut names = Vec::new();
-        for &f in frames.iter() {
-            if let Some(name) = crate::symbols::function_at(&maps, f.saturating_sub(1)) {
-                let readable = waitshim_elfsym::demangle(&name);
-                if readable != *name {
-                    names.push(readable.into_boxed_str());
-                }
-                names.push(name);
+/// In a forked child nothing of the parent's versions is in its log yet: write the one in force.
+/// The version in force keeps its number (cached rule masks refer to it); its rule counts start
+/// again from zero for the child's own log. A lock held at the fork by a thread that did not
+/// come along stays held in the child: only `try_lock` here.
+pub fn after_fork_child(log: &Log) {
+    if let Ok(v) = VERSIONS.try_lock() {
+        for c in v.iter().flat_map(|a| a.counters.iter()) {
+            for x in [&c.requests, &c.acted, &c.suppressed, &c.written] {
+                x.store(0, Ordering::Relaxed);
             }
         }
-        names
-    })
-}
-
-fn object_matches(tr: &Tracker, r: &Rule, obj: &ObjEntry, st: &ObjPolicy) -> bool {
-    let sel = &r.select;
-    let name = if sel.object_name.is_some() {
-        st.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    } else {
-        None
-    };
-    let symbols = if sel.creation_site.is_some() {
-        creation_symbols(tr, obj)
-    } else {
-        Vec::new()
-    };
-    sel.matches_object(
-        obj.kind,
-        obj.addr() as u64,
-        name.as_deref(),
-        symbols.iter().map(|s| &**s),
-    )
-}
-
-/// The thread's group: the symbol of its start routine, `main` for the main thread; as the
-/// symbol is written (mangled) and, when that differs, demangled as reports show it, so that a
-/// glob copied from a report (`db::Pool::worker*`) matches. Empty when unknown.
-fn thread_groups(t: &ThreadRec) -> Vec<Box<str>> {
-    let name = match t.policy.routine.load(Ordering::Relaxed) {
-        0 if t.tid() == std::process::id() => Some("main".into()),
-        0 => None,
-        routine => crate::symbols::function_at(&crate::procmaps::read(), routine),
-    };
-    let Some(name) = name else {
-        return Vec::new();
-    };
-    let readable = waitshim_elfsym::demangle(&name);
-    if readable != *name {
-        vec![name, readable.into_boxed_str()]
-    } else {
-        vec![name]
+    }
+    if let Some(a) = active() {
+        let source = SOURCE
+            .try_lock()
+            .ok()
+            .and_then(|s| s.as_ref().map(|(p, _)| p.clone()))
+            .filter(|_| a.user)
+            .unwrap_or_default();
+        write_version(log, a, &source);
     }
 }
 
-fn object_mask(tr: &Tracker, a: &Active, obj: &ObjEntry) -> u64 {
-    let st = obj_policy(obj);
+/// Whether a user's policy is in force (the built-in one collects every waiter's chain and is
+/// not asked per wait).
+pub fn selective() -> bool {
+    active().is_some_and(|a| a.user)
+}
+
+/// The policy's decision for a contended wait that begins (a user's policy in force; the
+/// built-in one collects the waiter's chain and nothing else).
+pub fn decide(ctx: &WaitContext, facts: &mut dyn Facts) -> Answer {
+    match active().filter(|a| a.user) {
+        Some(a) => decide_with(a, ctx, facts),
+        None => Answer {
+            decision: Decision::Pass { waiter_chain: true },
+            holder_chains: None,
+        },
+    }
+}
+
+fn decide_with(a: &'static Active, ctx: &WaitContext, facts: &mut dyn Facts) -> Answer {
+    let (m, holder_chains) = object_mask(a, ctx, facts);
+    let answer = |decision| Answer {
+        decision,
+        holder_chains,
+    };
+    let m = if m == 0 {
+        0
+    } else {
+        m & thread_mask(a, ctx.thread, facts)
+    };
+    if m == 0 {
+        return answer(Decision::Pass {
+            waiter_chain: false,
+        });
+    }
+    let i = m.trailing_zeros() as usize;
+    let r = &a.policy.rules[i];
+    let c = &a.counters[i];
+    c.requests.fetch_add(1, Ordering::Relaxed);
+    let st = ctx.object;
+    let w = &r.when;
+    let n = ctx.waiters;
+    // With all_waiters, any waiter may be listed when the rule acts for another: every wait on
+    // the objects the rule selects keeps its chain.
+    let none = answer(Decision::Pass {
+        waiter_chain: r.actions & action::ALL_WAITERS != 0,
+    });
+    let request = st.requests.fetch_add(1, Ordering::Relaxed) + 1;
+    match w.on_request(n, request, st.last_acted.load(Ordering::Relaxed)) {
+        Verdict::Suppressed => {
+            c.suppressed.fetch_add(1, Ordering::Relaxed);
+            return none;
+        }
+        Verdict::Skip => return none,
+        Verdict::Act => {}
+    }
+    if w.min_stack_depth.is_some() && !w.stack_qualifies(facts.stack_depth()) {
+        return none;
+    }
+    // Raised only by a wait that acts (a min_wait still to come counts as acting now).
+    let before = st.last_acted.fetch_max(n, Ordering::AcqRel);
+    if let Some(g) = w.granularity {
+        // Two waiters that passed the check together: only the first acts.
+        if before.saturating_add(g) > n {
+            return none;
+        }
+    }
+    answer(Decision::Act(Act {
+        version: a.version,
+        rule: i as u32,
+        collect: r.actions,
+        waiters: n,
+        min_wait_ns: w.min_wait_ns.unwrap_or(0),
+        acted: &c.acted,
+    }))
+}
+
+/// Which rules select the object (cached per policy version), and, when that was worked out
+/// again, whether one of them collects holder chains.
+fn object_mask(a: &Active, ctx: &WaitContext, facts: &mut dyn Facts) -> (u64, Option<bool>) {
+    let st = ctx.object;
     if st.version.load(Ordering::Acquire) == a.version {
-        return st.mask.load(Ordering::Relaxed);
+        return (st.mask.load(Ordering::Relaxed), None);
     }
     if st.version.load(Ordering::Acquire) != 0 {
         // A new policy version: its criteria count from zero.
         st.requests.store(0, Ordering::Relaxed);
         st.last_acted.store(0, Ordering::Relaxed);
     }
+    let mut name = None;
+    let mut symbols = None;
     let mut mask = 0u64;
     let mut holder_chains = false;
     for (i, r) in a.policy.rules.iter().enumerate().take(64) {
-        if object_matches(tr, r, obj, st) {
+        let sel = &r.select;
+        if sel.object_name.is_some() && name.is_none() {
+            name = Some(object_name(st));
+        }
+        if sel.creation_site.is_some() && symbols.is_none() {
+            symbols = Some(facts.creation_site());
+        }
+        let matches = sel.matches_object(
+            ctx.kind,
+            ctx.addr,
+            name.as_ref().and_then(|n| n.as_deref()),
+            symbols.iter().flatten().map(|s| &**s),
+        );
+        if matches {
             mask |= 1 << i;
             holder_chains |= r.actions & action::HOLDER_CHAIN != 0;
         }
     }
-    if holder_chains {
-        obj.set_flag(HOLDER_CHAINS);
-    } else if obj.flags() & HOLDER_CHAINS != 0 {
-        obj.clear_flag(HOLDER_CHAINS);
-    }
     st.mask.store(mask, Ordering::Relaxed);
     st.version.store(a.version, Ordering::Release);
-    mask
+    (mask, Some(holder_chains))
 }
 
-fn thread_name(t: &ThreadRec) -> Option<String> {
-    if let Some(n) = t
-        .policy
-        .name
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-    {
-        return Some(n);
-    }
-    // This runs on the waiting thread: its own kernel name.
-    crate::track::threads::own_kernel_name()
+fn object_name(st: &ObjectCell) -> Option<String> {
+    st.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-fn thread_mask(a: &Active, t: &ThreadRec) -> u64 {
-    let p = &t.policy;
+/// Which rules select the waiting thread (cached per policy version and thread name).
+fn thread_mask(a: &Active, p: &ThreadCell, facts: &mut dyn Facts) -> u64 {
     let names = p.names.load(Ordering::Acquire);
     if p.version.load(Ordering::Acquire) == a.version
         && p.seen_names.load(Ordering::Relaxed) == names
@@ -397,12 +377,12 @@ fn thread_mask(a: &Active, t: &ThreadRec) -> u64 {
     }
     let rules = &a.policy.rules;
     let name = if rules.iter().any(|r| r.select.thread_name.is_some()) {
-        thread_name(t)
+        facts.thread_name()
     } else {
         None
     };
     let groups = if rules.iter().any(|r| r.select.thread_group.is_some()) {
-        thread_groups(t)
+        facts.thread_group()
     } else {
         Vec::new()
     };
@@ -425,325 +405,166 @@ fn thread_mask(a: &Active, t: &ThreadRec) -> u64 {
     mask
 }
 
-/// What the policy decided for one wait.
-#[derive(Clone, Copy)]
-pub struct Act {
-    active: &'static Active,
-    rule: u32,
-    actions: u32,
-    /// Waiters on the object when the rule was asked (this one included).
-    waiters: u32,
-    chain: u32,
-    site: CallSite,
-    /// The criteria held (false while a `min_wait` is still to be reached).
-    acted: bool,
-    min_wait: u64,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waitshim_format::ObjectKind;
 
-impl Act {
-    /// When a `min_wait` still to be reached will be (monotonic ns), for a wait begun at `start`.
-    pub fn due(&self, start: u64) -> Option<u64> {
-        (!self.acted && self.min_wait > 0).then(|| start.saturating_add(self.min_wait))
+    /// A wait's facts as plain data, as the core would find them.
+    #[derive(Default)]
+    struct Plain {
+        creation_site: Vec<&'static str>,
+        thread_name: Option<&'static str>,
+        thread_group: Vec<&'static str>,
+        depth: u32,
     }
-}
 
-/// The policy's answer at the start of a contended wait: the waiter chain to record (0: none)
-/// and the rule that applies, if any.
-pub struct Pick {
-    pub chain: u32,
-    pub act: Option<Act>,
-}
+    impl Facts for Plain {
+        fn creation_site(&mut self) -> Vec<Box<str>> {
+            self.creation_site.iter().map(|&s| s.into()).collect()
+        }
+        fn thread_name(&mut self) -> Option<String> {
+            self.thread_name.map(String::from)
+        }
+        fn thread_group(&mut self) -> Vec<Box<str>> {
+            self.thread_group.iter().map(|&s| s.into()).collect()
+        }
+        fn stack_depth(&mut self) -> u32 {
+            self.depth
+        }
+    }
 
-/// A thread starts waiting on `obj`, which has `n` waiters now (this one included).
-pub fn on_wait(
-    tr: &Tracker,
-    t: &ThreadRec,
-    obj: &'static ObjEntry,
-    n: u32,
-    site: CallSite,
-) -> Pick {
-    let none = Pick {
-        chain: 0,
-        act: None,
-    };
-    let Some(a) = active().filter(|a| a.user) else {
-        return Pick {
-            chain: tr.chain_at(t, site),
-            act: None,
+    fn version(json: &str) -> &'static Active {
+        let policy = waitshim_policy::parse(json).expect("valid policy");
+        let counters = policy
+            .rules
+            .iter()
+            .map(|_| RuleCounters::default())
+            .collect();
+        Box::leak(Box::new(Active {
+            version: 1,
+            policy,
+            user: true,
+            counters,
+        }))
+    }
+
+    /// A wait on a fresh mutex by a fresh thread, with `waiters` waiting (this one included).
+    fn ask(a: &'static Active, waiters: u32, facts: &mut Plain) -> Answer {
+        let (object, thread) = (ObjectCell::default(), ThreadCell::default());
+        let ctx = WaitContext {
+            kind: ObjectKind::Mutex,
+            addr: 0x1000,
+            waiters,
+            object: &object,
+            thread: &thread,
         };
-    };
-    let m = object_mask(tr, a, obj);
-    if m == 0 {
-        return none;
+        decide_with(a, &ctx, facts)
     }
-    let m = m & thread_mask(a, t);
-    if m == 0 {
-        return none;
-    }
-    let i = m.trailing_zeros() as usize;
-    let r = &a.policy.rules[i];
-    let c = &a.counters[i];
-    c.requests.fetch_add(1, Ordering::Relaxed);
-    let st = obj_policy(obj);
-    let w = &r.when;
-    // With all_waiters, any waiter may be listed when the rule acts for another: every wait on
-    // the objects the rule selects keeps its chain.
-    let none = if r.actions & action::ALL_WAITERS != 0 {
-        Pick {
-            chain: tr.chain_at(t, site),
-            act: None,
-        }
-    } else {
-        none
-    };
-    let request = st.requests.fetch_add(1, Ordering::Relaxed) + 1;
-    match w.on_request(n, request, st.last_acted.load(Ordering::Relaxed)) {
-        Verdict::Suppressed => {
-            c.suppressed.fetch_add(1, Ordering::Relaxed);
-            return none;
-        }
-        Verdict::Skip => return none,
-        Verdict::Act => {}
-    }
-    let mut act = Act {
-        active: a,
-        rule: i as u32,
-        actions: r.actions,
-        waiters: n,
-        chain: none.chain,
-        site,
-        acted: false,
-        min_wait: w.min_wait_ns.unwrap_or(0),
-    };
-    if w.min_stack_depth.is_some() {
-        act.chain = tr.chain_at(t, site);
-        let depth = tr.chains.frames(act.chain).map_or(0, |f| f.len());
-        if !w.stack_qualifies(depth as u32) {
-            return none;
-        }
-    }
-    // Raised only by a wait that acts (a min_wait still to come counts as acting now).
-    let before = st.last_acted.fetch_max(n, Ordering::AcqRel);
-    if let Some(g) = w.granularity {
-        // Two waiters that passed the check together: only the first acts.
-        if before.saturating_add(g) > n {
-            return none;
-        }
-    }
-    if act.min_wait == 0 {
-        fire(tr, t, obj, &mut act, now_ns());
-    }
-    Pick {
-        chain: if act.actions & (action::WAITER_CHAIN | action::ALL_WAITERS) != 0 {
-            act.chain
-        } else {
-            0
-        },
-        act: Some(act),
-    }
-}
 
-/// The criteria held: count it and collect what the rule asks for while the thread waits.
-fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, act: &mut Act, now: u64) {
-    act.acted = true;
-    act.active.counters[act.rule as usize]
-        .acted
-        .fetch_add(1, Ordering::Relaxed);
-    if act.chain == 0 && act.actions & (action::WAITER_CHAIN | action::ALL_WAITERS) != 0 {
-        act.chain = tr.chain_at(t, act.site);
+    fn collects(answer: &Answer) -> Option<u32> {
+        match answer.decision {
+            Decision::Act(act) => Some(act.collect),
+            Decision::Pass { .. } => None,
+        }
     }
-    let (version, rule) = (act.active.version, act.rule);
-    if act.actions & action::ALL_WAITERS != 0 {
-        let waiters = waiting_threads(tr, t, obj, act);
-        tr.log.write(
-            &WaiterChains {
-                object_id: tr.id_of(obj),
-                ns: now,
-                version,
-                rule,
-                waiters,
-            }
-            .into(),
+
+    #[test]
+    fn a_rule_with_min_waiters_3_acts_on_the_third_waiter_not_the_second() {
+        let a = version(r#"{"rules":[{"when":{"min_waiters":3},"actions":["waiter_chain"]}]}"#);
+        let mut facts = Plain::default();
+        let second = ask(a, 2, &mut facts);
+        assert!(
+            matches!(
+                second.decision,
+                Decision::Pass {
+                    waiter_chain: false
+                }
+            ),
+            "2 waiters: nothing collected"
         );
+        assert_eq!(collects(&ask(a, 3, &mut facts)), Some(action::WAITER_CHAIN));
+        assert_eq!(a.counters[0].requests.load(Ordering::Relaxed), 2);
     }
-    if act.actions & (action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK) == 0 {
-        return;
-    }
-    let holder = obj.holder(false);
-    if holder == 0 || holder == t.tid() {
-        return;
-    }
-    let write = |live: u8, chain_id: u32| {
-        tr.log.write(
-            &HolderStack {
-                object_id: tr.id_of(obj),
-                ns: now,
-                holder_tid: holder,
-                waiter_tid: t.tid(),
-                version,
-                rule,
-                live,
-                chain_id,
-            }
-            .into(),
-        )
-    };
-    if act.actions & action::HOLDER_CHAIN != 0 {
-        let st = obj_policy(obj);
-        if st.holder_tid.load(Ordering::Acquire) == holder {
-            write(0, st.holder_chain.load(Ordering::Relaxed));
-        }
-    }
-    if act.actions & action::HOLDER_LIVE_STACK != 0 {
-        if let Some((chain, how)) = crate::livestack::ask(tr, holder) {
-            write(how, chain);
-        }
-    }
-}
 
-/// The threads waiting on `obj` now, this one first. A waiter counts itself before it
-/// publishes that it waits (`waiting_on`, after its chain): those that were counted are given a
-/// few milliseconds to show up.
-fn waiting_threads(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, act: &Act) -> Vec<WaiterRef> {
-    let me = t.tid();
-    let mut waiters = Vec::new();
-    for attempt in 0..20 {
-        let now = now_ns();
-        waiters.clear();
-        waiters.push(WaiterRef {
-            tid: me,
-            chain_id: act.chain,
-            wait_ns: 0,
-        });
-        for e in tr.threads.iter() {
-            let other = e.value().0;
-            if other.tid() != me && std::ptr::eq(other.waiting_on.load(Ordering::Acquire), obj) {
-                waiters.push(WaiterRef {
-                    tid: other.tid(),
-                    chain_id: other.wait_chain.load(Ordering::Relaxed),
-                    wait_ns: now.saturating_sub(other.wait_start.load(Ordering::Relaxed)),
-                });
-            }
-        }
-        if waiters.len() >= act.waiters as usize || attempt == 19 {
-            break;
-        }
-        let pause = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 250_000,
+    #[test]
+    fn a_creation_site_glob_copied_from_a_report_matches_the_demangled_cxx_constructor() {
+        let a = version(
+            r#"{"rules":[{"match":{"creation_site":"db::Pool::Pool*"},"actions":["record","holder_chain"]}]}"#,
+        );
+        // As the core hands it: the demangled name, then the symbol as written.
+        let mut pool = Plain {
+            creation_site: vec!["db::Pool::Pool()", "_ZN2db4PoolC2Ev", "main"],
+            ..Plain::default()
         };
-        // SAFETY: plain system call with a valid timespec.
-        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
-    }
-    waiters
-}
-
-/// A wait slice expired (the thread waits on): a `min_wait` may have been reached.
-pub fn on_wait_check(
-    tr: &Tracker,
-    t: &ThreadRec,
-    obj: &'static ObjEntry,
-    act: &mut Act,
-    start: u64,
-) {
-    let now = now_ns();
-    if !act.acted && now.saturating_sub(start) >= act.min_wait {
-        fire(tr, t, obj, act, now);
-    }
-}
-
-/// The wait ended after `waited` ns with the reason `reason` (a `counter::ENDED_*` key).
-/// Returns the waiter chain to count the wait under.
-pub fn on_wait_end(
-    tr: &Tracker,
-    t: &ThreadRec,
-    obj: &'static ObjEntry,
-    act: &mut Act,
-    start: u64,
-    waited: u64,
-    reason: u16,
-) -> Ended {
-    if !act.acted {
-        if !act.active.policy.rules[act.rule as usize]
-            .when
-            .wait_qualifies(waited)
-        {
-            return Ended::default();
-        }
-        // Reached its minimum as it ended: the holder has let go, only the waiter's side is left.
-        act.actions &= !(action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK);
-        fire(tr, t, obj, act, start + waited);
-    }
-    if act.actions & action::RECORD != 0 {
-        tr.log.write(
-            &WaitEvent {
-                object_id: tr.id_of(obj),
-                tid: t.tid(),
-                ns: start,
-                wait_ns: waited,
-                waiters: act.waiters,
-                reason,
-                version: act.active.version,
-                rule: act.rule,
-                chain_id: if act.actions & action::WAITER_CHAIN != 0 {
-                    act.chain
-                } else {
-                    0
-                },
-            }
-            .into(),
+        let answer = ask(a, 2, &mut pool);
+        assert_eq!(
+            collects(&answer),
+            Some(action::RECORD | action::HOLDER_CHAIN)
         );
+        assert_eq!(
+            answer.holder_chains,
+            Some(true),
+            "the core must note where the object is acquired"
+        );
+        let mut other = Plain {
+            creation_site: vec!["_ZN5cache4bumpEv", "cache::bump()", "main"],
+            ..Plain::default()
+        };
+        assert_eq!(collects(&ask(a, 2, &mut other)), None);
     }
-    Ended {
-        chain: if act.actions & action::WAITER_CHAIN != 0 {
-            act.chain
-        } else {
-            0
-        },
-        event: (act.actions & action::RECORD != 0).then_some((act.active.version, act.rule)),
+
+    #[test]
+    fn a_thread_group_glob_selects_the_waits_of_pool_workers_only() {
+        let a = version(
+            r#"{"rules":[{"match":{"thread_group":"db::Pool::worker*"},"actions":["record"]}]}"#,
+        );
+        let mut worker = Plain {
+            thread_group: vec!["_ZN2db4Pool6workerEPv", "db::Pool::worker(void*)"],
+            ..Plain::default()
+        };
+        assert_eq!(collects(&ask(a, 2, &mut worker)), Some(action::RECORD));
+        let mut main = Plain {
+            thread_group: vec!["main"],
+            ..Plain::default()
+        };
+        assert_eq!(collects(&ask(a, 2, &mut main)), None);
+        let mut unknown = Plain::default();
+        assert_eq!(collects(&ask(a, 2, &mut unknown)), None);
     }
-}
 
-/// What a rule did at the end of a wait it selected.
-#[derive(Clone, Copy, Default)]
-pub struct Ended {
-    /// The waiter's chain, if the rule collects it (else 0).
-    pub chain: u32,
-    /// (policy version, rule) of the [`WaitEvent`] it wrote, if it wrote one.
-    pub event: Option<(u32, u32)>,
-}
+    #[test]
+    fn which_rules_select_an_object_is_worked_out_once_per_policy_version() {
+        let a = version(r#"{"rules":[{"match":{"creation_site":"db_*"},"actions":["record"]}]}"#);
+        let (object, thread) = (ObjectCell::default(), ThreadCell::default());
+        let ctx = WaitContext {
+            kind: ObjectKind::Mutex,
+            addr: 0x1000,
+            waiters: 2,
+            object: &object,
+            thread: &thread,
+        };
+        let mut db = Plain {
+            creation_site: vec!["db_open"],
+            ..Plain::default()
+        };
+        assert!(decide_with(a, &ctx, &mut db).holder_chains == Some(false));
+        // Cached: the facts are not asked again.
+        let mut elsewhere = Plain {
+            creation_site: vec!["elsewhere"],
+            ..Plain::default()
+        };
+        let again = decide_with(a, &ctx, &mut elsewhere);
+        assert!(again.holder_chains.is_none());
+        assert_eq!(collects(&again), Some(action::RECORD));
+    }
 
-/// `t` acquired `obj`, which a rule with `holder_chain` selects: remember where.
-#[cold]
-pub fn holder_took(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry) {
-    let chain = tr.chain(t);
-    let st = obj_policy(obj);
-    st.holder_chain.store(chain, Ordering::Relaxed);
-    st.holder_tid.store(t.tid(), Ordering::Release);
-}
-
-/// In a forked child nothing of the parent's versions is in its log yet: write the one in force.
-/// The version in force keeps its number (cached rule masks refer to it); its rule counts start
-/// again from zero for the child's own log. A lock held at the fork by a thread that did not
-/// come along stays held in the child: only `try_lock` here.
-pub fn after_fork_child(tr: &Tracker) {
-    if let Ok(v) = VERSIONS.try_lock() {
-        for c in v.iter().flat_map(|a| a.counters.iter()) {
-            for x in [&c.requests, &c.acted, &c.suppressed, &c.written] {
-                x.store(0, Ordering::Relaxed);
-            }
+    #[test]
+    fn a_wait_shorter_than_min_wait_is_decided_later() {
+        let a = version(r#"{"rules":[{"when":{"min_wait":"2ms"},"actions":["record"]}]}"#);
+        match ask(a, 2, &mut Plain::default()).decision {
+            Decision::Act(act) => assert_eq!(act.min_wait_ns, 2_000_000),
+            Decision::Pass { .. } => panic!("the rule must act once the wait lasts 2 ms"),
         }
     }
-    if let Some(a) = active() {
-        let source = SOURCE
-            .try_lock()
-            .ok()
-            .and_then(|s| s.as_ref().map(|(p, _)| p.clone()))
-            .filter(|_| a.user)
-            .unwrap_or_default();
-        write_version(tr, a, &source);
-    }
 }
-
-/// The tracking entries' lazily made policy state.
-pub type Lazy<T> = OnceLock<Box<T>>;

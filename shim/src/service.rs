@@ -3,9 +3,10 @@
 //! The thread starts with the program's first `pthread_create` (before that the program is
 //! single-threaded, and glibc locks without atomic instructions while it is: a thread of ours
 //! would cost every lock of a single-threaded program). It never runs program code, blocks every
-//! signal but the request signal, and does the periodic work: flushing counters (so that a killed
-//! run keeps them even when no lock was ever contended), policy statistics and hot reload of the
-//! policy file, and data requests.
+//! signal but the request signal, and serves data requests and runs a few periodic tasks, each
+//! with its own interval ([`periodic_tasks`]): flushing counters (so that a killed run keeps them
+//! even when no lock was ever contended) and policy statistics, hot reload of the policy file,
+//! and the sampler.
 //!
 //! A data request (the signal `WAITSHIM_SIGNAL`, default `SIGRTMAX-3`) only counts the request
 //! and wakes this thread with a futex in the handler (no file descriptor: a program that closes
@@ -18,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use waitshim_format::contract::SHIM_THREAD_NAME;
 
-use waitshim_format::{note_level, snapshot_source, Note, Snapshot};
+use waitshim_format::{snapshot_source, Snapshot};
 
 use crate::clock::now_ns;
 use crate::track::threads::{gettid, Inside};
@@ -63,8 +64,8 @@ pub fn init(tr: &Tracker, spec: Option<&str>) {
         Ok(waitshim_policy::signal::SignalSpec::None) => return,
         Ok(waitshim_policy::signal::SignalSpec::Number(n)) => n,
         Err(e) => {
-            say(
-                tr,
+            crate::diag::say(
+                &tr.log,
                 &format!("WAITSHIM_SIGNAL: {e}; data requests by signal are off"),
             );
             return;
@@ -73,24 +74,11 @@ pub fn init(tr: &Tracker, spec: Option<&str>) {
     let name = waitshim_policy::signal::name(sig, rtmin, rtmax);
     match crate::signals::install(sig, on_request) {
         Ok(()) => REQUEST_SIGNAL.store(sig, Ordering::Relaxed),
-        Err(why) => say(
-            tr,
+        Err(why) => crate::diag::say(
+            &tr.log,
             &format!("data request signal {name}: {why}; data requests by signal are off"),
         ),
     }
-}
-
-/// One line on stderr and the same as a warning in the log.
-pub fn say(tr: &Tracker, msg: &str) {
-    crate::diag::line(msg);
-    tr.log.write(
-        &Note {
-            ns: now_ns(),
-            level: note_level::WARNING,
-            text: msg.into(),
-        }
-        .into(),
-    );
 }
 
 fn wake() {
@@ -196,20 +184,12 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         }
     }
-    let mut last_flush = now_ns();
-    let mut last_reload = last_flush;
+    let (mut tasks, flush) = periodic_tasks();
     let mut seen = WAKE.load(Ordering::Acquire);
-    let mut sampler = tracker().and_then(|tr| {
-        crate::sampler::Sampler::new(tr.config.sample_ns, SERVICE_TID.load(Ordering::Relaxed))
-    });
-    let mut next_sample = last_flush;
-    let mut hang_seen = Vec::new();
     loop {
-        let sleep = match &sampler {
-            Some(_) => next_sample.saturating_sub(now_ns()).clamp(1, SLEEP_NS),
-            None => SLEEP_NS,
-        };
-        sleep_from(seen, sleep);
+        let now = now_ns();
+        let next = tasks.iter().map(|t| t.due).min().unwrap_or(now + SLEEP_NS);
+        sleep_from(seen, next.saturating_sub(now).clamp(1, SLEEP_NS));
         seen = WAKE.load(Ordering::Acquire);
         BUSY.store(true, Ordering::SeqCst);
         if STOP.load(Ordering::SeqCst) {
@@ -218,44 +198,90 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         }
         if let Some(tr) = tracker() {
             let now = now_ns();
-            let asked = FLUSHES_ASKED.load(Ordering::Acquire);
-            if asked != FLUSHES_DONE.load(Ordering::Relaxed) {
-                tr.flush_all();
-                crate::policy::write_stats(tr, true);
-                FLUSHES_DONE.store(asked, Ordering::Release);
-                last_flush = now;
+            if serve_requests(tr) {
+                // Everything was just written: the periodic flush can wait its full interval.
+                tasks[flush].due = now + FLUSH_EVERY_NS;
             }
-            let pending = REQUESTS.load(Ordering::Acquire);
-            if pending != SERVED.load(Ordering::Relaxed) {
-                SERVED.store(pending, Ordering::Relaxed);
-                snapshot(
-                    tr,
-                    snapshot_source::SIGNAL,
-                    REQUESTER.load(Ordering::Relaxed),
-                );
-                last_flush = now;
-            }
-            if now.saturating_sub(last_reload) >= RELOAD_CHECK_NS {
-                last_reload = now;
-                crate::policy::reload_if_changed(tr);
-            }
-            if let Some(s) = sampler.as_mut() {
-                if now >= next_sample {
-                    s.sample(tr);
-                    // The next look one interval after this one was due, not after it ended:
-                    // the interval holds on average, unless the sampler falls behind.
-                    next_sample = (next_sample + s.interval_ns()).max(now);
-                }
-            }
-            if now.saturating_sub(last_flush) >= FLUSH_EVERY_NS {
-                last_flush = now;
-                tr.flush_periodic();
-                crate::policy::write_stats(tr, false);
-                look_for_hang(tr, &mut hang_seen, now);
+            for task in tasks.iter_mut().filter(|t| now >= t.due) {
+                task.due = (task.run)(tr, task.due, now);
             }
         }
         BUSY.store(false, Ordering::SeqCst);
     }
+}
+
+/// A periodic task of this thread: `run(tracker, due, now)` does the work that was due at
+/// `due` and returns when it is due next.
+struct Task {
+    due: u64,
+    run: Box<TaskFn>,
+}
+
+type TaskFn = dyn FnMut(&Tracker, u64, u64) -> u64;
+
+/// What this thread does periodically, in this order when several are due at once: check the
+/// policy file for changes, sample the threads' states (when the sampler is on), and flush the
+/// counters (then look for a hang). Returns the tasks and the index of the flush.
+fn periodic_tasks() -> (Vec<Task>, usize) {
+    let start = now_ns();
+    let mut tasks = Vec::with_capacity(3);
+    tasks.push(Task {
+        due: start + RELOAD_CHECK_NS,
+        run: Box::new(|tr, _, now| {
+            crate::policy::reload_if_changed(&tr.log);
+            now + RELOAD_CHECK_NS
+        }),
+    });
+    let sampler = tracker().and_then(|tr| {
+        crate::sampler::Sampler::new(tr.config.sample_ns, SERVICE_TID.load(Ordering::Relaxed))
+    });
+    if let Some(mut s) = sampler {
+        tasks.push(Task {
+            due: start,
+            run: Box::new(move |tr, due, now| {
+                s.sample(tr);
+                // The next look one interval after this one was due, not after it ended: the
+                // interval holds on average, unless the sampler falls behind.
+                (due + s.interval_ns()).max(now)
+            }),
+        });
+    }
+    let mut hang_seen = Vec::new();
+    tasks.push(Task {
+        due: start + FLUSH_EVERY_NS,
+        run: Box::new(move |tr, _, now| {
+            tr.flush_periodic();
+            crate::policy::write_stats(&tr.log, false);
+            look_for_hang(tr, &mut hang_seen, now);
+            now + FLUSH_EVERY_NS
+        }),
+    });
+    let flush = tasks.len() - 1;
+    (tasks, flush)
+}
+
+/// Serves what was asked of this thread since it last looked: complete flushes (for a thread
+/// that must not allocate) and data requests. Whether it wrote everything.
+fn serve_requests(tr: &Tracker) -> bool {
+    let mut wrote = false;
+    let asked = FLUSHES_ASKED.load(Ordering::Acquire);
+    if asked != FLUSHES_DONE.load(Ordering::Relaxed) {
+        tr.flush_all();
+        crate::policy::write_stats(&tr.log, true);
+        FLUSHES_DONE.store(asked, Ordering::Release);
+        wrote = true;
+    }
+    let pending = REQUESTS.load(Ordering::Acquire);
+    if pending != SERVED.load(Ordering::Relaxed) {
+        SERVED.store(pending, Ordering::Relaxed);
+        snapshot(
+            tr,
+            snapshot_source::SIGNAL,
+            REQUESTER.load(Ordering::Relaxed),
+        );
+        wrote = true;
+    }
+    wrote
 }
 
 /// Serves a data request on the calling thread: every counter and pending record reaches the
@@ -292,7 +318,7 @@ fn look_for_hang(tr: &Tracker, last: &mut Vec<(u32, u64)>, now: u64) {
 pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
     let _in = Inside::enter();
     tr.flush_all();
-    crate::policy::write_stats(tr, true);
+    crate::policy::write_stats(&tr.log, true);
     let seq = SNAPSHOTS.fetch_add(1, Ordering::AcqRel) + 1;
     tr.log.write(
         &Snapshot {

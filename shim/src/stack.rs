@@ -27,8 +27,16 @@ const SPARE: usize = 256 << 10;
 pub fn roomy<R>(f: impl FnOnce() -> R) -> R {
     match stacker::remaining_stack() {
         Some(left) if left < RED_ZONE => switched(f),
-        _ => f(),
+        _ => direct(f),
     }
+}
+
+/// `f` on the thread's own stack, in a frame of its own: were `f` inlined into `roomy`'s
+/// caller, that caller's frame, on the thread's stack before the switch, would be sized for
+/// `f`'s locals too (a new thread's record is built on the stack: 4 KiB).
+#[inline(never)]
+fn direct<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 #[cold]

@@ -185,7 +185,7 @@ fn took_contended_here(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
     if flags & HOLDER_CHAINS != 0 {
         if let Some(tr) = tracker() {
             let _in = Inside::enter();
-            crate::policy::holder_took(tr, t, obj);
+            super::collect::holder_took(tr, t, obj);
         }
     }
     // Taken while an episode is open: this hold makes its waiters wait, and its release must be
@@ -371,7 +371,7 @@ pub struct Wait {
     /// A wait-for cycle seen at the last check, to be confirmed by the next one.
     suspect: Option<Vec<deadlock::Hop>>,
     /// The policy rule that applies to this wait, if any.
-    act: Option<crate::policy::Act>,
+    act: Option<super::collect::Rule>,
 }
 
 /// How long a wait sleeps between wait-for checks; shorter when a cycle is suspected.
@@ -480,7 +480,7 @@ fn wait_begin_at_here(
     tr.blocked.fetch_add(1, Ordering::Relaxed);
     // The waiter's chain, if the policy collects it for this wait (the built-in one always
     // does); contention records name the chains that were collected.
-    let pick = crate::policy::on_wait(tr, t, obj, n, site);
+    let pick = super::collect::on_wait(tr, t, obj, n, site);
     let chain = pick.chain;
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
@@ -503,7 +503,7 @@ fn wait_begin_at_here(
         chain,
         side,
         suspect,
-        act: pick.act,
+        act: pick.rule,
     }
 }
 
@@ -584,9 +584,10 @@ fn waited_untracked_here(
     }
     // The built-in policy names every waiter's chain (a cache hit after the first); a user's
     // policy decides on blocked waits only.
-    let chain = match crate::policy::active() {
-        Some(a) if a.user => 0,
-        _ => tr.chain_at(t, site),
+    let chain = if super::collect::selective() {
+        0
+    } else {
+        tr.chain_at(t, site)
     };
     t.waits.note(
         obj,
@@ -709,7 +710,7 @@ fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     }
     w.suspect = now;
     if let Some(act) = &mut w.act {
-        crate::policy::on_wait_check(tr, t, w.obj, act, w.start);
+        super::collect::on_wait_check(tr, t, w.obj, act, w.start);
     }
     // A process with no thread of the shim (single-threaded until now: one that waits on a
     // mutex it shares with another process) is flushed by its waiting thread, so that its log
@@ -803,7 +804,7 @@ fn wait_end_reacquired_here(
     let waited = now.saturating_sub(w.start);
     let mut event = None;
     if let Some(act) = &mut w.act {
-        let done = crate::policy::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
+        let done = super::collect::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
         if done.chain != 0 {
             w.chain = done.chain;
         }

@@ -210,7 +210,7 @@ pub struct Busy {
     /// Waits that ended in error, by errno: (errno, count), allocated at the first.
     pub errnos: OnceLock<Box<[(AtomicU32, AtomicU64); ERRNOS]>>,
     /// Policy state, made at the first contended wait a user's policy looks at.
-    pub policy: crate::policy::Lazy<crate::policy::ObjPolicy>,
+    pub policy: OnceLock<Box<crate::wants::ObjectCell>>,
 }
 
 impl Default for Busy {

@@ -180,9 +180,9 @@ pub struct ThreadRec {
     /// recording an edge captures a chain, which uses `local`.
     pub held_locks: UnsafeCell<lockorder::Held>,
     /// Which policy rules select this thread, and what they look at (name, start routine).
-    pub policy: crate::policy::ThreadPolicy,
+    pub policy: crate::wants::ThreadCell,
     /// Mailbox for live stack requests (`holder_live_stack`).
-    pub stack: crate::livestack::StackBox,
+    pub stack: crate::wants::StackBox,
     /// Finished contended waits not yet added to their objects.
     pub waits: super::waits::Cells,
     /// The rwlocks this thread holds for reading, one entry per read acquisition (null: free):

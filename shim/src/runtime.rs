@@ -1,0 +1,57 @@
+//! The layer above the tracking core that owns the rest of the shim: it registers with the core
+//! what the core needs from the policy, the live-stack code and the shim's own thread
+//! ([`crate::track::hooks`]), so that the core never names them.
+
+use crate::track::threads::own_record;
+use crate::track::{hooks::Hooks, Tracker};
+use crate::wants::StackBox;
+
+pub static HOOKS: Hooks = Hooks {
+    selective: crate::policy::selective,
+    decide: crate::policy::decide,
+    live_stack: crate::livestack::ask,
+    started,
+    forked_child,
+    ending,
+    flushed,
+};
+
+/// Registers the layers above the core and starts tracking (the library constructor).
+pub fn start() {
+    crate::track::hooks::register(&HOOKS);
+    crate::track::init();
+}
+
+fn started(tr: &Tracker) {
+    crate::livestack::set_mailbox_of_caller(own_mailbox);
+    crate::policy::init(&tr.log, tr.config.policy.as_deref());
+    crate::service::init(tr, tr.config.signal.as_deref());
+}
+
+/// The calling thread's live-stack mailbox (null for a thread the shim does not track): called
+/// in a signal handler, so one thread-local load.
+fn own_mailbox() -> *const StackBox {
+    let p = own_record();
+    if p.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: thread records are leaked and never freed.
+    unsafe { &(*p).stack }
+}
+
+fn forked_child(tr: &Tracker) {
+    crate::service::after_fork_child();
+    crate::sampler::after_fork_child();
+    crate::policy::after_fork_child(&tr.log);
+}
+
+fn ending(_tr: &Tracker, in_handler: bool) {
+    if in_handler {
+        crate::service::flush_by_service(300_000_000);
+    }
+    crate::service::stop();
+}
+
+fn flushed(tr: &Tracker, all: bool) {
+    crate::policy::write_stats(&tr.log, all);
+}
