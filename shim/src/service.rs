@@ -46,6 +46,11 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 /// Complete flushes asked of the thread (by a thread that must not allocate), and done.
 static FLUSHES_ASKED: AtomicU64 = AtomicU64::new(0);
 static FLUSHES_DONE: AtomicU64 = AtomicU64::new(0);
+/// The sampler's last look, asked by the thread ending the process (its tid), and done.
+static LAST_LOOK_BY: AtomicU32 = AtomicU32::new(0);
+static LAST_LOOK_DONE: AtomicBool = AtomicBool::new(false);
+/// How long the ending process waits for the sampler's last look at most.
+const LAST_LOOK_WAIT_NS: u64 = 100_000_000;
 
 /// Counters reach the log at least this often while the program runs.
 const FLUSH_EVERY_NS: u64 = 1_000_000_000;
@@ -220,6 +225,13 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             return std::ptr::null_mut();
         }
         if let Some(tr) = tracker() {
+            let by = LAST_LOOK_BY.swap(0, Ordering::AcqRel);
+            if by != 0 {
+                if let Some(s) = sampler.as_mut() {
+                    s.last_look(tr, by);
+                }
+                LAST_LOOK_DONE.store(true, Ordering::Release);
+            }
             let now = now_ns();
             let asked = FLUSHES_ASKED.load(Ordering::Acquire);
             if asked != FLUSHES_DONE.load(Ordering::Relaxed) {
@@ -306,6 +318,7 @@ pub fn flush_by_service(timeout_ns: u64) -> bool {
 /// The process ends: the thread must not touch the log from now on. Waits (briefly) for work in
 /// progress.
 pub fn stop() {
+    last_look();
     STOP.store(true, Ordering::SeqCst);
     if SERVICE_TID.load(Ordering::Acquire) == gettid() {
         return;
@@ -317,6 +330,35 @@ pub fn stop() {
     }
 }
 
+/// Asks this thread for the sampler's last look and waits for it, at most
+/// [`LAST_LOOK_WAIT_NS`] (nothing when the sampler is off or this is the shim's thread).
+/// Async-signal-safe.
+fn last_look() {
+    let on = tracker().is_some_and(|tr| tr.config.sample_ns != 0);
+    let me = gettid();
+    if !on
+        || STATE.load(Ordering::Acquire) != RUNNING
+        || STOP.load(Ordering::Acquire)
+        || SERVICE_TID.load(Ordering::Acquire) == me
+    {
+        return;
+    }
+    LAST_LOOK_DONE.store(false, Ordering::Release);
+    LAST_LOOK_BY.store(me, Ordering::Release);
+    wake();
+    let start = now_ns();
+    while !LAST_LOOK_DONE.load(Ordering::Acquire)
+        && now_ns().saturating_sub(start) < LAST_LOOK_WAIT_NS
+    {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 500_000,
+        };
+        // SAFETY: nanosleep with a valid relative time; async-signal-safe.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    }
+}
+
 /// In a forked child: the parent's thread did not come along.
 pub fn after_fork_child() {
     REQUESTS.store(0, Ordering::Relaxed);
@@ -325,5 +367,6 @@ pub fn after_fork_child() {
     SERVICE_TID.store(0, Ordering::Relaxed);
     BUSY.store(false, Ordering::Relaxed);
     STOP.store(false, Ordering::Relaxed);
+    LAST_LOOK_BY.store(0, Ordering::Relaxed);
     STATE.store(NOT_STARTED, Ordering::Release);
 }

@@ -458,6 +458,7 @@ fn thread_exited_here() {
                 highwater::on_release(tr, tid, obj, now, 0);
             }
         }
+        crate::sampler::thread_ending(tr, tid);
         tr.log.write(&ThreadExit { tid, ns: now }.into());
         tr.threads.remove(&tid);
         if tr
