@@ -344,8 +344,8 @@ impl States {
         t.on_cpu_ns = t.on_cpu_ns.max(x.on_cpu_ns);
         t.run_delay_ns = t.run_delay_ns.max(x.run_delay_ns);
         t.timeslices = t.timeslices.max(x.timeslices);
-        if slices > 0 {
-            t.longest_slice_ns = t.longest_slice_ns.max(cpu / slices);
+        if let Some(mean) = cpu.checked_div(slices) {
+            t.longest_slice_ns = t.longest_slice_ns.max(mean);
         }
         t.voluntary = t.voluntary.max(x.voluntary);
         t.involuntary = t.involuntary.max(x.involuntary);

@@ -605,8 +605,8 @@ impl Sampler {
             // The longest timeslice, estimated: the mean slice of the interval (the kernel
             // gives no single slices). The switches from `status`, at most every
             // STATUS_EVERY_NS per thread (and at the last look), when it ran.
-            if d_slices > 0 {
-                f.longest_slice_ns = f.longest_slice_ns.max(d_cpu / d_slices);
+            if let Some(mean) = d_cpu.checked_div(d_slices) {
+                f.longest_slice_ns = f.longest_slice_ns.max(mean);
             }
             if d_cpu != 0 && (last || now.saturating_sub(f.status_ns) >= STATUS_EVERY_NS) {
                 f.status_ns = now;
