@@ -238,3 +238,38 @@ fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
         );
     }
 }
+
+/// A Rust program's `std::sync::Mutex` sleeps in `syscall(SYS_futex)`, which the shim follows:
+/// the sampler sees the workers in tracked waits on the counter's futex word (not as an
+/// untracked futex), and the CPU time the program left unused while they slept is lost to
+/// that word. The holder sleeps ~1 ms per turn while holding it, so the waits are sleeps on a
+/// busy machine too.
+#[test]
+fn a_rust_mutex_wait_is_a_tracked_futex_wait_to_the_sampler_and_costs_lost_parallelism() {
+    let run = run_both("rust_mutex", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "rust_mutex: counter 240, 20 items summing to 210\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let counter = log.object_created_at(
+        "rust_mutex.rs",
+        waitshim_tests::line_of("rust_mutex.rs", "lock-site"),
+    );
+    assert_eq!(counter["kind"], "futex", "{counter}");
+    let states = &log.0["thread_states"];
+    let tracked: u64 = (0..4)
+        .map(|i| u(&state_of(states, &format!("worker-{i}"))["tracked_wait_ns"]))
+        .sum();
+    // 240 turns of ~1 ms held in turn while 3 others wait: well over 240 ms of waits.
+    assert!(tracked >= 150_000_000, "workers' tracked waits: {states}");
+    let lost = &states["lost_parallelism"];
+    let on_counter = lost["by"]
+        .as_array()
+        .expect("by")
+        .iter()
+        .find(|b| b["object_id"] == counter["object_id"])
+        .unwrap_or_else(|| panic!("nothing lost to the counter's futex: {lost}"));
+    assert!(u(&on_counter["ns"]) >= 50_000_000, "{lost}");
+}
