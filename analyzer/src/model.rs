@@ -892,6 +892,14 @@ impl Model {
                 self.seen(c.ns);
                 self.states.add_cpus(c);
             }
+            Record::ThreadTotals(t) => {
+                self.seen(t.ns);
+                self.states.thread_totals(t);
+            }
+            Record::ThreadSwitches(t) => {
+                self.seen(t.ns);
+                self.states.thread_switches(t);
+            }
             Record::OpenWaits(mut w) => {
                 self.seen(w.ns);
                 let cut = cut_list(&mut w.waits, MAX_OPEN_WAITS);

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use waitshim_format::{thread_state, CpuSample, ThreadSamples};
+use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadSwitches, ThreadTotals};
 
 /// Threads followed at most (more are counted in [`States::threads_cut`]).
 pub const MAX_THREADS: usize = 100_000;
@@ -44,6 +44,15 @@ pub struct ThreadStates {
     exited: Option<u64>,
     /// Whether any sample listed it.
     pub sampled: bool,
+    /// Context switches (voluntary: it blocked; involuntary: it was preempted) and the
+    /// longest timeslice seen, estimated (the largest mean slice of an interval between two
+    /// looks); `switches_known` when the log had them.
+    pub voluntary: u64,
+    pub involuntary: u64,
+    pub longest_slice_ns: u64,
+    pub switches_known: bool,
+    /// Its totals from its own end (`ThreadTotals`): samples after that add nothing past them.
+    totals: Option<(u64, u64, u64)>,
 }
 
 impl ThreadStates {
@@ -96,6 +105,8 @@ pub enum Waited {
     Object(u64),
     /// A system call, and what it waited on.
     Blocked(i32, String),
+    /// Ready to run, waiting for a CPU (the machine's other work had them).
+    Cpu,
     /// Beyond [`MAX_LOST_KEYS`] distinct ones.
     Other,
 }
@@ -107,8 +118,11 @@ pub const MAX_LOST_KEYS: usize = 1000;
 /// Per interval between two samples: the program's capacity (its CPUs × the interval) less the
 /// CPU time its threads used is what it left unused; of that, up to the time its threads spent
 /// waiting is lost to waiting, shared among what they waited for in proportion to their
-/// waiting time (threads in the state the earlier sample saw). Joins are left out: a thread
-/// joining another has nothing else to do.
+/// waiting time. A thread's waiting time in an interval is exact, from the kernel's figures:
+/// the interval less its time on a CPU is time ready for one (its run delay: lost to a CPU) and
+/// time asleep, lost to what the thread was seen waiting on at the start of the interval or, if
+/// it was running then, at its end (asleep with no wait seen at either end: not counted). Joins
+/// are left out: a thread joining another has nothing else to do.
 #[derive(Debug, Clone, Default)]
 pub struct Lost {
     /// CPUs × time covered by the samples.
@@ -146,6 +160,9 @@ pub struct States {
     pub iowait_ns: u64,
     pub cpu_sampled_ns: u64,
     last_cpu_ns: Option<u64>,
+    /// CPU time of threads that ended since the last sample, run after the sampler's last look
+    /// at them: used in the next interval.
+    pending_used_ns: u64,
 }
 
 impl States {
@@ -154,8 +171,20 @@ impl States {
     }
 
     /// Adds a sample of the threads of a program with `ncpus` CPUs.
-    pub fn add_threads(&mut self, s: ThreadSamples, ncpus: u32) {
+    pub fn add_threads(&mut self, mut s: ThreadSamples, ncpus: u32) {
         self.samples += 1;
+        // A thread that wrote its totals as it ended: a look just before its end adds nothing
+        // past them (its totals already counted it).
+        for e in &mut s.threads {
+            if let Some(t) = self.threads.get(&e.tid) {
+                if let Some((cpu, delay, slices)) = t.totals {
+                    e.on_cpu_ns = e.on_cpu_ns.min(cpu.saturating_sub(t.on_cpu_ns));
+                    e.run_delay_ns = e.run_delay_ns.min(delay.saturating_sub(t.run_delay_ns));
+                    let left = slices.saturating_sub(t.timeslices);
+                    e.timeslices = u64::from(e.timeslices).min(left) as u32;
+                }
+            }
+        }
         self.account_lost(&s, ncpus);
         self.interval_ns = s.interval_ns;
         self.unsampled = self.unsampled.max(s.unsampled);
@@ -197,48 +226,90 @@ impl States {
         if dt == 0 {
             return;
         }
-        let used = s
-            .threads
-            .iter()
-            .map(|e| e.on_cpu_ns)
-            .fold(0u64, u64::saturating_add);
+        let used = s.threads.iter().map(|e| e.on_cpu_ns).fold(
+            std::mem::take(&mut self.pending_used_ns),
+            u64::saturating_add,
+        );
         let capacity = dt.saturating_mul(u64::from(ncpus.max(1)));
+        let unused = capacity.saturating_sub(used);
         let l = &mut self.lost;
         l.capacity_ns = l.capacity_ns.saturating_add(capacity);
         l.used_ns = l.used_ns.saturating_add(used);
-        let unused = capacity.saturating_sub(used);
-        // Who waited through the interval, as the earlier sample saw them.
-        let mut waiting: Vec<Waited> = Vec::new();
-        for t in self.threads.values() {
-            match &t.current {
-                // A join waits for work to end, not for a CPU's worth of work to be handed over:
-                // the joiner has nothing to do.
-                Some((thread_state::TRACKED_WAIT, _, _, _, _, kind))
-                    if *kind == waitshim_format::ObjectKind::Thread as u8 + 1 => {}
-                Some((thread_state::TRACKED_WAIT, _, _, _, obj, _)) => {
-                    waiting.push(Waited::Object(*obj))
+        // What a state waits on (None: not a wait that counts).
+        let waited = |state: u8, sys: i32, what: &str, obj: u64, kind: u8| -> Option<Waited> {
+            match state {
+                // A join waits for work to end, not for a CPU's worth of work to be handed
+                // over: the joiner has nothing to do.
+                thread_state::TRACKED_WAIT
+                    if kind == waitshim_format::ObjectKind::Thread as u8 + 1 =>
+                {
+                    None
                 }
-                Some((thread_state::BLOCKED, sys, what, _, _, _)) => {
-                    waiting.push(Waited::Blocked(*sys, what.clone()))
-                }
+                thread_state::TRACKED_WAIT => Some(Waited::Object(obj)),
+                thread_state::BLOCKED => Some(Waited::Blocked(sys, what.to_string())),
+                _ => None,
+            }
+        };
+        let mut waiting: BTreeMap<Waited, u64> = BTreeMap::new();
+        let mut add = |w: Waited, ns: u64| {
+            if ns > 0 {
+                let n = waiting.entry(w).or_default();
+                *n = n.saturating_add(ns);
+            }
+        };
+        let listed: BTreeMap<u32, &waitshim_format::ThreadState> =
+            s.threads.iter().map(|e| (e.tid, e)).collect();
+        for (tid, t) in &self.threads {
+            let e = listed.get(tid);
+            let (cpu, delay) = e.map_or((0, 0), |e| (e.on_cpu_ns, e.run_delay_ns));
+            add(Waited::Cpu, delay);
+            // Its part of the interval: to its end, if it ended in it.
+            let until = t.exited.map_or(s.ns, |x| x.min(s.ns));
+            let span = until.saturating_sub(last);
+            let asleep = span.saturating_sub(cpu).saturating_sub(delay);
+            let before = t
+                .current
+                .as_ref()
+                .and_then(|(st, sys, what, _, obj, kind)| waited(*st, *sys, what, *obj, *kind));
+            let was_running = t
+                .current
+                .as_ref()
+                .is_some_and(|c| c.0 == thread_state::RUNNING);
+            let after = e.and_then(|e| {
+                let what = t
+                    .current
+                    .as_ref()
+                    .filter(|c| c.1 == e.syscall && e.what.is_empty())
+                    .map_or(e.what.as_str(), |c| c.2.as_str());
+                waited(e.state, e.syscall, what, e.object_id, e.waiting_kind)
+            });
+            match (before, after) {
+                (Some(w), _) => add(w, asleep),
+                (None, Some(w)) if was_running => add(w, asleep),
                 _ => {}
             }
         }
-        if waiting.is_empty() || unused == 0 {
+        // Threads first seen in this sample: their wait for a CPU.
+        for e in &s.threads {
+            if !self.threads.contains_key(&e.tid) {
+                add(Waited::Cpu, e.run_delay_ns);
+            }
+        }
+        let total = waiting.values().fold(0u64, |a, &v| a.saturating_add(v));
+        if total == 0 || unused == 0 {
             return;
         }
-        let waited = dt.saturating_mul(waiting.len() as u64);
-        let lost = unused.min(waited);
+        let lost = unused.min(total);
         l.lost_ns = l.lost_ns.saturating_add(lost);
-        let each = lost / waiting.len() as u64;
-        for w in waiting {
+        for (w, ns) in waiting {
+            let share = (u128::from(lost) * u128::from(ns) / u128::from(total)) as u64;
             let key = if l.by.contains_key(&w) || l.by.len() < MAX_LOST_KEYS {
                 w
             } else {
                 Waited::Other
             };
             let n = l.by.entry(key).or_default();
-            *n = n.saturating_add(each);
+            *n = n.saturating_add(share);
         }
     }
 
@@ -258,6 +329,45 @@ impl States {
                 .saturating_add(c.ns.saturating_sub(last));
         }
         self.last_cpu_ns = Some(c.ns);
+    }
+
+    /// A thread's totals at its end: what it did after the sampler's last look is added (to
+    /// it, and to the CPU time used in the next interval).
+    pub fn thread_totals(&mut self, x: ThreadTotals) {
+        if !self.threads.contains_key(&x.tid) && self.threads.len() >= MAX_THREADS {
+            self.threads_cut += 1;
+            return;
+        }
+        let t = self.threads.entry(x.tid).or_default();
+        let cpu = x.on_cpu_ns.saturating_sub(t.on_cpu_ns);
+        let slices = x.timeslices.saturating_sub(t.timeslices);
+        t.on_cpu_ns = t.on_cpu_ns.max(x.on_cpu_ns);
+        t.run_delay_ns = t.run_delay_ns.max(x.run_delay_ns);
+        t.timeslices = t.timeslices.max(x.timeslices);
+        if let Some(mean) = cpu.checked_div(slices) {
+            t.longest_slice_ns = t.longest_slice_ns.max(mean);
+        }
+        t.voluntary = t.voluntary.max(x.voluntary);
+        t.involuntary = t.involuntary.max(x.involuntary);
+        t.switches_known = true;
+        t.sampled = true;
+        t.totals = Some((x.on_cpu_ns, x.run_delay_ns, x.timeslices));
+        self.pending_used_ns = self.pending_used_ns.saturating_add(cpu);
+    }
+
+    /// Threads' context switches so far and longest timeslices (totals: the latest holds).
+    pub fn thread_switches(&mut self, x: ThreadSwitches) {
+        for c in x.threads {
+            if !self.threads.contains_key(&c.tid) && self.threads.len() >= MAX_THREADS {
+                self.threads_cut += 1;
+                continue;
+            }
+            let t = self.threads.entry(c.tid).or_default();
+            t.voluntary = t.voluntary.max(c.voluntary);
+            t.involuntary = t.involuntary.max(c.involuntary);
+            t.longest_slice_ns = t.longest_slice_ns.max(c.longest_slice_ns);
+            t.switches_known = true;
+        }
     }
 
     /// A thread ended at `ns`: its last state lasted until then.
@@ -445,54 +555,96 @@ mod tests {
         assert_eq!(t.other_ns(), 1000);
     }
 
+    fn run(tid: u32, on_cpu: u64, delay: u64) -> ThreadState {
+        let mut e = entry(tid, thread_state::RUNNING, -1, on_cpu, "");
+        e.run_delay_ns = delay;
+        e
+    }
+
     #[test]
     fn cpu_left_unused_while_threads_waited_is_lost_to_what_they_waited_for() {
         let mut s = States::default();
         let mut waiter = entry(2, thread_state::TRACKED_WAIT, 202, 0, "");
         waiter.object_id = 9;
-        // Two CPUs. 0..100: one thread runs all along, the other waits on object 9: one CPU
+        waiter.run_delay_ns = 0;
+        // Two CPUs. 0..100: one thread runs all along, the other sleeps on object 9: one CPU
         // unused, lost to object 9.
-        add(
-            &mut s,
-            sample(0, vec![entry(1, thread_state::RUNNING, -1, 0, ""), waiter]),
-        );
-        add(
-            &mut s,
-            sample(100, vec![entry(1, thread_state::RUNNING, -1, 100, "")]),
-        );
+        add(&mut s, sample(0, vec![run(1, 0, 0), waiter]));
+        add(&mut s, sample(100, vec![run(1, 100, 0)]));
         assert_eq!(
             (s.lost.capacity_ns, s.lost.used_ns, s.lost.lost_ns),
             (200, 100, 100)
         );
         assert_eq!(s.lost.ranked(), vec![(&Waited::Object(9), 100)]);
         // 100..200: both run (the waiter got it): nothing lost.
-        add(
-            &mut s,
-            sample(
-                200,
-                vec![
-                    entry(1, thread_state::RUNNING, -1, 100, ""),
-                    entry(2, thread_state::RUNNING, -1, 100, ""),
-                ],
-            ),
-        );
+        add(&mut s, sample(200, vec![run(1, 100, 0), run(2, 100, 0)]));
         assert_eq!(s.lost.lost_ns, 100, "a CPU-bound phase loses nothing");
-        // 200..210 both run; 210..310 thread 1 waits on 9 and thread 2 is blocked in read, both
-        // CPUs unused: the 200 ns are shared between the two waits.
-        add(&mut s, sample(200, vec![]));
-        let mut reader = entry(2, thread_state::BLOCKED, 0, 0, "pipe:[1]");
-        reader.object_id = 0;
-        let mut w1 = entry(1, thread_state::TRACKED_WAIT, 202, 0, "");
-        w1.object_id = 9;
-        add(&mut s, sample(210, vec![w1, reader]));
-        add(&mut s, sample(310, vec![]));
-        assert_eq!(s.lost.lost_ns, 100 + 200);
+        // 200..300: thread 1 runs 40 and is ready without a CPU for 60 (the machine's other
+        // work had it); thread 2 runs 40, then sleeps in read, seen there at the end: the 120
+        // unused are lost half to the CPU, half to the read.
+        let mut reader = entry(2, thread_state::BLOCKED, 0, 40, "pipe:[1]");
+        reader.run_delay_ns = 0;
+        add(&mut s, sample(300, vec![run(1, 40, 60), reader]));
+        assert_eq!(s.lost.lost_ns, 100 + 120);
+        // 300..400: thread 1, running when last seen, is not listed (it slept, on nothing
+        // seen: not counted); thread 2 stays in read: 100 more lost to it.
+        add(&mut s, sample(400, vec![]));
+        assert_eq!(s.lost.lost_ns, 100 + 120 + 100);
         assert_eq!(
             s.lost.ranked(),
             vec![
-                (&Waited::Object(9), 200),
-                (&Waited::Blocked(0, "pipe:[1]".into()), 100)
+                (&Waited::Blocked(0, "pipe:[1]".into()), 160),
+                (&Waited::Object(9), 100),
+                (&Waited::Cpu, 60),
             ]
+        );
+    }
+
+    #[test]
+    fn a_threads_totals_at_its_end_add_what_it_ran_after_the_last_look_once() {
+        let mut s = States::default();
+        add(&mut s, sample(0, vec![run(7, 0, 0)]));
+        add(&mut s, sample(100, vec![run(7, 50, 10)]));
+        s.thread_totals(ThreadTotals {
+            tid: 7,
+            ns: 130,
+            on_cpu_ns: 80,
+            run_delay_ns: 15,
+            timeslices: 3,
+            voluntary: 4,
+            involuntary: 2,
+        });
+        // A look just before its end, written after its totals: nothing past them.
+        add(&mut s, sample(140, vec![run(7, 25, 5)]));
+        s.thread_exit(7, 135);
+        s.finish(200);
+        let t = &s.threads[&7];
+        assert_eq!((t.on_cpu_ns, t.run_delay_ns, t.timeslices), (80, 15, 3));
+        assert_eq!((t.voluntary, t.involuntary, t.switches_known), (4, 2, true));
+        // Its last 30 ns on a CPU, in one slice after the look at 100.
+        assert_eq!(t.longest_slice_ns, 30);
+        // The tail counts as used in the interval after the look that missed it.
+        assert_eq!(s.lost.used_ns, 80);
+    }
+
+    #[test]
+    fn switch_counts_are_totals_and_the_latest_holds() {
+        let mut s = States::default();
+        for (v, i, l) in [(3, 1, 50), (10, 4, 20)] {
+            s.thread_switches(ThreadSwitches {
+                ns: 0,
+                threads: vec![waitshim_format::SwitchCount {
+                    tid: 5,
+                    voluntary: v,
+                    involuntary: i,
+                    longest_slice_ns: l,
+                }],
+            });
+        }
+        let t = &s.threads[&5];
+        assert_eq!(
+            (t.voluntary, t.involuntary, t.longest_slice_ns),
+            (10, 4, 50)
         );
     }
 

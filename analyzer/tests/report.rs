@@ -141,6 +141,53 @@ fn sort_by_elapsed_puts_the_longest_episode_first() {
 }
 
 #[test]
+fn sort_by_lost_puts_first_the_records_of_the_object_that_left_a_cpu_unused() {
+    let mut b = convoy_log();
+    let state = |tid: u32, state: u8, on_cpu_ns: u64, object_id: u64| ThreadState {
+        tid,
+        state,
+        waiting_kind: if object_id != 0 {
+            ObjectKind::Mutex as u8 + 1
+        } else {
+            0
+        },
+        on_cpu_ns,
+        syscall: if object_id != 0 { 202 } else { -1 },
+        object_id,
+        ..ThreadState::default()
+    };
+    // 700..800 ms, two CPUs: thread 104 runs all along, 103 sleeps on object 3 (the record of
+    // HWM 2): one CPU unused, lost to object 3; nothing to object 1 (HWM 7).
+    for (at, threads) in [
+        (
+            700,
+            vec![
+                state(104, thread_state::RUNNING, 0, 0),
+                state(103, thread_state::TRACKED_WAIT, 0, 3),
+            ],
+        ),
+        (800, vec![state(104, thread_state::RUNNING, 100 * MS, 0)]),
+    ] {
+        b.push(ThreadSamples {
+            ns: T0 + at * MS,
+            interval_ns: 100 * MS,
+            threads,
+            unsampled: 0,
+        });
+    }
+    b.end(3000 * MS, 7);
+    let r = text(&b, &sorted("lost"));
+    assert!(r.contains("sorted by lost"), "{r}");
+    assert!(
+        r.contains("lost parallelism: 100.0 ms of 200.0 ms CPU time"),
+        "{r}"
+    );
+    assert!(pos(&r, "[1] HWM 2") < pos(&r, "[2] HWM 7"), "{r}");
+    assert!(pos(&r, "[2] HWM 7") < pos(&r, "[3] HWM 3"), "{r}");
+    assert!("lost".parse::<SortKey>().is_ok());
+}
+
+#[test]
 fn sort_by_outer_frame_groups_records_by_caller() {
     let r = text(&convoy_log(), &sorted("outer:1"));
     assert!(

@@ -755,6 +755,48 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// A thread's scheduler totals since it started, written by the thread itself as it ends
+    /// (the sampler's last look at it may be up to an interval old, and once it is gone its
+    /// `/proc` files are too): time on a CPU, time ready for one, timeslices (its `schedstat`),
+    /// and its voluntary and involuntary context switches.
+    pub struct ThreadTotals {
+        pub tid: u32,
+        pub ns: u64,
+        pub on_cpu_ns: u64,
+        pub run_delay_ns: u64,
+        pub timeslices: u64,
+        pub voluntary: u64,
+        pub involuntary: u64,
+    }
+}
+
+wire_struct! {
+    /// One thread's context switches so far, and its longest timeslice seen, in
+    /// [`ThreadSwitches`].
+    pub struct SwitchCount {
+        pub tid: u32,
+        /// `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of its `/proc` status:
+        /// totals since it started.
+        pub voluntary: u64,
+        pub involuntary: u64,
+        /// The longest timeslice seen so far, estimated: the largest, over the sampler's
+        /// intervals, of the time on a CPU divided by the timeslices run in the interval (the
+        /// kernel does not give single slices; a slice longer than the others in its interval
+        /// shows as their mean).
+        pub longest_slice_ns: u64,
+    }
+}
+
+wire_struct! {
+    /// Written with a [`ThreadSamples`] when the threads listed in it ran: their context
+    /// switches (read only for threads whose `schedstat` moved).
+    pub struct ThreadSwitches {
+        pub ns: u64,
+        pub threads: Vec<SwitchCount>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -828,4 +870,6 @@ records! {
     OpenWaits = 31,
     ThreadSamples = 32,
     CpuSample = 33,
+    ThreadTotals = 36,
+    ThreadSwitches = 37,
 }

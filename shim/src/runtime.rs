@@ -13,6 +13,7 @@ pub static HOOKS: Hooks = Hooks {
     started,
     forked_child,
     ending,
+    thread_ending: crate::sampler::thread_ending,
     flushed,
 };
 

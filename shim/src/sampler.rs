@@ -17,20 +17,25 @@
 
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadState};
+use waitshim_format::{
+    thread_state, CpuSample, SwitchCount, ThreadSamples, ThreadState, ThreadSwitches, ThreadTotals,
+};
 
 use crate::clock::now_ns;
 use crate::track::Tracker;
 
-/// Threads followed at most (two descriptors each).
+/// Threads followed at most (three descriptors each).
 pub const MAX_FOLLOWED: usize = 256;
+/// A thread's `status` (its context switches) is read at most this often, and only when it ran:
+/// the file is several times dearer than `schedstat`.
+pub const STATUS_EVERY_NS: u64 = 100_000_000;
 /// Idle CPU time is sampled this often (the kernel counts it in 10 ms ticks).
 pub const CPU_EVERY_NS: u64 = 100_000_000;
 
 /// Every descriptor the sampler holds, so that a forked child can close them (the thread that
 /// owns the sampler does not come along). -1: free.
-static FDS: [AtomicI32; 2 * MAX_FOLLOWED + 2] =
-    [const { AtomicI32::new(-1) }; 2 * MAX_FOLLOWED + 2];
+static FDS: [AtomicI32; 3 * MAX_FOLLOWED + 2] =
+    [const { AtomicI32::new(-1) }; 3 * MAX_FOLLOWED + 2];
 
 fn keep(fd: i32) -> bool {
     for slot in FDS.iter() {
@@ -98,6 +103,64 @@ pub fn parse_schedstat(text: &[u8]) -> Option<(u64, u64, u64)> {
     let s = std::str::from_utf8(text).ok()?;
     let mut it = s.split_ascii_whitespace().map(|w| w.parse::<u64>().ok());
     Some((it.next()??, it.next()??, it.next()??))
+}
+
+/// `status`: the thread's voluntary and involuntary context switches.
+pub fn parse_switches(text: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let field = |name: &str| -> Option<u64> {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    Some((
+        field("voluntary_ctxt_switches:")?,
+        field("nonvoluntary_ctxt_switches:")?,
+    ))
+}
+
+/// The calling thread ends (from the shim's thread-exit path, before its exit record): its
+/// scheduler totals, which the sampler's last look, up to an interval old, does not have and
+/// cannot get once the thread is gone. One open, read and close of its own `schedstat` and one
+/// `getrusage`; nothing when the sampler is off.
+pub fn thread_ending(tr: &Tracker, tid: u32) {
+    if tr.config.sample_ns == 0 {
+        return;
+    }
+    let mut buf = [0u8; 128];
+    let c = c"/proc/thread-self/schedstat";
+    // SAFETY: a NUL-terminated path; our own descriptor, closed below.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return;
+    }
+    let sched = pread_all(fd, &mut buf).and_then(parse_schedstat);
+    // SAFETY: ours.
+    unsafe { libc::close(fd) };
+    let Some((on_cpu, delay, slices)) = sched else {
+        return;
+    };
+    // SAFETY: getrusage into a zeroed local of the right type.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let ok = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } == 0;
+    let (voluntary, involuntary) = if ok {
+        (ru.ru_nvcsw.max(0) as u64, ru.ru_nivcsw.max(0) as u64)
+    } else {
+        (0, 0)
+    };
+    tr.log.write(
+        &ThreadTotals {
+            tid,
+            ns: now_ns(),
+            on_cpu_ns: on_cpu,
+            run_delay_ns: delay,
+            timeslices: slices,
+            voluntary,
+            involuntary,
+        }
+        .into(),
+    );
 }
 
 /// `syscall`: None while the thread runs (or is ready to); (-1, 0) blocked outside a system
@@ -284,6 +347,12 @@ struct Followed {
     tid: u32,
     schedstat: i32,
     syscall: i32,
+    /// Its `status`, opened the first time it is read.
+    status: Option<i32>,
+    status_ns: u64,
+    /// Context switches at the last read of `status`, and the longest timeslice estimated.
+    switches: (u64, u64),
+    longest_slice_ns: u64,
     /// Cumulative schedstat at the last look.
     on_cpu: u64,
     delay: u64,
@@ -404,9 +473,23 @@ impl Sampler {
 
     /// One sample: the threads' states and, when due, the CPUs'.
     pub fn sample(&mut self, tr: &Tracker) {
+        self.look(tr, 0);
+    }
+
+    /// The last look, as the process ends (asked by the exiting thread `requester`, which
+    /// waits for it: its state stays the one seen before, not that wait): what the threads
+    /// ran since the previous look, which would be lost otherwise, with their context
+    /// switches, and the CPUs.
+    pub fn last_look(&mut self, tr: &Tracker, requester: u32) {
+        self.last_cpu_ns = 0;
+        self.look(tr, requester);
+    }
+
+    fn look(&mut self, tr: &Tracker, requester: u32) {
         if self.broken {
             return;
         }
+        let last = requester != 0;
         let now = now_ns();
         // The directory is listed again when a thread started or ended (the shim's count of
         // live threads moved) and every tenth look (threads the shim did not see created);
@@ -425,6 +508,7 @@ impl Sampler {
         }
         let tids = std::mem::take(&mut self.tids);
         let mut entries = Vec::new();
+        let mut switches = Vec::new();
         let mut unsampled = 0u32;
         let mut seen = vec![false; self.followed.len()];
         for &tid in &tids {
@@ -452,6 +536,10 @@ impl Sampler {
                         tid,
                         schedstat,
                         syscall,
+                        status: None,
+                        status_ns: 0,
+                        switches: (0, 0),
+                        longest_slice_ns: 0,
                         on_cpu: 0,
                         delay: 0,
                         slices: 0,
@@ -479,11 +567,21 @@ impl Sampler {
             if f.written && on_cpu == f.on_cpu && delay == f.delay {
                 continue;
             }
-            let Some(sys) = pread_all(f.syscall, &mut self.buf).map(parse_syscall) else {
-                seen[i] = false;
-                continue;
+            let sys = if tid == requester {
+                // Waiting for this look: its state is the one seen before (or running).
+                None
+            } else {
+                let Some(sys) = pread_all(f.syscall, &mut self.buf).map(parse_syscall) else {
+                    seen[i] = false;
+                    continue;
+                };
+                sys
             };
-            let (kind, object_id) = tr.tracked_wait_of(tid).unwrap_or((0, 0));
+            let (kind, object_id) = if tid == requester {
+                (0, 0)
+            } else {
+                tr.tracked_wait_of(tid).unwrap_or((0, 0))
+            };
             let (state, nr, arg0) = match sys {
                 None => (thread_state::RUNNING, -1, 0),
                 Some((nr, arg0)) if kind != 0 => (thread_state::TRACKED_WAIT, nr, arg0),
@@ -494,12 +592,43 @@ impl Sampler {
             } else {
                 (0, 0)
             };
-            let now_state = (state, kind, nr, arg0, object_id);
+            let now_state = if tid == requester && f.written {
+                f.last
+            } else {
+                (state, kind, nr, arg0, object_id)
+            };
             let (d_cpu, d_delay, d_slices) = (
                 on_cpu.saturating_sub(f.on_cpu),
                 delay.saturating_sub(f.delay),
                 slices.saturating_sub(f.slices),
             );
+            // The longest timeslice, estimated: the mean slice of the interval (the kernel
+            // gives no single slices). The switches from `status`, at most every
+            // STATUS_EVERY_NS per thread (and at the last look), when it ran.
+            if let Some(mean) = d_cpu.checked_div(d_slices) {
+                f.longest_slice_ns = f.longest_slice_ns.max(mean);
+            }
+            if d_cpu != 0 && (last || now.saturating_sub(f.status_ns) >= STATUS_EVERY_NS) {
+                f.status_ns = now;
+                if f.status.is_none() {
+                    f.status = open_high(&format!("/proc/self/task/{tid}/status"));
+                }
+                if let Some(sw) = f
+                    .status
+                    .and_then(|fd| pread_all(fd, &mut self.buf))
+                    .and_then(parse_switches)
+                {
+                    if sw != f.switches {
+                        f.switches = sw;
+                        switches.push(SwitchCount {
+                            tid,
+                            voluntary: sw.0,
+                            involuntary: sw.1,
+                            longest_slice_ns: f.longest_slice_ns,
+                        });
+                    }
+                }
+            }
             if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
                 let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
                 {
@@ -547,6 +676,9 @@ impl Sampler {
             seen.swap_remove(i);
             release(f.schedstat);
             release(f.syscall);
+            if let Some(fd) = f.status {
+                release(fd);
+            }
         }
         self.tids = tids;
         if !entries.is_empty() || unsampled != 0 {
@@ -556,6 +688,15 @@ impl Sampler {
                     interval_ns: self.interval_ns,
                     threads: entries,
                     unsampled,
+                }
+                .into(),
+            );
+        }
+        if !switches.is_empty() {
+            tr.log.write(
+                &ThreadSwitches {
+                    ns: now,
+                    threads: switches,
                 }
                 .into(),
             );
@@ -626,6 +767,16 @@ mod tests {
             Some((230, 0))
         );
         assert_eq!(parse_syscall(b"-1 0x7ffd 0x7f6d\n"), Some((-1, 0)));
+    }
+
+    #[test]
+    fn status_gives_the_voluntary_and_involuntary_context_switches() {
+        let text = b"Name:\tworker\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t150\n\
+nonvoluntary_ctxt_switches:\t545\n";
+        assert_eq!(parse_switches(text), Some((150, 545)));
+        assert_eq!(parse_switches(b"Name:\tx\n"), None);
+        let own = std::fs::read("/proc/thread-self/status").unwrap();
+        assert!(parse_switches(&own).is_some());
     }
 
     #[test]

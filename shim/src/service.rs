@@ -48,6 +48,11 @@ static BUSY: AtomicBool = AtomicBool::new(false);
 /// Complete flushes asked of the thread (by a thread that must not allocate), and done.
 static FLUSHES_ASKED: AtomicU64 = AtomicU64::new(0);
 static FLUSHES_DONE: AtomicU64 = AtomicU64::new(0);
+/// The sampler's last look, asked by the thread ending the process (its tid), and done.
+static LAST_LOOK_BY: AtomicU32 = AtomicU32::new(0);
+static LAST_LOOK_DONE: AtomicBool = AtomicBool::new(false);
+/// How long the ending process waits for the sampler's last look at most.
+const LAST_LOOK_WAIT_NS: u64 = 100_000_000;
 
 /// Counters reach the log at least this often while the program runs.
 const FLUSH_EVERY_NS: u64 = 1_000_000_000;
@@ -184,7 +189,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         }
     }
-    let (mut tasks, flush) = periodic_tasks();
+    let (mut tasks, flush, sampler) = periodic_tasks();
     let mut seen = WAKE.load(Ordering::Acquire);
     loop {
         let now = now_ns();
@@ -197,6 +202,13 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             return std::ptr::null_mut();
         }
         if let Some(tr) = tracker() {
+            let by = LAST_LOOK_BY.swap(0, Ordering::AcqRel);
+            if by != 0 {
+                if let Some(s) = &sampler {
+                    s.borrow_mut().last_look(tr, by);
+                }
+                LAST_LOOK_DONE.store(true, Ordering::Release);
+            }
             let now = now_ns();
             if serve_requests(tr) {
                 // Everything was just written: the periodic flush can wait its full interval.
@@ -221,8 +233,9 @@ type TaskFn = dyn FnMut(&Tracker, u64, u64) -> u64;
 
 /// What this thread does periodically, in this order when several are due at once: check the
 /// policy file for changes, sample the threads' states (when the sampler is on), and flush the
-/// counters (then look for a hang). Returns the tasks and the index of the flush.
-fn periodic_tasks() -> (Vec<Task>, usize) {
+/// counters (then look for a hang). Returns the tasks, the index of the flush and the sampler
+/// (shared with its task: the process's end asks it for a last look).
+fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     let start = now_ns();
     let mut tasks = Vec::with_capacity(3);
     tasks.push(Task {
@@ -235,10 +248,12 @@ fn periodic_tasks() -> (Vec<Task>, usize) {
     let sampler = tracker().and_then(|tr| {
         crate::sampler::Sampler::new(tr.config.sample_ns, SERVICE_TID.load(Ordering::Relaxed))
     });
-    if let Some(mut s) = sampler {
+    let sampler = sampler.map(|s| std::rc::Rc::new(std::cell::RefCell::new(s)));
+    if let Some(s) = sampler.clone() {
         tasks.push(Task {
             due: start,
             run: Box::new(move |tr, due, now| {
+                let mut s = s.borrow_mut();
                 s.sample(tr);
                 // The next look one interval after this one was due, not after it ended: the
                 // interval holds on average, unless the sampler falls behind.
@@ -257,8 +272,10 @@ fn periodic_tasks() -> (Vec<Task>, usize) {
         }),
     });
     let flush = tasks.len() - 1;
-    (tasks, flush)
+    (tasks, flush, sampler)
 }
+
+type SharedSampler = std::rc::Rc<std::cell::RefCell<crate::sampler::Sampler>>;
 
 /// Serves what was asked of this thread since it last looked: complete flushes (for a thread
 /// that must not allocate) and data requests. Whether it wrote everything.
@@ -359,6 +376,7 @@ pub fn flush_by_service(timeout_ns: u64) -> bool {
 /// The process ends: the thread must not touch the log from now on. Waits (briefly) for work in
 /// progress.
 pub fn stop() {
+    last_look();
     STOP.store(true, Ordering::SeqCst);
     if SERVICE_TID.load(Ordering::Acquire) == gettid() {
         return;
@@ -370,6 +388,35 @@ pub fn stop() {
     }
 }
 
+/// Asks this thread for the sampler's last look and waits for it, at most
+/// [`LAST_LOOK_WAIT_NS`] (nothing when the sampler is off or this is the shim's thread).
+/// Async-signal-safe.
+fn last_look() {
+    let on = tracker().is_some_and(|tr| tr.config.sample_ns != 0);
+    let me = gettid();
+    if !on
+        || STATE.load(Ordering::Acquire) != RUNNING
+        || STOP.load(Ordering::Acquire)
+        || SERVICE_TID.load(Ordering::Acquire) == me
+    {
+        return;
+    }
+    LAST_LOOK_DONE.store(false, Ordering::Release);
+    LAST_LOOK_BY.store(me, Ordering::Release);
+    wake();
+    let start = now_ns();
+    while !LAST_LOOK_DONE.load(Ordering::Acquire)
+        && now_ns().saturating_sub(start) < LAST_LOOK_WAIT_NS
+    {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 500_000,
+        };
+        // SAFETY: nanosleep with a valid relative time; async-signal-safe.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    }
+}
+
 /// In a forked child: the parent's thread did not come along.
 pub fn after_fork_child() {
     REQUESTS.store(0, Ordering::Relaxed);
@@ -378,5 +425,6 @@ pub fn after_fork_child() {
     SERVICE_TID.store(0, Ordering::Relaxed);
     BUSY.store(false, Ordering::Relaxed);
     STOP.store(false, Ordering::Relaxed);
+    LAST_LOOK_BY.store(0, Ordering::Relaxed);
     STATE.store(NOT_STARTED, Ordering::Release);
 }

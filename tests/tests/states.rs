@@ -45,6 +45,10 @@ fn running_runnable_tracked_and_blocked_threads_are_told_apart() {
         // on a loaded machine the new thread may wait for a CPU in between.
         assert!(running + runnable <= life + 100_000_000, "{s}");
         assert_eq!(u(&s["tracked_wait_ns"]), 0, "{s}");
+        // Three threads on one CPU take it from each other: preempted, not blocking.
+        assert!(u(&s["involuntary_switches"]) >= 1, "spinner-{i}: {s}");
+        let longest = u(&s["longest_slice_estimated_ns"]);
+        assert!(longest > 0 && longest <= running, "spinner-{i}: {s}");
     }
     let reader = state_of(states, "reader");
     let blocked = &reader["blocked_in"][0];
@@ -58,6 +62,8 @@ fn running_runnable_tracked_and_blocked_threads_are_told_apart() {
         "blocked in read most of its life: {reader}"
     );
     assert_eq!(u(&reader["tracked_wait_ns"]), 0, "{reader}");
+    // It went to sleep in read at least once: a voluntary switch.
+    assert!(u(&reader["voluntary_switches"]) >= 1, "{reader}");
     let locker = state_of(states, "locker");
     assert!(
         u(&locker["tracked_wait_ns"]) * 2 >= u(&locker["life_ns"]),
@@ -166,8 +172,13 @@ fn waits_outside_locks_are_named_by_their_call_and_resource() {
     assert!(section.contains("\"acceptor\": accept"), "{section}");
 }
 
-/// Lost parallelism: two threads taking one mutex in turn leave one CPU's worth unused, lost to
-/// the mutex; two threads spinning in parallel lose nothing (main's joins do not count).
+/// Lost parallelism: two threads taking one mutex in turn 200 times for 2 ms leave one CPU's
+/// worth unused for at least the 400 ms the holds take in turn. Every thread's time is exact
+/// from the kernel (running, ready for a CPU, asleep), the last part included (the threads'
+/// totals at their end, the sampler's last look at exit): that unused CPU is lost to the mutex
+/// (the waiter asleep on it) or, on a busy machine, to the waiter and the holder being ready
+/// without a CPU; to nothing else. Two threads spinning 200 ms of CPU time each in parallel lose
+/// nothing to waits, and their running time is the 200 ms exactly (main's joins do not count).
 #[test]
 fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
     let lock = run_both("lost_phases", &["lock"]);
@@ -179,27 +190,88 @@ fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
         "lost_phases.c",
         waitshim_tests::line_of("lost_phases.c", "lost-init"),
     );
-    assert_eq!(lost["by"][0]["object_id"], mutex["object_id"], "{lost}");
+    // 0 to 56 ms on a busy machine before the threads' ends and the CPU waits were counted;
+    // 466 to 560 ms after, but 199 ms on a quieter moment: a waiter woken every 2 ms is often
+    // seen running at both ends of an interval, and such sleep is not attributed. Not yet the
+    // ~400 ms the fixture forces: see the sleep attribution in analyzer/src/states.rs.
     assert!(
-        u(&lost["by"][0]["ns"]) >= 50_000_000,
-        "the mutex cost a CPU for much of 400 ms: {lost}"
+        u(&lost["lost_ns"]) >= 150_000_000,
+        "one CPU unused for 400 ms of holds in turn: {lost}"
     );
+    for by in lost["by"].as_array().expect("by") {
+        assert!(
+            by["runnable"] == true || by["object_id"] == mutex["object_id"],
+            "lost to the mutex or to a CPU only: {lost}"
+        );
+    }
     let line = a
         .text
         .lines()
         .find(|l| l.starts_with("lost parallelism: "))
         .unwrap_or_else(|| panic!("no lost parallelism line:\n{}", a.text));
     assert!(
-        line.contains(&format!("on mutex#{}", mutex["object_id"])),
+        line.contains(&format!("on mutex#{}", mutex["object_id"]))
+            || line.contains("on ready threads waiting for a CPU"),
         "{line}"
     );
 
     let cpu = run_both("lost_phases", &["cpu"]);
     assert_eq!(cpu.stdout_text(), "lost_phases: cpu done\n");
     let a = cpu.analyze();
-    let lost = &a.log(0).0["thread_states"]["lost_parallelism"];
-    assert!(
-        u(&lost["lost_ns"]) * 50 <= u(&lost["capacity_ns"]),
-        "a CPU-bound run loses (almost) nothing: {lost}"
+    let states = &a.log(0).0["thread_states"];
+    let lost = &states["lost_parallelism"];
+    for by in lost["by"].as_array().expect("by") {
+        assert_eq!(by["runnable"], true, "nothing lost to a wait: {lost}");
+    }
+    // Each spinner's CPU time, exact to its end (before: up to the sampler's last look, up
+    // to an interval short, and often more on a loaded machine).
+    let spun: Vec<u64> = states["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| u(&t["running_ns"]))
+        .filter(|&ns| ns >= 100_000_000)
+        .collect();
+    assert_eq!(spun.len(), 2, "{states}");
+    for ns in spun {
+        assert!(
+            (200_000_000..=230_000_000).contains(&ns),
+            "spun 200 ms of CPU time: {ns} ns"
+        );
+    }
+}
+
+/// A Rust program's `std::sync::Mutex` sleeps in `syscall(SYS_futex)`, which the shim follows:
+/// the sampler sees the workers in tracked waits on the counter's futex word (not as an
+/// untracked futex), and the CPU time the program left unused while they slept is lost to
+/// that word. The holder sleeps ~1 ms per turn while holding it, so the waits are sleeps on a
+/// busy machine too.
+#[test]
+fn a_rust_mutex_wait_is_a_tracked_futex_wait_to_the_sampler_and_costs_lost_parallelism() {
+    let run = run_both("rust_mutex", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "rust_mutex: counter 240, 20 items summing to 210\n"
     );
+    let a = run.analyze();
+    let log = a.log(0);
+    let counter = log.object_created_at(
+        "rust_mutex.rs",
+        waitshim_tests::line_of("rust_mutex.rs", "lock-site"),
+    );
+    assert_eq!(counter["kind"], "futex", "{counter}");
+    let states = &log.0["thread_states"];
+    let tracked: u64 = (0..4)
+        .map(|i| u(&state_of(states, &format!("worker-{i}"))["tracked_wait_ns"]))
+        .sum();
+    // 240 turns of ~1 ms held in turn while 3 others wait: well over 240 ms of waits.
+    assert!(tracked >= 150_000_000, "workers' tracked waits: {states}");
+    let lost = &states["lost_parallelism"];
+    let on_counter = lost["by"]
+        .as_array()
+        .expect("by")
+        .iter()
+        .find(|b| b["object_id"] == counter["object_id"])
+        .unwrap_or_else(|| panic!("nothing lost to the counter's futex: {lost}"));
+    assert!(u(&on_counter["ns"]) >= 50_000_000, "{lost}");
 }

@@ -737,6 +737,8 @@ struct LostJson {
 
 #[derive(Serialize)]
 struct LostToJson {
+    /// Lost while threads were ready to run, waiting for a CPU.
+    runnable: bool,
     object_id: Option<u64>,
     syscall: Option<i32>,
     what: Option<String>,
@@ -751,6 +753,9 @@ struct ThreadStatesJson {
     running_ns: u64,
     runnable_ns: u64,
     timeslices: u64,
+    voluntary_switches: Option<u64>,
+    involuntary_switches: Option<u64>,
+    longest_slice_estimated_ns: Option<u64>,
     tracked_wait_ns: u64,
     other_wait_ns: u64,
     blocked_in: Vec<BlockedInJson>,
@@ -788,6 +793,10 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                 running_ns: r.s.on_cpu_ns,
                 runnable_ns: r.s.run_delay_ns,
                 timeslices: r.s.timeslices,
+                voluntary_switches: r.s.switches_known.then_some(r.s.voluntary),
+                involuntary_switches: r.s.switches_known.then_some(r.s.involuntary),
+                longest_slice_estimated_ns: (r.s.longest_slice_ns > 0)
+                    .then_some(r.s.longest_slice_ns),
                 tracked_wait_ns: r.s.tracked_ns,
                 other_wait_ns: r.s.other_ns(),
                 blocked_in: r
@@ -816,9 +825,10 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                     let (object_id, syscall, what) = match k {
                         Waited::Object(id) => (Some(*id), None, None),
                         Waited::Blocked(sys, w) => (None, Some(*sys), Some(w.clone())),
-                        Waited::Other => (None, None, None),
+                        Waited::Cpu | Waited::Other => (None, None, None),
                     };
                     LostToJson {
+                        runnable: *k == Waited::Cpu,
                         object_id,
                         syscall,
                         what,

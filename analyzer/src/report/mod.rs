@@ -26,6 +26,9 @@ pub enum SortKey {
     Wait,
     /// Number of records on the record's object, then level and elapsed.
     Count,
+    /// Lost parallelism the record's object caused (CPU time left unused while threads waited
+    /// on it, from the sampler: THREAD STATES), then level and elapsed.
+    Lost,
     /// Commonality: records grouped by the outermost N frames of their waiter chains.
     Outer(usize),
     /// Commonality: records grouped by the innermost N frames of their waiter chains.
@@ -44,11 +47,12 @@ impl FromStr for SortKey {
             "elapsed" => Ok(SortKey::Elapsed),
             "wait" => Ok(SortKey::Wait),
             "count" => Ok(SortKey::Count),
+            "lost" => Ok(SortKey::Lost),
             _ => match s.split_once(':') {
                 Some(("outer", n)) => frames(n).map(SortKey::Outer),
                 Some(("inner", n)) => frames(n).map(SortKey::Inner),
                 _ => Err(format!(
-                    "unknown sort key '{s}' (use hwm, elapsed, wait, count, outer:N or inner:N)"
+                    "unknown sort key '{s}' (use hwm, elapsed, wait, count, lost, outer:N or inner:N)"
                 )),
             },
         }
@@ -62,6 +66,7 @@ impl std::fmt::Display for SortKey {
             SortKey::Elapsed => f.write_str("elapsed"),
             SortKey::Wait => f.write_str("wait"),
             SortKey::Count => f.write_str("count"),
+            SortKey::Lost => f.write_str("lost"),
             SortKey::Outer(n) => write!(f, "outer:{n}"),
             SortKey::Inner(n) => write!(f, "inner:{n}"),
         }
@@ -556,6 +561,13 @@ impl<'a> Ctx<'a> {
             }
             SortKey::Wait => v.sort_by(|a, b| wait(a).cmp(&wait(b)).then(by_hwm(a, b))),
             SortKey::Count => v.sort_by(|a, b| count(b).cmp(&count(a)).then(by_hwm(a, b))),
+            SortKey::Lost => {
+                let lost = |r: &ContentionRecord| {
+                    let key = crate::states::Waited::Object(r.object_id);
+                    model.states.lost.by.get(&key).copied().unwrap_or(0)
+                };
+                v.sort_by(|a, b| lost(b).cmp(&lost(a)).then(by_hwm(a, b)))
+            }
         }
         v
     }

@@ -299,6 +299,7 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
                     ns: 0,
                 })
             }
+            crate::states::Waited::Cpu => "ready threads waiting for a CPU".into(),
             crate::states::Waited::Other => "other waits".into(),
         };
         let _ = write!(
@@ -573,13 +574,15 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
         out,
         "\nTHREAD STATES ({} threads, sampled every {interval} by the shim's thread; running and \
          runnable are the kernel's exact figures, the waits are sampled: each to within {interval} \
-         at either end; those that spent most time not running first)",
+         at either end; switches: voluntary/involuntary context switches; longest slice: \
+         estimated, the largest mean timeslice of an interval; those that spent most time not \
+         running first)",
         rows.len()
     );
     let _ = writeln!(
         out,
-        "  {:>10} {:>16} {:>16} {:>16} {:>16}  thread: blocked most in",
-        "life", "running", "runnable", "tracked waits", "other waits"
+        "  {:>10} {:>16} {:>16} {:>16} {:>16} {:>15} {:>13}  thread: blocked most in",
+        "life", "running", "runnable", "tracked waits", "other waits", "switches", "longest slice"
     );
     let cell = |ns: u64, life: u64| -> String {
         if ns == 0 {
@@ -596,14 +599,26 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
         let most = r.s.blocked.first().map_or(String::new(), |b| {
             format!(": {} {}", crate::states::blocked_text(b), fmt_ns(b.ns))
         });
+        let switches = if r.s.switches_known {
+            format!("{}/{}", r.s.voluntary, r.s.involuntary)
+        } else {
+            "-".into()
+        };
+        let longest = if r.s.longest_slice_ns > 0 {
+            format!("~{}", fmt_ns(r.s.longest_slice_ns))
+        } else {
+            "-".into()
+        };
         let _ = writeln!(
             out,
-            "  {:>10} {:>16} {:>16} {:>16} {:>16}  {}{name}{most}",
+            "  {:>10} {:>16} {:>16} {:>16} {:>16} {:>15} {:>13}  {}{name}{most}",
             fmt_ns(r.life_ns),
             cell(r.s.on_cpu_ns, r.life_ns),
             cell(r.s.run_delay_ns, r.life_ns),
             cell(r.s.tracked_ns, r.life_ns),
             cell(r.s.other_ns(), r.life_ns),
+            switches,
+            longest,
             r.tid,
         );
     }

@@ -239,6 +239,8 @@ impl LiveState {
             | Record::OpenWaits(_)
             | Record::ThreadSamples(_)
             | Record::CpuSample(_)
+            | Record::ThreadTotals(_)
+            | Record::ThreadSwitches(_)
             | Record::WaiterChains(_)
             | Record::HolderStack(_)
             // Short-lived objects never waited: nothing for a table of the objects waited on.

@@ -27,6 +27,9 @@ pub struct Hooks {
     /// signal handler, where this thread may neither allocate nor lock, so the shim's thread is
     /// asked for a complete flush first.
     pub ending: fn(&Tracker, in_handler: bool),
+    /// A tracked thread ends (on that thread, before its exit record): what the layers above
+    /// can learn only from the thread itself (the sampler's last figures of it).
+    pub thread_ending: fn(&Tracker, tid: u32),
     /// Every counter was just written (exit, exec): what the layers above keep reaches the log
     /// too (`all`: also what did not change since it was last written).
     pub flushed: fn(&Tracker, all: bool),

@@ -169,6 +169,9 @@ fn thread_exited_here() {
                 highwater::on_release(tr, tid, obj, now, 0);
             }
         }
+        if let Some(h) = super::hooks::get() {
+            (h.thread_ending)(tr, tid);
+        }
         tr.log.write(&ThreadExit { tid, ns: now }.into());
         tr.threads.remove(&tid);
         if tr
