@@ -9,7 +9,7 @@ use std::process::Command;
 
 use common::*;
 use serde_json::Value;
-use waitshim_analyze::top::follow::Follower;
+use waitshim_analyze::source::live::Follower;
 use waitshim_analyze::top::state::LiveState;
 use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
@@ -100,7 +100,7 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     follower
         .poll(true, u64::MAX, |r| state.add(r))
         .expect("poll");
-    assert_eq!(follower.records, 3);
+    assert_eq!(follower.summary().records, 3);
 
     // The program goes on and writes, in place, records of its newer format; later one this
     // analyzer knows in full. Each look resumes where the previous one stopped.
@@ -114,7 +114,7 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     follower
         .poll(true, u64::MAX, |r| state.add(r))
         .expect("poll");
-    assert_eq!(follower.records, 5);
+    assert_eq!(follower.summary().records, 5);
     assert_eq!(follower.offset(), written + newer.len() as u64);
     let mut known = LogBuilder::new_empty();
     known.push(counters(2, 3));
@@ -122,8 +122,8 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     follower
         .poll(true, u64::MAX, |r| state.add(r))
         .expect("poll");
-    assert_eq!(follower.damage_count, 0, "no damage reported");
-    assert_eq!(follower.records, 6);
+    assert_eq!(follower.summary().damage_count, 0, "no damage reported");
+    assert_eq!(follower.summary().records, 6);
     assert_eq!(state.objects[&1].contended, 4);
     assert_eq!(state.objects[&2].contended, 3);
 

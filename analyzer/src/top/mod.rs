@@ -1,10 +1,9 @@
 //! `waitshim-analyze top`: a live view of a log while its program runs. Once a second it reads
-//! the frames written since the last look ([`follow`]), folds them into a small state
+//! the frames written since the last look (the live log source, [`Follower`]), folds them into a small state
 //! ([`state`]), and redraws a table of the objects threads waited on most in that interval, with
 //! the run's highwater mark and any deadlock ([`view`]). It finds a running program's log through
 //! `/proc` ([`procfs`]), and works the same on a log whose program has exited.
 
-pub mod follow;
 pub mod procfs;
 pub mod state;
 pub mod view;
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 use waitshim_format::end_reason;
 
 use crate::report::fmt_ns;
+use crate::source::live::Follower;
 use crate::symbolize::Symbolizer;
-use follow::Follower;
 use state::{LiveState, Totals};
 use view::{ObjectRow, Screen, Status};
 
@@ -437,23 +436,24 @@ impl Top {
         } else {
             format!("{} alive, {} started", s.threads_alive(), s.threads_started)
         };
-        let damage = (self.follower.damage_count > 0).then(|| {
+        let read = self.follower.summary();
+        let damage = (read.damage_count > 0).then(|| {
             format!(
                 "{} damaged {} skipped, {} bytes lost",
-                self.follower.damage_count,
-                if self.follower.damage_count == 1 {
+                read.damage_count,
+                if read.damage_count == 1 {
                     "stretch"
                 } else {
                     "stretches"
                 },
-                self.follower.damage_bytes
+                read.damage_bytes
             )
         });
         let mut notes = Vec::new();
         if let Some(e) = &self.io_error {
             notes.push(e.clone());
         }
-        if let Some(at) = self.follower.next_log {
+        if let Some(at) = read.next_log {
             notes.push(crate::report::next_log_text(at));
         }
         if !self.caught_up {
@@ -485,7 +485,7 @@ impl Top {
             run_time: self.run_time(),
             threads,
             hwm,
-            records: self.follower.records,
+            records: read.records,
             snapshots: s.snapshots,
             damage,
             notes,
