@@ -330,3 +330,70 @@ fn oversized_names_texts_and_lists_are_cut_and_the_limits_warning_counts_them() 
         "{t}"
     );
 }
+
+#[test]
+fn records_of_a_newer_shim_written_in_two_halves_are_read_whole_by_a_follower_and_the_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("appended.log");
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    b.bytes[10] = 9; // minor version 9: newer than this analyzer
+    b.mutex(1, 0x7000, 0).mutex(2, 0x8000, 0);
+    let written = b.bytes.len() as u64;
+    std::fs::write(&path, &b.bytes).expect("write");
+    let mut follower = Follower::open(&path).expect("a log");
+    let mut state = LiveState::new();
+    let mut poll = |follower: &mut Follower, state: &mut LiveState| {
+        follower
+            .poll(true, u64::MAX, |r| state.add(r))
+            .expect("poll");
+    };
+    poll(&mut follower, &mut state);
+    assert_eq!(follower.summary().records, 3);
+
+    // The file grows by appending, and a look comes while the first (extended) frame is only
+    // half written: nothing is read of it, and nothing counts as damage.
+    let newer = newer_frames();
+    let (first_half, rest) = newer.split_at(50);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
+    file.write_all(first_half).expect("write");
+    poll(&mut follower, &mut state);
+    assert_eq!(follower.summary().records, 3);
+    assert_eq!(
+        follower.offset(),
+        written,
+        "waits at the half-written frame"
+    );
+    assert_eq!(follower.summary().damage_count, 0);
+
+    // The rest arrives, then a record this analyzer knows in full and the end of the run.
+    file.write_all(rest).expect("write");
+    let mut known = LogBuilder::new_empty();
+    known.push(counters(2, 3));
+    known.end(900 * MS, 1);
+    file.write_all(&known.bytes).expect("write");
+    poll(&mut follower, &mut state);
+    let live = follower.summary();
+    assert_eq!((live.records, live.unknown_records), (7, 1));
+    assert_eq!(live.damage_count, 0, "no damage reported");
+    assert_eq!(state.objects[&1].contended, 4);
+    assert_eq!(state.objects[&2].contended, 3);
+    assert!(state.run_end.is_some());
+
+    // The report of the same file reads it the same way.
+    let a = waitshim_analyze::analyze(&path).expect("a log");
+    assert_eq!(
+        (
+            a.summary.records,
+            a.summary.unknown_records,
+            a.summary.damage_count
+        ),
+        (7, 1, 0)
+    );
+    assert_eq!(a.summary.end_offset, live.end_offset);
+    let j = json_report(&a, &no_symbols());
+    assert_eq!(j["objects"][0]["counters"]["contended"], 4);
+    assert_eq!(j["objects"][1]["counters"]["contended"], 3);
+}
