@@ -10,7 +10,7 @@ use std::process::Command;
 use common::*;
 use serde_json::Value;
 use waitshim_analyze::source::live::Follower;
-use waitshim_analyze::top::state::LiveState;
+use waitshim_analyze::top::state::{LiveState, Totals};
 use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
 
@@ -124,8 +124,8 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
         .expect("poll");
     assert_eq!(follower.summary().damage_count, 0, "no damage reported");
     assert_eq!(follower.summary().records, 6);
-    assert_eq!(state.objects[&1].contended, 4);
-    assert_eq!(state.objects[&2].contended, 3);
+    assert_eq!(Totals::of(state.object(1).expect("kept")).contended, 4);
+    assert_eq!(Totals::of(state.object(2).expect("kept")).contended, 3);
 
     // The run ends: `top --once` shows it, without damage.
     let mut end = LogBuilder::new_empty();
@@ -378,9 +378,9 @@ fn records_of_a_newer_shim_written_in_two_halves_are_read_whole_by_a_follower_an
     let live = follower.summary();
     assert_eq!((live.records, live.unknown_records), (7, 1));
     assert_eq!(live.damage_count, 0, "no damage reported");
-    assert_eq!(state.objects[&1].contended, 4);
-    assert_eq!(state.objects[&2].contended, 3);
-    assert!(state.run_end.is_some());
+    assert_eq!(Totals::of(state.object(1).expect("kept")).contended, 4);
+    assert_eq!(Totals::of(state.object(2).expect("kept")).contended, 3);
+    assert!(state.run_end().is_some());
 
     // The report of the same file reads it the same way.
     let a = waitshim_analyze::analyze(&path).expect("a log");
