@@ -342,7 +342,7 @@ fn records_of_a_newer_shim_written_in_two_halves_are_read_whole_by_a_follower_an
     std::fs::write(&path, &b.bytes).expect("write");
     let mut follower = Follower::open(&path).expect("a log");
     let mut state = LiveState::new();
-    let mut poll = |follower: &mut Follower, state: &mut LiveState| {
+    let poll = |follower: &mut Follower, state: &mut LiveState| {
         follower
             .poll(true, u64::MAX, |r| state.add(r))
             .expect("poll");
