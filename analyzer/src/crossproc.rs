@@ -43,7 +43,7 @@ impl Cycle {
 pub fn open_waits(path: &Path) -> Option<Vec<Wait>> {
     let mut pid = None;
     let mut last = Vec::new();
-    crate::read::read_log(path, |r| match r {
+    crate::source::read_log(path, |r| match r {
         Record::RunStart(s) if pid.is_none() => pid = Some(s.pid),
         Record::OpenWaits(o) => {
             last = o.waits;

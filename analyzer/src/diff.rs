@@ -122,7 +122,7 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
             a.summary.damage_count, a.summary.damage_bytes
         ));
     }
-    if a.summary.ending != crate::read::Ending::Clean {
+    if a.summary.ending != crate::source::Ending::Clean {
         missing.push(format!("the file ends {}", a.summary.ending.as_str()));
     }
     if m.run_end.is_none() {

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::path::Path;
 
 use crate::model::Model;
-use crate::read::ReadSummary;
+use crate::source::ReadSummary;
 
 /// Why a log has no end record, as far as can be found.
 #[derive(Debug, Clone, PartialEq, Eq)]

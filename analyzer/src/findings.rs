@@ -187,3 +187,87 @@ pub fn waiting_while_holding(m: &Model) -> Vec<WaitingWhileHolding> {
     }
     out
 }
+
+/// What the policy collected about one object.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    pub wait_total_ns: u64,
+    pub events: u64,
+    /// (version, rule) and the sums of its events.
+    pub groups: Vec<((u32, u32), crate::model::WaitEventGroup)>,
+    /// Distinct (holder, live, chain) with the waiters it blocked and when first seen.
+    pub holders: Vec<HolderGroup>,
+    pub holder_stacks: u64,
+    /// Indexes into the listed waiter-chain records.
+    pub waiter_sets: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HolderGroup {
+    pub holder_tid: u32,
+    /// `HolderStack::live`: 0 acquisition chain, 1 unwound by signal, 2 scanned.
+    pub live: u8,
+    pub chain_id: u32,
+    pub first_ns: u64,
+    pub rules: Vec<(u32, u32)>,
+    pub waiters: Vec<u32>,
+}
+
+/// What the policy rules collected, by object: the sums of the wait events per rule, the
+/// holder stacks grouped by (holder, how its stack was taken, chain) with the waiters each
+/// blocked, and the waiter-chain records. Most wait time first.
+pub fn collected_by_object(m: &Model) -> Vec<(u64, Collected)> {
+    let p = &m.policy;
+    let mut by_object: std::collections::BTreeMap<u64, Collected> = Default::default();
+    for (&(version, rule, object), g) in &p.wait_event_groups {
+        let c = by_object.entry(object).or_default();
+        c.wait_total_ns = c.wait_total_ns.saturating_add(g.wait_total_ns);
+        c.events = c.events.saturating_add(g.count);
+        c.groups.push(((version, rule), g.clone()));
+    }
+    for h in &p.holder_stacks {
+        let c = by_object.entry(h.object_id).or_default();
+        c.holder_stacks += 1;
+        let live = h.live;
+        let i = match c.holders.iter().position(|g| {
+            g.holder_tid == h.holder_tid && g.live == live && g.chain_id == h.chain_id
+        }) {
+            Some(i) => i,
+            None => {
+                c.holders.push(HolderGroup {
+                    holder_tid: h.holder_tid,
+                    live,
+                    chain_id: h.chain_id,
+                    first_ns: h.ns,
+                    rules: Vec::new(),
+                    waiters: Vec::new(),
+                });
+                c.holders.len() - 1
+            }
+        };
+        if let Some(g) = c.holders.get_mut(i) {
+            if !g.waiters.contains(&h.waiter_tid) {
+                g.waiters.push(h.waiter_tid);
+            }
+            if !g.rules.contains(&(h.version, h.rule)) {
+                g.rules.push((h.version, h.rule));
+            }
+        }
+    }
+    for (i, w) in p.waiter_chains.iter().enumerate() {
+        by_object
+            .entry(w.object_id)
+            .or_default()
+            .waiter_sets
+            .push(i);
+    }
+    let mut objects: Vec<(u64, Collected)> = by_object.into_iter().collect();
+    objects.sort_by(|(a_id, a), (b_id, b)| {
+        b.wait_total_ns
+            .cmp(&a.wait_total_ns)
+            .then(b.events.cmp(&a.events))
+            .then(b.holder_stacks.cmp(&a.holder_stacks))
+            .then(a_id.cmp(b_id))
+    });
+    objects
+}

@@ -15,9 +15,9 @@ pub mod launch;
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;
-pub mod read;
 pub mod report;
 pub mod request;
+pub mod source;
 pub mod states;
 pub mod symbolize;
 pub mod table;
@@ -34,22 +34,22 @@ pub const EXIT_BAD_INPUT: i32 = 2;
 
 /// One log read into a model.
 pub struct Analysis {
-    pub summary: read::ReadSummary,
+    pub summary: source::ReadSummary,
     pub model: model::Model,
 }
 
 /// Reads and models the log at `path`.
-pub fn analyze(path: &Path) -> Result<Analysis, read::ReadError> {
+pub fn analyze(path: &Path) -> Result<Analysis, source::ReadError> {
     let mut model = model::Model::new();
-    let summary = read::read_log(path, |r| model.add(r))?;
+    let summary = source::read_log(path, |r| model.add(r))?;
     model.finish();
     Ok(Analysis { summary, model })
 }
 
 /// Reads and models a log from any byte stream (`name` labels it in the report).
-pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, read::ReadError> {
+pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, source::ReadError> {
     let mut model = model::Model::new();
-    let summary = read::read_from(bytes, name, |r| model.add(r))?;
+    let summary = source::read_from(bytes, name, |r| model.add(r))?;
     model.finish();
     Ok(Analysis { summary, model })
 }

@@ -707,6 +707,11 @@ pub struct Model {
     pub overflow: Overflow,
     /// What the shim's sampler saw of the threads and CPUs.
     pub states: crate::states::States,
+    /// Threads the log saw start, and exit (each counted once, kept or not).
+    pub threads_started: u64,
+    pub threads_exited: u64,
+    /// Module records read: a symbolizer built from fewer modules is out of date.
+    pub modules_read: u64,
     wait_site_count: usize,
 }
 
@@ -803,6 +808,28 @@ impl Model {
 
     fn seen(&mut self, ns: u64) {
         self.last_ns = self.last_ns.max(ns);
+    }
+
+    /// Drops the objects `forget` picks, with their wait sites, and returns their ids: a live
+    /// view following a long run keeps only what it may still show.
+    pub fn forget_objects(&mut self, mut forget: impl FnMut(&Object) -> bool) -> Vec<u64> {
+        let mut dropped = Vec::new();
+        let mut sites = 0;
+        self.objects.retain(|o| {
+            let drop = forget(o);
+            if drop {
+                dropped.push(o.object_id);
+                sites += o.wait_sites().len();
+            }
+            !drop
+        });
+        self.wait_site_count = self.wait_site_count.saturating_sub(sites);
+        dropped
+    }
+
+    /// Drops the threads `forget` picks (they stay counted in [`Model::threads_started`]).
+    pub fn forget_threads(&mut self, mut forget: impl FnMut(&Thread) -> bool) {
+        self.threads.retain(|t| !forget(t));
     }
 
     fn thread(&mut self, tid: u32) -> Option<&mut Thread> {
@@ -913,6 +940,7 @@ impl Model {
                 self.exec = Some(e);
             }
             Record::Module(mut m) => {
+                self.modules_read += 1;
                 if self.modules.len() >= MAX_MODULES && !self.modules.contains_key(&m.module_id) {
                     self.overflow.modules += 1;
                 } else {
@@ -937,13 +965,16 @@ impl Model {
             }
             Record::ThreadStart(s) => {
                 self.seen(s.ns);
+                let mut first = false;
                 if let Some(t) = self.thread(s.tid) {
+                    first = t.start_ns.is_none();
                     t.parent_tid = s.parent_tid;
                     t.start_ns = Some(s.ns);
                     t.start_routine = s.start_routine;
                     t.chain_id = s.chain_id;
                     t.is_main = s.is_main != 0;
                 }
+                self.threads_started += u64::from(first);
             }
             Record::ThreadName(mut n) => {
                 self.seen(n.ns);
@@ -956,9 +987,12 @@ impl Model {
             Record::ThreadExit(e) => {
                 self.seen(e.ns);
                 self.states.thread_exit(e.tid, e.ns);
+                let mut first = false;
                 if let Some(t) = self.thread(e.tid) {
+                    first = t.exit_ns.is_none();
                     t.exit_ns = Some(e.ns);
                 }
+                self.threads_exited += u64::from(first);
             }
             Record::ObjectCreate(c) => {
                 self.seen(c.ns);

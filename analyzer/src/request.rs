@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use waitshim_format::{snapshot_source, Record, Snapshot};
 use waitshim_policy::signal::{self, SignalSpec};
 
-use crate::top::follow::Follower;
+use crate::source::live::Follower;
 use crate::top::procfs;
-use crate::{model::Model, read, Analysis, Options};
+use crate::{model::Model, source, Analysis, Options};
 
 /// Exit code of a request that failed (no such process, no shim, no answer in time).
 pub const EXIT_FAILED: i32 = 1;
@@ -210,7 +210,7 @@ pub fn run(opts: &RequestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
         .and_then(|mut f| {
             use std::io::Seek;
             f.rewind().map_err(|e| e.to_string())?;
-            read::read_from(std::io::BufReader::new(f), &answer.log, |r| model.add(r))
+            source::read_from(std::io::BufReader::new(f), &answer.log, |r| model.add(r))
                 .map_err(|e| e.why)
         }) {
         Ok(s) => s,

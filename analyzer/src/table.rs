@@ -95,6 +95,20 @@ impl<K: Ord + Hash + Copy, V> Table<K, V> {
         self.entries.shrink_to_fit();
     }
 
+    /// Keeps the entries for which `keep` holds, dropping the others.
+    pub fn retain(&mut self, mut keep: impl FnMut(&V) -> bool) {
+        self.entries.retain(|(_, v)| keep(v));
+        if let Some(index) = &mut self.index {
+            *index = self
+                .entries
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| (*k, i))
+                .collect();
+        }
+        self.last.set(0);
+    }
+
     /// The values in key order (while the entries are out of order, through a sorted list of
     /// their positions).
     pub fn values(&self) -> Values<'_, K, V> {
@@ -160,5 +174,21 @@ mod tests {
         *t.get_mut(&100).expect("added in order") += 1;
         assert_eq!(t.get(&100), Some(&1001));
         assert_eq!(t.len(), 7);
+    }
+
+    #[test]
+    fn entries_dropped_are_gone_and_the_rest_still_found() {
+        let mut t = Table::default();
+        for k in [5u64, 7, 9, 2, 8, 1] {
+            t.insert_new(k, k * 10);
+        }
+        t.retain(|&v| v != 70 && v != 20);
+        assert_eq!((t.get(&7), t.get(&2)), (None, None));
+        assert_eq!(t.get(&9), Some(&90));
+        assert_eq!(t.values().copied().collect::<Vec<_>>(), [10, 50, 80, 90]);
+        t.finish();
+        t.retain(|&v| v != 10);
+        assert_eq!(t.get(&5), Some(&50));
+        assert_eq!(t.len(), 3);
     }
 }

@@ -9,8 +9,8 @@ use std::process::Command;
 
 use common::*;
 use serde_json::Value;
-use waitshim_analyze::top::follow::Follower;
-use waitshim_analyze::top::state::LiveState;
+use waitshim_analyze::source::live::Follower;
+use waitshim_analyze::top::state::{LiveState, Totals};
 use waitshim_analyze::{analyze_bytes, json_report, text_report, Options};
 use waitshim_format::*;
 
@@ -100,7 +100,7 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     follower
         .poll(true, u64::MAX, |r| state.add(r))
         .expect("poll");
-    assert_eq!(follower.records, 3);
+    assert_eq!(follower.summary().records, 3);
 
     // The program goes on and writes, in place, records of its newer format; later one this
     // analyzer knows in full. Each look resumes where the previous one stopped.
@@ -114,7 +114,7 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     follower
         .poll(true, u64::MAX, |r| state.add(r))
         .expect("poll");
-    assert_eq!(follower.records, 5);
+    assert_eq!(follower.summary().records, 5);
     assert_eq!(follower.offset(), written + newer.len() as u64);
     let mut known = LogBuilder::new_empty();
     known.push(counters(2, 3));
@@ -122,10 +122,10 @@ fn top_following_a_growing_log_steps_over_records_of_a_newer_shim() {
     follower
         .poll(true, u64::MAX, |r| state.add(r))
         .expect("poll");
-    assert_eq!(follower.damage_count, 0, "no damage reported");
-    assert_eq!(follower.records, 6);
-    assert_eq!(state.objects[&1].contended, 4);
-    assert_eq!(state.objects[&2].contended, 3);
+    assert_eq!(follower.summary().damage_count, 0, "no damage reported");
+    assert_eq!(follower.summary().records, 6);
+    assert_eq!(Totals::of(state.object(1).expect("kept")).contended, 4);
+    assert_eq!(Totals::of(state.object(2).expect("kept")).contended, 3);
 
     // The run ends: `top --once` shows it, without damage.
     let mut end = LogBuilder::new_empty();
@@ -329,4 +329,71 @@ fn oversized_names_texts_and_lists_are_cut_and_the_limits_warning_counts_them() 
         t.contains("... 960 more threads of the cycle not shown (all are in the JSON report)"),
         "{t}"
     );
+}
+
+#[test]
+fn records_of_a_newer_shim_written_in_two_halves_are_read_whole_by_a_follower_and_the_report() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("appended.log");
+    let mut b = LogBuilder::started("/nonexistent/app", &["app"]);
+    b.bytes[10] = 9; // minor version 9: newer than this analyzer
+    b.mutex(1, 0x7000, 0).mutex(2, 0x8000, 0);
+    let written = b.bytes.len() as u64;
+    std::fs::write(&path, &b.bytes).expect("write");
+    let mut follower = Follower::open(&path).expect("a log");
+    let mut state = LiveState::new();
+    let poll = |follower: &mut Follower, state: &mut LiveState| {
+        follower
+            .poll(true, u64::MAX, |r| state.add(r))
+            .expect("poll");
+    };
+    poll(&mut follower, &mut state);
+    assert_eq!(follower.summary().records, 3);
+
+    // The file grows by appending, and a look comes while the first (extended) frame is only
+    // half written: nothing is read of it, and nothing counts as damage.
+    let newer = newer_frames();
+    let (first_half, rest) = newer.split_at(50);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .expect("open");
+    file.write_all(first_half).expect("write");
+    poll(&mut follower, &mut state);
+    assert_eq!(follower.summary().records, 3);
+    assert_eq!(
+        follower.offset(),
+        written,
+        "waits at the half-written frame"
+    );
+    assert_eq!(follower.summary().damage_count, 0);
+
+    // The rest arrives, then a record this analyzer knows in full and the end of the run.
+    file.write_all(rest).expect("write");
+    let mut known = LogBuilder::new_empty();
+    known.push(counters(2, 3));
+    known.end(900 * MS, 1);
+    file.write_all(&known.bytes).expect("write");
+    poll(&mut follower, &mut state);
+    let live = follower.summary();
+    assert_eq!((live.records, live.unknown_records), (7, 1));
+    assert_eq!(live.damage_count, 0, "no damage reported");
+    assert_eq!(Totals::of(state.object(1).expect("kept")).contended, 4);
+    assert_eq!(Totals::of(state.object(2).expect("kept")).contended, 3);
+    assert!(state.run_end().is_some());
+
+    // The report of the same file reads it the same way.
+    let a = waitshim_analyze::analyze(&path).expect("a log");
+    assert_eq!(
+        (
+            a.summary.records,
+            a.summary.unknown_records,
+            a.summary.damage_count
+        ),
+        (7, 1, 0)
+    );
+    assert_eq!(a.summary.end_offset, live.end_offset);
+    let j = json_report(&a, &no_symbols());
+    assert_eq!(j["objects"][0]["counters"]["contended"], 4);
+    assert_eq!(j["objects"][1]["counters"]["contended"], 3);
 }

@@ -203,7 +203,7 @@ pub fn for_each<E>(
     let mut result: Result<(), E> = Ok(());
     let mut last_cpu: Option<u64> = None;
     let mut interval = 0u64;
-    let _ = crate::read::read_log(path, |rec| {
+    let _ = crate::source::read_log(path, |rec| {
         if result.is_err() {
             return;
         }

@@ -12,7 +12,7 @@ use waitshim_format::note_level;
 use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
 use crate::model::{ContentionRecord, Model, Overflow, MAX_CHURN_SITES};
-use crate::read::{Ending, ReadSummary};
+use crate::source::{Ending, ReadSummary};
 use crate::symbolize::{Frame, Global, ModuleStatus, Symbolizer};
 
 /// Order of the lock contention records (`--sort`).

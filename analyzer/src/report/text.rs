@@ -1844,30 +1844,6 @@ fn policy_section(ctx: &mut Ctx<'_>, out: &mut String) {
     }
 }
 
-/// What the policy collected about one object.
-#[derive(Default)]
-struct Collected {
-    wait_total_ns: u64,
-    events: u64,
-    /// (version, rule) and the sums of its events.
-    groups: Vec<((u32, u32), crate::model::WaitEventGroup)>,
-    /// Distinct (holder, live, chain) with the waiters it blocked and when first seen.
-    holders: Vec<HolderGroup>,
-    holder_stacks: u64,
-    /// Indexes into the listed waiter-chain records.
-    waiter_sets: Vec<usize>,
-}
-
-struct HolderGroup {
-    holder_tid: u32,
-    /// `HolderStack::live`: 0 acquisition chain, 1 unwound by signal, 2 scanned.
-    live: u8,
-    chain_id: u32,
-    first_ns: u64,
-    rules: Vec<(u32, u32)>,
-    waiters: Vec<u32>,
-}
-
 /// `1 wait event`, `3 wait events`.
 fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
@@ -1886,57 +1862,7 @@ fn collected(ctx: &mut Ctx<'_>, out: &mut String) {
     if !p.has_collected() {
         return;
     }
-    let mut by_object: std::collections::BTreeMap<u64, Collected> = Default::default();
-    for (&(version, rule, object), g) in &p.wait_event_groups {
-        let c = by_object.entry(object).or_default();
-        c.wait_total_ns = c.wait_total_ns.saturating_add(g.wait_total_ns);
-        c.events = c.events.saturating_add(g.count);
-        c.groups.push(((version, rule), g.clone()));
-    }
-    for h in &p.holder_stacks {
-        let c = by_object.entry(h.object_id).or_default();
-        c.holder_stacks += 1;
-        let live = h.live;
-        let i = match c.holders.iter().position(|g| {
-            g.holder_tid == h.holder_tid && g.live == live && g.chain_id == h.chain_id
-        }) {
-            Some(i) => i,
-            None => {
-                c.holders.push(HolderGroup {
-                    holder_tid: h.holder_tid,
-                    live,
-                    chain_id: h.chain_id,
-                    first_ns: h.ns,
-                    rules: Vec::new(),
-                    waiters: Vec::new(),
-                });
-                c.holders.len() - 1
-            }
-        };
-        if let Some(g) = c.holders.get_mut(i) {
-            if !g.waiters.contains(&h.waiter_tid) {
-                g.waiters.push(h.waiter_tid);
-            }
-            if !g.rules.contains(&(h.version, h.rule)) {
-                g.rules.push((h.version, h.rule));
-            }
-        }
-    }
-    for (i, w) in p.waiter_chains.iter().enumerate() {
-        by_object
-            .entry(w.object_id)
-            .or_default()
-            .waiter_sets
-            .push(i);
-    }
-    let mut objects: Vec<(u64, Collected)> = by_object.into_iter().collect();
-    objects.sort_by(|(a_id, a), (b_id, b)| {
-        b.wait_total_ns
-            .cmp(&a.wait_total_ns)
-            .then(b.events.cmp(&a.events))
-            .then(b.holder_stacks.cmp(&a.holder_stacks))
-            .then(a_id.cmp(b_id))
-    });
+    let objects = crate::findings::collected_by_object(m);
 
     let mut head = format!(
         "\nSELECTED WAITS (collected by policy rules, by object: {}, {}, {}",
@@ -1973,7 +1899,12 @@ fn collected(ctx: &mut Ctx<'_>, out: &mut String) {
     }
 }
 
-fn collected_object(ctx: &mut Ctx<'_>, object_id: u64, c: &Collected, out: &mut String) {
+fn collected_object(
+    ctx: &mut Ctx<'_>,
+    object_id: u64,
+    c: &crate::findings::Collected,
+    out: &mut String,
+) {
     let m = ctx.model;
     let label = ctx.object_label(object_id);
     let _ = writeln!(out, "\n  {label}");

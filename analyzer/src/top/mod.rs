@@ -1,10 +1,9 @@
 //! `waitshim-analyze top`: a live view of a log while its program runs. Once a second it reads
-//! the frames written since the last look ([`follow`]), folds them into a small state
-//! ([`state`]), and redraws a table of the objects threads waited on most in that interval, with
+//! the frames written since the last look (the live log source, [`Follower`]), folds them into
+//! the report's model kept small for a long run ([`state`]), and redraws a table of the objects threads waited on most in that interval, with
 //! the run's highwater mark and any deadlock ([`view`]). It finds a running program's log through
 //! `/proc` ([`procfs`]), and works the same on a log whose program has exited.
 
-pub mod follow;
 pub mod procfs;
 pub mod state;
 pub mod view;
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 use waitshim_format::end_reason;
 
 use crate::report::fmt_ns;
+use crate::source::live::Follower;
 use crate::symbolize::Symbolizer;
-use follow::Follower;
 use state::{LiveState, Totals};
 use view::{ObjectRow, Screen, Status};
 
@@ -139,8 +138,7 @@ impl Top {
     }
 
     fn pid(&self) -> Option<i32> {
-        self.pid
-            .or_else(|| self.state.run.as_ref().map(|r| r.pid as i32))
+        self.pid.or_else(|| self.state.run().map(|r| r.pid as i32))
     }
 
     /// Reads what is new in the log and measures the interval since the last refresh.
@@ -149,7 +147,7 @@ impl Top {
             self.alive = self
                 .pid()
                 .map(|pid| procfs::maps_file(pid, self.follower.file(), self.follower.path()));
-            self.ended = self.state.run_end.is_some() || self.alive == Some(false);
+            self.ended = self.state.run_end().is_some() || self.alive == Some(false);
         }
         if !self.finished {
             let live = !self.ended;
@@ -169,13 +167,14 @@ impl Top {
                 }
             }
         }
-        if self.state.run_end.is_some() {
+        if self.state.run_end().is_some() {
             self.ended = true;
         }
 
         self.delta.clear();
-        for (&id, o) in &self.state.objects {
-            let now = o.totals();
+        for o in self.state.model.objects.values() {
+            let id = o.object_id;
+            let now = Totals::of(o);
             let before = self.prev.insert(id, now).unwrap_or_default();
             let d = Totals {
                 wait_ns: now.wait_ns.saturating_sub(before.wait_ns),
@@ -272,18 +271,22 @@ impl Top {
         if let Some(s) = self.sites.get(&id) {
             return s.clone();
         }
-        let chain = self.state.objects.get(&id).map_or(0, |o| o.chain_id);
+        let chain = self
+            .state
+            .object(id)
+            .and_then(|o| o.create.as_ref())
+            .map_or(0, |c| c.chain_id);
         if chain == 0 {
             return String::new();
         }
-        let version = self.state.modules_version;
+        let version = self.state.model.modules_read;
         if self.sym.as_ref().map(|(v, _)| *v) != Some(version) {
-            self.sym = Some((version, Symbolizer::new(&self.state.symbols, self.symbols)));
+            self.sym = Some((version, Symbolizer::new(&self.state.model, self.symbols)));
         }
         let Some((_, sym)) = self.sym.as_mut() else {
             return String::new();
         };
-        match sym.site(&self.state.symbols, chain) {
+        match sym.site(&self.state.model, chain) {
             Some(f) => {
                 let s = f.site();
                 // An address outside every module known so far may be in one logged later.
@@ -298,8 +301,8 @@ impl Top {
 
     /// `mutex#3 "queue"`.
     fn object_name(&self, id: u64) -> String {
-        match self.state.objects.get(&id) {
-            Some(o) => match &o.name {
+        match self.state.object(id) {
+            Some(o) => match o.name() {
                 Some(n) => format!("{}#{id} \"{n}\"", o.kind_name()),
                 None => format!("{}#{id}", o.kind_name()),
             },
@@ -311,8 +314,8 @@ impl Top {
     /// object the shim never saw initialised, as the report says.
     fn object_label(&mut self, id: u64) -> String {
         let name = self.object_name(id);
-        let words = match self.state.objects.get(&id) {
-            Some(o) if o.first_use => "first used in",
+        let words = match self.state.object(id) {
+            Some(o) if o.first_use() => "first used in",
             _ => "created at",
         };
         match self.site(id) {
@@ -322,18 +325,18 @@ impl Top {
     }
 
     fn thread_label(&self, tid: u32) -> String {
-        match self.state.threads.get(&tid).and_then(|t| t.name.as_ref()) {
+        match self.state.thread_name(tid) {
             Some(n) => format!("thread {tid} \"{n}\""),
             None => format!("thread {tid}"),
         }
     }
 
     fn rel(&self, ns: u64) -> u64 {
-        ns.saturating_sub(self.state.run.as_ref().map_or(0, |r| r.mono_ns))
+        ns.saturating_sub(self.state.run().map_or(0, |r| r.mono_ns))
     }
 
     fn status(&self) -> Status {
-        if let Some(e) = &self.state.run_end {
+        if let Some(e) = self.state.run_end() {
             return Status::Exited(if e.reason == end_reason::SIGNAL {
                 format!("killed by {}", crate::ending::signal_name(e.exit_status))
             } else if e.exit_status < 0 {
@@ -355,12 +358,12 @@ impl Top {
 
     /// How long the program has run (or ran), and whether that is only a lower bound.
     fn run_time(&self) -> Option<(u64, bool)> {
-        let run = self.state.run.as_ref()?;
-        if let Some(e) = &self.state.run_end {
+        let run = self.state.run()?;
+        if let Some(e) = self.state.run_end() {
             return Some((e.ns.saturating_sub(run.mono_ns), false));
         }
         if self.ended {
-            return Some((self.state.last_ns.saturating_sub(run.mono_ns), true));
+            return Some((self.state.model.last_ns.saturating_sub(run.mono_ns), true));
         }
         Some((monotonic_now_ns().saturating_sub(run.mono_ns), false))
     }
@@ -370,9 +373,13 @@ impl Top {
         let ended = self.ended;
         let mut ids: Vec<(u64, Totals, Option<Totals>)> = self
             .state
+            .model
             .objects
-            .iter()
-            .map(|(&id, o)| (id, o.totals(), self.delta.get(&id).copied()))
+            .values()
+            .map(|o| {
+                let id = o.object_id;
+                (id, Totals::of(o), self.delta.get(&id).copied())
+            })
             .filter(|(_, t, d)| {
                 t.wait_ns > 0 || t.contended > 0 || d.is_some_and(|d| d.contended > 0)
             })
@@ -411,8 +418,8 @@ impl Top {
             .collect();
 
         let deadlocks = self.deadlock_lines();
-        let hwm = self.state.hwm;
-        let hwm = match self.state.hwm_object {
+        let (hwm, hwm_object) = self.state.hwm();
+        let hwm = match hwm_object {
             Some(id) if hwm > 0 => {
                 let on = self.object_label(id);
                 let waiters = if hwm == 1 { "waiter" } else { "waiters" };
@@ -421,7 +428,8 @@ impl Top {
             _ => format!("{hwm} (no thread has waited)"),
         };
         let s = &self.state;
-        let run = s.run.as_ref();
+        let run = s.run();
+        let m = &s.model;
         let program = run.map_or_else(
             || "? (no run start record)".to_string(),
             |r| {
@@ -433,27 +441,28 @@ impl Top {
             },
         );
         let threads = if ended {
-            format!("{} seen", s.threads.len().max(s.threads_started as usize))
+            format!("{} seen", m.threads.len().max(m.threads_started as usize))
         } else {
-            format!("{} alive, {} started", s.threads_alive(), s.threads_started)
+            format!("{} alive, {} started", s.threads_alive(), m.threads_started)
         };
-        let damage = (self.follower.damage_count > 0).then(|| {
+        let read = self.follower.summary();
+        let damage = (read.damage_count > 0).then(|| {
             format!(
                 "{} damaged {} skipped, {} bytes lost",
-                self.follower.damage_count,
-                if self.follower.damage_count == 1 {
+                read.damage_count,
+                if read.damage_count == 1 {
                     "stretch"
                 } else {
                     "stretches"
                 },
-                self.follower.damage_bytes
+                read.damage_bytes
             )
         });
         let mut notes = Vec::new();
         if let Some(e) = &self.io_error {
             notes.push(e.clone());
         }
-        if let Some(at) = self.follower.next_log {
+        if let Some(at) = read.next_log {
             notes.push(crate::report::next_log_text(at));
         }
         if !self.caught_up {
@@ -462,14 +471,14 @@ impl Top {
                 self.follower.offset() >> 20
             ));
         }
-        if s.objects_not_kept > 0 {
+        if m.overflow.objects > 0 {
             notes.push(format!(
                 "{} objects beyond the {} kept are not shown",
-                s.objects_not_kept,
+                m.overflow.objects,
                 state::MAX_OBJECTS
             ));
         }
-        if let Some(e) = &s.run_end {
+        if let Some(e) = &m.run_end {
             if e.dropped > 0 {
                 notes.push(format!(
                     "the shim could not write {} records: counts are lower bounds",
@@ -485,12 +494,12 @@ impl Top {
             run_time: self.run_time(),
             threads,
             hwm,
-            records: self.follower.records,
-            snapshots: s.snapshots,
+            records: read.records,
+            snapshots: m.policy.snapshots_total,
             damage,
             notes,
             deadlocks,
-            deadlocks_total: s.deadlocks_total,
+            deadlocks_total: m.real_deadlocks().count() as u64,
             interval: if ended {
                 view::Interval::Ended
             } else if self.has_interval {
@@ -500,12 +509,12 @@ impl Top {
             },
             rows,
             objects_waited: waited,
-            objects_total: s.objects.len(),
+            objects_total: m.objects.len(),
         }
     }
 
     fn deadlock_lines(&mut self) -> Vec<String> {
-        let deadlocks = self.state.deadlocks.clone();
+        let deadlocks = self.state.deadlocks();
         let mut lines = Vec::new();
         for d in &deadlocks {
             lines.push(format!(

@@ -1,22 +1,19 @@
-//! What the live view keeps of a log: the run, the latest cumulative counters of each object,
-//! thread names, deadlocks, and what symbolizing creation sites needs (modules, chains). Unlike
-//! the report's model it keeps nothing per episode or per event, and drops objects that were
-//! destroyed and no longer wait once there are many, so that following a long run stays small.
+//! What the live view shows of a log, read from the report's model: the live view is one more
+//! sink of the same fold ([`Model::add`]), so a record means the same in `top` as in the report.
+//! What the view adds is what following a long run needs: the figures it shows per object (both
+//! sides of an rwlock together), and dropping objects that were destroyed and no longer wait,
+//! and exited threads, once there are many, so that the model of a long run stays small.
 
-use std::collections::HashMap;
+use waitshim_format::{counter, Deadlock, RunEnd, RunStart};
 
-use waitshim_format::{counter, Deadlock, ObjectKind, Record, RunEnd, RunStart};
+use crate::model::{Model, Object};
 
-use crate::model::Model;
-
-/// Objects kept at most; more are counted, not shown.
-pub const MAX_OBJECTS: usize = 1_000_000;
+/// Objects kept at most (the model's cap); more are counted, not shown.
+pub const MAX_OBJECTS: usize = crate::model::MAX_STORED;
 /// Past this many objects, destroyed objects that did not wait in the last interval are dropped.
 pub const OBJECTS_BEFORE_EVICTION: usize = 20_000;
-/// Past this many threads, the names of exited threads are dropped.
+/// Past this many threads, exited threads are dropped.
 pub const THREADS_BEFORE_EVICTION: usize = 20_000;
-/// Deadlocks kept (a program deadlocks a few times at most before someone kills it).
-pub const MAX_DEADLOCKS: usize = 100;
 
 /// Cumulative figures of one object, both sides of an rwlock together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -27,71 +24,28 @@ pub struct Totals {
     pub max_waiters: u64,
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct LiveObject {
-    pub kind: Option<ObjectKind>,
-    pub name: Option<String>,
-    /// Creation (or first-use) chain; 0 when unknown.
-    pub chain_id: u32,
-    /// The shim first saw it in a lock call (a static initializer): `chain_id` is where it
-    /// was first used, not created.
-    pub first_use: bool,
-    pub destroyed: bool,
-    /// From the latest `Counters` record.
-    pub wait_ns: u64,
-    pub contended: u64,
-    pub acquisitions: u64,
-    pub max_waiters: u32,
-    /// From the latest `KindCounters` record: the read side of an rwlock.
-    pub read_wait_ns: u64,
-    pub read_contended: u64,
-    pub read_acquisitions: u64,
-    pub read_max_waiters: u64,
-}
-
-impl LiveObject {
-    pub fn totals(&self) -> Totals {
+impl Totals {
+    pub fn of(o: &Object) -> Self {
+        let c = o.counters.as_ref();
         Totals {
-            wait_ns: self.wait_ns.saturating_add(self.read_wait_ns),
-            contended: self.contended.saturating_add(self.read_contended),
-            acquisitions: self.acquisitions.saturating_add(self.read_acquisitions),
-            max_waiters: u64::from(self.max_waiters).max(self.read_max_waiters),
+            wait_ns: o.wait_total_ns(),
+            contended: c
+                .map_or(0, |c| c.contended)
+                .saturating_add(o.kind_counter(counter::READ_CONTENDED)),
+            acquisitions: c
+                .map_or(0, |c| c.acquisitions)
+                .saturating_add(o.kind_counter(counter::READ_ACQUISITIONS)),
+            max_waiters: c
+                .map_or(0, |c| u64::from(c.max_waiters))
+                .max(o.kind_counter(counter::READ_MAX_WAITERS)),
         }
     }
-
-    pub fn kind_name(&self) -> &'static str {
-        self.kind.map_or("object", ObjectKind::name)
-    }
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct LiveThread {
-    pub name: Option<String>,
-    pub started: bool,
-    pub exited: bool,
 }
 
 #[derive(Default)]
 pub struct LiveState {
-    pub run: Option<RunStart>,
-    pub run_end: Option<RunEnd>,
-    /// The global highwater mark and the object that set it.
-    pub hwm: u32,
-    pub hwm_object: Option<u64>,
-    pub objects: HashMap<u64, LiveObject>,
-    pub objects_not_kept: u64,
-    pub threads: HashMap<u32, LiveThread>,
-    pub threads_started: u64,
-    pub threads_exited: u64,
-    pub deadlocks: Vec<Deadlock>,
-    pub deadlocks_total: u64,
-    pub snapshots: u64,
-    /// Latest timestamp any record carried.
-    pub last_ns: u64,
-    /// Run start, modules and chains only: what the symbolizer reads.
-    pub symbols: Model,
-    /// Bumped when a module is added: the symbolizer must be rebuilt.
-    pub modules_version: u64,
+    /// The model of the log so far, folded record by record as the log grows.
+    pub model: Model,
 }
 
 impl LiveState {
@@ -99,196 +53,77 @@ impl LiveState {
         Self::default()
     }
 
-    fn seen(&mut self, ns: u64) {
-        self.last_ns = self.last_ns.max(ns);
-    }
-
-    fn object(&mut self, id: u64) -> Option<&mut LiveObject> {
-        if !self.objects.contains_key(&id) {
-            if self.objects.len() >= MAX_OBJECTS {
-                self.objects_not_kept += 1;
-                return None;
-            }
-            self.objects.insert(id, LiveObject::default());
-        }
-        self.objects.get_mut(&id)
-    }
-
-    fn thread(&mut self, tid: u32) -> &mut LiveThread {
-        self.threads.entry(tid).or_default()
-    }
-
     /// Folds one record in.
-    pub fn add(&mut self, record: Record) {
-        match record {
-            Record::RunStart(r) => {
-                self.seen(r.mono_ns);
-                if self.run.is_none() {
-                    self.symbols.add(Record::RunStart(r.clone()));
-                    self.run = Some(r);
-                }
-            }
-            Record::RunEnd(e) => {
-                self.seen(e.ns);
-                self.hwm = self.hwm.max(e.hwm);
-                self.run_end = Some(e);
-            }
-            Record::Module(m) => {
-                self.modules_version += 1;
-                self.symbols.add(Record::Module(m));
-            }
-            r @ Record::Chain(_) => self.symbols.add(r),
-            Record::ThreadStart(s) => {
-                self.seen(s.ns);
-                let t = self.thread(s.tid);
-                if !t.started {
-                    t.started = true;
-                    self.threads_started += 1;
-                }
-            }
-            Record::ThreadName(n) => {
-                self.seen(n.ns);
-                self.thread(n.tid).name = Some(n.name);
-            }
-            Record::ThreadExit(e) => {
-                self.seen(e.ns);
-                let t = self.thread(e.tid);
-                if !t.exited {
-                    t.exited = true;
-                    self.threads_exited += 1;
-                }
-            }
-            Record::ObjectCreate(c) => {
-                self.seen(c.ns);
-                if let Some(o) = self.object(c.object_id) {
-                    o.kind = ObjectKind::from_u8(c.kind);
-                    o.chain_id = c.chain_id;
-                    o.first_use = c.origin == waitshim_format::origin::FIRST_USE;
-                }
-            }
-            Record::ObjectName(n) => {
-                if let Some(o) = self.object(n.object_id) {
-                    o.name = Some(n.name);
-                }
-            }
-            Record::ObjectDestroy(d) => {
-                self.seen(d.ns);
-                if let Some(o) = self.object(d.object_id) {
-                    o.destroyed = true;
-                }
-            }
-            Record::Counters(c) => {
-                self.seen(c.ns);
-                if let Some(o) = self.object(c.object_id) {
-                    o.wait_ns = c.wait_total_ns;
-                    o.contended = c.contended;
-                    o.acquisitions = c.acquisitions;
-                    o.max_waiters = c.max_waiters;
-                }
-            }
-            Record::KindCounters(k) => {
-                self.seen(k.ns);
-                if let Some(o) = self.object(k.object_id) {
-                    for v in &k.values {
-                        match v.key {
-                            counter::READ_WAIT_TOTAL_NS => o.read_wait_ns = v.value,
-                            counter::READ_CONTENDED => o.read_contended = v.value,
-                            counter::READ_ACQUISITIONS => o.read_acquisitions = v.value,
-                            counter::READ_MAX_WAITERS => o.read_max_waiters = v.value,
-                            _ => {}
-                        }
-                    }
-                }
-            }
-            Record::Highwater(h) => {
-                self.seen(h.ns);
-                if h.hwm >= self.hwm {
-                    self.hwm = h.hwm;
-                    self.hwm_object = Some(h.object_id);
-                }
-            }
-            Record::Deadlock(d) => {
-                self.seen(d.ns);
-                self.deadlocks_total += 1;
-                if self.deadlocks.len() < MAX_DEADLOCKS {
-                    self.deadlocks.push(d);
-                }
-            }
-            Record::DeadlockBroken(b) => {
-                self.seen(b.ns);
-                if let Some(i) = self.deadlocks.iter().position(|d| d.ns == b.deadlock_ns) {
-                    // A cycle that broke (a deadline) is no deadlock: the view stops showing it.
-                    self.deadlocks.remove(i);
-                    self.deadlocks_total = self.deadlocks_total.saturating_sub(1);
-                }
-            }
-            Record::Snapshot(s) => {
-                self.seen(s.ns);
-                self.snapshots += 1;
-            }
-            Record::ContentionOpen(_)
-            | Record::ContentionClose(_)
-            | Record::WaitSite(_)
-            | Record::LockOrder(_)
-            | Record::Note(_)
-            | Record::PolicyVersion(_)
-            | Record::RuleStats(_)
-            | Record::WaitEvent(_)
-            | Record::WaitEventReason(_)
-            | Record::Exec(_)
-            | Record::OpenWaits(_)
-            | Record::ThreadSamples(_)
-            | Record::CpuSample(_)
-            | Record::ThreadTotals(_)
-            | Record::ThreadSwitches(_)
-            | Record::WaiterChains(_)
-            | Record::HolderStack(_)
-            // Short-lived objects never waited: nothing for a table of the objects waited on.
-            | Record::ObjectsChurned(_)
-            | Record::ObjectsQuiet(_)
-            | Record::Unknown { .. } => {}
-        }
+    pub fn add(&mut self, record: waitshim_format::Record) {
+        self.model.add(record);
+    }
+
+    pub fn run(&self) -> Option<&RunStart> {
+        self.model.run.as_ref()
+    }
+
+    pub fn run_end(&self) -> Option<&RunEnd> {
+        self.model.run_end.as_ref()
+    }
+
+    /// The global highwater mark, and the object of the rise that set it.
+    pub fn hwm(&self) -> (u32, Option<u64>) {
+        (
+            self.model.hwm(),
+            self.model.final_highwater().map(|h| h.object_id),
+        )
+    }
+
+    pub fn object(&self, id: u64) -> Option<&Object> {
+        self.model.objects.get(&id)
+    }
+
+    pub fn thread_name(&self, tid: u32) -> Option<&str> {
+        self.model.threads.get(&tid)?.name.as_deref()
+    }
+
+    /// The recorded cycles that never broke.
+    pub fn deadlocks(&self) -> Vec<Deadlock> {
+        self.model.real_deadlocks().cloned().collect()
     }
 
     /// Threads started and not exited. Threads still running when the program ended have no
     /// exit record: ask only while it runs.
     pub fn threads_alive(&self) -> u64 {
-        self.threads_started.saturating_sub(self.threads_exited)
+        self.model
+            .threads_started
+            .saturating_sub(self.model.threads_exited)
     }
 
     /// Objects and threads that matter to a deadlock or the highwater mark are never dropped.
     fn pinned_objects(&self) -> Vec<u64> {
         let mut v: Vec<u64> = self
-            .deadlocks
-            .iter()
+            .model
+            .real_deadlocks()
             .flat_map(|d| d.cycle.iter().map(|e| e.object_id))
             .collect();
-        v.extend(self.hwm_object);
+        v.extend(self.hwm().1);
         v
     }
 
-    /// Drops destroyed objects for which `idle(id)` holds, and exited threads' names, once
-    /// there are many of them. Returns the ids of the objects dropped.
+    /// Drops destroyed objects for which `idle(id)` holds, and exited threads, once there are
+    /// many of them. Returns the ids of the objects dropped.
     pub fn evict(&mut self, idle: impl Fn(u64) -> bool) -> Vec<u64> {
         let mut dropped = Vec::new();
-        if self.objects.len() > OBJECTS_BEFORE_EVICTION {
+        if self.model.objects.len() > OBJECTS_BEFORE_EVICTION {
             let pinned = self.pinned_objects();
-            self.objects.retain(|&id, o| {
-                let keep = !o.destroyed || !idle(id) || pinned.contains(&id);
-                if !keep {
-                    dropped.push(id);
-                }
-                keep
+            dropped = self.model.forget_objects(|o| {
+                o.destroy_ns.is_some() && idle(o.object_id) && !pinned.contains(&o.object_id)
             });
         }
-        if self.threads.len() > THREADS_BEFORE_EVICTION {
+        if self.model.threads.len() > THREADS_BEFORE_EVICTION {
             let pinned: Vec<u32> = self
-                .deadlocks
-                .iter()
+                .model
+                .real_deadlocks()
                 .flat_map(|d| d.cycle.iter().flat_map(|e| [e.tid, e.holder_tid]))
                 .collect();
-            self.threads
-                .retain(|tid, t| !t.exited || pinned.contains(tid));
+            self.model
+                .forget_threads(|t| t.exit_ns.is_some() && !pinned.contains(&t.tid));
         }
         dropped
     }
@@ -298,8 +133,8 @@ impl LiveState {
 mod tests {
     use super::*;
     use waitshim_format::{
-        CounterValue, Counters, Highwater, KindCounters, ObjectCreate, ObjectDestroy, ThreadExit,
-        ThreadStart,
+        CounterValue, Counters, Highwater, KindCounters, ObjectCreate, ObjectDestroy, ObjectKind,
+        Record, ThreadExit, ThreadStart,
     };
 
     fn counters(id: u64, wait_ns: u64, contended: u64) -> Record {
@@ -350,12 +185,12 @@ mod tests {
             }
             .into(),
         );
-        let o = &s.objects[&1];
+        let o = s.object(1).expect("kept");
         assert_eq!(o.kind_name(), "rwlock");
-        assert_eq!(o.chain_id, 5);
-        let t = o.totals();
+        assert_eq!(o.create.as_ref().map(|c| c.chain_id), Some(5));
+        let t = Totals::of(o);
         assert_eq!((t.wait_ns, t.contended, t.max_waiters), (350, 6, 9));
-        assert_eq!(s.last_ns, 11);
+        assert_eq!(s.model.last_ns, 11);
     }
 
     #[test]
@@ -376,8 +211,8 @@ mod tests {
                 .into(),
             );
         }
-        assert!(s.objects[&1].first_use);
-        assert!(!s.objects[&2].first_use);
+        assert!(s.object(1).expect("kept").first_use());
+        assert!(!s.object(2).expect("kept").first_use());
     }
 
     #[test]
@@ -411,7 +246,7 @@ mod tests {
                 .into(),
             );
         }
-        assert_eq!((s.hwm, s.hwm_object), (3, Some(8)));
+        assert_eq!(s.hwm(), (3, Some(8)));
     }
 
     #[test]
@@ -443,9 +278,12 @@ mod tests {
         // Object 4 waited in the last interval: kept although destroyed.
         let dropped = s.evict(|id| id != 4);
         assert_eq!(dropped.len() as u64, n / 2 - 2);
-        assert!(s.objects.contains_key(&2), "the highwater object stays");
-        assert!(s.objects.contains_key(&4));
-        assert!(s.objects.contains_key(&3));
-        assert!(!s.objects.contains_key(&6));
+        assert!(
+            s.model.objects.contains_key(&2),
+            "the highwater object stays"
+        );
+        assert!(s.model.objects.contains_key(&4));
+        assert!(s.model.objects.contains_key(&3));
+        assert!(!s.model.objects.contains_key(&6));
     }
 }

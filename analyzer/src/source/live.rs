@@ -1,5 +1,6 @@
-//! Following a log while the shim writes it: each call reads only the frames written since the
-//! previous one, so the cost of a refresh is what is new, not the size of the log.
+//! The live flavour of the log source: following a log while the shim writes it. Each call
+//! reads only the frames written since the previous one, so the cost of a refresh is what is
+//! new, not the size of the log.
 //!
 //! The shim grows its file ahead of what it has written, so a live log ends in zero-filled space,
 //! and a frame can still be unpublished (tag zero) while frames after it are already written (its
@@ -8,13 +9,13 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use waitshim_format::frame::FRAME_HEADER_LEN;
-use waitshim_format::{DecodeError, Ending, FrameReader, Item, OpenError, Record};
+use waitshim_format::{DecodeError, Ending, FrameReader, Item, Record};
 
-use crate::read::ReadError;
+use super::{ReadError, ReadSummary};
 
 /// Bytes handed to one frame reader: more than the largest frame
 /// ([`waitshim_format::frame::MAX_BODY_LEN`]), so a whole frame always fits, and little enough
@@ -26,20 +27,14 @@ pub const UNPUBLISHED_GRACE: Duration = Duration::from_secs(2);
 
 /// A log being read as it grows.
 pub struct Follower {
-    path: PathBuf,
     file: File,
     version_minor: u16,
     /// Offset of the first frame not read yet.
     next: u64,
     /// An unpublished frame seen with later frames already written, and since when.
     unpublished: Option<(u64, Instant)>,
-    /// Records read so far.
-    pub records: u64,
-    /// Damaged stretches skipped so far, and their bytes.
-    pub damage_count: u64,
-    pub damage_bytes: u64,
-    /// Where another log's file header was found (logs joined with `cat`): reading stops there.
-    pub next_log: Option<u64>,
+    /// What was read so far: records, damage, another log after this one, how it ends for now.
+    summary: ReadSummary,
 }
 
 /// What one call to [`Follower::poll`] did.
@@ -54,40 +49,31 @@ pub struct Progress {
 impl Follower {
     /// Opens the log at `path`; fails if it is not a log.
     pub fn open(path: &Path) -> Result<Self, ReadError> {
-        let file = File::open(path).map_err(|e| ReadError {
-            path: path.to_path_buf(),
-            why: format!("cannot open: {e}"),
-        })?;
-        Self::from_file(file, path)
+        Self::from_file(super::open(path)?, path)
     }
 
     /// Follows an already opened log; `path` names it in messages.
     pub fn from_file(mut file: File, path: &Path) -> Result<Self, ReadError> {
-        let fail = |why: String| ReadError {
-            path: path.to_path_buf(),
-            why,
-        };
         file.rewind()
-            .map_err(|e| fail(format!("cannot read: {e}")))?;
-        let header = FrameReader::new(&file).map_err(|e| match e {
-            OpenError::Io(e) => fail(format!("cannot read: {e}")),
-            other => fail(other.to_string()),
-        })?;
+            .map_err(|e| ReadError::new(path, format!("cannot read: {e}")))?;
+        let header = FrameReader::new(&file).map_err(|e| ReadError::open(path, e))?;
         Ok(Follower {
-            path: path.to_path_buf(),
             version_minor: header.version_minor,
             file,
             next: waitshim_format::FILE_HEADER_LEN as u64,
             unpublished: None,
-            records: 0,
-            damage_count: 0,
-            damage_bytes: 0,
-            next_log: None,
+            summary: ReadSummary::new(path),
         })
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.summary.path
+    }
+
+    /// What was read so far. Its ending is where the last look stopped: unwritten space while
+    /// the program runs.
+    pub fn summary(&self) -> &ReadSummary {
+        &self.summary
     }
 
     pub fn file(&self) -> &File {
@@ -111,7 +97,7 @@ impl Follower {
         let len = self.file.metadata()?.len();
         let mut progress = Progress::default();
         loop {
-            if self.next >= len || self.next_log.is_some() {
+            if self.next >= len || self.summary.next_log.is_some() {
                 progress.caught_up = true;
                 return Ok(progress);
             }
@@ -133,8 +119,7 @@ impl Follower {
                         record,
                     } => {
                         self.next = offset + len;
-                        self.records += 1;
-                        sink(record);
+                        self.summary.record(offset, len, record, &mut sink);
                     }
                     Item::Damage { offset, len, what } => {
                         let end = offset + len;
@@ -154,20 +139,25 @@ impl Follower {
                         {
                             break;
                         }
-                        self.damage_count += 1;
-                        self.damage_bytes += len;
+                        self.summary.damage(offset, len, what);
                         self.next = end;
                     }
                 }
             }
-            if let Ending::NextLog { offset } = reader.ending() {
+            if !more_after_window || matches!(reader.ending(), Ending::NextLog { .. }) {
+                self.summary.ended(reader.ending());
+            }
+            if let Some(offset) = self.summary.next_log {
                 self.next = offset;
-                self.next_log = Some(offset);
             }
             progress.bytes += self.next - start;
             // Stop at an unpublished frame, at the end of what is written (the rest is zeros or
             // a frame still being written), or when nothing could be read.
-            if wait_here || !more_after_window || self.next == start || self.next_log.is_some() {
+            if wait_here
+                || !more_after_window
+                || self.next == start
+                || self.summary.next_log.is_some()
+            {
                 progress.caught_up = true;
                 return Ok(progress);
             }
@@ -246,8 +236,8 @@ mod tests {
         file.seek(SeekFrom::Start(written as u64)).unwrap();
         file.write_all(&frame).unwrap();
         assert_eq!(seqs(&mut f, true), [3]);
-        assert_eq!(f.records, 3);
-        assert_eq!(f.damage_count, 0);
+        assert_eq!(f.summary().records, 3);
+        assert_eq!(f.summary().damage_count, 0);
     }
 
     #[test]
@@ -271,14 +261,14 @@ mod tests {
             hole as u64,
             "stops before the unpublished frame"
         );
-        assert_eq!(f.damage_count, 0);
+        assert_eq!(f.summary().damage_count, 0);
 
         // Its writer publishes it: everything after it is read too.
         let mut file = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         file.seek(SeekFrom::Start(hole as u64)).unwrap();
         file.write_all(&tag).unwrap();
         assert_eq!(seqs(&mut f, true), [2, 3]);
-        assert_eq!(f.damage_count, 0);
+        assert_eq!(f.summary().damage_count, 0);
     }
 
     #[test]
@@ -296,7 +286,7 @@ mod tests {
         let mut f = Follower::open(&p).unwrap();
         assert_eq!(seqs(&mut f, true), [1]);
         assert_eq!(seqs(&mut f, false), [3]);
-        assert_eq!(f.damage_count, 1);
+        assert_eq!(f.summary().damage_count, 1);
     }
 
     #[test]
@@ -326,7 +316,7 @@ mod tests {
             }
         }
         assert_eq!(all, (1..=n).collect::<Vec<_>>());
-        assert_eq!(f.damage_count, 0);
+        assert_eq!(f.summary().damage_count, 0);
     }
 
     #[test]
