@@ -72,19 +72,8 @@ pub const MAX_POLICY_LISTED: usize = 1_000;
 /// Waiters kept per listed waiter-chain record.
 pub const MAX_LISTED_WAITERS: usize = 1_024;
 
-/// Reason codes (how waits ended): the [`counter`] key, the JSON name, the text name.
-pub const ENDED: [(u16, &str, &str); 10] = [
-    (counter::ENDED_ACQUIRED, "acquired", "acquired"),
-    (counter::ENDED_BRIEF, "brief", "brief"),
-    (counter::ENDED_OWNER_DIED, "owner_died", "owner died"),
-    (counter::ENDED_SIGNALLED, "signalled", "signalled"),
-    (counter::ENDED_BROADCAST, "broadcast", "broadcast"),
-    (counter::ENDED_SPURIOUS, "spurious", "spurious"),
-    (counter::ENDED_RELEASED, "released", "released"),
-    (counter::ENDED_TIMED_OUT, "timed_out", "timed out"),
-    (counter::ENDED_INTERRUPTED, "interrupted", "interrupted"),
-    (counter::ENDED_ERROR, "error", "error"),
-];
+/// Reason codes (how waits ended), from the format's contract.
+pub use waitshim_format::counter::ENDED;
 
 /// Kind-specific counters: the [`counter`] key and its JSON name.
 pub const KIND_COUNTERS: [(u16, &str); 16] = [
@@ -203,12 +192,7 @@ pub fn churn_kind_json(kind: u8) -> String {
 
 /// The name of a [`snapshot_source`] code.
 pub fn snapshot_source_name(source: u8) -> &'static str {
-    match source {
-        snapshot_source::SIGNAL => "signal",
-        snapshot_source::API => "api",
-        snapshot_source::PERIODIC => "periodic",
-        _ => "unknown",
-    }
+    snapshot_source::name(source)
 }
 
 /// Cuts `list` to at most `max` items, freeing the rest. Whether it was cut.
@@ -484,12 +468,7 @@ impl ContentionRecord {
     }
 
     pub fn reason(&self) -> Option<&'static str> {
-        match self.open.as_ref()?.reason {
-            contention_reason::EXCEEDED => Some("exceeded"),
-            contention_reason::SERIALISED => Some("serialised"),
-            contention_reason::OBJECT_PEAK => Some("object_peak"),
-            _ => None,
-        }
+        contention_reason::name(self.open.as_ref()?.reason)
     }
 
     pub fn holder_tid(&self) -> Option<u32> {

@@ -64,4 +64,27 @@ mod tests {
         }
         assert!(LOG_PATTERN.contains("%p"));
     }
+
+    #[test]
+    fn each_code_readers_name_has_one_name_and_newer_codes_read_as_unknown() {
+        use crate::record::{contention_reason, counter, end_reason, snapshot_source};
+        let distinct = |names: Vec<&str>| {
+            let mut sorted = names.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), names.len(), "{names:?}");
+        };
+        distinct((1..=3).filter_map(contention_reason::name).collect());
+        assert_eq!(contention_reason::name(200), None);
+        distinct((1..=4).map(end_reason::name).collect());
+        assert_eq!(end_reason::name(200), "unknown");
+        distinct((1..=3).map(snapshot_source::name).collect());
+        assert_eq!(snapshot_source::name(200), "unknown");
+        distinct(counter::ENDED.iter().map(|e| e.1).collect());
+        distinct(counter::ENDED.iter().map(|e| e.2).collect());
+        let mut keys: Vec<u16> = counter::ENDED.iter().map(|e| e.0).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), counter::ENDED.len());
+    }
 }

@@ -78,6 +78,17 @@ pub mod contention_reason {
     pub const SERIALISED: u8 = 2;
     /// The object's waiter count reached its own highest so far (below the global mark).
     pub const OBJECT_PEAK: u8 = 3;
+
+    /// The name readers show for a reason (as in the JSON report); None for a code this
+    /// version does not know.
+    pub fn name(reason: u8) -> Option<&'static str> {
+        match reason {
+            EXCEEDED => Some("exceeded"),
+            SERIALISED => Some("serialised"),
+            OBJECT_PEAK => Some("object_peak"),
+            _ => None,
+        }
+    }
 }
 
 /// Keys of [`KindCounters`] values: counters that only some kinds of object have, and the
@@ -163,6 +174,20 @@ pub mod counter {
     /// (or the previous release), their lengths are lower bounds. How many, and their sum.
     pub const HOLDS_WAITED_FOR_FROM_ARRIVAL: u16 = 63;
     pub const HOLDS_WAITED_FOR_FROM_ARRIVAL_NS: u16 = 64;
+
+    /// Reason codes (how waits ended): the key, the JSON name, the text name.
+    pub const ENDED: [(u16, &str, &str); 10] = [
+        (ENDED_ACQUIRED, "acquired", "acquired"),
+        (ENDED_BRIEF, "brief", "brief"),
+        (ENDED_OWNER_DIED, "owner_died", "owner died"),
+        (ENDED_SIGNALLED, "signalled", "signalled"),
+        (ENDED_BROADCAST, "broadcast", "broadcast"),
+        (ENDED_SPURIOUS, "spurious", "spurious"),
+        (ENDED_RELEASED, "released", "released"),
+        (ENDED_TIMED_OUT, "timed_out", "timed out"),
+        (ENDED_INTERRUPTED, "interrupted", "interrupted"),
+        (ENDED_ERROR, "error", "error"),
+    ];
 }
 
 /// How a run ended.
@@ -179,6 +204,17 @@ pub mod end_reason {
     /// `exit_group` system call leave no end record at all.) Readers older than this value show
     /// it as an unknown reason.
     pub const SIGNAL: u8 = 4;
+
+    /// The name readers show for how a run ended; `"unknown"` for a newer code.
+    pub fn name(reason: u8) -> &'static str {
+        match reason {
+            EXIT => "exit",
+            UNDERSCORE_EXIT => "_exit",
+            EXEC => "exec",
+            SIGNAL => "signal",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Severity of a [`Note`].
@@ -195,6 +231,16 @@ pub mod snapshot_source {
     pub const API: u8 = 2;
     /// The shim's periodic flush (no request).
     pub const PERIODIC: u8 = 3;
+
+    /// The name readers show for a source; `"unknown"` for a newer code.
+    pub fn name(source: u8) -> &'static str {
+        match source {
+            SIGNAL => "signal",
+            API => "api",
+            PERIODIC => "periodic",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Bits of [`PolicyVersion::actions`] and of the `actions` a rule lists.

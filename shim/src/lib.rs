@@ -87,7 +87,14 @@ mod layering {
         let files = sources(&src().join("track"));
         assert!(files.len() >= 10, "the core's files: {}", files.len());
         for (path, text) in files {
-            for layer in ["policy", "livestack", "service", "sampler", "runtime"] {
+            for layer in [
+                "policy",
+                "livestack",
+                "service",
+                "sampler",
+                "runtime",
+                "interpose",
+            ] {
                 for spelling in [format!("crate::{layer}"), format!("super::super::{layer}")] {
                     assert!(
                         !text.contains(&spelling),

@@ -1,6 +1,8 @@
-//! The real-function table: the next definition of each interposed symbol (glibc's), resolved on
-//! first use with `dlsym(RTLD_NEXT)`. Lazy because other libraries' constructors may lock before
-//! ours has run.
+//! The real-function table: the next definition of each interposed symbol (glibc's), found with
+//! `dlsym(RTLD_NEXT)`. Every slot is resolved at start-up ([`resolve_all`], from the tracker's
+//! start, also when tracking is off), so that nothing a signal handler reaches calls `dlsym`;
+//! a slot still empty when called (another library's constructor called in before ours ran) is
+//! resolved then, on a thread that is not in a handler yet.
 
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -176,6 +178,7 @@ pub fn resolve_all() {
         &EXIT,
         &UNDERSCORE_EXIT,
         &UNDERSCORE_CAPITAL_EXIT,
+        &crate::signals::SIGACTION,
     ] {
         f.available();
     }

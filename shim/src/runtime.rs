@@ -27,6 +27,9 @@ fn started(tr: &Tracker) {
     crate::livestack::set_mailbox_of_caller(own_mailbox);
     crate::policy::init(&tr.log, tr.config.policy.as_deref());
     crate::service::init(tr, tr.config.signal.as_deref());
+    // The log is finished and the program's handler run on a fatal signal.
+    #[cfg(not(test))]
+    crate::interpose::signal::watch_fatal_signals();
 }
 
 /// The calling thread's live-stack mailbox (null for a thread the shim does not track): called

@@ -218,13 +218,7 @@ fn run(m: &Model, no_end: Option<&NoEnd>) -> RunJson {
         duration_is_lower_bound,
         end: m.run_end.as_ref().map(|e| EndJson {
             at_ns: m.rel(e.ns),
-            reason: match e.reason {
-                end_reason::EXIT => "exit",
-                end_reason::UNDERSCORE_EXIT => "_exit",
-                end_reason::EXEC => "exec",
-                end_reason::SIGNAL => "signal",
-                _ => "unknown",
-            },
+            reason: end_reason::name(e.reason),
             exit_status: (e.exit_status >= 0 && e.reason != end_reason::SIGNAL)
                 .then_some(e.exit_status),
             signal: (e.reason == end_reason::SIGNAL).then_some(e.exit_status),

@@ -100,8 +100,6 @@ pub fn init() {
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             register_thread(tr, None);
             hooks::start(tr);
-            #[cfg(not(test))]
-            crate::interpose::signal::watch_fatal_signals();
             // SAFETY: registering a plain function as the fork child handler.
             unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
             STATE.store(READY, Ordering::Release);
