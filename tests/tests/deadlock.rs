@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
-use waitshim_tests::{frame_text, line_of, Analysis, Launch};
+use waitshim_tests::{frame_text, line_of, run_both, Analysis, Launch};
 
 /// Runs a hanging fixture under the shim until its log shows a deadlock, then kills it and
 /// analyzes what it left.
@@ -491,4 +491,20 @@ fn a_thread_blocked_outside_the_tracked_objects_keeps_the_hang_from_being_claime
         "{}",
         a.text
     );
+}
+
+/// Every thread waits, without a deadline, for 3 s: one on a semaphore, main joining it. The
+/// semaphore's only poster is a SIGALRM handler the program installed with System V's
+/// `sigset()`: the hang check must see that handler (a handler can post a semaphore) and claim
+/// nothing. `sigset` answers as glibc's does, and its handler runs as the program's.
+#[test]
+fn a_semaphore_wait_a_sigset_handler_can_end_is_not_claimed_as_a_hang() {
+    let run = run_both("sigset_post", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "sigset: dfl handler hold; waiter woken by the handler\n"
+    );
+    let a = run.analyze();
+    assert!(a.log(0).deadlocks().is_empty(), "{}", a.text);
+    assert!(a.text.contains("deadlocks: 0"), "{}", a.text);
 }

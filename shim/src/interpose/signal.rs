@@ -13,8 +13,10 @@
 //! the same three arguments, so a one-argument handler is called just as the kernel would).
 //! A handler left by `siglongjmp` never returns to the trampoline: the jump functions mark the
 //! thread as out of the handler. (A C++ exception thrown out of a handler is not seen: the
-//! thread then stays untracked.) `sigset` and `sigvec` are not interposed: handlers installed
-//! through them run unmarked, as without this file.
+//! thread then stays untracked.) `sigset` is built here on the wrapper as glibc builds it, so its
+//! handlers run behind the trampoline too. `sigvec` is not: glibc keeps it only for old binaries
+//! (not linkable since 2.21), and handlers installed through it, or by a library constructor
+//! before the shim's, run unmarked, as without this file.
 //!
 //! Fatal signals: at start, each signal of [`FATAL`] whose disposition is the default (not
 //! ignored, no handler) gets the trampoline with no program handler behind it, and is *watched*.
@@ -262,7 +264,7 @@ fn install(sig: c_int, handler: sighandler_t, flags: c_int, mask_self: bool) -> 
 /// Whether the program has a handler of its own for a signal that can arrive while every one of
 /// its threads waits: one that no fault of a running thread raises. Such a handler may post a
 /// semaphore (`sem_post` is async-signal-safe) and so end a wait nothing else would end.
-/// Handlers installed through `sigset` or `sigvec`, or before the shim started, are not seen.
+/// Handlers installed through `sigvec`, or before the shim started, are not seen.
 pub fn asynchronous_handlers() -> bool {
     const RAISED_BY_A_RUNNING_THREAD: [c_int; 8] = [
         libc::SIGSEGV,
@@ -303,6 +305,67 @@ pub extern "C" fn bsd_signal(sig: c_int, handler: sighandler_t) -> sighandler_t 
 #[no_mangle]
 pub extern "C" fn sysv_signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
     install(sig, handler, libc::SA_RESETHAND | libc::SA_NODEFER, false)
+}
+
+/// `SIG_HOLD` (glibc's value; the libc crate does not export it).
+const SIG_HOLD: sighandler_t = 2;
+
+/// System V's `sigset`, built on the wrapper above as glibc builds it on `sigaction` and
+/// `sigprocmask` (glibc's own calls its internal `sigaction`, which this library cannot see):
+/// `SIG_HOLD` blocks the signal; anything else installs the disposition with an empty mask and
+/// no flags, then unblocks the signal. Returns `SIG_HOLD` when the signal was blocked before,
+/// else the previous disposition as the program set it.
+#[no_mangle]
+pub extern "C" fn sigset(sig: c_int, disp: sighandler_t) -> sighandler_t {
+    if disp == SIG_ERR || index(sig).is_none() {
+        // SAFETY: errno is the calling thread's.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return SIG_ERR;
+    }
+    // SAFETY: plain data, filled in below.
+    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut one: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sigset operations on locals.
+    unsafe {
+        libc::sigemptyset(&mut one);
+        libc::sigaddset(&mut one, sig);
+    }
+    if disp == SIG_HOLD {
+        // SAFETY: valid pointers to locals; the query goes through the wrapper, so the answer
+        // is the program's own handler.
+        unsafe {
+            if libc::sigprocmask(libc::SIG_BLOCK, &one, &mut before) < 0 {
+                return SIG_ERR;
+            }
+            if libc::sigismember(&before, sig) == 1 {
+                return SIG_HOLD;
+            }
+            if sigaction(sig, std::ptr::null(), &mut old) < 0 {
+                return SIG_ERR;
+            }
+        }
+        return old.sa_sigaction;
+    }
+    act.sa_sigaction = disp;
+    // SAFETY: a local set.
+    unsafe { libc::sigemptyset(&mut act.sa_mask) };
+    // SAFETY: valid pointers to locals.
+    unsafe {
+        if sigaction(sig, &act, &mut old) < 0
+            || libc::sigprocmask(libc::SIG_UNBLOCK, &one, &mut before) < 0
+        {
+            return SIG_ERR;
+        }
+        if libc::sigismember(&before, sig) == 1 {
+            return SIG_HOLD;
+        }
+    }
+    old.sa_sigaction
 }
 
 /// What `signal` is in programs built for strict ISO C or XPG (glibc redirects it here).
