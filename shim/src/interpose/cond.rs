@@ -207,22 +207,21 @@ fn waking(t: &ThreadRec, addr: usize, broadcast: bool) {
     t.count_aux(s, which);
     if let Some(b) = obj.busy_if().filter(|b| needs_stamp(b, broadcast)) {
         b.last_wake
-            .store(now_ns() << 1 | u64::from(broadcast), Ordering::Release);
+            .store(waits::wake_stamp(now_ns(), broadcast), Ordering::Release);
     }
     // The signaller is the one the waiters waited for: it ends their high-contention episode.
     engage::released(t, obj);
 }
 
-/// Whether a wake-up must be stamped on the condition variable (a shared write). A signal
-/// nobody waits for wakes nobody: only when there are waiters, and, for a signal, when some wait
-/// began after the last stamp (the ones before it were woken no earlier than that stamp; a
-/// broadcast always stamps, to be told apart).
+/// Whether a wake-up must be stamped on the condition variable ([`waits::needs_stamp`]).
 #[inline(always)]
 fn needs_stamp(obj: &Busy, broadcast: bool) -> bool {
-    obj.waiters.load(Ordering::Acquire) > 0
-        && (broadcast
-            || obj.last_wake.load(Ordering::Relaxed) >> 1
-                <= obj.last_wait_start.load(Ordering::Relaxed))
+    waits::needs_stamp(
+        obj.waiters.load(Ordering::Acquire),
+        broadcast,
+        obj.last_wake.load(Ordering::Relaxed),
+        obj.last_wait_start.load(Ordering::Relaxed),
+    )
 }
 
 /// A condition variable not in the thread's cache: registered (if new) and cached.
@@ -389,21 +388,9 @@ impl Pending<'_> {
         let now = now_ns();
         let cond: &'static ObjEntry = w.obj;
         let wake = cond.busy().last_wake.load(Ordering::Acquire);
-        // Only a wake-up sent after the wait began can have ended it. glibc returning 0 without
-        // one the shim saw was woken by a signal it could not see (from another process, or a
-        // statically linked caller), or by none: either way the program goes on as if
-        // signalled, and whether the wake-up served it is told at its next wait (`rewaiting`).
-        let woken_at = Some(wake >> 1).filter(|&at| at > w.start);
-        let outcome = match (r, woken_at) {
-            (0, Some(_)) if wake & 1 != 0 => Outcome::Broadcast,
-            (0, _) => Outcome::Signalled,
-            (e, _) => Outcome::of(e),
-        };
+        let (outcome, reacquire_from) = waits::cond_wait_ended(r, wake, w.start);
         // From the wake-up to the return: the time spent re-acquiring the mutex.
-        let reacquire = match (r, woken_at) {
-            (0 | EOWNERDEAD, Some(at)) => Some(now.saturating_sub(at)),
-            _ => None,
-        };
+        let reacquire = reacquire_from.map(|at| now.saturating_sub(at));
         let start = w.start;
         let (ended, event) = engage::wait_end_reacquired(self.tr, self.t, w, outcome, reacquire);
         // The mutex is held again after a wake-up or a timeout (and, robust, an owner's death);

@@ -719,7 +719,7 @@ fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
 }
 
 /// How a wait ended (the reason code kept per object).
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Outcome {
     Acquired,
     OwnerDied,

@@ -18,6 +18,7 @@ use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use waitshim_format::counter;
 
+use super::engage::Outcome;
 use super::objects::{raise, ObjEntry};
 
 /// Cells per thread: a thread rarely waits on more than a few objects from a few places at once.
@@ -58,6 +59,45 @@ pub struct Woken {
     pub event: Option<(u32, u32)>,
     /// The thread's CPU time when the wait returned (`clock::thread_cpu_ns`).
     pub returned_cpu_ns: u64,
+}
+
+/// The stamp a signal (`broadcast` false) or a broadcast sent at `now` leaves on a condition
+/// variable (`Busy::last_wake`): the time shifted left by one, the low bit set for a broadcast.
+#[inline(always)]
+pub fn wake_stamp(now: u64, broadcast: bool) -> u64 {
+    now << 1 | u64::from(broadcast)
+}
+
+/// Whether a wake-up must be stamped on the condition variable (a shared write). A signal
+/// nobody waits for wakes nobody: only when there are `waiters`, and, for a signal, when some
+/// wait began (the latest at `last_wait_start`) no earlier than the last stamp `last_wake` (the
+/// ones before it were woken no earlier than that stamp). A broadcast always stamps, to be told
+/// apart.
+#[inline(always)]
+pub fn needs_stamp(waiters: u32, broadcast: bool, last_wake: u64, last_wait_start: u64) -> bool {
+    waiters > 0 && (broadcast || last_wake >> 1 <= last_wait_start)
+}
+
+/// How a condition variable wait that began at `start` ended, from glibc's result `r` and the
+/// variable's last wake stamp (`last_wake`, see [`wake_stamp`]), and when the re-acquiring of
+/// the mutex began (the wake-up's time) for a return that holds the mutex after a wake-up.
+///
+/// Only a wake-up sent after the wait began can have ended it. A return of 0 without one the
+/// shim saw was woken by a signal it could not see (from another process, or a statically
+/// linked caller), or by none: either way the program goes on as if signalled, and whether the
+/// wake-up served it is told at its next wait ([`rewait_is_spurious`]).
+pub fn cond_wait_ended(r: libc::c_int, last_wake: u64, start: u64) -> (Outcome, Option<u64>) {
+    let woken_at = Some(last_wake >> 1).filter(|&at| at > start);
+    let outcome = match (r, woken_at) {
+        (0, Some(_)) if last_wake & 1 != 0 => Outcome::Broadcast,
+        (0, _) => Outcome::Signalled,
+        (e, _) => Outcome::of(e),
+    };
+    let reacquire_from = match r {
+        0 | libc::EOWNERDEAD => woken_at,
+        _ => None,
+    };
+    (outcome, reacquire_from)
 }
 
 /// CPU time a thread may run between a woken wait's return and its next wait, holding the mutex
@@ -425,6 +465,56 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_ends_signalled_or_broadcast_by_the_wake_up_sent_after_it_began() {
+        let start = 1_000;
+        assert_eq!(
+            cond_wait_ended(0, wake_stamp(1_500, false), start),
+            (Outcome::Signalled, Some(1_500))
+        );
+        assert_eq!(
+            cond_wait_ended(0, wake_stamp(1_500, true), start),
+            (Outcome::Broadcast, Some(1_500))
+        );
+        // A broadcast before the wait began did not end it: woken by something the shim did
+        // not see, as if signalled, with no re-acquire time to tell.
+        assert_eq!(
+            cond_wait_ended(0, wake_stamp(900, true), start),
+            (Outcome::Signalled, None)
+        );
+        assert_eq!(cond_wait_ended(0, 0, start), (Outcome::Signalled, None));
+    }
+
+    #[test]
+    fn errors_end_a_wait_by_their_reason_and_only_a_held_mutex_has_a_reacquire_time() {
+        let woken = wake_stamp(2_000, false);
+        assert_eq!(
+            cond_wait_ended(libc::ETIMEDOUT, woken, 1_000),
+            (Outcome::TimedOut, None)
+        );
+        assert_eq!(
+            cond_wait_ended(libc::EOWNERDEAD, woken, 1_000),
+            (Outcome::OwnerDied, Some(2_000))
+        );
+        assert_eq!(
+            cond_wait_ended(libc::EINVAL, woken, 1_000),
+            (Outcome::Failed(libc::EINVAL), None)
+        );
+    }
+
+    #[test]
+    fn a_wake_up_is_stamped_only_when_it_can_wake_a_wait_the_last_stamp_does_not_cover() {
+        // Nobody waits: nothing to stamp, signal or broadcast.
+        assert!(!needs_stamp(0, false, 0, 0));
+        assert!(!needs_stamp(0, true, 0, 0));
+        // The waits began before the last stamp: it covers them.
+        assert!(!needs_stamp(2, false, wake_stamp(5_000, false), 4_000));
+        // One began after it: stamp again.
+        assert!(needs_stamp(2, false, wake_stamp(5_000, false), 6_000));
+        // A broadcast always stamps, to be told apart from a signal.
+        assert!(needs_stamp(2, true, wake_stamp(5_000, false), 4_000));
+    }
 
     #[test]
     fn a_loop_that_waits_again_at_once_was_woken_for_nothing() {
