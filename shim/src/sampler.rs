@@ -15,7 +15,7 @@
 //! moment until it is moved (as the log's own growth does when it keeps no descriptor), once
 //! per thread. In a forked child the descriptors are closed ([`after_fork_child`]).
 
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
 use waitshim_format::{
     thread_state, CpuSample, SwitchCount, ThreadSamples, ThreadState, ThreadSwitches, ThreadTotals,
@@ -36,6 +36,40 @@ pub const CPU_EVERY_NS: u64 = 100_000_000;
 /// owns the sampler does not come along). -1: free.
 static FDS: [AtomicI32; 3 * MAX_FOLLOWED + 2] =
     [const { AtomicI32::new(-1) }; 3 * MAX_FOLLOWED + 2];
+
+/// The `schedstat` descriptor of each thread followed, by tid (0: free), for the thread itself
+/// to read at its end ([`thread_ending`]). A thread's entry is published after its descriptor
+/// is kept and cleared before it is closed, which happens only once a listing of the process's
+/// threads no longer has it: after it ended, never while its end is being read.
+static SCHEDSTAT_OF: [(AtomicU32, AtomicI32); MAX_FOLLOWED] =
+    [const { (AtomicU32::new(0), AtomicI32::new(-1)) }; MAX_FOLLOWED];
+
+fn publish_schedstat(tid: u32, fd: i32) {
+    for (t, f) in SCHEDSTAT_OF.iter() {
+        if t.load(Ordering::Relaxed) == 0 {
+            f.store(fd, Ordering::Relaxed);
+            t.store(tid, Ordering::Release);
+            return;
+        }
+    }
+}
+
+fn forget_schedstat(tid: u32) {
+    for (t, f) in SCHEDSTAT_OF.iter() {
+        if t.load(Ordering::Relaxed) == tid {
+            f.store(-1, Ordering::Relaxed);
+            t.store(0, Ordering::Release);
+        }
+    }
+}
+
+fn schedstat_of(tid: u32) -> Option<i32> {
+    SCHEDSTAT_OF
+        .iter()
+        .find(|(t, _)| t.load(Ordering::Acquire) == tid)
+        .map(|(_, f)| f.load(Ordering::Relaxed))
+        .filter(|&fd| fd >= 0)
+}
 
 fn keep(fd: i32) -> bool {
     for slot in FDS.iter() {
@@ -64,6 +98,10 @@ fn release(fd: i32) {
 
 /// In a forked child: the descriptors name the parent's threads; closed.
 pub fn after_fork_child() {
+    for (t, f) in SCHEDSTAT_OF.iter() {
+        f.store(-1, Ordering::Relaxed);
+        t.store(0, Ordering::Relaxed);
+    }
     for slot in FDS.iter() {
         let fd = slot.swap(-1, Ordering::AcqRel);
         if fd >= 0 {
@@ -121,22 +159,22 @@ pub fn parse_switches(text: &[u8]) -> Option<(u64, u64)> {
 
 /// The calling thread ends (from the shim's thread-exit path, before its exit record): its
 /// scheduler totals, which the sampler's last look, up to an interval old, does not have and
-/// cannot get once the thread is gone. One open, read and close of its own `schedstat` and one
-/// `getrusage`; nothing when the sampler is off.
+/// cannot get once the thread is gone. One `pread` of its `schedstat` through the sampler's
+/// descriptor and one `getrusage`; nothing when the sampler is off or never followed it.
 pub fn thread_ending(tr: &Tracker, tid: u32) {
     if tr.config.sample_ns == 0 {
         return;
     }
-    let mut buf = [0u8; 128];
-    let c = c"/proc/thread-self/schedstat";
-    // SAFETY: a NUL-terminated path; our own descriptor, closed below.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
+    // Only through the descriptor the sampler keeps for it, at the high numbers: opening one
+    // here would hold, for a moment, the lowest free number, which another thread of the
+    // program may be closing and reopening (closefrom) at the same time. A thread the sampler
+    // never followed (it lived less than an interval, or past the cap) keeps the figures of
+    // its last sample, if any.
+    let Some(fd) = schedstat_of(tid) else {
         return;
-    }
+    };
+    let mut buf = [0u8; 128];
     let sched = pread_all(fd, &mut buf).and_then(parse_schedstat);
-    // SAFETY: ours.
-    unsafe { libc::close(fd) };
     let Some((on_cpu, delay, slices)) = sched else {
         return;
     };
@@ -532,6 +570,7 @@ impl Sampler {
                         unsampled += 1;
                         continue;
                     };
+                    publish_schedstat(tid, schedstat);
                     self.followed.push(Followed {
                         tid,
                         schedstat,
@@ -674,6 +713,7 @@ impl Sampler {
             let f = self.followed.swap_remove(i);
             tids.retain(|&t| t != f.tid);
             seen.swap_remove(i);
+            forget_schedstat(f.tid);
             release(f.schedstat);
             release(f.syscall);
             if let Some(fd) = f.status {
