@@ -38,11 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use libc::{c_int, c_long, EINTR, ETIMEDOUT};
 use waitshim_format::{counter, ObjectKind};
 
-use crate::clock::now_ns;
 use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::highwater;
-use crate::track::objects::{ObjEntry, EPISODE};
+use crate::track::objects::ObjEntry;
 use crate::track::threads::{current, Inside, ThreadRec};
 use crate::track::{tracker, Tracker};
 
@@ -268,18 +266,10 @@ fn wait(a: &[c_long; 6]) -> c_long {
         Some(how) => engage::wait_end(tr, t, w, how),
         None => engage::wait_cancel(tr, t, w),
     }
-    episode_unreleased(tr, obj);
+    engage::left_unreleased(tr, obj);
     drop(ManuallyDrop::into_inner(inside));
     set_errno(e);
     r
-}
-
-/// Ends an episode whose waiters all left without a wake of this process ending it.
-fn episode_unreleased(tr: &Tracker, obj: &ObjEntry) {
-    if obj.flags() & EPISODE != 0 && obj.waiters_now() == 0 {
-        // Holder tid 0 and no chain: nobody this process saw.
-        highwater::on_release(tr, 0, obj, now_ns(), 0);
-    }
 }
 
 /// The futex object at `addr` if the shim has one, cached for the thread.

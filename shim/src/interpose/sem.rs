@@ -30,11 +30,9 @@ use crossbeam_skiplist::SkipMap;
 use libc::{c_char, c_int, c_uint, clockid_t, mode_t, sem_t, timespec, EAGAIN};
 use waitshim_format::{counter, ObjectKind};
 
-use crate::clock::now_ns;
 use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::handler_counts::HANDLER_POSTS;
-use crate::track::highwater;
 use crate::track::objects::{ObjEntry, AUX_POSTS, DEAD, EPISODE};
 use crate::track::threads::{self, current, current_fast, Inside, Slot, ThreadRec};
 use crate::track::{tracker, CallSite, Tracker};
@@ -152,14 +150,6 @@ fn acquired_uncached(t: &ThreadRec, addr: usize) {
 fn valid(ts: *const timespec) -> bool {
     // SAFETY: a non-null pointer from the caller of a timed wait points to a timespec.
     !ts.is_null() && unsafe { (*ts).tv_nsec >= 0 && (*ts).tv_nsec < 1_000_000_000 }
-}
-
-/// Ends an episode whose waiters all left without a post of this process releasing them.
-fn episode_unreleased(tr: &Tracker, obj: &ObjEntry) {
-    if obj.flags() & EPISODE != 0 && obj.waiters_now() == 0 {
-        // Holder tid 0 and no chain: nobody this process saw.
-        highwater::on_release(tr, 0, obj, now_ns(), 0);
-    }
 }
 
 #[no_mangle]
@@ -456,7 +446,7 @@ unsafe fn contended(
             }
         }
     }
-    episode_unreleased(tr, obj);
+    engage::left_unreleased(tr, obj);
     drop(ManuallyDrop::into_inner(inside));
     set_errno(e);
     r

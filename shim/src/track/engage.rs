@@ -354,6 +354,15 @@ pub fn released(t: &ThreadRec, obj: &ObjEntry) {
     }
 }
 
+/// The waiters of `obj` all left without a release this process saw (a semaphore posted from
+/// another process, or by a handler that did not end the episode): its open episode ends, with
+/// nobody (thread 0, no chain) as the one they waited for.
+pub fn left_unreleased(tr: &Tracker, obj: &ObjEntry) {
+    if obj.flags() & EPISODE != 0 && obj.waiters_now() == 0 {
+        highwater::on_release(tr, 0, obj, now_ns(), 0);
+    }
+}
+
 /// Which side of the object a wait is for: exclusive (mutex, write lock, ...) or shared (read
 /// lock), whose statistics are kept apart.
 #[derive(Clone, Copy, PartialEq, Eq)]
