@@ -1,12 +1,14 @@
 //! Stage 3: turn the raw addresses of call chains into function names and source lines, offline,
 //! from the binaries the log names. Every lookup degrades instead of failing: a module that is gone,
-//! rebuilt (build-id differs) or stripped still gives `module+0xoffset`.
+//! rebuilt (build-id differs) or stripped still gives `module+0xoffset`. A module's separate
+//! debug file is found as GDB finds it (by build-id, else by `.gnu_debuglink`: see
+//! [`waitshim_elfsym::debugfile`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 use goblin::elf::Elf;
@@ -14,16 +16,15 @@ use object::{Object as _, ObjectSection as _};
 
 use crate::model::Model;
 
-/// ELF note type of the GNU build-id.
-const NT_GNU_BUILD_ID: u32 = 3;
 /// Binaries larger than this are not read for symbols (they are read whole); the debug sections
 /// of one module are decompressed up to this many bytes in all.
 pub const MAX_ELF_BYTES: u64 = 1 << 30;
 /// Distinct module files opened per log: a process maps a few hundred at most, and each costs a
 /// read of its file; more only come from a damaged or hostile log.
 pub const MAX_MODULE_FILES: usize = 1000;
-/// Where Debian installs separate debug files, named by build-id.
-const DEBUG_ROOT: &str = "/usr/lib/debug/.build-id";
+/// Where distributions install separate debug files: `.build-id/ab/cdef….debug` under it, and
+/// the files `.gnu_debuglink` names under the module's own directory.
+const DEBUG_ROOT: &str = waitshim_elfsym::DEFAULT_DEBUG_ROOT;
 /// Inline frames kept per physical frame: bounds what damaged debug info can cost.
 const MAX_INLINE_DEPTH: usize = 64;
 /// Modules of the C and C++ runtimes, the dynamic loader and the shim (basename prefixes).
@@ -242,6 +243,28 @@ pub fn debug_advice_for(path: &str) -> String {
     }
 }
 
+/// Where to get the names and source lines of a stripped module (no symbol table, no debug file
+/// found): only its exported functions are named. Starts as [`debug_advice_for`] does, since a
+/// stripped module has no debug information either.
+pub fn stripped_advice_for(path: &str) -> String {
+    let system = ["/usr/", "/lib/", "/lib64/", "/opt/"]
+        .iter()
+        .any(|d| path.starts_with(d));
+    let package = if system {
+        format!(
+            " (e.g. `apt-get install <package>-dbgsym` for the package `dpkg -S {path}` \
+             names)"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{path} has no debug information and is stripped: only exported symbols (no names for \
+         its other functions, no source lines); install its debug package{package} or rebuild \
+         it without stripping"
+    )
+}
+
 /// Whether a module is the shim itself.
 fn is_shim_path(path: &str) -> bool {
     path.ends_with("libwaitshim.so")
@@ -257,6 +280,9 @@ pub enum ModuleStatus {
     Ok {
         dwarf: bool,
     },
+    /// Read, but stripped: no symbol table, no debug information, and no separate debug file
+    /// found; only the dynamic symbols (the exported functions) name its code.
+    Stripped,
     Disabled,
     Missing(String),
     BuildIdMismatch,
@@ -275,6 +301,10 @@ impl ModuleStatus {
         match self {
             ModuleStatus::Ok { dwarf: true } => "symbols and source lines".into(),
             ModuleStatus::Ok { dwarf: false } => "symbols only (no debug info)".into(),
+            ModuleStatus::Stripped => {
+                "stripped: only exported symbols (no symbol table, no debug info, no debug file)"
+                    .into()
+            }
             ModuleStatus::Disabled => "not symbolized (--no-symbols)".into(),
             ModuleStatus::Missing(why) => format!("file not available ({why})"),
             ModuleStatus::BuildIdMismatch => {
@@ -294,8 +324,10 @@ impl ModuleStatus {
         }
     }
 
+    /// Whether the file was read and gives what it has (a stripped module's exported
+    /// functions included).
     pub fn is_ok(&self) -> bool {
-        matches!(self, ModuleStatus::Ok { .. })
+        matches!(self, ModuleStatus::Ok { .. } | ModuleStatus::Stripped)
     }
 }
 
@@ -310,6 +342,9 @@ struct Loaded {
     data: Vec<Sym>,
     /// DWARF sources, the binary first, then its separate debug file.
     dwarf: Vec<addr2line::Context<DwarfReader>>,
+    /// Neither the file nor a separate debug file has a symbol table or debug information:
+    /// `symbols` are the dynamic ones.
+    stripped: bool,
 }
 
 struct ModuleMap {
@@ -453,8 +488,12 @@ impl Symbolizer {
         };
         match loaded {
             Ok(l) => {
-                m.status = ModuleStatus::Ok {
-                    dwarf: !l.dwarf.is_empty(),
+                m.status = if l.stripped {
+                    ModuleStatus::Stripped
+                } else {
+                    ModuleStatus::Ok {
+                        dwarf: !l.dwarf.is_empty(),
+                    }
                 };
                 m.loaded = Some(l);
             }
@@ -573,15 +612,20 @@ impl Symbolizer {
     }
 
     /// One line of advice per module that has code of the program's own in the chains
-    /// symbolized so far but no debug information (so no source lines): where to get it.
+    /// symbolized so far but no debug information (so no source lines), or is stripped (so
+    /// only its exported functions are named): where to get them.
     pub fn debug_advice(&self) -> Vec<(String, String)> {
         let mut seen = std::collections::BTreeSet::new();
         self.shown
             .iter()
             .filter_map(|&i| self.modules.get(i))
-            .filter(|m| m.status == ModuleStatus::Ok { dwarf: false })
-            .filter(|m| seen.insert(m.path.clone()))
-            .map(|m| (m.path.clone(), debug_advice_for(&m.path)))
+            .filter_map(|m| match m.status {
+                ModuleStatus::Ok { dwarf: false } => Some((m, debug_advice_for(&m.path))),
+                ModuleStatus::Stripped => Some((m, stripped_advice_for(&m.path))),
+                _ => None,
+            })
+            .filter(|(m, _)| seen.insert(m.path.clone()))
+            .map(|(m, advice)| (m.path.clone(), advice))
             .collect()
     }
 
@@ -778,31 +822,29 @@ fn dwarf_frames(dwarf: &addr2line::Context<DwarfReader>, probe: u64) -> Vec<Dwar
 pub use waitshim_elfsym::demangle;
 
 /// The GNU build-id of an ELF image, if it has one.
-pub fn build_id(elf: &Elf<'_>, bytes: &[u8]) -> Option<Vec<u8>> {
-    let notes = elf.iter_note_headers(bytes)?;
-    for note in notes.flatten() {
-        if note.n_type == NT_GNU_BUILD_ID && note.name == "GNU" {
-            return Some(note.desc.to_vec());
+pub fn build_id<'a>(elf: &Elf<'a>, bytes: &'a [u8]) -> Option<Vec<u8>> {
+    waitshim_elfsym::build_id(elf, bytes).map(<[u8]>::to_vec)
+}
+
+/// The separate debug file of a module under `root` ([`DEBUG_ROOT`] but in tests), as GDB finds
+/// it: by the file's build-id (else the one the log gives, for a file without one), else by
+/// `.gnu_debuglink` with its CRC32 checked. Candidates are read as modules are.
+fn find_debug_file<'a>(
+    path: &Path,
+    elf: &Elf<'a>,
+    bytes: &'a [u8],
+    logged_build_id: &[u8],
+    root: &Path,
+) -> Option<waitshim_elfsym::DebugFile> {
+    let read = |p: &Path| read_elf_bytes(p).ok();
+    if waitshim_elfsym::build_id(elf, bytes).is_none() && !logged_build_id.is_empty() {
+        if let Some(f) =
+            waitshim_elfsym::debugfile::debug_file_by_build_id(root, logged_build_id, read)
+        {
+            return Some(f);
         }
     }
-    None
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Debian's separate debug file for a build-id: `/usr/lib/debug/.build-id/ab/cdef….debug`.
-fn debug_file_path(build_id: &[u8]) -> Option<PathBuf> {
-    let (first, rest) = build_id.split_first()?;
-    if rest.is_empty() {
-        return None;
-    }
-    Some(
-        Path::new(DEBUG_ROOT)
-            .join(format!("{first:02x}"))
-            .join(format!("{}.debug", hex(rest))),
-    )
+    waitshim_elfsym::find_debug_file(path, elf, bytes, root, read)
 }
 
 /// What a file that is not a regular one is, in words.
@@ -935,6 +977,15 @@ fn has_debug_info(elf: &Elf<'_>) -> bool {
 }
 
 fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatus> {
+    load_module_with(path, logged_build_id, Path::new(DEBUG_ROOT))
+}
+
+/// [`load_module`] with separate debug files looked for under `debug_root`.
+fn load_module_with(
+    path: &str,
+    logged_build_id: &[u8],
+    debug_root: &Path,
+) -> Result<Loaded, ModuleStatus> {
     let bytes = read_elf_bytes(Path::new(path))?;
     let elf = Elf::parse(&bytes).map_err(|e| ModuleStatus::NotElf(e.to_string()))?;
     let file_build_id = build_id(&elf, &bytes);
@@ -949,22 +1000,23 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
     if has_debug_info(&elf) {
         dwarf.extend(dwarf_context(&bytes));
     }
-    let id = file_build_id.unwrap_or_else(|| logged_build_id.to_vec());
-    if let Some(debug_path) = debug_file_path(&id) {
-        if let Ok(debug_bytes) = read_elf_bytes(&debug_path) {
-            if let Ok(debug_elf) = Elf::parse(&debug_bytes) {
-                if symbols.is_empty() {
-                    symbols = function_symbols(&debug_elf, false);
-                }
-                if data.is_empty() {
-                    data = data_symbols(&debug_elf, false);
-                }
-                if has_debug_info(&debug_elf) {
-                    dwarf.extend(dwarf_context(&debug_bytes));
-                }
+    let mut symtab = !elf.syms.is_empty();
+    if let Some(debug) = find_debug_file(Path::new(path), &elf, &bytes, logged_build_id, debug_root)
+    {
+        if let Ok(debug_elf) = Elf::parse(&debug.bytes) {
+            symtab |= !debug_elf.syms.is_empty();
+            if symbols.is_empty() {
+                symbols = function_symbols(&debug_elf, false);
+            }
+            if data.is_empty() {
+                data = data_symbols(&debug_elf, false);
+            }
+            if has_debug_info(&debug_elf) {
+                dwarf.extend(dwarf_context(&debug.bytes));
             }
         }
     }
+    let stripped = !symtab && dwarf.is_empty();
     if symbols.is_empty() {
         symbols = function_symbols(&elf, true);
     }
@@ -975,6 +1027,7 @@ fn load_module(path: &str, logged_build_id: &[u8]) -> Result<Loaded, ModuleStatu
         symbols,
         data,
         dwarf,
+        stripped,
     })
 }
 
@@ -1094,6 +1147,70 @@ mod tests {
         let runtime_only = [named("start_thread", LIBC), named("__clone3", LIBC)];
         assert_eq!(site_index(&runtime_only), Some(0));
         assert_eq!(site_index(&[]), None);
+    }
+
+    /// A module stripped of everything, whose debug file is installed by build-id under a
+    /// debug directory (the test's own): names and source lines come from it.
+    #[test]
+    fn a_debug_file_is_found_by_build_id_under_the_debug_directory() {
+        use std::process::Command;
+        let present = |tool: &str| {
+            Command::new(tool)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if !present("gcc") || !present("objcopy") {
+            eprintln!("SKIPPED: gcc or objcopy is not installed");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("waitshim-symbolize-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let src = dir.join("m.c");
+        std::fs::write(
+            &src,
+            "int work(int x)\n{\n    return x + 1;\n}\nint main(void) { return work(0); }\n",
+        )
+        .expect("write");
+        let bin = dir.join("m");
+        let run = |cmd: &mut Command| assert!(cmd.status().is_ok_and(|s| s.success()), "{cmd:?}");
+        run(Command::new("gcc")
+            .args(["-g", "-O0", "-Wl,--build-id=sha1", "-o"])
+            .arg(&bin)
+            .arg(&src));
+        let bytes = std::fs::read(&bin).expect("read");
+        let elf = Elf::parse(&bytes).expect("ELF");
+        let id = build_id(&elf, &bytes).expect("build-id");
+        let work = elf
+            .syms
+            .iter()
+            .find(|s| elf.strtab.get_at(s.st_name) == Some("work"))
+            .map(|s| s.st_value)
+            .expect("work");
+        let root = dir.join("debug");
+        let by_id = waitshim_elfsym::debugfile::build_id_path(&root, &id).expect("path");
+        std::fs::create_dir_all(by_id.parent().expect("parent")).expect("mkdir");
+        run(Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(&bin)
+            .arg(&by_id));
+        run(Command::new("objcopy").arg("--strip-all").arg(&bin));
+        let path = bin.to_str().expect("utf-8");
+
+        let l = load_module_with(path, &id, &root).expect("loaded");
+        assert!(!l.stripped);
+        assert!(!l.dwarf.is_empty());
+        let mut frame = Frame::default();
+        resolve(&l, work, work, &mut frame);
+        assert_eq!(frame.function.as_deref(), Some("work"));
+        assert_eq!(frame.line, Some(2));
+
+        // Without the debug directory it is stripped.
+        let l = load_module_with(path, &id, &dir.join("elsewhere")).expect("loaded");
+        assert!(l.stripped);
+        assert!(l.dwarf.is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

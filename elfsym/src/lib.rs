@@ -1,9 +1,13 @@
 //! The one reader of ELF symbol tables and the one demangler of waitshim: the shim uses it to
 //! match policy selectors (`creation_site`, `thread_group`) against the functions of call chains
 //! inside the running program, the analyzer to name frames and global variables in reports. Both
-//! therefore see the same symbols under the same names.
+//! therefore see the same symbols under the same names. [`debugfile`] finds the separate debug
+//! file of a stripped module (by build-id, else by `.gnu_debuglink`).
 
 use goblin::elf::Elf;
+
+pub mod debugfile;
+pub use debugfile::{build_id, find_debug_file, DebugFile, DebugVia, DEFAULT_DEBUG_ROOT};
 
 /// `STT_OBJECT`: a variable.
 pub const STT_OBJECT: u8 = 1;
