@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
@@ -450,26 +450,72 @@ pub fn json(b: &RunFigures, a: &RunFigures) -> Value {
     })
 }
 
-/// Compares the logs; the exit code (2 when either is not a log).
+/// `--html FILE`: both runs' timelines on one time axis, the comparison's text above them,
+/// written beside `path` and renamed over it when complete.
+fn write_page(
+    path: &Path,
+    analyses: &[Analysis],
+    text: String,
+    opts: &Options,
+) -> Result<(), String> {
+    use crate::export::{html::Html, Exporter, Source};
+    let cannot = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", path.display());
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let file = std::fs::File::create(&tmp).map_err(|e| cannot("create a file beside", e))?;
+    let out = std::io::BufWriter::with_capacity(1 << 16, file);
+    let mut page = Box::new(Html::comparing(out, &["before", "after"], text));
+    let written = analyses
+        .iter()
+        .try_for_each(|a| {
+            let mut src = Source {
+                ctx: Ctx::new(&a.summary, &a.model, opts),
+                pid: a.model.run.as_ref().map_or(0, |r| r.pid),
+            };
+            page.add(&mut src)
+        })
+        .and_then(|_| page.finish())
+        .and_then(|_| std::fs::rename(&tmp, path));
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        cannot("write", e)
+    })
+}
+
+/// Compares the logs; the exit code (2 when either is not a log or the page cannot be
+/// written).
 pub fn run(
     before: &PathBuf,
     after: &PathBuf,
     json_out: bool,
+    html: Option<&Path>,
     opts: &Options,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> i32 {
-    let mut runs = Vec::new();
+    let mut analyses = Vec::new();
     for p in [before, after] {
         match analyze(p) {
-            Ok(a) => runs.push(figures(&a, opts)),
+            Ok(a) => analyses.push(a),
             Err(e) => {
                 let _ = writeln!(err, "waitshim-analyze diff: {e}");
                 return EXIT_BAD_INPUT;
             }
         }
     }
+    let runs: Vec<RunFigures> = analyses.iter().map(|a| figures(a, opts)).collect();
     let (b, a) = (&runs[0], &runs[1]);
+    if let Some(page) = html {
+        if let Err(e) = write_page(page, &analyses, text(b, a, opts.top), opts) {
+            let _ = writeln!(err, "waitshim-analyze diff: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    }
     let written = if json_out {
         serde_json::to_writer_pretty(&mut *out, &json(b, a))
             .map_err(std::io::Error::other)

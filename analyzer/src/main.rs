@@ -17,7 +17,7 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze request PID [--timeout SECS] [--quiet]\n       \
                       waitshim-analyze policy check FILE\n       \
                       waitshim-analyze export --format FORMAT -o OUT FILE...\n       \
-                      waitshim-analyze diff BEFORE AFTER [--json]\n       \
+                      waitshim-analyze diff BEFORE AFTER [--json] [--html FILE]\n       \
                       waitshim-analyze why-no-log -- CMD [ARGS]\n       \
                       waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab]\n       \
                       waitshim-analyze baseline -o FILE LOG...\n       \
@@ -86,6 +86,10 @@ enum Command {
         /// Print one JSON document (schema waitshim-diff/1) instead of text.
         #[arg(long)]
         json: bool,
+        /// Also write a self-contained HTML page: both runs' thread timelines on one time
+        /// axis (zoom and pan move both), the comparison above them.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
         /// Objects and wait sites shown in the text.
         #[arg(long, default_value_t = 20)]
         top: usize,
@@ -248,6 +252,7 @@ fn main() {
             before,
             after,
             json,
+            html,
             top,
             no_symbols,
         }) => {
@@ -256,7 +261,7 @@ fn main() {
                 symbols: !no_symbols,
                 ..Options::default()
             };
-            waitshim_analyze::diff::run(&before, &after, json, &opts, out, err)
+            waitshim_analyze::diff::run(&before, &after, json, html.as_deref(), &opts, out, err)
         }
         Some(Command::Policy(PolicyCommand::Check { file })) => {
             waitshim_analyze::policycheck::run(&file, out, err)

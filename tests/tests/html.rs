@@ -366,3 +366,55 @@ fn html_of_the_convoy_names_its_lock_and_marks_its_records() {
     assert!(a.log(0).hwm() > 1, "the convoy piles threads up");
     assert!(!log["highwater"].as_array().expect("highwater").is_empty());
 }
+
+/// `diff --html`: the convoy with 3 and with 8 threads on one page, each run labelled, both
+/// timelines on the axis of the longer run, and the comparison's text above them, which names
+/// the convoy's lock.
+#[test]
+fn diff_html_shows_both_runs_on_one_time_axis_under_the_comparison() {
+    let before = run_both("convoy", &["3"]);
+    let after = run_both("convoy", &["8"]);
+    let page = before
+        .single_log()
+        .parent()
+        .expect("dir")
+        .join("convoy-diff.html");
+    let o = Command::new(analyzer_path())
+        .arg("diff")
+        .arg(before.single_log())
+        .arg(after.single_log())
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .expect("run waitshim-analyze diff");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The text report still goes to stdout.
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("convoy_lock"), "{text}");
+    let html = std::fs::read_to_string(&page).expect("read page");
+    let start = html.find("id=\"data\">").expect("data") + "id=\"data\">".len();
+    let end = start + html[start..].find("</script>").expect("end of data");
+    let data: Value = serde_json::from_str(&html[start..end]).expect("data is JSON");
+    assert_eq!(data["shared_axis"], true);
+    assert_eq!(data["logs"][0]["label"], "before");
+    assert_eq!(data["logs"][1]["label"], "after");
+    assert_eq!(
+        data["diff"].as_str().expect("diff text"),
+        text.as_ref(),
+        "the page carries the same comparison"
+    );
+    let dom = chromium_run(&page, &["--dump-dom"]);
+    let threads = |i: usize| data["logs"][i]["threads"].as_array().expect("threads").len();
+    assert!(
+        dom.contains(&format!(
+            "rendered 2 log(s), {} thread(s)",
+            threads(0) + threads(1)
+        )),
+        "{dom}"
+    );
+    assert!(dom.contains("before: convoy"), "{dom}");
+    assert!(dom.contains("after: convoy"), "{dom}");
+    assert!(dom.contains("id=\"diff\""), "{dom}");
+    // One axis, as long as the longer run.
+    assert!(dom.contains("on one time axis of "), "{dom}");
+}

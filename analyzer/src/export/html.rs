@@ -79,6 +79,14 @@ impl Strings {
 pub struct Html<W: Write> {
     out: W,
     logs: Vec<Value>,
+    /// `diff --html`: the runs are shown on one time axis, each with its label, the
+    /// comparison's text above them.
+    comparison: Option<Comparison>,
+}
+
+struct Comparison {
+    labels: Vec<String>,
+    text: String,
 }
 
 impl<W: Write> Html<W> {
@@ -86,6 +94,21 @@ impl<W: Write> Html<W> {
         Html {
             out,
             logs: Vec::new(),
+            comparison: None,
+        }
+    }
+
+    /// A page comparing runs (`diff --html`): the logs added in turn get `labels` (before,
+    /// after), their timelines share one time axis (from each run's start), and `text` (the
+    /// diff's report) heads the page.
+    pub fn comparing(out: W, labels: &[&str], text: String) -> Self {
+        Html {
+            out,
+            logs: Vec::new(),
+            comparison: Some(Comparison {
+                labels: labels.iter().map(|l| l.to_string()).collect(),
+                text,
+            }),
         }
     }
 }
@@ -387,7 +410,12 @@ impl<W: Write> Exporter for Html<W> {
             .as_ref()
             .map(|r| crate::symbolize::basename(&r.exe).to_string())
             .unwrap_or_else(|| "process".into());
+        let label = self
+            .comparison
+            .as_ref()
+            .and_then(|c| c.labels.get(self.logs.len()).cloned());
         self.logs.push(json!({
+            "label": label,
             "pid": src.pid,
             "program": program,
             "duration_ns": axis.end - axis.start,
@@ -404,7 +432,12 @@ impl<W: Write> Exporter for Html<W> {
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<()> {
-        let data = serde_json::to_string(&json!({"logs": self.logs})).map_err(io::Error::other)?;
+        let data = serde_json::to_string(&json!({
+            "logs": self.logs,
+            "shared_axis": self.comparison.is_some(),
+            "diff": self.comparison.as_ref().map(|c| c.text.clone()),
+        }))
+        .map_err(io::Error::other)?;
         // Inside a script element: no `</script>` or `<!--` may appear; `<` only occurs in
         // strings, where \u003c means the same.
         let data = data.replace('<', "\\u003c");
