@@ -404,7 +404,12 @@ fn diff_html_shows_both_runs_on_one_time_axis_under_the_comparison() {
         "the page carries the same comparison"
     );
     let dom = chromium_run(&page, &["--dump-dom"]);
-    let threads = |i: usize| data["logs"][i]["threads"].as_array().expect("threads").len();
+    let threads = |i: usize| {
+        data["logs"][i]["threads"]
+            .as_array()
+            .expect("threads")
+            .len()
+    };
     assert!(
         dom.contains(&format!(
             "rendered 2 log(s), {} thread(s)",
