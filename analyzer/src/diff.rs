@@ -460,13 +460,7 @@ fn write_page(
 ) -> Result<(), String> {
     use crate::export::{html::Html, Exporter, Source};
     let cannot = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", path.display());
-    let name = path
-        .file_name()
-        .ok_or_else(|| format!("{} names no file", path.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
+    let tmp = crate::export::temp_beside(path)?;
     let file = std::fs::File::create(&tmp).map_err(|e| cannot("create a file beside", e))?;
     let out = std::io::BufWriter::with_capacity(1 << 16, file);
     let mut page = Box::new(Html::comparing(out, &["before", "after"], text));

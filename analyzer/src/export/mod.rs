@@ -222,13 +222,7 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
             Err(e) => Err(io_error("cannot write", out_path, &e)),
         };
     }
-    let file_name = out_path
-        .file_name()
-        .ok_or_else(|| format!("{} names no file", out_path.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(file_name);
-    tmp_name.push(format!(".{}.tmp", std::process::id()));
-    let tmp = out_path.with_file_name(tmp_name);
+    let tmp = temp_beside(out_path)?;
     let file = File::create(&tmp).map_err(|e| io_error("cannot create", &tmp, &e))?;
     let out = BufWriter::with_capacity(1 << 16, file);
     let result = export_to(paths, opts, out, err);
@@ -254,6 +248,19 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
             Err(io_error("cannot write", out_path, &e))
         }
     }
+}
+
+/// Where a file for `path` is written first, beside it (hidden, with this process's id), to
+/// be renamed over `path` when complete: a failed write leaves nothing half-written under the
+/// name asked for.
+pub fn temp_beside(path: &Path) -> Result<PathBuf, String> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} names no file", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    Ok(path.with_file_name(tmp_name))
 }
 
 /// Runs the exporter over every log; (exit code, whether any log was exported).
