@@ -292,6 +292,58 @@ fn deadlock_shows_the_cycle_and_both_wait_chains() {
     assert!(j["chains"]["21"].is_array());
 }
 
+/// Every thread waited, with no deadline, and the shim said so; then one stopped waiting after
+/// all (woken by something the shim does not see). Not a deadlock, and not a cycle a deadline
+/// broke either: the report says what it was.
+#[test]
+fn every_thread_waiting_that_ended_after_all_is_neither_a_deadlock_nor_a_broken_cycle() {
+    let mut b = convoy_log();
+    b.chain(20, &[APP_BASE + 0x6010, APP_BASE + 0x1010]);
+    let claimed = T0 + 800 * MS;
+    b.push(Deadlock {
+        ns: claimed,
+        detected_by: deadlock::EVERY_THREAD_WAITS,
+        cycle: vec![
+            DeadlockEdge {
+                tid: 101,
+                object_id: 1,
+                wait_chain: 20,
+                holder_tid: 0,
+            },
+            DeadlockEdge {
+                tid: 102,
+                object_id: 2,
+                wait_chain: 20,
+                holder_tid: 0,
+            },
+        ],
+    });
+    b.push(DeadlockBroken {
+        deadlock_ns: claimed,
+        tid: 101,
+        ns: claimed + 1_500 * MS,
+        outcome: counter::ENDED_ACQUIRED,
+    });
+    let r = text(&b, &Options::default());
+    assert!(
+        r.contains(
+            "deadlocks: 0 (1 more time every thread waited until one was woken from outside \
+             what the shim sees)"
+        ),
+        "{r}"
+    );
+    assert!(!r.contains("deadline"), "no deadline was involved:\n{r}");
+    assert!(
+        r.contains("EVERY THREAD WAITED, THEN ONE WAS WOKEN (1:"),
+        "{r}"
+    );
+    assert!(
+        r.contains("WAITING 1 (from 800.0 ms): all 2 threads of the process wait for one another; over after 1.50 s when thread 101"),
+        "{r}"
+    );
+    assert!(!r.contains("\nDEADLOCK 1"), "{r}");
+}
+
 #[test]
 fn record_without_close_is_still_open() {
     let mut b = convoy_log();

@@ -205,16 +205,42 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         }
     }
     lost_parallelism(ctx, out);
-    let broken = m.deadlocks_broken.len();
-    if broken == 0 {
-        let _ = writeln!(out, "deadlocks: {}", m.deadlocks.len());
+    // Claims that ended after all: a wait-for cycle a deadline broke, or a time every thread
+    // waited until one was woken by something the shim does not see.
+    let (broken_hangs, broken_cycles) =
+        m.deadlocks
+            .iter()
+            .filter(|d| m.broken(d).is_some())
+            .fold((0, 0), |(h, c), d| {
+                if crate::report::every_thread_waits(d) {
+                    (h + 1, c)
+                } else {
+                    (h, c + 1)
+                }
+            });
+    let mut after_all = Vec::new();
+    if broken_cycles > 0 {
+        after_all.push(format!(
+            "{broken_cycles} more wait-for {} broke when a wait with a deadline gave up",
+            if broken_cycles == 1 {
+                "cycle"
+            } else {
+                "cycles"
+            }
+        ));
+    }
+    if broken_hangs > 0 {
+        after_all.push(format!(
+            "{broken_hangs} more {} every thread waited until one was woken from outside what \
+             the shim sees",
+            if broken_hangs == 1 { "time" } else { "times" }
+        ));
+    }
+    let real = m.deadlocks.len() - broken_cycles - broken_hangs;
+    if after_all.is_empty() {
+        let _ = writeln!(out, "deadlocks: {real}");
     } else {
-        let _ = writeln!(
-            out,
-            "deadlocks: {} ({broken} more wait-for {} broke when a wait with a deadline gave up)",
-            m.deadlocks.len() - broken,
-            if broken == 1 { "cycle" } else { "cycles" }
-        );
+        let _ = writeln!(out, "deadlocks: {real} ({})", after_all.join("; "));
     }
     let inv = &ctx.inversions;
     let edges = m.lock_order.len();
@@ -401,8 +427,10 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
     let broken: Vec<(&Deadlock, &DeadlockBroken)> = m
         .deadlocks
         .iter()
+        .filter(|d| !crate::report::every_thread_waits(d))
         .filter_map(|d| m.broken(d).map(|b| (d, b)))
         .collect();
+    hangs_that_ended(ctx, out);
     if broken.is_empty() {
         return;
     }
@@ -765,6 +793,50 @@ fn cross_process(ctx: &mut Ctx<'_>, out: &mut String) {
 }
 
 /// The threads and objects of a wait-for cycle, and each thread's wait chain.
+/// Times every thread of the process waited, with no deadline, on objects of the process, and
+/// then one stopped waiting after all: woken by something the shim does not see (a signal
+/// handler installed before it or through `sigvec`, another process, a thread it never saw).
+/// Not a deadlock; shown with every thread's wait, as it was when claimed.
+fn hangs_that_ended(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let ended: Vec<(&Deadlock, &DeadlockBroken)> = m
+        .deadlocks
+        .iter()
+        .filter(|d| crate::report::every_thread_waits(d))
+        .filter_map(|d| m.broken(d).map(|b| (d, b)))
+        .collect();
+    if ended.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nEVERY THREAD WAITED, THEN ONE WAS WOKEN ({}: no thread could have ended the waits; \
+         something the shim does not see did: a signal handler it does not know of, another \
+         process, a thread it never saw)",
+        ended.len()
+    );
+    for (i, (d, b)) in ended.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
+        let _ = writeln!(
+            out,
+            "\nWAITING {} (from {}): {}; over after {} when {} stopped waiting ({})",
+            i + 1,
+            fmt_ns(m.rel(d.ns)),
+            crate::report::deadlock_words(d),
+            fmt_ns(b.ns.saturating_sub(d.ns)),
+            ctx.thread_label(b.tid),
+            crate::model::reason_text(b.outcome)
+        );
+        cycle(ctx, d, out);
+    }
+    if ended.len() > MAX_DEADLOCKS_SHOWN {
+        let _ = writeln!(
+            out,
+            "\n... {} more not shown (all are in the JSON report)",
+            ended.len() - MAX_DEADLOCKS_SHOWN
+        );
+    }
+}
+
 fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
     if crate::report::every_thread_waits(d) {
         return every_thread_waits(ctx, d, out);
