@@ -424,45 +424,72 @@ fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
             );
         }
     }
-    let broken: Vec<(&Deadlock, &DeadlockBroken)> = m
+    ended_after_all(ctx, out, true);
+    ended_after_all(ctx, out, false);
+}
+
+/// Claims that ended after all, listed apart from the deadlocks: with `hangs`, the times every
+/// thread of the process waited, with no deadline, on objects of the process, until one was
+/// woken by something the shim does not see (a signal handler installed before it or through
+/// `sigvec`, another process, a thread it never saw); else the wait-for cycles that closed and
+/// broke when a wait with a deadline gave up. Each with its threads' waits.
+fn ended_after_all(ctx: &mut Ctx<'_>, out: &mut String, hangs: bool) {
+    let m = ctx.model;
+    let ended: Vec<(&Deadlock, &DeadlockBroken)> = m
         .deadlocks
         .iter()
-        .filter(|d| !crate::report::every_thread_waits(d))
+        .filter(|d| crate::report::every_thread_waits(d) == hangs)
         .filter_map(|d| m.broken(d).map(|b| (d, b)))
         .collect();
-    hangs_that_ended(ctx, out);
-    if broken.is_empty() {
+    if ended.is_empty() {
         return;
     }
-    let _ = writeln!(
-        out,
-        "\nWAIT-FOR CYCLES BROKEN BY A DEADLINE ({}: threads waited for each other until one \
-         gave up; without the deadline, a deadlock)",
-        broken.len()
-    );
-    for (i, (d, b)) in broken.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
-        let _ = writeln!(
+    let n = ended.len();
+    let _ = if hangs {
+        writeln!(
             out,
-            "\nCYCLE {} (closed at {} by thread {}): {}; broken after {} when {} stopped \
-             waiting ({})",
-            i + 1,
-            fmt_ns(m.rel(d.ns)),
-            d.detected_by,
-            match d.cycle.len() {
+            "\nEVERY THREAD WAITED, THEN ONE WAS WOKEN ({n}: no thread could have ended the \
+             waits; something the shim does not see did: a signal handler it does not know of, \
+             another process, a thread it never saw)"
+        )
+    } else {
+        writeln!(
+            out,
+            "\nWAIT-FOR CYCLES BROKEN BY A DEADLINE ({n}: threads waited for each other until \
+             one gave up; without the deadline, a deadlock)"
+        )
+    };
+    for (i, (d, b)) in ended.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
+        let at = fmt_ns(m.rel(d.ns));
+        let (what, over) = if hangs {
+            let words = crate::report::deadlock_words(d);
+            (format!("WAITING {} (from {at}): {words}", i + 1), "over")
+        } else {
+            let words = match d.cycle.len() {
                 1 => "a thread waited for a lock it held itself".to_string(),
                 n => format!("{n} threads waited for each other"),
-            },
+            };
+            let by = d.detected_by;
+            (
+                format!("CYCLE {} (closed at {at} by thread {by}): {words}", i + 1),
+                "broken",
+            )
+        };
+        let _ = writeln!(
+            out,
+            "\n{what}; {over} after {} when {} stopped waiting ({})",
             fmt_ns(b.ns.saturating_sub(d.ns)),
             ctx.thread_label(b.tid),
             crate::model::reason_text(b.outcome)
         );
         cycle(ctx, d, out);
     }
-    if broken.len() > MAX_DEADLOCKS_SHOWN {
+    if n > MAX_DEADLOCKS_SHOWN {
         let _ = writeln!(
             out,
-            "\n... {} more broken cycles not shown (all are in the JSON report)",
-            broken.len() - MAX_DEADLOCKS_SHOWN
+            "\n... {} more {}not shown (all are in the JSON report)",
+            n - MAX_DEADLOCKS_SHOWN,
+            if hangs { "" } else { "broken cycles " }
         );
     }
 }
@@ -793,50 +820,6 @@ fn cross_process(ctx: &mut Ctx<'_>, out: &mut String) {
 }
 
 /// The threads and objects of a wait-for cycle, and each thread's wait chain.
-/// Times every thread of the process waited, with no deadline, on objects of the process, and
-/// then one stopped waiting after all: woken by something the shim does not see (a signal
-/// handler installed before it or through `sigvec`, another process, a thread it never saw).
-/// Not a deadlock; shown with every thread's wait, as it was when claimed.
-fn hangs_that_ended(ctx: &mut Ctx<'_>, out: &mut String) {
-    let m = ctx.model;
-    let ended: Vec<(&Deadlock, &DeadlockBroken)> = m
-        .deadlocks
-        .iter()
-        .filter(|d| crate::report::every_thread_waits(d))
-        .filter_map(|d| m.broken(d).map(|b| (d, b)))
-        .collect();
-    if ended.is_empty() {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "\nEVERY THREAD WAITED, THEN ONE WAS WOKEN ({}: no thread could have ended the waits; \
-         something the shim does not see did: a signal handler it does not know of, another \
-         process, a thread it never saw)",
-        ended.len()
-    );
-    for (i, (d, b)) in ended.iter().enumerate().take(MAX_DEADLOCKS_SHOWN) {
-        let _ = writeln!(
-            out,
-            "\nWAITING {} (from {}): {}; over after {} when {} stopped waiting ({})",
-            i + 1,
-            fmt_ns(m.rel(d.ns)),
-            crate::report::deadlock_words(d),
-            fmt_ns(b.ns.saturating_sub(d.ns)),
-            ctx.thread_label(b.tid),
-            crate::model::reason_text(b.outcome)
-        );
-        cycle(ctx, d, out);
-    }
-    if ended.len() > MAX_DEADLOCKS_SHOWN {
-        let _ = writeln!(
-            out,
-            "\n... {} more not shown (all are in the JSON report)",
-            ended.len() - MAX_DEADLOCKS_SHOWN
-        );
-    }
-}
-
 fn cycle(ctx: &mut Ctx<'_>, d: &Deadlock, out: &mut String) {
     if crate::report::every_thread_waits(d) {
         return every_thread_waits(ctx, d, out);
