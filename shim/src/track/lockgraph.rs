@@ -9,6 +9,38 @@
 //! the log must keep even if their objects die before the next flush.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The hash of the graph's keys (entry addresses mixed with a generation, pairs of them): a
+/// fixed mix, with no per-process random key to fetch (`getrandom`, a cancellation point) and a
+/// fraction of SipHash's cost, paid on every new edge (a program that makes a mutex per
+/// request and takes it under a global lock adds one per request).
+#[derive(Default)]
+pub struct NodeHasher(u64);
+
+impl Hasher for NodeHasher {
+    fn finish(&self) -> u64 {
+        // The finaliser of splitmix64: every bit of the state reaches the low bits the table
+        // takes its buckets from (entry addresses have their low six bits clear).
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(23) ^ x).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Map<K, V> = HashMap<K, V, BuildHasherDefault<NodeHasher>>;
+type Set<K> = HashSet<K, BuildHasherDefault<NodeHasher>>;
 
 /// How far a new edge's cycle check may look (nodes visited): a program with a huge, dense
 /// graph gets its cycles of moderate reach found, and no check costs more than this.
@@ -34,18 +66,18 @@ pub struct Edge<T> {
 }
 
 pub struct Graph<T> {
-    edges: HashMap<(u64, u64), Edge<T>>,
+    edges: Map<(u64, u64), Edge<T>>,
     /// Successors and predecessors of each node that has edges.
-    out: HashMap<u64, Vec<u64>>,
-    into: HashMap<u64, Vec<u64>>,
+    out: Map<u64, Vec<u64>>,
+    into: Map<u64, Vec<u64>>,
 }
 
 impl<T> Default for Graph<T> {
     fn default() -> Self {
         Graph {
-            edges: HashMap::new(),
-            out: HashMap::new(),
-            into: HashMap::new(),
+            edges: Map::default(),
+            out: Map::default(),
+            into: Map::default(),
         }
     }
 }
@@ -85,7 +117,12 @@ impl<T> Graph<T> {
     /// more than [`MAX_VISITS`] nodes: a depth-first search, iterative so that no graph can
     /// exhaust the stack.
     fn path(&self, start: u64, goal: u64) -> Option<Vec<u64>> {
-        let mut seen = HashSet::new();
+        // A node nothing was taken under (the inner lock of most nestings) leads nowhere: no
+        // search, no allocation.
+        if !self.out.contains_key(&start) {
+            return None;
+        }
+        let mut seen = Set::default();
         seen.insert(start);
         // (node, index of its next successor to try)
         let mut stack = vec![(start, 0usize)];
