@@ -20,6 +20,9 @@ use waitshim_format::{
 pub const MAX_STORED: usize = 1_000_000;
 /// Waits in progress listed at most (one per thread, so far more than a program has).
 pub const MAX_OPEN_WAITS: usize = 10_000;
+/// Kinds of work of the shim's thread kept from a [`waitshim_format::ShimCost`] (the shim has
+/// four).
+pub const MAX_SHIM_TASKS: usize = 16;
 /// Contention records kept per log: the shim folds similar episodes into one record, so a run
 /// has far fewer; beyond this they are counted, not stored.
 pub const MAX_RECORDS: usize = 100_000;
@@ -686,6 +689,8 @@ pub struct Model {
     pub overflow: Overflow,
     /// What the shim's sampler saw of the threads and CPUs.
     pub states: crate::states::States,
+    /// What the shim's own thread cost, by its latest figures (cumulative: the last record).
+    pub shim_cost: Option<waitshim_format::ShimCost>,
     /// Threads the log saw start, and exit (each counted once, kept or not).
     pub threads_started: u64,
     pub threads_exited: u64,
@@ -905,6 +910,15 @@ impl Model {
             Record::ThreadSwitches(t) => {
                 self.seen(t.ns);
                 self.states.thread_switches(t);
+            }
+            Record::ShimCost(mut c) => {
+                self.seen(c.ns);
+                // Totals since the thread started: the latest holds the others. A damaged log
+                // cannot make the list long (there are a handful of kinds of work).
+                if self.shim_cost.as_ref().is_none_or(|old| c.ns >= old.ns) {
+                    c.tasks.truncate(MAX_SHIM_TASKS);
+                    self.shim_cost = Some(c);
+                }
             }
             Record::OpenWaits(mut w) => {
                 self.seen(w.ns);

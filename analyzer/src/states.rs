@@ -147,6 +147,8 @@ impl Lost {
 pub struct States {
     pub lost: Lost,
     last_sample_ns: Option<u64>,
+    /// The longest interval the samples were taken at (the sampler stretches its interval when
+    /// looks would cost more than its budget): what a sampled wait's ends are known to within.
     pub interval_ns: u64,
     pub samples: u64,
     pub threads: BTreeMap<u32, ThreadStates>,
@@ -186,7 +188,7 @@ impl States {
             }
         }
         self.account_lost(&s, ncpus);
-        self.interval_ns = s.interval_ns;
+        self.interval_ns = self.interval_ns.max(s.interval_ns);
         self.unsampled = self.unsampled.max(s.unsampled);
         for e in s.threads {
             if !self.threads.contains_key(&e.tid) && self.threads.len() >= MAX_THREADS {

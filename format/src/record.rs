@@ -243,6 +243,29 @@ pub mod snapshot_source {
     }
 }
 
+/// [`TaskCost::task`]: the work of the shim's own thread, by kind.
+pub mod shim_task {
+    /// Checking the policy file for changes, and reloading it.
+    pub const POLICY_RELOAD: u8 = 1;
+    /// The sampler's looks at the threads and CPUs (its last look at the end included).
+    pub const SAMPLER: u8 = 2;
+    /// The periodic flush of counters and policy statistics, and the every-thread-waits check.
+    pub const FLUSH: u8 = 3;
+    /// Data requests and complete flushes asked by other threads.
+    pub const REQUESTS: u8 = 4;
+
+    /// The name readers show for a task; `"unknown"` for a newer code.
+    pub fn name(task: u8) -> &'static str {
+        match task {
+            POLICY_RELOAD => "policy reload",
+            SAMPLER => "sampler",
+            FLUSH => "flush",
+            REQUESTS => "requests",
+            _ => "unknown",
+        }
+    }
+}
+
 /// Bits of [`PolicyVersion::actions`] and of the `actions` a rule lists.
 pub mod action {
     /// Count how often the rule's criteria held (always-on counters are kept anyway).
@@ -843,6 +866,30 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// One kind of work of the shim's own thread in [`ShimCost`]: totals since the thread
+    /// started.
+    pub struct TaskCost {
+        /// [`shim_task`].
+        pub task: u8,
+        pub runs: u64,
+        /// CPU time spent in it (the thread's own CPU clock around each run).
+        pub cpu_ns: u64,
+    }
+}
+
+wire_struct! {
+    /// What the shim's own thread (the sampler, flushes, policy reloads, data requests) has cost
+    /// so far: written at each periodic flush and at the end, totals since it started; the
+    /// last one in a log is the run's.
+    pub struct ShimCost {
+        pub ns: u64,
+        /// The thread's CPU time, all of its work (its idle waits cost none).
+        pub thread_cpu_ns: u64,
+        pub tasks: Vec<TaskCost>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -918,4 +965,5 @@ records! {
     CpuSample = 33,
     ThreadTotals = 36,
     ThreadSwitches = 37,
+    ShimCost = 38,
 }

@@ -918,6 +918,28 @@ fn golden() -> Vec<(Record, &'static str)> {
                 a4 0a 00 00 00 00 00 00              #   [0].longest_slice_ns = 0xaa4
             ",
         ),
+        (
+            ShimCost {
+                ns: 0x0112,
+                thread_cpu_ns: 0x0bb1,
+                tasks: vec![TaskCost {
+                    task: 2,
+                    runs: 0x0bb2,
+                    cpu_ns: 0x0bb3,
+                }],
+            }
+            .into(),
+            "
+                57 53 26 00 25 00 00 00 e1 00 52 6c  # tag WS, type 38, body 37 bytes, crc32
+                12 01 00 00 00 00 00 00              # ns = 0x112
+                b1 0b 00 00 00 00 00 00              # thread_cpu_ns = 0xbb1
+                01 00 00 00                          # tasks: 1 element
+                02                                   #   [0].task = 2 (sampler)
+                b2 0b 00 00 00 00 00 00              #   [0].runs = 0xbb2
+                b3 0b 00 00 00 00 00 00              #   [0].cpu_ns = 0xbb3
+                00 00 00                             # padding to 4 bytes
+            ",
+        ),
     ]
 }
 

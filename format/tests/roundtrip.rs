@@ -473,6 +473,23 @@ fn every_record() -> Vec<Record> {
             ],
         }
         .into(),
+        ShimCost {
+            ns: 32,
+            thread_cpu_ns: 5_000_000,
+            tasks: vec![
+                TaskCost {
+                    task: shim_task::SAMPLER,
+                    runs: 300,
+                    cpu_ns: 4_000_000,
+                },
+                TaskCost {
+                    task: shim_task::FLUSH,
+                    runs: 3,
+                    cpu_ns: 900_000,
+                },
+            ],
+        }
+        .into(),
     ]
 }
 
@@ -516,6 +533,7 @@ fn variant_name(r: &Record) -> &'static str {
         Record::CpuSample(_) => "CpuSample",
         Record::ThreadTotals(_) => "ThreadTotals",
         Record::ThreadSwitches(_) => "ThreadSwitches",
+        Record::ShimCost(_) => "ShimCost",
         Record::Unknown { .. } => "Unknown",
     }
 }

@@ -31,6 +31,19 @@ pub const MAX_FOLLOWED: usize = 256;
 pub const STATUS_EVERY_NS: u64 = 100_000_000;
 /// Idle CPU time is sampled this often (the kernel counts it in 10 ms ticks).
 pub const CPU_EVERY_NS: u64 = 100_000_000;
+/// The sampler's budget: its looks take at most 1/`BUDGET_SHARE` of one CPU, on average. A
+/// look's cost grows with the threads it follows (a few µs each); when the looks at the
+/// interval asked for would cost more, the interval is stretched ([`Sampler::paced`]) and the
+/// samples say the interval they were taken at.
+pub const BUDGET_SHARE: u64 = 100;
+/// The interval is never stretched beyond this.
+pub const MAX_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// The interval that keeps looks costing `look_ns` of CPU each (a running mean) within the
+/// budget, and never shorter than the one asked for.
+pub fn paced_interval(asked_ns: u64, look_ns: u64) -> u64 {
+    asked_ns.max(look_ns.saturating_mul(BUDGET_SHARE).min(MAX_INTERVAL_NS))
+}
 
 /// Every descriptor the sampler holds, so that a forked child can close them (the thread that
 /// owns the sampler does not come along). -1: free.
@@ -405,6 +418,10 @@ struct Followed {
 /// The sampler's state, owned by the shim's thread.
 pub struct Sampler {
     interval_ns: u64,
+    /// The interval in force: `interval_ns`, or longer when looks cost more than the budget.
+    paced_ns: u64,
+    /// The running mean of a look's CPU time.
+    look_ns: u64,
     task_dir: Option<i32>,
     stat: Option<i32>,
     followed: Vec<Followed>,
@@ -432,6 +449,8 @@ impl Sampler {
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
         Some(Sampler {
             interval_ns,
+            paced_ns: interval_ns,
+            look_ns: 0,
             task_dir: None,
             stat: None,
             followed: Vec::new(),
@@ -447,8 +466,13 @@ impl Sampler {
         })
     }
 
-    pub fn interval_ns(&self) -> u64 {
-        self.interval_ns
+    /// A look took `spent_ns` of CPU: the interval until the next one (see [`BUDGET_SHARE`]).
+    /// The mean weighs the latest look by 1/8, so that one dear look (the first, which opens
+    /// every thread's files) stretches the interval little.
+    pub fn paced(&mut self, spent_ns: u64) -> u64 {
+        self.look_ns = (self.look_ns.saturating_mul(7).saturating_add(spent_ns)) / 8;
+        self.paced_ns = paced_interval(self.interval_ns, self.look_ns);
+        self.paced_ns
     }
 
     /// The tids of the process's threads, from `/proc/self/task`.
@@ -725,7 +749,9 @@ impl Sampler {
             tr.log.write(
                 &ThreadSamples {
                     ns: now,
-                    interval_ns: self.interval_ns,
+                    // The gap since the previous look: what a sampled wait's ends are
+                    // known to within.
+                    interval_ns: self.paced_ns,
                     threads: entries,
                     unsampled,
                 }
@@ -784,6 +810,27 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_interval_stretches_only_when_looks_cost_more_than_the_budget() {
+        // 10 ms asked: looks of 50 µs are 0.5 % of a CPU, kept; looks of 300 µs would be 3 %.
+        assert_eq!(paced_interval(10_000_000, 50_000), 10_000_000);
+        assert_eq!(paced_interval(10_000_000, 300_000), 30_000_000);
+        assert_eq!(paced_interval(10_000_000, 100_000_000), MAX_INTERVAL_NS);
+        assert_eq!(paced_interval(2_000_000_000, 100_000_000), 2_000_000_000);
+        let mut s = Sampler::new(10_000_000, 1).unwrap();
+        // One dear first look moves the mean by an eighth.
+        assert_eq!(s.paced(2_000_000), 25_000_000);
+        let mut last = 0;
+        for _ in 0..60 {
+            last = s.paced(300_000);
+        }
+        assert!((29_000_000..=31_000_000).contains(&last), "{last}");
+        for _ in 0..60 {
+            last = s.paced(20_000);
+        }
+        assert_eq!(last, 10_000_000);
+    }
 
     #[test]
     fn schedstat_gives_cpu_time_run_delay_and_slices() {

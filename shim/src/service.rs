@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use waitshim_format::contract::SHIM_THREAD_NAME;
 
-use waitshim_format::{snapshot_source, Snapshot};
+use waitshim_format::{shim_task, snapshot_source, ShimCost, Snapshot, TaskCost};
 
 use crate::clock::now_ns;
 use crate::track::threads::{gettid, Inside};
@@ -190,6 +190,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
         }
     }
     let (mut tasks, flush, sampler) = periodic_tasks();
+    let mut costs = Costs::default();
     let mut seen = WAKE.load(Ordering::Acquire);
     loop {
         let now = now_ns();
@@ -205,17 +206,26 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             let by = LAST_LOOK_BY.swap(0, Ordering::AcqRel);
             if by != 0 {
                 if let Some(s) = &sampler {
-                    s.borrow_mut().last_look(tr, by);
+                    costs.timed(shim_task::SAMPLER, || s.borrow_mut().last_look(tr, by));
                 }
+                // The run's figures, before the ending thread closes the log.
+                costs.write(tr);
                 LAST_LOOK_DONE.store(true, Ordering::Release);
             }
             let now = now_ns();
+            let before = thread_cpu_ns();
             if serve_requests(tr) {
+                costs.add(shim_task::REQUESTS, thread_cpu_ns().saturating_sub(before));
                 // Everything was just written: the periodic flush can wait its full interval.
                 tasks[flush].due = now + FLUSH_EVERY_NS;
             }
+            let mut flushed = false;
             for task in tasks.iter_mut().filter(|t| now >= t.due) {
-                task.due = (task.run)(tr, task.due, now);
+                task.due = costs.timed(task.kind, || (task.run)(tr, task.due, now));
+                flushed |= task.kind == shim_task::FLUSH;
+            }
+            if flushed {
+                costs.write(tr);
             }
         }
         BUSY.store(false, Ordering::SeqCst);
@@ -225,8 +235,72 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
 /// A periodic task of this thread: `run(tracker, due, now)` does the work that was due at
 /// `due` and returns when it is due next.
 struct Task {
+    /// [`shim_task`]: what its cost is counted as.
+    kind: u8,
     due: u64,
     run: Box<TaskFn>,
+}
+
+/// The CPU time of the calling thread (its own CPU clock; a system call, not the vDSO).
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a local.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
+}
+
+/// What this thread's work has cost, by [`shim_task`]: runs and CPU time since it started,
+/// written as a [`ShimCost`] at each periodic flush and at the sampler's last look, so that
+/// the report can say what the profiler's own thread took from the machine.
+#[derive(Default)]
+struct Costs {
+    /// Runs and CPU ns, indexed by task code.
+    by_task: [(u64, u64); 5],
+}
+
+impl Costs {
+    /// Runs `f` as one run of work of kind `task`, adding its CPU time.
+    fn timed<R>(&mut self, task: u8, f: impl FnOnce() -> R) -> R {
+        let start = thread_cpu_ns();
+        let r = f();
+        self.add(task, thread_cpu_ns().saturating_sub(start));
+        r
+    }
+
+    /// One run of work of kind `task` that took `cpu_ns`.
+    fn add(&mut self, task: u8, cpu_ns: u64) {
+        if let Some(c) = self.by_task.get_mut(usize::from(task)) {
+            c.0 += 1;
+            c.1 += cpu_ns;
+        }
+    }
+
+    fn record(&self, ns: u64, thread_cpu_ns: u64) -> ShimCost {
+        ShimCost {
+            ns,
+            thread_cpu_ns,
+            tasks: self
+                .by_task
+                .iter()
+                .enumerate()
+                .filter(|(_, &(runs, _))| runs > 0)
+                .map(|(task, &(runs, cpu_ns))| TaskCost {
+                    task: task as u8,
+                    runs,
+                    cpu_ns,
+                })
+                .collect(),
+        }
+    }
+
+    fn write(&self, tr: &Tracker) {
+        tr.log.write(&self.record(now_ns(), thread_cpu_ns()).into());
+    }
 }
 
 type TaskFn = dyn FnMut(&Tracker, u64, u64) -> u64;
@@ -239,6 +313,7 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     let start = now_ns();
     let mut tasks = Vec::with_capacity(3);
     tasks.push(Task {
+        kind: shim_task::POLICY_RELOAD,
         due: start + RELOAD_CHECK_NS,
         run: Box::new(|tr, _, now| {
             crate::policy::reload_if_changed(&tr.log);
@@ -251,18 +326,22 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     let sampler = sampler.map(|s| std::rc::Rc::new(std::cell::RefCell::new(s)));
     if let Some(s) = sampler.clone() {
         tasks.push(Task {
+            kind: shim_task::SAMPLER,
             due: start,
             run: Box::new(move |tr, due, now| {
                 let mut s = s.borrow_mut();
+                let before = thread_cpu_ns();
                 s.sample(tr);
+                let interval = s.paced(thread_cpu_ns().saturating_sub(before));
                 // The next look one interval after this one was due, not after it ended: the
                 // interval holds on average, unless the sampler falls behind.
-                (due + s.interval_ns()).max(now)
+                (due + interval).max(now)
             }),
         });
     }
     let mut hang_seen = Vec::new();
     tasks.push(Task {
+        kind: shim_task::FLUSH,
         due: start + FLUSH_EVERY_NS,
         run: Box::new(move |tr, _, now| {
             tr.flush_periodic();
@@ -301,8 +380,6 @@ fn serve_requests(tr: &Tracker) -> bool {
     wrote
 }
 
-/// Serves a data request on the calling thread: every counter and pending record reaches the
-/// log, then a [`Snapshot`] record says so. Returns the snapshot's number.
 #[cfg(not(test))]
 fn program_handles_asynchronous_signals() -> bool {
     crate::interpose::signal::asynchronous_handlers()
@@ -332,6 +409,8 @@ fn look_for_hang(tr: &Tracker, last: &mut Vec<(u32, u64)>, now: u64) {
     crate::track::deadlock::look_for_hang(tr, &around, last, now);
 }
 
+/// Serves a data request on the calling thread: every counter and pending record reaches the
+/// log, then a [`Snapshot`] record says so. Returns the snapshot's number.
 pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
     let _in = Inside::enter();
     tr.flush_all();
@@ -388,13 +467,12 @@ pub fn stop() {
     }
 }
 
-/// Asks this thread for the sampler's last look and waits for it, at most
-/// [`LAST_LOOK_WAIT_NS`] (nothing when the sampler is off or this is the shim's thread).
-/// Async-signal-safe.
+/// Asks this thread for its last figures and waits for them, at most [`LAST_LOOK_WAIT_NS`]:
+/// the sampler's last look (when the sampler is on) and what the thread cost ([`ShimCost`]).
+/// Nothing when this is the shim's thread. Async-signal-safe.
 fn last_look() {
-    let on = tracker().is_some_and(|tr| tr.config.sample_ns != 0);
     let me = gettid();
-    if !on
+    if tracker().is_none()
         || STATE.load(Ordering::Acquire) != RUNNING
         || STOP.load(Ordering::Acquire)
         || SERVICE_TID.load(Ordering::Acquire) == me
@@ -427,4 +505,55 @@ pub fn after_fork_child() {
     STOP.store(false, Ordering::Relaxed);
     LAST_LOOK_BY.store(0, Ordering::Relaxed);
     STATE.store(NOT_STARTED, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn costs_list_each_kind_of_work_that_ran_with_its_runs_and_cpu_time() {
+        let mut c = Costs::default();
+        c.add(shim_task::SAMPLER, 40_000);
+        c.add(shim_task::SAMPLER, 60_000);
+        c.add(shim_task::FLUSH, 5_000);
+        c.add(99, 1); // not a kind: ignored, never a panic
+        let r = c.record(7, 200_000);
+        assert_eq!((r.ns, r.thread_cpu_ns), (7, 200_000));
+        assert_eq!(
+            r.tasks,
+            vec![
+                TaskCost {
+                    task: shim_task::SAMPLER,
+                    runs: 2,
+                    cpu_ns: 100_000
+                },
+                TaskCost {
+                    task: shim_task::FLUSH,
+                    runs: 1,
+                    cpu_ns: 5_000
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn timed_work_is_charged_the_threads_own_cpu_time() {
+        let mut c = Costs::default();
+        let before = thread_cpu_ns();
+        let spun = c.timed(shim_task::SAMPLER, || {
+            // Busy for at least 2 ms of this thread's CPU time.
+            let start = thread_cpu_ns();
+            let mut n = 0u64;
+            while thread_cpu_ns() - start < 2_000_000 {
+                n = std::hint::black_box(n + 1);
+            }
+            n
+        });
+        let after = thread_cpu_ns();
+        assert!(spun > 0);
+        let (runs, cpu) = c.by_task[usize::from(shim_task::SAMPLER)];
+        assert_eq!(runs, 1);
+        assert!(cpu >= 2_000_000 && cpu <= after - before, "{cpu} ns");
+    }
 }

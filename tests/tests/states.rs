@@ -275,3 +275,55 @@ fn a_rust_mutex_wait_is_a_tracked_futex_wait_to_the_sampler_and_costs_lost_paral
         .unwrap_or_else(|| panic!("nothing lost to the counter's futex: {lost}"));
     assert!(u(&on_counter["ns"]) >= 50_000_000, "{lost}");
 }
+
+/// The shim's own thread in `shim_cost`, by kind of work: (runs, cpu_ns) of `task`.
+fn task_cost(cost: &Value, task: &str) -> Option<(u64, u64)> {
+    cost["tasks"]
+        .as_array()
+        .expect("shim_cost.tasks")
+        .iter()
+        .find(|t| t["task"] == task)
+        .map(|t| (u(&t["runs"]), u(&t["cpu_ns"])))
+}
+
+/// 200 threads idle in read() while main computes for a second: looking at all of them every
+/// 10 ms would take several per cent of a CPU, so the sampler stretches its interval to stay
+/// within its budget (1 % of one CPU on average), and the report says what the shim's own
+/// thread cost, by kind of work.
+#[test]
+fn the_sampler_keeps_to_its_budget_with_many_threads_and_the_report_says_what_it_cost() {
+    let run = run_both("idle_crowd", &[]);
+    assert_eq!(run.stdout_text(), "idle_crowd: 200 readers done\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let cost = &log.0["shim_cost"];
+    let (at, cpu) = (u(&cost["at_ns"]), u(&cost["thread_cpu_ns"]));
+    let (looks, sampler) = task_cost(cost, "sampler").unwrap_or_else(|| panic!("{cost}"));
+    assert!(looks >= 5, "{cost}");
+    assert!(sampler > 0 && sampler <= cpu && cpu <= at, "{cost}");
+    // The budget, with room for the first looks (they open every thread's files, and the
+    // pacing follows a running mean): far below what 10 ms looks at 200 threads cost.
+    assert!(
+        cpu * 1000 <= at * 25,
+        "the shim's thread took {cpu} ns of CPU in {at} ns: {cost}"
+    );
+    // Every thread was followed: none left unsampled for want of descriptors.
+    assert_eq!(u(&log.0["thread_states"]["unsampled_threads"]), 0);
+    let section = a
+        .text
+        .split("WAITSHIM'S OWN THREAD: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no WAITSHIM'S OWN THREAD section:\n{}", a.text));
+    assert!(section.contains("of one CPU"), "{section}");
+    assert!(section.contains("\n  sampler "), "{section}");
+
+    // Without the sampler the shim's thread only flushes (and checks the policy file).
+    let off = Launch::fixture("idle_crowd")
+        .env("WAITSHIM_SAMPLE", "off")
+        .run();
+    off.assert_success();
+    let a = off.analyze();
+    let cost = &a.log(0).0["shim_cost"];
+    assert!(task_cost(cost, "flush").is_some(), "{cost}");
+    assert!(task_cost(cost, "sampler").is_none(), "{cost}");
+}

@@ -1124,6 +1124,9 @@ struct LogJson<'c, 'a> {
     quiet_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsQuiet>, QuietJson>,
     threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
     thread_states: StatesJson,
+    /// What the shim's own thread cost (null when the log has no figures: a run shorter than
+    /// a flush interval with the sampler off).
+    shim_cost: Option<ShimCostJson>,
     policy: PolicyJson<Versions<'c, 'a>, Rules<'c, 'a>>,
     wait_events: WaitEventsJson<Events<'c, 'a>, ByRule<'c, 'a>>,
     waiter_chains: Listed<Each<'c, 'a, Iter<'a, WaiterChains>, WaiterChainsJson>>,
@@ -1132,6 +1135,37 @@ struct LogJson<'c, 'a> {
     chains: ChainsJson<'c, 'a>,
     modules: Each<'c, 'a, Values<'a, u32, Module>, ModuleJson<'a>>,
     symbols: SymbolsList<'c, 'a>,
+}
+
+#[derive(Serialize)]
+struct ShimCostJson {
+    /// When the figures were taken, since the run started.
+    at_ns: u64,
+    thread_cpu_ns: u64,
+    tasks: Vec<TaskCostJson>,
+}
+
+#[derive(Serialize)]
+struct TaskCostJson {
+    task: &'static str,
+    runs: u64,
+    cpu_ns: u64,
+}
+
+fn shim_cost(m: &Model, c: &waitshim_format::ShimCost) -> ShimCostJson {
+    ShimCostJson {
+        at_ns: m.rel(c.ns),
+        thread_cpu_ns: c.thread_cpu_ns,
+        tasks: c
+            .tasks
+            .iter()
+            .map(|t| TaskCostJson {
+                task: waitshim_format::shim_task::name(t.task),
+                runs: t.runs,
+                cpu_ns: t.cpu_ns,
+            })
+            .collect(),
+    }
 }
 
 type ByRuleIter<'a> = std::collections::btree_map::Iter<'a, (u32, u32, u64), WaitEventGroup>;
@@ -1382,6 +1416,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
         quiet_objects: Each::new(ctx, m.quiet_by_count().into_iter(), quiet),
         threads: Each::new(ctx, m.threads.values(), thread),
         thread_states: thread_states(m),
+        shim_cost: m.shim_cost.as_ref().map(|c| shim_cost(m, c)),
         policy: PolicyJson {
             versions: Each::new(ctx, p.versions.iter(), version),
             rules: Each::new(ctx, p.rule_stats.values(), rule),

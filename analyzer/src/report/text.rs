@@ -81,6 +81,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         wait_sites(ctx, &mut body);
     }
     threads(ctx, &mut body);
+    shim_cost(ctx, &mut body);
     let mut policy = String::new();
     policy_section(ctx, &mut policy);
 
@@ -1797,6 +1798,44 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
             out,
             "  ... {} more threads (all are in the JSON report)",
             m.threads.len() - shown
+        );
+    }
+}
+
+/// What the profiler's own thread took from the machine: its CPU time by kind of work, so that
+/// the sampler's cost is a figure of every run, not a claim.
+fn shim_cost(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let Some(c) = &m.shim_cost else {
+        return;
+    };
+    let span = m.rel(c.ns);
+    let share = if span > 0 {
+        let p = c.thread_cpu_ns as f64 / span as f64 * 100.0;
+        if p < 1.0 {
+            format!(" ({p:.2}% of one CPU)")
+        } else {
+            format!(" ({} of one CPU)", percent(p / 100.0))
+        }
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "\nWAITSHIM'S OWN THREAD: {} of CPU in the first {} of the run{share}; the program's \
+         threads' time in the shim's wrappers is not in it (scripts/bench.sh measures that)",
+        fmt_ns(c.thread_cpu_ns),
+        fmt_ns(span),
+    );
+    for t in &c.tasks {
+        let each = t.cpu_ns.checked_div(t.runs).unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "  {:<14} {:>10} in {} ({} each)",
+            waitshim_format::shim_task::name(t.task),
+            fmt_ns(t.cpu_ns),
+            count(t.runs, "run", "runs"),
+            fmt_ns(each),
         );
     }
 }
