@@ -28,12 +28,13 @@ pub enum DebugVia {
 }
 
 /// A module's separate debug file: where it is, how it was found, and its bytes (read once,
-/// to check it).
+/// to check it): a `Vec<u8>`, or whatever holder of them the caller's `read` gives (the shim
+/// maps files instead of copying them into the program's heap).
 #[derive(Debug, Clone)]
-pub struct DebugFile {
+pub struct DebugFile<B = Vec<u8>> {
     pub path: PathBuf,
     pub via: DebugVia,
-    pub bytes: Vec<u8>,
+    pub bytes: B,
 }
 
 /// What a `.gnu_debuglink` section holds: the debug file's name (no directory) and the CRC32
@@ -141,15 +142,15 @@ pub fn debuglink_candidates(module: &Path, name: &str, root: &Path) -> Vec<PathB
 
 /// The separate debug file of build-id `id` under `root`, if there is one whose own build-id
 /// (when it has one) is the same.
-pub fn debug_file_by_build_id(
+pub fn debug_file_by_build_id<B: AsRef<[u8]>>(
     root: &Path,
     id: &[u8],
-    mut read: impl FnMut(&Path) -> Option<Vec<u8>>,
-) -> Option<DebugFile> {
+    mut read: impl FnMut(&Path) -> Option<B>,
+) -> Option<DebugFile<B>> {
     let path = build_id_path(root, id)?;
     let bytes = read(&path)?;
-    let elf = Elf::parse(&bytes).ok()?;
-    if build_id(&elf, &bytes).is_some_and(|own| own != id) {
+    let elf = Elf::parse(bytes.as_ref()).ok()?;
+    if build_id(&elf, bytes.as_ref()).is_some_and(|own| own != id) {
         return None;
     }
     drop(elf);
@@ -162,19 +163,19 @@ pub fn debug_file_by_build_id(
 
 /// The separate debug file `.gnu_debuglink` names, in the first place of
 /// [`debuglink_candidates`] that holds a file with the CRC32 the link gives.
-pub fn debug_file_by_debuglink(
+pub fn debug_file_by_debuglink<B: AsRef<[u8]>>(
     module: &Path,
     elf: &Elf<'_>,
     bytes: &[u8],
     root: &Path,
-    mut read: impl FnMut(&Path) -> Option<Vec<u8>>,
-) -> Option<DebugFile> {
+    mut read: impl FnMut(&Path) -> Option<B>,
+) -> Option<DebugFile<B>> {
     let link = debuglink(elf, bytes)?;
     debuglink_candidates(module, &link.name, root)
         .into_iter()
         .find_map(|path| {
             let bytes = read(&path)?;
-            (crc32fast::hash(&bytes) == link.crc).then_some(DebugFile {
+            (crc32fast::hash(bytes.as_ref()) == link.crc).then_some(DebugFile {
                 path,
                 via: DebugVia::DebugLink,
                 bytes,
@@ -186,13 +187,13 @@ pub fn debug_file_by_debuglink(
 /// GDB finds it: by build-id under `root` (normally [`DEFAULT_DEBUG_ROOT`]), else by
 /// `.gnu_debuglink` (see [`debug_file_by_debuglink`]). `read` reads a candidate file, `None`
 /// when it cannot or should not be read.
-pub fn find_debug_file(
+pub fn find_debug_file<B: AsRef<[u8]>>(
     module: &Path,
     elf: &Elf<'_>,
     bytes: &[u8],
     root: &Path,
-    mut read: impl FnMut(&Path) -> Option<Vec<u8>>,
-) -> Option<DebugFile> {
+    mut read: impl FnMut(&Path) -> Option<B>,
+) -> Option<DebugFile<B>> {
     build_id(elf, bytes)
         .and_then(|id| debug_file_by_build_id(root, id, &mut read))
         .or_else(|| debug_file_by_debuglink(module, elf, bytes, root, &mut read))

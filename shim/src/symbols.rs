@@ -5,7 +5,9 @@
 //! `dladdr` only knows exported symbols (programs rarely export their functions) and takes the
 //! loader's lock; modules are found through `/proc/self/maps` and their `.symtab`/`.dynsym` read
 //! by `waitshim-elfsym`, the reader the analyzer uses too: a selector sees the functions a
-//! report shows.
+//! report shows. A stripped module's functions come from its separate debug file when it has
+//! one, found as the analyzer and GDB find it (by build-id under `/usr/lib/debug`, else by
+//! `.gnu_debuglink`), mapped like the module.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -32,16 +34,23 @@ struct Mapped {
 }
 
 impl Mapped {
+    /// Maps the regular file at `path` (anything else, a FIFO or a device a debug link could
+    /// name, is left alone: opened without blocking, never read).
     fn open(path: &str) -> Option<Mapped> {
         let c = std::ffi::CString::new(path).ok()?;
         // SAFETY: open/fstat/mmap/close on a descriptor we own; the mapping outlives the fd.
         unsafe {
-            let fd = libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            let fd = libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY,
+            );
             if fd < 0 {
                 return None;
             }
             let mut st: libc::stat = std::mem::zeroed();
-            let ok = libc::fstat(fd, &mut st) == 0 && st.st_size > 0;
+            let ok = libc::fstat(fd, &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_size > 0;
             let len = st.st_size as usize;
             let ptr = if ok {
                 libc::mmap(
@@ -66,6 +75,12 @@ impl Mapped {
     }
 }
 
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 impl Drop for Mapped {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping.
@@ -85,12 +100,31 @@ fn load(path: &str) -> Table {
         return t;
     };
     t.absolute = elf.header.e_type == goblin::elf::header::ET_EXEC;
-    for dynamic in [false, true] {
-        for s in waitshim_elfsym::function_symbols(&elf, dynamic) {
+    let mut add = |syms: Vec<waitshim_elfsym::Sym>| {
+        for s in syms {
             let end = s.start + s.size.max(1);
             t.funcs.push((s.start, end, s.name.into()));
         }
+    };
+    let own = waitshim_elfsym::function_symbols(&elf, false);
+    if own.is_empty() {
+        // Stripped: the debug file has the full table, at the same addresses.
+        let debug = waitshim_elfsym::find_debug_file(
+            std::path::Path::new(path),
+            &elf,
+            file.bytes(),
+            std::path::Path::new(waitshim_elfsym::DEFAULT_DEBUG_ROOT),
+            |p| p.to_str().and_then(Mapped::open),
+        );
+        if let Some(d) = debug {
+            if let Ok(delf) = goblin::elf::Elf::parse(d.bytes.bytes()) {
+                add(waitshim_elfsym::function_symbols(&delf, false));
+            }
+        }
+    } else {
+        add(own);
     }
+    add(waitshim_elfsym::function_symbols(&elf, true));
     t.funcs.sort_by_key(|f| f.0);
     t.funcs.dedup_by_key(|f| f.0);
     t

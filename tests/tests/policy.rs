@@ -257,6 +257,72 @@ fn creation_site_glob_selects_only_the_lock_made_in_db_open() {
     }
 }
 
+/// The `selectors` program as distributions ship programs: stripped, its symbols in a separate
+/// debug file named by `.gnu_debuglink` beside it. The shim reads the debug file, so
+/// `creation_site` selects the same lock as in the unstripped program; once the debug file is
+/// gone the stripped binary names no function and the rule selects nothing.
+#[test]
+fn creation_site_selects_by_function_name_in_a_stripped_program_with_its_debug_file() {
+    let objcopy_ok = std::process::Command::new("objcopy")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !objcopy_ok {
+        eprintln!("SKIPPED: `objcopy` is not installed (needed to split the debug file)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin = dir.path().join("selectors");
+    fs::copy(waitshim_tests::fixture("selectors"), &bin).expect("copy the fixture");
+    let objcopy = |args: &[&str]| {
+        let st = std::process::Command::new("objcopy")
+            .args(args)
+            .current_dir(dir.path())
+            .status()
+            .expect("run objcopy");
+        assert!(st.success(), "objcopy {args:?}");
+    };
+    objcopy(&["--only-keep-debug", "selectors", "selectors.debug"]);
+    objcopy(&[
+        "--strip-all",
+        "--add-gnu-debuglink=selectors.debug",
+        "selectors",
+    ]);
+    let (_pdir, policy) =
+        policy_file(r#"{"rules":[{"match":{"creation_site":"db_*"},"actions":["record"]}]}"#);
+    let run_it = || {
+        let run = Launch::program(&bin).env("WAITSHIM_POLICY", &policy).run();
+        run.assert_success();
+        assert_eq!(run.stderr_text(), "");
+        run
+    };
+    let run = run_it();
+    let a = run.analyze();
+    let log = a.log(0);
+    let db = log.object_created_at("selectors.c", line_of("selectors.c", "db-create"));
+    let ev = events(&log);
+    assert!(
+        !ev.is_empty(),
+        "no event: the rule selected nothing\n{}",
+        a.text
+    );
+    for e in &ev {
+        assert_eq!(
+            e["object_id"], db["object_id"],
+            "event on another object: {e}"
+        );
+    }
+
+    fs::remove_file(dir.path().join("selectors.debug")).expect("remove the debug file");
+    let run = run_it();
+    let a = run.analyze();
+    assert!(
+        events(&a.log(0)).is_empty(),
+        "without its debug file the stripped program names no function:\n{}",
+        a.text
+    );
+}
+
 /// 20 waits of ~2 ms and 3 of ~150 ms: min_wait 50ms records exactly the 3 long ones.
 #[test]
 fn min_wait_records_only_the_long_waits() {
