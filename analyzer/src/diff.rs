@@ -457,8 +457,9 @@ fn write_page(
     analyses: &[Analysis],
     text: String,
     opts: &Options,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     use crate::export::{html::Html, Exporter, Source};
+    let mut notes = Vec::new();
     let cannot = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", path.display());
     let tmp = crate::export::temp_beside(path)?;
     let file = std::fs::File::create(&tmp).map_err(|e| cannot("create a file beside", e))?;
@@ -467,15 +468,22 @@ fn write_page(
     let written = analyses
         .iter()
         .try_for_each(|a| {
-            let mut src = Source {
-                ctx: Ctx::new(&a.summary, &a.model, opts),
-                pid: a.model.run.as_ref().map_or(0, |r| r.pid),
-            };
-            page.add(&mut src)
+            let mut src = Source::new(
+                Ctx::new(&a.summary, &a.model, opts),
+                a.model.run.as_ref().map_or(0, |r| r.pid),
+            );
+            page.add(&mut src)?;
+            notes.extend(
+                src.notes
+                    .take()
+                    .into_iter()
+                    .map(|n| format!("{}: {n}", a.summary.path.display())),
+            );
+            Ok(())
         })
         .and_then(|_| page.finish())
         .and_then(|_| std::fs::rename(&tmp, path));
-    written.map_err(|e| {
+    written.map(|_| notes).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         cannot("write", e)
     })
@@ -505,9 +513,16 @@ pub fn run(
     let runs: Vec<RunFigures> = analyses.iter().map(|a| figures(a, opts)).collect();
     let (b, a) = (&runs[0], &runs[1]);
     if let Some(page) = html {
-        if let Err(e) = write_page(page, &analyses, text(b, a, opts.top), opts) {
-            let _ = writeln!(err, "waitshim-analyze diff: {e}");
-            return EXIT_BAD_INPUT;
+        match write_page(page, &analyses, text(b, a, opts.top), opts) {
+            Ok(notes) => {
+                for note in notes {
+                    let _ = writeln!(err, "waitshim-analyze diff: {note}");
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(err, "waitshim-analyze diff: {e}");
+                return EXIT_BAD_INPUT;
+            }
         }
     }
     let written = if json_out {

@@ -34,6 +34,10 @@ impl<K: Ord + Hash + Copy, V> Table<K, V> {
         if let Some(index) = &self.index {
             return index.get(key).copied();
         }
+        // Ids come mostly in increasing order: a key past the last is a new one.
+        if self.entries.last().is_none_or(|(k, _)| k < key) {
+            return None;
+        }
         let last = self.last.get();
         let found = [last, last + 1]
             .into_iter()
@@ -67,10 +71,17 @@ impl<K: Ord + Hash + Copy, V> Table<K, V> {
 
     /// Adds an entry for a key the table does not have (a key it has keeps its entry).
     pub fn insert_new(&mut self, key: K, value: V) {
+        let in_order = self.entries.last().is_none_or(|(last, _)| *last < key);
+        // In key order, a key past the last is new: appended without a search, and found
+        // next without one.
+        if in_order && self.index.is_none() {
+            self.last.set(self.entries.len());
+            self.entries.push((key, value));
+            return;
+        }
         if self.contains_key(&key) {
             return;
         }
-        let in_order = self.entries.last().is_none_or(|(last, _)| *last < key);
         if !in_order && self.index.is_none() {
             self.index = Some(
                 self.entries
@@ -174,6 +185,22 @@ mod tests {
         *t.get_mut(&100).expect("added in order") += 1;
         assert_eq!(t.get(&100), Some(&1001));
         assert_eq!(t.len(), 7);
+    }
+
+    #[test]
+    fn keys_in_order_are_appended_and_found_missing_or_not() {
+        let mut t = Table::default();
+        for k in (0u64..1000).map(|k| k * 2) {
+            assert!(!t.contains_key(&k));
+            t.insert_new(k, k + 1);
+            assert_eq!(t.get(&k), Some(&(k + 1)));
+        }
+        t.insert_new(10, 0);
+        assert_eq!(t.get(&10), Some(&11), "a key given again keeps its entry");
+        assert_eq!((t.get(&11), t.get(&1999), t.get(&2000)), (None, None, None));
+        assert_eq!(t.get(&0), Some(&1));
+        assert_eq!(t.get(&1998), Some(&1999));
+        assert_eq!(t.len(), 1000);
     }
 
     #[test]

@@ -342,3 +342,79 @@ fn html_of_a_64_thread_60_second_sampled_run_stays_small() {
         }
     }
 }
+
+/// The thread states' slices the exporters get from the log at `log`, analysed as it was when
+/// `analysis` read it; and the notes the second read left.
+fn states_of(
+    analysis: &waitshim_analyze::Analysis,
+    opts: &waitshim_analyze::Options,
+) -> (usize, Vec<String>) {
+    use waitshim_analyze::export::{slices, Source};
+    let src = Source::new(
+        waitshim_analyze::report::Ctx::new(&analysis.summary, &analysis.model, opts),
+        0,
+    );
+    let mut n = 0;
+    slices::for_each(&src, |ev| -> Result<(), ()> {
+        if let slices::Event::Slice(_) = ev {
+            n += 1;
+        }
+        Ok(())
+    })
+    .expect("no error of the sink");
+    (n, src.notes.take())
+}
+
+/// The exporters read a sampled log twice (the model, then the thread states): a log cut short
+/// or removed between the two reads gives the states of what could be read and a note on stderr,
+/// and a log that grew in between (the shim still writes it) is read as far as the first read
+/// went, with no note.
+#[test]
+fn a_log_changed_between_the_two_reads_of_an_export_is_said_on_stderr() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = sampled_log(4, 2).write(dir.path(), "sampled.log");
+    let bytes = std::fs::read(&log).expect("read");
+    let opts = waitshim_analyze::Options::default();
+    let a = waitshim_analyze::analyze(&log).expect("a log");
+    let (whole, notes) = states_of(&a, &opts);
+    assert!(whole > 0);
+    assert_eq!(notes, Vec::<String>::new());
+
+    // Grown: the same slices, no note.
+    let mut grown = bytes.clone();
+    grown.extend_from_slice(&bytes[bytes.len() / 2..]);
+    std::fs::write(&log, &grown).expect("write");
+    assert_eq!(states_of(&a, &opts), (whole, Vec::new()));
+
+    // Cut short in the middle of a record: fewer slices, and a note that says why.
+    std::fs::write(&log, &bytes[..bytes.len() / 2 + 3]).expect("write");
+    let (cut, notes) = states_of(&a, &opts);
+    assert!(cut < whole, "{cut} of {whole}");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(
+            "the log changed since it was read: reading it again for the thread states gave "
+        ),
+        "{}",
+        notes[0]
+    );
+
+    // Removed.
+    std::fs::remove_file(&log).expect("remove");
+    let (none, notes) = states_of(&a, &opts);
+    assert_eq!(none, 0);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0]
+            .starts_with("the log could not be read again for the thread states (cannot open: "),
+        "{}",
+        notes[0]
+    );
+
+    // `export` of an unchanged log: nothing on stderr.
+    let cut_log = dir.path().join("cut.log");
+    std::fs::write(&cut_log, &bytes).expect("write");
+    let (code, err, out) = export(&cut_log, Format::Chrome, Side::Waiters, "json");
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.exists());
+}

@@ -276,7 +276,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         .collect();
     let at = keys.iter().position(|&k| k == "threads").expect("threads");
     assert_eq!(
-        keys[at..at + 8],
+        keys[at..at + 9],
         [
             "threads",
             "thread_states",
@@ -285,6 +285,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
             "waiter_chains",
             "holder_stacks",
             "snapshots",
+            "collected_by_object",
             "chains"
         ]
     );
@@ -297,6 +298,55 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         "{}",
         j["warnings"]
     );
+}
+
+/// What the text report's SELECTED WAITS shows, by object, is in the JSON too: the holder
+/// sleeping with the queue blocked two threads (one live stack, shown once with both), and one
+/// of them again where it acquired the queue.
+#[test]
+fn json_has_the_collected_data_by_object_with_the_holder_groups_the_text_shows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = compile(dir.path());
+    let (text, j) = reports_of(&policy_log(&p));
+    assert!(
+        text.contains("waited behind holder thread 101 \"holder\" (first at 300.0 ms"),
+        "{text}"
+    );
+    assert_eq!(
+        j["collected_by_object"],
+        json!([{
+            "object_id": 1,
+            "wait_events": 3,
+            "wait_total_ns": 45 * MS,
+            "by_rule": [{"version": 2, "rule": 0, "object_id": 1, "count": 3,
+                         "wait_total_ns": 45 * MS, "wait_max_ns": 30 * MS,
+                         "ended": {"acquired": 2, "timed_out": 1}, "not_ended": 0}],
+            "holder_stacks": 3,
+            "holder_groups": [
+                {"holder_tid": 101, "how": "signal", "chain": LIVE, "function": "hold_and_sleep",
+                 "first_at_ns": 300 * MS, "rules": [{"version": 2, "rule": 0}],
+                 "waiter_tids": [102, 103]},
+                {"holder_tid": 101, "how": "acquired", "chain": ACQUIRED,
+                 "function": "hold_and_sleep", "first_at_ns": 320 * MS,
+                 "rules": [{"version": 2, "rule": 0}], "waiter_tids": [102]}
+            ],
+            "waiter_chains": [0]
+        }])
+    );
+    // Objects with collected data are ranked as in the text: most selected wait time first.
+    let mut b = policy_log(&p);
+    b.mutex(2, 0x7000_0000_2000, 0);
+    b.push(event(2, 103, 340 * MS, 90 * MS, counter::ENDED_ACQUIRED, 0));
+    let (_, j) = reports_of(&b);
+    let ids: Vec<&Value> = j["collected_by_object"]
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|c| &c["object_id"])
+        .collect();
+    assert_eq!(ids, [2, 1]);
+    assert_eq!(j["collected_by_object"][0]["holder_groups"], json!([]));
+    assert_eq!(j["collected_by_object"][0]["waiter_chains"], json!([]));
 }
 
 #[test]

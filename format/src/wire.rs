@@ -111,7 +111,13 @@ impl Field for String {
     fn decode(c: &mut Cursor<'_>) -> Result<Self, DecodeError> {
         let n = read_len(c, 1)?;
         // Paths and names come from the traced program and need not be UTF-8: keep what can be shown.
-        Ok(String::from_utf8_lossy(c.take(n)?).into_owned())
+        // `from_utf8` checks valid text (the usual case) several times faster than the lossy
+        // conversion's scan.
+        let bytes = c.take(n)?;
+        Ok(match std::str::from_utf8(bytes) {
+            Ok(s) => s.to_owned(),
+            Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+        })
     }
 }
 

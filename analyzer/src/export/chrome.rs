@@ -180,8 +180,7 @@ impl<W: Write> Exporter for Chrome<W> {
         })?;
         // The sampler's states, on a track of their own beside each thread's.
         let mut named = std::collections::HashSet::new();
-        let path = src.ctx.summary.path.clone();
-        slices::for_each(model, &path, |ev| match ev {
+        slices::for_each(src, |ev| match ev {
             slices::Event::Slice(s) => {
                 let stid = states_tid(s.tid);
                 if named.insert(s.tid) {

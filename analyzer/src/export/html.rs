@@ -248,8 +248,7 @@ impl<W: Write> Exporter for Html<W> {
             .collect();
         let sampled = slices::any(model);
         // The sampler's states.
-        let path = src.ctx.summary.path.clone();
-        let _ = slices::for_each(model, &path, |ev| -> Result<(), ()> {
+        let _ = slices::for_each(src, |ev| -> Result<(), ()> {
             if let slices::Event::Slice(s) = ev {
                 let Some(&i) = index.get(&s.tid) else {
                     return Ok(());

@@ -94,6 +94,19 @@ pub struct Source<'a> {
     pub ctx: Ctx<'a>,
     /// The pid of the process the log is of (0 when its start record is missing).
     pub pid: u32,
+    /// What makes this log's export incomplete beyond what its report says (the log could not
+    /// be read again for the thread states): said on stderr once the log is exported.
+    pub notes: std::cell::RefCell<Vec<String>>,
+}
+
+impl<'a> Source<'a> {
+    pub fn new(ctx: Ctx<'a>, pid: u32) -> Self {
+        Source {
+            ctx,
+            pid,
+            notes: Default::default(),
+        }
+    }
 }
 
 impl Source<'_> {
@@ -294,11 +307,11 @@ fn export_to<W: Write + 'static>(
             }
         };
         let pid = a.model.run.as_ref().map_or(0, |r| r.pid);
-        let mut src = Source {
-            ctx: Ctx::new(&a.summary, &a.model, &report_opts),
-            pid,
-        };
+        let mut src = Source::new(Ctx::new(&a.summary, &a.model, &report_opts), pid);
         exporter.add(&mut src)?;
+        for note in src.notes.take() {
+            let _ = writeln!(err, "waitshim-analyze export: {}: {note}", path.display());
+        }
         any = true;
     }
     if any {

@@ -386,8 +386,7 @@ impl<W: Write> Exporter for Perfetto<W> {
         // The sampler's states, on a child track of each thread's (they overlap its waits).
         let mut described = std::collections::HashSet::new();
         let mut idle_described = false;
-        let path = src.ctx.summary.path.clone();
-        slices::for_each(model, &path, |ev| match ev {
+        slices::for_each(src, |ev| match ev {
             slices::Event::Slice(s) => {
                 let uuid = states_uuid(pid, s.tid);
                 if described.insert(s.tid) {

@@ -10,15 +10,21 @@
 //! it was in at the end), an estimate that every slice says it is. Unlisted threads stayed as
 //! they were.
 //!
-//! The log is read a second time, record by record; what is kept is one entry per thread
-//! (its last listing and the slice being extended), whatever the number of samples.
+//! The log is read a second time, record by record, up to where the first read ended; what is
+//! kept is one entry per thread (its last listing and the slice being extended), whatever the
+//! number of samples. When that read does not find what the first found (the file was removed,
+//! cut short or changed in between, or a read failed), the export says so on stderr.
 
 use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read};
 use std::path::Path;
 
 use waitshim_format::{thread_state, ObjectKind, Record};
 
+use super::Source;
 use crate::model::Model;
+use crate::source::ReadSummary;
 use crate::states::syscall_name;
 
 /// What a thread was doing during a slice.
@@ -183,17 +189,65 @@ pub fn any(model: &Model) -> bool {
     model.states.any()
 }
 
-/// Reads the log at `path` again and calls `f` with each state slice (each thread's in time
-/// order) and each idle-CPU figure. Nothing when the log has no samples; a log that cannot be
-/// read again gives what was read.
-pub fn for_each<E>(
-    model: &Model,
-    path: &Path,
-    mut f: impl FnMut(Event) -> Result<(), E>,
-) -> Result<(), E> {
-    if !any(model) {
+/// Reads the log of `src` again, up to where its first read ended (a log the shim still writes
+/// has grown since), and calls `f` with each state slice (each thread's in time order) and each
+/// idle-CPU figure. Nothing when the log has no samples. A log that cannot be read again as it
+/// was read first (removed, cut short or changed since, or a read error) gives the slices of what
+/// was read, and a note in `src.notes` saying so.
+pub fn for_each<E>(src: &Source<'_>, f: impl FnMut(Event) -> Result<(), E>) -> Result<(), E> {
+    if !any(src.ctx.model) {
         return Ok(());
     }
+    let first = src.ctx.summary;
+    let reread = File::open(&first.path)
+        .map_err(|e| format!("cannot open: {e}"))
+        .and_then(|file| {
+            let bytes = BufReader::new(file).take(first.end_offset);
+            fold(src.ctx.model, bytes, &first.path, f)
+        });
+    let note = match reread {
+        Err(why) => Some(format!(
+            "the log could not be read again for the thread states ({why}): they are missing"
+        )),
+        Ok(Err(e)) => return Err(e),
+        Ok(Ok(again)) => second_read_note(first, &again),
+    };
+    if let Some(note) = note {
+        src.notes.borrow_mut().push(note);
+    }
+    Ok(())
+}
+
+/// What the second read of a log missed of what the first read found, if anything.
+fn second_read_note(first: &ReadSummary, again: &ReadSummary) -> Option<String> {
+    let at = |s: &ReadSummary| s.records.saturating_sub(1);
+    if let Some(e) = &again.io_error {
+        return Some(format!(
+            "reading the log again for the thread states stopped: {e}; the states end after \
+             record {} of {}",
+            at(again),
+            first.records
+        ));
+    }
+    if again.records != first.records || again.damage_bytes != first.damage_bytes {
+        return Some(format!(
+            "the log changed since it was read: reading it again for the thread states gave {} \
+             of its {} records and {} damaged bytes (first read: {}); the states show what the \
+             second read found",
+            again.records, first.records, again.damage_bytes, first.damage_bytes
+        ));
+    }
+    None
+}
+
+/// The slices of the log `bytes` (the log of `model`), each handed to `f`; what the read found,
+/// `f`'s error, or why the bytes could not be read as a log.
+fn fold<E>(
+    model: &Model,
+    bytes: impl Read,
+    path: &Path,
+    mut f: impl FnMut(Event) -> Result<(), E>,
+) -> Result<Result<ReadSummary, E>, String> {
     let run_start = model.start_ns();
     let end_of_log = model
         .run_end
@@ -203,7 +257,7 @@ pub fn for_each<E>(
     let mut result: Result<(), E> = Ok(());
     let mut last_cpu: Option<u64> = None;
     let mut interval = 0u64;
-    let _ = crate::source::read_log(path, |rec| {
+    let summary = crate::source::read_from(bytes, path, |rec| {
         if result.is_err() {
             return;
         }
@@ -307,8 +361,18 @@ pub fn for_each<E>(
             _ => {}
         }
     });
-    result?;
-    // Each thread's last state lasts until its end; then the pending slices go out.
+    let summary = summary.map_err(|e| e.why)?;
+    if let Err(e) = result.and_then(|()| last_slices(&mut threads, &mut f)) {
+        return Ok(Err(e));
+    }
+    Ok(Ok(summary))
+}
+
+/// Each thread's last state, which lasts until its end; then the pending slices.
+fn last_slices<E>(
+    threads: &mut HashMap<u32, Thread>,
+    f: &mut dyn FnMut(Event) -> Result<(), E>,
+) -> Result<(), E> {
     let mut tids: Vec<u32> = threads.keys().copied().collect();
     tids.sort_unstable();
     for tid in tids {
@@ -325,8 +389,8 @@ pub fn for_each<E>(
                     state,
                     estimated: false,
                 },
-                &mut threads,
-                &mut f,
+                threads,
+                f,
             )?;
         }
         if let Some(p) = threads.get_mut(&tid).and_then(|t| t.pending.take()) {

@@ -21,6 +21,7 @@ use waitshim_format::{
 
 use super::{Ctx, Options, Warning};
 use crate::ending::NoEnd;
+use crate::findings::Collected;
 use crate::lockorder::{Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_json, errno_name, is_ended_key, kind_counter_json, reason_json,
@@ -968,6 +969,37 @@ struct HolderStackJson {
     function: Option<String>,
 }
 
+/// A rule, in COLLECTED's `holder_groups`.
+#[derive(Serialize)]
+struct RuleRefJson {
+    version: u32,
+    rule: u32,
+}
+
+/// An element of COLLECTED's `holder_groups`.
+#[derive(Serialize)]
+struct HolderGroupJson {
+    holder_tid: u32,
+    how: &'static str,
+    chain: Option<u32>,
+    function: Option<String>,
+    first_at_ns: u64,
+    rules: Vec<RuleRefJson>,
+    waiter_tids: Vec<u32>,
+}
+
+/// COLLECTED: what the policy rules collected about one object.
+#[derive(Serialize)]
+struct CollectedJson {
+    object_id: u64,
+    wait_events: u64,
+    wait_total_ns: u64,
+    by_rule: Vec<ByRuleJson>,
+    holder_stacks: u64,
+    holder_groups: Vec<HolderGroupJson>,
+    waiter_chains: Vec<usize>,
+}
+
 /// An element of SNAPSHOTS' `listed`.
 #[derive(Serialize)]
 struct SnapshotJson {
@@ -1132,6 +1164,7 @@ struct LogJson<'c, 'a> {
     waiter_chains: Listed<Each<'c, 'a, Iter<'a, WaiterChains>, WaiterChainsJson>>,
     holder_stacks: Listed<Each<'c, 'a, Iter<'a, HolderStack>, HolderStackJson>>,
     snapshots: Listed<Each<'c, 'a, Iter<'a, Snapshot>, SnapshotJson>>,
+    collected_by_object: Each<'c, 'a, std::vec::IntoIter<(u64, Collected)>, CollectedJson>,
     chains: ChainsJson<'c, 'a>,
     modules: Each<'c, 'a, Values<'a, u32, Module>, ModuleJson<'a>>,
     symbols: SymbolsList<'c, 'a>,
@@ -1276,6 +1309,47 @@ fn waiter_chains(ctx: &mut Ctx<'_>, c: &WaiterChains) -> WaiterChainsJson {
     }
 }
 
+/// How a holder's stack was taken (`HolderStack::live`), by name.
+fn how(live: u8) -> &'static str {
+    match live {
+        holder_stack::ACQUIRED => "acquired",
+        holder_stack::BY_SIGNAL => "signal",
+        _ => "scanned",
+    }
+}
+
+fn collected(ctx: &mut Ctx<'_>, (object_id, c): (u64, Collected)) -> CollectedJson {
+    CollectedJson {
+        object_id,
+        wait_events: c.events,
+        wait_total_ns: c.wait_total_ns,
+        by_rule: c
+            .groups
+            .iter()
+            .map(|((version, rule), g)| by_rule((*version, *rule, object_id), g))
+            .collect(),
+        holder_stacks: c.holder_stacks,
+        holder_groups: c
+            .holders
+            .iter()
+            .map(|g| HolderGroupJson {
+                holder_tid: g.holder_tid,
+                how: how(g.live),
+                chain: chain_ref(g.chain_id),
+                function: ctx.user_function(g.chain_id),
+                first_at_ns: ctx.model.rel(g.first_ns),
+                rules: g
+                    .rules
+                    .iter()
+                    .map(|&(version, rule)| RuleRefJson { version, rule })
+                    .collect(),
+                waiter_tids: g.waiters.clone(),
+            })
+            .collect(),
+        waiter_chains: c.waiter_sets,
+    }
+}
+
 fn holder_stack(ctx: &mut Ctx<'_>, h: &HolderStack) -> HolderStackJson {
     HolderStackJson {
         object_id: h.object_id,
@@ -1285,11 +1359,7 @@ fn holder_stack(ctx: &mut Ctx<'_>, h: &HolderStack) -> HolderStackJson {
         version: h.version,
         rule: h.rule,
         live: h.live != 0,
-        how: match h.live {
-            holder_stack::ACQUIRED => "acquired",
-            holder_stack::BY_SIGNAL => "signal",
-            _ => "scanned",
-        },
+        how: how(h.live),
         chain: chain_ref(h.chain_id),
         function: ctx.user_function(h.chain_id),
     }
@@ -1438,6 +1508,11 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             total: p.snapshots_total,
             listed: Each::new(ctx, p.snapshots.iter(), snapshot),
         },
+        collected_by_object: Each::new(
+            ctx,
+            crate::findings::collected_by_object(m).into_iter(),
+            collected,
+        ),
         chains: ChainsJson { ctx, ids: chains },
         modules: Each::new(ctx, m.modules.values(), module),
         symbols: SymbolsList(ctx),

@@ -6,6 +6,7 @@
 //! model, the live view's state, an exporter).
 
 pub mod live;
+pub mod progress;
 
 use std::fs::File;
 use std::io::{BufReader, Read};
@@ -157,16 +158,34 @@ fn open(path: &Path) -> Result<File, ReadError> {
     File::open(path).map_err(|e| ReadError::new(path, format!("cannot open: {e}")))
 }
 
-/// Reads every record of the log at `path` and hands each to `sink`, in file order.
+/// Reads every record of the log at `path` and hands each to `sink`, in file order. A large
+/// log's read shows its progress on stderr ([`progress`]).
 pub fn read_log(path: &Path, sink: impl FnMut(Record)) -> Result<ReadSummary, ReadError> {
-    read_from(BufReader::new(open(path)?), path, sink)
+    let file = open(path)?;
+    let size = file.metadata().map_or(0, |m| m.len());
+    let progress = progress::Progress::new(path, size);
+    read_items(
+        BufReader::with_capacity(1 << 18, file),
+        path,
+        sink,
+        progress,
+    )
 }
 
 /// Reads a log from any byte stream; `path` only names it in the summary and errors.
 pub fn read_from(
     src: impl Read,
     path: &Path,
+    sink: impl FnMut(Record),
+) -> Result<ReadSummary, ReadError> {
+    read_items(src, path, sink, None)
+}
+
+fn read_items(
+    src: impl Read,
+    path: &Path,
     mut sink: impl FnMut(Record),
+    mut progress: Option<progress::Progress>,
 ) -> Result<ReadSummary, ReadError> {
     let mut reader = FrameReader::new(src).map_err(|e| ReadError::open(path, e))?;
     let mut summary = ReadSummary::new(path);
@@ -176,7 +195,12 @@ pub fn read_from(
                 offset,
                 len,
                 record,
-            })) => summary.record(offset, len, record, &mut sink),
+            })) => {
+                if let Some(p) = &mut progress {
+                    p.at(offset);
+                }
+                summary.record(offset, len, record, &mut sink)
+            }
             Ok(Some(Item::Damage { offset, len, what })) => summary.damage(offset, len, what),
             Ok(None) => break,
             Err(e) => {
