@@ -276,10 +276,11 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         .collect();
     let at = keys.iter().position(|&k| k == "threads").expect("threads");
     assert_eq!(
-        keys[at..at + 9],
+        keys[at..at + 10],
         [
             "threads",
             "thread_states",
+            "shim_cost",
             "policy",
             "wait_events",
             "waiter_chains",
