@@ -13,7 +13,8 @@ use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
     ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, OpenWaits, PolicyVersion, Record,
-    RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
+    RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitEvents, WaitSite,
+    WaiterChains,
 };
 
 /// Most objects, threads and chains kept per log; beyond this they are counted, not stored.
@@ -507,6 +508,80 @@ impl ContentionRecord {
     }
 }
 
+/// Batches of per-wait events kept in [`EventsSeen::batches`] at most (one per 40 to 110
+/// waits); beyond, a batch is counted as kept.
+pub const MAX_EVENT_BATCHES: usize = 1_000_000;
+/// (object, waker) pairs counted in [`EventsSeen::woken_by`] at most.
+pub const MAX_WOKEN_BY: usize = 100_000;
+
+/// What the log's per-wait events ([`WaitEvents`]) add up to.
+#[derive(Debug, Clone, Default)]
+pub struct EventsSeen {
+    /// Records, the waits in them, and their size in the log (whole frames).
+    pub records: u64,
+    pub waits: u64,
+    pub log_bytes: u64,
+    /// Records whose packed events could not be read.
+    pub damaged: u64,
+    /// Events the shim left out, by thread (its latest cumulative count).
+    pub dropped_by_shim: BTreeMap<u32, u64>,
+    /// The flight recorder's window, 0 when every event was written.
+    pub keep_ns: u64,
+    /// Each batch's last end and its number of waits (for the flight recorder's window).
+    pub batches: Vec<(u64, u32)>,
+    /// Waits ended by another thread, by (object, that thread).
+    pub woken_by: BTreeMap<(u64, u32), u64>,
+}
+
+impl EventsSeen {
+    pub fn any(&self) -> bool {
+        self.records > 0
+    }
+
+    /// Whether a batch whose last wait ended at `last_end` is within the flight recorder's
+    /// window before `end_of_log` (always, when every event was written).
+    pub fn keeps(&self, keep_ns: u64, last_end: u64, end_of_log: u64) -> bool {
+        keep_ns == 0 || last_end.saturating_add(keep_ns) >= end_of_log
+    }
+
+    /// (waits kept, waits dropped): those the shim dropped plus the batches older than the
+    /// window.
+    pub fn kept_and_dropped(&self, end_of_log: u64) -> (u64, u64) {
+        let by_shim: u64 = self.dropped_by_shim.values().sum();
+        let old: u64 = self
+            .batches
+            .iter()
+            .filter(|&&(end, _)| !self.keeps(self.keep_ns, end, end_of_log))
+            .map(|&(_, n)| u64::from(n))
+            .sum();
+        (self.waits - old, by_shim + old)
+    }
+
+    fn add(&mut self, r: &WaitEvents) {
+        self.records += 1;
+        self.log_bytes += waitshim_format::frame_len(&Record::WaitEvents(r.clone())) as u64;
+        let d = self.dropped_by_shim.entry(r.tid).or_default();
+        *d = (*d).max(r.dropped);
+        self.keep_ns = self.keep_ns.max(r.keep_ns);
+        let Ok(waits) = r.waits() else {
+            self.damaged += 1;
+            return;
+        };
+        self.waits += waits.len() as u64;
+        if let Some(last) = waits.iter().map(|w| w.end_ns).max() {
+            if self.batches.len() < MAX_EVENT_BATCHES {
+                self.batches.push((last, waits.len() as u32));
+            }
+        }
+        for w in waits.iter().filter(|w| w.waker != 0) {
+            let key = (w.object_id, w.waker);
+            if self.woken_by.len() < MAX_WOKEN_BY || self.woken_by.contains_key(&key) {
+                *self.woken_by.entry(key).or_default() += 1;
+            }
+        }
+    }
+}
+
 /// Wait events of one (policy version, rule, object), summed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WaitEventGroup {
@@ -656,6 +731,9 @@ pub struct Model {
     /// The contended waits in progress at the log's last look (the last `OpenWaits` record):
     /// the threads still waiting when the log ended, and for what.
     pub open_waits: Option<OpenWaits>,
+    /// The per-wait events (`WaitEvents` records), counted: the exports read the waits again
+    /// from the log ([`crate::export::timeline::for_each_wait`]).
+    pub events: EventsSeen,
     /// The program the process replaced this one with, when the log ends with an exec.
     pub exec: Option<Exec>,
     pub modules: BTreeMap<u32, Module>,
@@ -905,6 +983,10 @@ impl Model {
             Record::ThreadSwitches(t) => {
                 self.seen(t.ns);
                 self.states.thread_switches(t);
+            }
+            Record::WaitEvents(e) => {
+                self.seen(e.base_ns);
+                self.events.add(&e);
             }
             Record::OpenWaits(mut w) => {
                 self.seen(w.ns);

@@ -169,7 +169,13 @@ impl WaitEvents {
     }
 
     /// A record of `spans` (thread `tid`, in order), packed: for tests and tools.
-    pub fn pack(tid: u32, base_ns: u64, dropped: u64, spans: &[WaitSpan]) -> WaitEvents {
+    pub fn pack(
+        tid: u32,
+        base_ns: u64,
+        dropped: u64,
+        keep_ns: u64,
+        spans: &[WaitSpan],
+    ) -> WaitEvents {
         let mut prev = Prev::at(base_ns);
         let mut events = Vec::new();
         let mut buf = [0u8; MAX_EVENT];
@@ -181,6 +187,7 @@ impl WaitEvents {
             tid,
             base_ns,
             dropped,
+            keep_ns,
             count: spans.len() as u32,
             events,
         }
@@ -223,7 +230,7 @@ mod tests {
                 waker: 0,
             },
         ];
-        let r = WaitEvents::pack(4243, 1_000_000, 5, &spans);
+        let r = WaitEvents::pack(4243, 1_000_000, 5, 0, &spans);
         assert_eq!(r.waits().unwrap(), spans);
     }
 
@@ -238,7 +245,7 @@ mod tests {
             shared: false,
             waker: 1001,
         };
-        let r = WaitEvents::pack(1000, 9_000_000, 0, &[s]);
+        let r = WaitEvents::pack(1000, 9_000_000, 0, 0, &[s]);
         assert!(r.events.len() <= 12, "{}", r.events.len());
         let mut cut = r.clone();
         cut.events.pop();

@@ -855,6 +855,10 @@ wire_struct! {
         /// Events of this thread left out of the log before this batch (the flight recorder,
         /// `WAITSHIM_EVENTS=ring:N`, kept only the last N seconds): cumulative.
         pub dropped: u64,
+        /// The flight recorder's window (`ring:N`): readers keep only the waits that ended in
+        /// the last `keep_ns` of the run (a thread that ended early wrote its own then). 0:
+        /// every event is kept.
+        pub keep_ns: u64,
         /// How many events `events` holds.
         pub count: u32,
         /// The events, packed ([`crate::events::encode`]).

@@ -450,6 +450,7 @@ fn every_record() -> Vec<Record> {
             44,
             1_000_000,
             3,
+            30_000_000_000,
             &[
                 WaitSpan {
                     begin_ns: 1_000_100,
