@@ -534,6 +534,7 @@ pub struct EventsSeen {
 }
 
 impl EventsSeen {
+    /// Whether the log has per-wait events (then the waits on the timeline are exact).
     pub fn any(&self) -> bool {
         self.records > 0
     }
@@ -861,6 +862,13 @@ impl Model {
         let from_history = self.final_highwater().map_or(0, |h| h.hwm);
         let from_end = self.run_end.as_ref().map_or(0, |e| e.hwm);
         from_history.max(from_end)
+    }
+
+    /// Where the log's knowledge of the run ends: its end record, or its latest time.
+    pub fn end_of_log(&self) -> u64 {
+        self.run_end
+            .as_ref()
+            .map_or(self.last_ns, |e| e.ns.max(self.last_ns))
     }
 
     fn seen(&mut self, ns: u64) {
