@@ -508,9 +508,9 @@ impl ContentionRecord {
     }
 }
 
-/// Batches of per-wait events kept in [`EventsSeen::batches`] at most (one per 40 to 110
-/// waits); beyond, a batch is counted as kept.
-pub const MAX_EVENT_BATCHES: usize = 1_000_000;
+/// Waits of flight-recorder batches kept in [`EventsSeen::windowed`] at most; beyond, they are
+/// counted as kept.
+pub const MAX_WINDOWED_WAITS: usize = 2_000_000;
 /// (object, waker) pairs counted in [`EventsSeen::woken_by`] at most.
 pub const MAX_WOKEN_BY: usize = 100_000;
 
@@ -527,10 +527,11 @@ pub struct EventsSeen {
     pub dropped_by_shim: BTreeMap<u32, u64>,
     /// The flight recorder's window, 0 when every event was written.
     pub keep_ns: u64,
-    /// Each batch's last end and its number of waits (for the flight recorder's window).
-    pub batches: Vec<(u64, u32)>,
-    /// Waits ended by another thread, by (object, that thread).
-    pub woken_by: BTreeMap<(u64, u32), u64>,
+    /// Waits of the flight recorder's batches, (end, object, waker): which are within its
+    /// window is known only at the end of the log.
+    pub windowed: Vec<(u64, u64, u32)>,
+    /// Waits ended by another thread, by (object, that thread), of batches with no window.
+    woken_by: BTreeMap<(u64, u32), u64>,
 }
 
 impl EventsSeen {
@@ -539,23 +540,35 @@ impl EventsSeen {
         self.records > 0
     }
 
-    /// Whether a batch whose last wait ended at `last_end` is within the flight recorder's
-    /// window before `end_of_log` (always, when every event was written).
-    pub fn keeps(&self, keep_ns: u64, last_end: u64, end_of_log: u64) -> bool {
-        keep_ns == 0 || last_end.saturating_add(keep_ns) >= end_of_log
+    /// Whether a wait that ended at `end` is within the flight recorder's window `keep_ns`
+    /// before `end_of_log` (always, when every event was written).
+    pub fn keeps(keep_ns: u64, end: u64, end_of_log: u64) -> bool {
+        keep_ns == 0 || end.saturating_add(keep_ns) >= end_of_log
     }
 
-    /// (waits kept, waits dropped): those the shim dropped plus the batches older than the
-    /// window.
+    /// (waits kept, waits dropped): those the shim dropped plus those older than the window.
     pub fn kept_and_dropped(&self, end_of_log: u64) -> (u64, u64) {
         let by_shim: u64 = self.dropped_by_shim.values().sum();
-        let old: u64 = self
-            .batches
+        let old = self
+            .windowed
             .iter()
-            .filter(|&&(end, _)| !self.keeps(self.keep_ns, end, end_of_log))
-            .map(|&(_, n)| u64::from(n))
-            .sum();
+            .filter(|&&(end, _, _)| !Self::keeps(self.keep_ns, end, end_of_log))
+            .count() as u64;
         (self.waits - old, by_shim + old)
+    }
+
+    /// Waits ended by another thread, by (object, that thread): those kept.
+    pub fn woken_by(&self, end_of_log: u64) -> BTreeMap<(u64, u32), u64> {
+        let mut out = self.woken_by.clone();
+        for &(end, object, waker) in &self.windowed {
+            if waker != 0 && Self::keeps(self.keep_ns, end, end_of_log) {
+                let key = (object, waker);
+                if out.len() < MAX_WOKEN_BY || out.contains_key(&key) {
+                    *out.entry(key).or_default() += 1;
+                }
+            }
+        }
+        out
     }
 
     fn add(&mut self, r: &WaitEvents) {
@@ -569,15 +582,16 @@ impl EventsSeen {
             return;
         };
         self.waits += waits.len() as u64;
-        if let Some(last) = waits.iter().map(|w| w.end_ns).max() {
-            if self.batches.len() < MAX_EVENT_BATCHES {
-                self.batches.push((last, waits.len() as u32));
-            }
-        }
-        for w in waits.iter().filter(|w| w.waker != 0) {
-            let key = (w.object_id, w.waker);
-            if self.woken_by.len() < MAX_WOKEN_BY || self.woken_by.contains_key(&key) {
-                *self.woken_by.entry(key).or_default() += 1;
+        for w in &waits {
+            if r.keep_ns > 0 {
+                if self.windowed.len() < MAX_WINDOWED_WAITS {
+                    self.windowed.push((w.end_ns, w.object_id, w.waker));
+                }
+            } else if w.waker != 0 {
+                let key = (w.object_id, w.waker);
+                if self.woken_by.len() < MAX_WOKEN_BY || self.woken_by.contains_key(&key) {
+                    *self.woken_by.entry(key).or_default() += 1;
+                }
             }
         }
     }

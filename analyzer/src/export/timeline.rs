@@ -14,15 +14,15 @@
 //! A log with per-wait events (`WAITSHIM_EVENTS`, [`waitshim_format::WaitEvents`]) has every
 //! blocked wait exactly, with the thread that ended it: then those are the waits (read again
 //! from the log, one record at a time), and the reconstruction above is not used. Under the
-//! flight recorder (`ring:N`), only the batches that ended within the last N seconds of the
-//! log are drawn.
+//! flight recorder (`ring:N`), only the waits that ended within the last N seconds of the log
+//! are drawn.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use waitshim_format::{ObjectKind, Record};
 
-use crate::model::Model;
+use crate::model::{EventsSeen, Model};
 
 /// One wait of a thread, in absolute monotonic ns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,11 +221,10 @@ fn for_each_event<E>(
             return;
         }
         let Ok(waits) = r.waits() else { return };
-        let last = waits.iter().map(|w| w.end_ns).max().unwrap_or(0);
-        if !model.events.keeps(r.keep_ns, last, end_of_log) {
-            return;
-        }
         for w in waits {
+            if !EventsSeen::keeps(r.keep_ns, w.end_ns, end_of_log) {
+                continue;
+            }
             result = emit(
                 r.tid,
                 Wait {

@@ -961,7 +961,7 @@ fn per_wait_events(m: &Model) -> PerWaitEventsJson {
         window_ns: (e.keep_ns > 0).then_some(e.keep_ns),
         damaged: e.damaged,
         woken_by: e
-            .woken_by
+            .woken_by(m.end_of_log())
             .iter()
             .map(|(&(object_id, tid), &waits)| WokenByJson {
                 object_id,

@@ -1735,7 +1735,7 @@ fn woken_by(ctx: &mut Ctx<'_>, out: &mut String) {
     head.push(')');
     let _ = writeln!(out, "{head}");
     let mut by_object: BTreeMap<u64, Vec<(u64, u32)>> = BTreeMap::new();
-    for (&(object_id, tid), &n) in &e.woken_by {
+    for (&(object_id, tid), &n) in &e.woken_by(ctx.model.end_of_log()) {
         by_object.entry(object_id).or_default().push((n, tid));
     }
     let mut objects: Vec<(u64, u64, Vec<(u64, u32)>)> = by_object
