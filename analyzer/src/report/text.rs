@@ -1738,7 +1738,9 @@ fn woken_by(ctx: &mut Ctx<'_>, out: &mut String) {
     for (&(object_id, tid), &n) in &e.woken_by(ctx.model.end_of_log()) {
         by_object.entry(object_id).or_default().push((n, tid));
     }
-    let mut objects: Vec<(u64, u64, Vec<(u64, u32)>)> = by_object
+    // (waits woken by others, object, its wakers by count)
+    type Woken = (u64, u64, Vec<(u64, u32)>);
+    let mut objects: Vec<Woken> = by_object
         .into_iter()
         .map(|(o, mut w)| {
             w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
