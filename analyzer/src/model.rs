@@ -13,7 +13,8 @@ use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
     Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
     ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, OpenWaits, PolicyVersion, Record,
-    RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitSite, WaiterChains,
+    RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitEvents, WaitSite,
+    WaiterChains,
 };
 
 /// Most objects, threads and chains kept per log; beyond this they are counted, not stored.
@@ -510,6 +511,95 @@ impl ContentionRecord {
     }
 }
 
+/// Waits of flight-recorder batches kept in [`EventsSeen::windowed`] at most; beyond, they are
+/// counted as kept.
+pub const MAX_WINDOWED_WAITS: usize = 2_000_000;
+/// (object, waker) pairs counted in [`EventsSeen::woken_by`] at most.
+pub const MAX_WOKEN_BY: usize = 100_000;
+
+/// What the log's per-wait events ([`WaitEvents`]) add up to.
+#[derive(Debug, Clone, Default)]
+pub struct EventsSeen {
+    /// Records, the waits in them, and their size in the log (whole frames).
+    pub records: u64,
+    pub waits: u64,
+    pub log_bytes: u64,
+    /// Records whose packed events could not be read.
+    pub damaged: u64,
+    /// Events the shim left out, by thread (its latest cumulative count).
+    pub dropped_by_shim: BTreeMap<u32, u64>,
+    /// The flight recorder's window, 0 when every event was written.
+    pub keep_ns: u64,
+    /// Waits of the flight recorder's batches, (end, object, waker): which are within its
+    /// window is known only at the end of the log.
+    pub windowed: Vec<(u64, u64, u32)>,
+    /// Waits ended by another thread, by (object, that thread), of batches with no window.
+    woken_by: BTreeMap<(u64, u32), u64>,
+}
+
+impl EventsSeen {
+    /// Whether the log has per-wait events (then the waits on the timeline are exact).
+    pub fn any(&self) -> bool {
+        self.records > 0
+    }
+
+    /// Whether a wait that ended at `end` is within the flight recorder's window `keep_ns`
+    /// before `end_of_log` (always, when every event was written).
+    pub fn keeps(keep_ns: u64, end: u64, end_of_log: u64) -> bool {
+        keep_ns == 0 || end.saturating_add(keep_ns) >= end_of_log
+    }
+
+    /// (waits kept, waits dropped): those the shim dropped plus those older than the window.
+    pub fn kept_and_dropped(&self, end_of_log: u64) -> (u64, u64) {
+        let by_shim: u64 = self.dropped_by_shim.values().sum();
+        let old = self
+            .windowed
+            .iter()
+            .filter(|&&(end, _, _)| !Self::keeps(self.keep_ns, end, end_of_log))
+            .count() as u64;
+        (self.waits - old, by_shim + old)
+    }
+
+    /// Waits ended by another thread, by (object, that thread): those kept.
+    pub fn woken_by(&self, end_of_log: u64) -> BTreeMap<(u64, u32), u64> {
+        let mut out = self.woken_by.clone();
+        for &(end, object, waker) in &self.windowed {
+            if waker != 0 && Self::keeps(self.keep_ns, end, end_of_log) {
+                let key = (object, waker);
+                if out.len() < MAX_WOKEN_BY || out.contains_key(&key) {
+                    *out.entry(key).or_default() += 1;
+                }
+            }
+        }
+        out
+    }
+
+    fn add(&mut self, r: &WaitEvents) {
+        self.records += 1;
+        self.log_bytes += waitshim_format::frame_len(&Record::WaitEvents(r.clone())) as u64;
+        let d = self.dropped_by_shim.entry(r.tid).or_default();
+        *d = (*d).max(r.dropped);
+        self.keep_ns = self.keep_ns.max(r.keep_ns);
+        let Ok(waits) = r.waits() else {
+            self.damaged += 1;
+            return;
+        };
+        self.waits += waits.len() as u64;
+        for w in &waits {
+            if r.keep_ns > 0 {
+                if self.windowed.len() < MAX_WINDOWED_WAITS {
+                    self.windowed.push((w.end_ns, w.object_id, w.waker));
+                }
+            } else if w.waker != 0 {
+                let key = (w.object_id, w.waker);
+                if self.woken_by.len() < MAX_WOKEN_BY || self.woken_by.contains_key(&key) {
+                    *self.woken_by.entry(key).or_default() += 1;
+                }
+            }
+        }
+    }
+}
+
 /// Wait events of one (policy version, rule, object), summed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WaitEventGroup {
@@ -659,6 +749,9 @@ pub struct Model {
     /// The contended waits in progress at the log's last look (the last `OpenWaits` record):
     /// the threads still waiting when the log ended, and for what.
     pub open_waits: Option<OpenWaits>,
+    /// The per-wait events (`WaitEvents` records), counted: the exports read the waits again
+    /// from the log ([`crate::export::timeline::for_each_wait`]).
+    pub events: EventsSeen,
     /// The program the process replaced this one with, when the log ends with an exec.
     pub exec: Option<Exec>,
     pub modules: BTreeMap<u32, Module>,
@@ -790,6 +883,13 @@ impl Model {
         from_history.max(from_end)
     }
 
+    /// Where the log's knowledge of the run ends: its end record, or its latest time.
+    pub fn end_of_log(&self) -> u64 {
+        self.run_end
+            .as_ref()
+            .map_or(self.last_ns, |e| e.ns.max(self.last_ns))
+    }
+
     fn seen(&mut self, ns: u64) {
         self.last_ns = self.last_ns.max(ns);
     }
@@ -919,6 +1019,10 @@ impl Model {
                     c.tasks.truncate(MAX_SHIM_TASKS);
                     self.shim_cost = Some(c);
                 }
+            }
+            Record::WaitEvents(e) => {
+                self.seen(e.base_ns);
+                self.events.add(&e);
             }
             Record::OpenWaits(mut w) => {
                 self.seen(w.ns);

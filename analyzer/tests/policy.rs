@@ -276,13 +276,14 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         .collect();
     let at = keys.iter().position(|&k| k == "threads").expect("threads");
     assert_eq!(
-        keys[at..at + 10],
+        keys[at..at + 11],
         [
             "threads",
             "thread_states",
             "shim_cost",
             "policy",
             "wait_events",
+            "per_wait_events",
             "waiter_chains",
             "holder_stacks",
             "snapshots",

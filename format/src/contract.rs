@@ -19,6 +19,8 @@ pub mod env {
     pub const SAMPLE: &str = "WAITSHIM_SAMPLE";
     /// Frames per call chain.
     pub const DEPTH: &str = "WAITSHIM_DEPTH";
+    /// Per-wait events ([`crate::WaitEvents`]): `all`, `ring:30s` (the last 30 s only) or `off`.
+    pub const EVENTS: &str = "WAITSHIM_EVENTS";
     /// The analyzer's history database (`history`, `run --history-job`).
     pub const HISTORY: &str = "WAITSHIM_HISTORY";
 }
@@ -58,6 +60,7 @@ mod tests {
             env::SIGNAL,
             env::SAMPLE,
             env::DEPTH,
+            env::EVENTS,
             env::HISTORY,
         ] {
             assert!(v.starts_with("WAITSHIM_"), "{v}");

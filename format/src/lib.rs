@@ -8,6 +8,7 @@
 //! step over what it does not understand.
 
 pub mod contract;
+pub mod events;
 pub mod frame;
 pub mod record;
 pub mod syscalls;

@@ -890,6 +890,29 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// A batch of one thread's contended waits, each with its begin, its end, and the thread
+    /// that ended it ("who woke whom"): see [`crate::events`] for the packed `events` and
+    /// [`WaitEvents::waits`] to read them. Each batch decodes on its own (its
+    /// deltas start from `base_ns` and zero), so a reader may keep the latest batches only.
+    pub struct WaitEvents {
+        pub tid: u32,
+        /// The time the first event's begin is counted from.
+        pub base_ns: u64,
+        /// Events of this thread left out of the log before this batch (the flight recorder,
+        /// `WAITSHIM_EVENTS=ring:N`, kept only the last N seconds): cumulative.
+        pub dropped: u64,
+        /// The flight recorder's window (`ring:N`): readers keep only the waits that ended in
+        /// the last `keep_ns` of the run (a thread that ended early wrote its own then). 0:
+        /// every event is kept.
+        pub keep_ns: u64,
+        /// How many events `events` holds.
+        pub count: u32,
+        /// The events, packed ([`crate::events::encode`]).
+        pub events: Vec<u8>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -963,6 +986,7 @@ records! {
     OpenWaits = 31,
     ThreadSamples = 32,
     CpuSample = 33,
+    WaitEvents = 34,
     ThreadTotals = 36,
     ThreadSwitches = 37,
     ShimCost = 38,

@@ -876,6 +876,34 @@ fn golden() -> Vec<(Record, &'static str)> {
             ",
         ),
         (
+            WaitEvents {
+                tid: 0x0111,
+                base_ns: 0x0222,
+                dropped: 0x0333,
+                keep_ns: 0x0444,
+                count: 1,
+                events: vec![0x0a, 0xac, 0x02, 0x06, 0x04, 0x02, 0x03],
+            }
+            .into(),
+            // The one event, field by field (`events.rs`): LEB128 varints, deltas from base_ns.
+            "
+                57 53 22 00 2b 00 00 00 8f 33 23 41  # tag WS, type 34, body 43 bytes, crc32
+                11 01 00 00                          # tid = 0x111
+                22 02 00 00 00 00 00 00              # base_ns = 0x222
+                33 03 00 00 00 00 00 00              # dropped = 0x333
+                44 04 00 00 00 00 00 00              # keep_ns = 0x444
+                01 00 00 00                          # count = 1
+                07 00 00 00                          # events: 7 bytes
+                0a                                   #   begin: zigzag(+5) = 10, at 0x227
+                ac 02                                #   length 300 ns (0x2c | 0x80, 0x02)
+                06                                   #   object: zigzag(+3) = 6, id 3
+                04                                   #   chain: zigzag(+2) = 4, id 2
+                02                                   #   reason 1 (acquired) << 1, not shared
+                03                                   #   waker: zigzag(0x112 - 0x111) + 1 = 3
+                00                                   # 12 + 43 = 55: one byte of padding
+            ",
+        ),
+        (
             ThreadTotals {
                 tid: 0x0111,
                 ns: 0x0222,

@@ -3,6 +3,7 @@
 //! beyond a bounded window.
 
 use proptest::prelude::*;
+use waitshim_format::events::WaitSpan;
 use waitshim_format::frame::FRAME_HEADER_LEN;
 use waitshim_format::*;
 
@@ -445,6 +446,33 @@ fn every_record() -> Vec<Record> {
             iowait_ns: vec![40_000, 50_000, 2],
         }
         .into(),
+        WaitEvents::pack(
+            44,
+            1_000_000,
+            3,
+            30_000_000_000,
+            &[
+                WaitSpan {
+                    begin_ns: 1_000_100,
+                    end_ns: 1_250_000,
+                    object_id: 5,
+                    chain_id: 2,
+                    reason: 1,
+                    shared: true,
+                    waker: 45,
+                },
+                WaitSpan {
+                    begin_ns: 1_300_000,
+                    end_ns: 1_300_900,
+                    object_id: 6,
+                    chain_id: 9,
+                    reason: 3,
+                    shared: false,
+                    waker: 43,
+                },
+            ],
+        )
+        .into(),
         ThreadTotals {
             tid: 44,
             ns: 30,
@@ -531,6 +559,7 @@ fn variant_name(r: &Record) -> &'static str {
         Record::OpenWaits(_) => "OpenWaits",
         Record::ThreadSamples(_) => "ThreadSamples",
         Record::CpuSample(_) => "CpuSample",
+        Record::WaitEvents(_) => "WaitEvents",
         Record::ThreadTotals(_) => "ThreadTotals",
         Record::ThreadSwitches(_) => "ThreadSwitches",
         Record::ShimCost(_) => "ShimCost",
@@ -908,4 +937,28 @@ proptest! {
         bytes.extend(tail);
         let _ = read_all(&bytes);
     }
+}
+
+#[test]
+fn wait_events_come_back_as_the_waits_they_pack_through_a_log() {
+    let recs = every_record();
+    let packed = recs
+        .iter()
+        .find_map(|r| match r {
+            Record::WaitEvents(w) => Some(w.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let (back, _, _) = read_all(&log_of(&[packed.clone().into()]));
+    let Record::WaitEvents(back) = &back[0] else {
+        panic!("{back:?}")
+    };
+    let spans = back.waits().unwrap();
+    assert_eq!(spans.len(), 2);
+    assert_eq!((spans[0].waker, spans[0].shared), (45, true));
+    assert_eq!((spans[1].begin_ns, spans[1].end_ns), (1_300_000, 1_300_900));
+    assert_eq!(
+        (spans[1].object_id, spans[1].chain_id, spans[1].reason),
+        (6, 9, 3)
+    );
 }

@@ -71,6 +71,15 @@ pub(super) fn wait_args(src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'stat
     if w.unended {
         args.push(("ended", Arg::Str("not by the end of the log".into())));
     }
+    if let Some((_, name, _)) = waitshim_format::counter::ENDED
+        .iter()
+        .find(|(k, _, _)| *k == w.reason)
+    {
+        args.push(("ended", Arg::Str((*name).into())));
+    }
+    if w.waker_tid != 0 {
+        args.push(("woken_by", Arg::Str(src.thread_name(w.waker_tid))));
+    }
     args
 }
 
@@ -146,7 +155,8 @@ impl<W: Write> Exporter for Chrome<W> {
             self.event(&json!({"ph": "C", "name": "Highwater mark", "pid": pid,
                                "ts": self.ts(ns), "args": {"threads waiting": hwm}}))?;
         }
-        for t in timeline::tracks(model) {
+        let path = src.ctx.summary.path.clone();
+        for t in timeline::tracks(model, &path) {
             let tid = t.tid;
             let mut name = src.thread_name(tid);
             if t.is_main {
@@ -171,12 +181,24 @@ impl<W: Write> Exporter for Chrome<W> {
                                    "args": to_map(args)}))?;
             }
         }
-        timeline::for_each_wait(model, |tid, w| {
+        let mut flows = 0u64;
+        timeline::for_each_wait(model, &path, |tid, w| -> io::Result<()> {
             let args = to_map(wait_args(src, &w));
             self.event(&json!({"ph": "X", "name": wait_name(model, w.object_id),
                                "cat": "wait", "pid": pid, "tid": tid,
                                "ts": self.ts(w.start),
-                               "dur": (w.end - w.start) as f64 / 1000.0, "args": args}))
+                               "dur": (w.end - w.start) as f64 / 1000.0, "args": args}))?;
+            // Who woke whom: a flow from the waker's thread (inside its Thread slice) to the
+            // waiter's, at the wait's end.
+            if w.waker_tid != 0 && model.threads.get(&w.waker_tid).is_some() {
+                flows += 1;
+                let id = (u64::from(pid) << 32) | flows;
+                self.event(&json!({"ph": "s", "name": "wake", "cat": "wake", "id": id,
+                                   "pid": pid, "tid": w.waker_tid, "ts": self.ts(w.end)}))?;
+                self.event(&json!({"ph": "f", "bp": "e", "name": "wake", "cat": "wake",
+                                   "id": id, "pid": pid, "tid": tid, "ts": self.ts(w.end)}))?;
+            }
+            Ok(())
         })?;
         // The sampler's states, on a track of their own beside each thread's.
         let mut named = std::collections::HashSet::new();

@@ -237,7 +237,7 @@ impl<W: Write> Exporter for Html<W> {
                 .max(model.start_ns() + 1),
         };
         let mut strings = Strings::default();
-        let tracks = timeline::tracks(model);
+        let tracks = timeline::tracks(model, &src.ctx.summary.path.clone());
         let index: HashMap<u32, usize> =
             tracks.iter().enumerate().map(|(i, t)| (t.tid, i)).collect();
         let mut rows: Vec<ThreadRow> = tracks
@@ -267,13 +267,13 @@ impl<W: Write> Exporter for Html<W> {
         });
         // The waits the contention records give: the object on hover; the colour too when the
         // run was not sampled. The longest records are kept for the records row.
-        let mut objects: HashMap<u64, u32> = HashMap::new();
+        let mut objects: HashMap<(u64, u32), u32> = HashMap::new();
         let mut longest: BinaryHeap<std::cmp::Reverse<(u64, u64)>> = BinaryHeap::new();
-        let _ = timeline::for_each_wait(model, |tid, w| -> Result<(), ()> {
+        let _ = timeline::for_each_wait(model, &src.ctx.summary.path, |tid, w| -> Result<(), ()> {
             let Some(&i) = index.get(&tid) else {
                 return Ok(());
             };
-            let oid = match objects.get(&w.object_id) {
+            let oid = match objects.get(&(w.object_id, w.waker_tid)) {
                 Some(&id) => id,
                 None => {
                     let mut text = src.object_name(w.object_id);
@@ -283,8 +283,15 @@ impl<W: Write> Exporter for Html<W> {
                     if let Some(site) = src.chain_site(w.chain_id) {
                         text.push_str(&format!("; waited at {site}"));
                     }
+                    if w.waker_tid != 0 {
+                        text.push_str(&format!(
+                            "; woken by thread {} ({})",
+                            w.waker_tid,
+                            src.thread_name(w.waker_tid)
+                        ));
+                    }
                     let id = strings.id(&text);
-                    objects.insert(w.object_id, id);
+                    objects.insert((w.object_id, w.waker_tid), id);
                     id
                 }
             };

@@ -7,6 +7,8 @@
 //! (`Thread`) and its waits (`Wait: lock`, `Wait: condition`, `Wait: semaphore`, `Wait:
 //! barrier`, `Wait: join`) as slices, with the object, its creation site, where the thread
 //! waited, its chain and the holder as arguments; deadlocks and highwater rises as instants.
+//! With per-wait events in the log, each wait another thread ended has a flow (an arrow) from a
+//! `Wake` instant on that thread's track to a `Woken` instant on the waiter's, at the wait's end.
 //! Event names, argument names and argument values are interned: each distinct string is
 //! written once per trace.
 
@@ -96,6 +98,11 @@ pub struct TrackEvent {
     pub counter_value: Option<i64>,
     #[prost(double, optional, tag = "44")]
     pub double_counter_value: Option<f64>,
+    /// Flows (arrows) that start at this event, and those that end at it.
+    #[prost(fixed64, repeated, tag = "47")]
+    pub flow_ids: Vec<u64>,
+    #[prost(fixed64, repeated, tag = "48")]
+    pub terminating_flow_ids: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -211,12 +218,27 @@ impl<W: Write> Perfetto<W> {
         name: Option<&str>,
         args: &[(&str, Arg)],
     ) -> io::Result<()> {
+        self.event_with(
+            ts,
+            TrackEvent {
+                r#type: Some(kind),
+                track_uuid: Some(track),
+                ..TrackEvent::default()
+            },
+            name,
+            args,
+        )
+    }
+
+    /// As [`Perfetto::event`], for an event with more fields set (flows).
+    fn event_with(
+        &mut self,
+        ts: u64,
+        mut ev: TrackEvent,
+        name: Option<&str>,
+        args: &[(&str, Arg)],
+    ) -> io::Result<()> {
         let mut interned = InternedData::default();
-        let mut ev = TrackEvent {
-            r#type: Some(kind),
-            track_uuid: Some(track),
-            ..TrackEvent::default()
-        };
         if let Some(name) = name {
             let (iid, new) = self.names.get(name);
             if new {
@@ -341,7 +363,7 @@ impl<W: Write> Exporter for Perfetto<W> {
                 ..TracePacket::default()
             })?;
         }
-        let tracks = timeline::tracks(model);
+        let tracks = timeline::tracks(model, &src.ctx.summary.path.clone());
         for t in &tracks {
             let uuid = thread_uuid(pid, t.tid);
             // Perfetto shows the tid beside the name itself.
@@ -373,13 +395,50 @@ impl<W: Write> Exporter for Perfetto<W> {
         }
         // The waits, each thread's in time order; the trace is sorted by time when read
         // (a file has no flush points, so Perfetto sorts it whole).
-        timeline::for_each_wait(model, |tid, w| {
-            let uuid = thread_uuid(pid, tid);
-            let args = wait_args(src, &w);
-            let name = wait_name(model, w.object_id);
-            self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
-            self.event(w.end, uuid, SLICE_END, None, &[])
-        })?;
+        let known: std::collections::HashSet<u32> = tracks.iter().map(|t| t.tid).collect();
+        let mut flows = 0u64;
+        timeline::for_each_wait(
+            model,
+            &src.ctx.summary.path.clone(),
+            |tid, w| -> io::Result<()> {
+                let uuid = thread_uuid(pid, tid);
+                let args = wait_args(src, &w);
+                let name = wait_name(model, w.object_id);
+                self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
+                self.event(w.end, uuid, SLICE_END, None, &[])?;
+                // Who woke whom: an arrow from the waker, when it is a thread of this log.
+                if w.waker_tid != 0 && known.contains(&w.waker_tid) {
+                    flows += 1;
+                    let id = (u64::from(pid) << 32) | flows;
+                    let object = src.object_name(w.object_id);
+                    let woke = Arg::Str(src.thread_name(tid));
+                    self.event_with(
+                        w.end,
+                        TrackEvent {
+                            r#type: Some(INSTANT),
+                            track_uuid: Some(thread_uuid(pid, w.waker_tid)),
+                            flow_ids: vec![id],
+                            ..TrackEvent::default()
+                        },
+                        Some("Wake"),
+                        &[("woke", woke), ("object", Arg::Str(object.clone()))],
+                    )?;
+                    let by = Arg::Str(src.thread_name(w.waker_tid));
+                    self.event_with(
+                        w.end,
+                        TrackEvent {
+                            r#type: Some(INSTANT),
+                            track_uuid: Some(uuid),
+                            terminating_flow_ids: vec![id],
+                            ..TrackEvent::default()
+                        },
+                        Some("Woken"),
+                        &[("woken_by", by), ("object", Arg::Str(object))],
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
         for t in &tracks {
             self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
         }

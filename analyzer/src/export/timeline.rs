@@ -10,12 +10,19 @@
 //! (a deadlock, a killed program) has its opener waiting from the opening to the end of the
 //! log; the log's last list of waits in progress gives those still waiting at its end. Waits of
 //! quieter episodes are in the counters only: they have no place in time.
+//!
+//! A log with per-wait events (`WAITSHIM_EVENTS`, [`waitshim_format::WaitEvents`]) has every
+//! blocked wait exactly, with the thread that ended it: then those are the waits (read again
+//! from the log, one record at a time), and the reconstruction above is not used. Under the
+//! flight recorder (`ring:N`), only the waits that ended within the last N seconds of the log
+//! are drawn.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
 
-use waitshim_format::ObjectKind;
+use waitshim_format::{ObjectKind, Record};
 
-use crate::model::Model;
+use crate::model::{EventsSeen, Model};
 
 /// One wait of a thread, in absolute monotonic ns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +37,11 @@ pub struct Wait {
     pub record_id: Option<u64>,
     /// The log ended with this wait still going on.
     pub unended: bool,
+    /// The thread whose release, signal or post ended the wait (0: not known, or the wait is
+    /// reconstructed from contention records).
+    pub waker_tid: u32,
+    /// How it ended ([`waitshim_format::counter`] `ENDED_*` key), 0 if not known.
+    pub reason: u16,
 }
 
 /// A moment on a thread.
@@ -84,8 +96,12 @@ fn run_end(model: &Model) -> u64 {
 /// one per contention record for their order.
 pub fn for_each_wait<E>(
     model: &Model,
+    path: &Path,
     mut f: impl FnMut(u32, Wait) -> Result<(), E>,
 ) -> Result<(), E> {
+    if model.events.any() {
+        return for_each_event(model, path, f);
+    }
     let end_of_log = run_end(model);
     let mut order: Vec<(u64, u64)> = model
         .records
@@ -124,6 +140,8 @@ pub fn for_each_wait<E>(
                             holder_tid: c.holder_tid,
                             record_id: Some(r.record_id),
                             unended: false,
+                            waker_tid: 0,
+                            reason: 0,
                         },
                     )?;
                 }
@@ -138,11 +156,22 @@ pub fn for_each_wait<E>(
                     holder_tid: o.holder_tid,
                     record_id: Some(r.record_id),
                     unended: true,
+                    waker_tid: 0,
+                    reason: 0,
                 },
             )?,
             (None, None) => {}
         }
     }
+    open_waits(model, end_of_log, &mut emit)
+}
+
+/// The waits still going on when the log ended (its last list of them), by their starts.
+fn open_waits<E>(
+    model: &Model,
+    end_of_log: u64,
+    emit: &mut impl FnMut(u32, Wait) -> Result<(), E>,
+) -> Result<(), E> {
     if let Some(open) = &model.open_waits {
         let mut waits: Vec<_> = open.waits.iter().collect();
         waits.sort_by_key(|w| w.since_ns);
@@ -157,6 +186,8 @@ pub fn for_each_wait<E>(
                     holder_tid: w.holder_tid,
                     record_id: None,
                     unended: true,
+                    waker_tid: 0,
+                    reason: 0,
                 },
             )?;
         }
@@ -164,10 +195,63 @@ pub fn for_each_wait<E>(
     Ok(())
 }
 
+/// [`for_each_wait`] from the log's per-wait events: each batch as the log has it (a thread's
+/// in order), then the waits still going on at the end.
+fn for_each_event<E>(
+    model: &Model,
+    path: &Path,
+    mut f: impl FnMut(u32, Wait) -> Result<(), E>,
+) -> Result<(), E> {
+    let end_of_log = run_end(model);
+    let mut last_end: HashMap<u32, u64> = HashMap::new();
+    let mut emit = |tid: u32, mut w: Wait| -> Result<(), E> {
+        let prev = last_end.entry(tid).or_insert(0);
+        w.start = w.start.max(*prev);
+        if w.end <= w.start {
+            return Ok(());
+        }
+        *prev = w.end;
+        f(tid, w)
+    };
+    let mut result = Ok(());
+    // An unreadable log was refused when the model was built: nothing more to say here.
+    let _ = crate::source::read_log(path, |rec| {
+        let Record::WaitEvents(r) = rec else { return };
+        if result.is_err() {
+            return;
+        }
+        let Ok(waits) = r.waits() else { return };
+        for w in waits {
+            if !EventsSeen::keeps(r.keep_ns, w.end_ns, end_of_log) {
+                continue;
+            }
+            result = emit(
+                r.tid,
+                Wait {
+                    start: w.begin_ns,
+                    end: w.end_ns,
+                    object_id: w.object_id,
+                    chain_id: w.chain_id,
+                    holder_tid: 0,
+                    record_id: None,
+                    unended: false,
+                    waker_tid: w.waker,
+                    reason: w.reason,
+                },
+            );
+            if result.is_err() {
+                return;
+            }
+        }
+    });
+    result?;
+    open_waits(model, end_of_log, &mut emit)
+}
+
 /// The threads of one log, by tid, each with its lifetime stretched over its waits
 /// ([`for_each_wait`]) and its instants (deadlocks, highwater rises). Memory: one entry per
 /// thread, plus the instants (bounded by the model's caps on deadlocks and rises).
-pub fn tracks(model: &Model) -> Vec<Track> {
+pub fn tracks(model: &Model, path: &Path) -> Vec<Track> {
     let run_start = model.start_ns();
     let end_of_log = run_end(model);
     let mut tracks: BTreeMap<u32, Track> = BTreeMap::new();
@@ -186,7 +270,7 @@ pub fn tracks(model: &Model) -> Vec<Track> {
             },
         );
     }
-    let _ = for_each_wait(model, |tid, w| -> Result<(), ()> {
+    let _ = for_each_wait(model, path, |tid, w| -> Result<(), ()> {
         let t = tracks.entry(tid).or_insert_with(|| lone(tid, w.start));
         t.start = t.start.min(w.start);
         t.end = t.end.max(w.end);

@@ -928,6 +928,51 @@ struct Listed<L> {
     listed: L,
 }
 
+/// PER_WAIT_EVENTS.
+#[derive(Serialize)]
+struct PerWaitEventsJson {
+    records: u64,
+    waits: u64,
+    kept: u64,
+    dropped: u64,
+    log_bytes: u64,
+    bytes_per_wait: Option<f64>,
+    window_ns: Option<u64>,
+    damaged: u64,
+    woken_by: Vec<WokenByJson>,
+}
+
+#[derive(Serialize)]
+struct WokenByJson {
+    object_id: u64,
+    tid: u32,
+    waits: u64,
+}
+
+fn per_wait_events(m: &Model) -> PerWaitEventsJson {
+    let e = &m.events;
+    let (kept, dropped) = e.kept_and_dropped(m.end_of_log());
+    PerWaitEventsJson {
+        records: e.records,
+        waits: e.waits,
+        kept,
+        dropped,
+        log_bytes: e.log_bytes,
+        bytes_per_wait: (e.waits > 0).then(|| e.log_bytes as f64 / e.waits as f64),
+        window_ns: (e.keep_ns > 0).then_some(e.keep_ns),
+        damaged: e.damaged,
+        woken_by: e
+            .woken_by(m.end_of_log())
+            .iter()
+            .map(|(&(object_id, tid), &waits)| WokenByJson {
+                object_id,
+                tid,
+                waits,
+            })
+            .collect(),
+    }
+}
+
 /// WAIT_EVENTS.
 #[derive(Serialize)]
 struct WaitEventsJson<L, B> {
@@ -1161,6 +1206,7 @@ struct LogJson<'c, 'a> {
     shim_cost: Option<ShimCostJson>,
     policy: PolicyJson<Versions<'c, 'a>, Rules<'c, 'a>>,
     wait_events: WaitEventsJson<Events<'c, 'a>, ByRule<'c, 'a>>,
+    per_wait_events: PerWaitEventsJson,
     waiter_chains: Listed<Each<'c, 'a, Iter<'a, WaiterChains>, WaiterChainsJson>>,
     holder_stacks: Listed<Each<'c, 'a, Iter<'a, HolderStack>, HolderStackJson>>,
     snapshots: Listed<Each<'c, 'a, Iter<'a, Snapshot>, SnapshotJson>>,
@@ -1496,6 +1542,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             listed: Each::new(ctx, p.wait_events.iter(), wait_event),
             by_rule: Each::new(ctx, p.wait_event_groups.iter(), |_, (&k, g)| by_rule(k, g)),
         },
+        per_wait_events: per_wait_events(m),
         waiter_chains: Listed {
             total: p.waiter_chains_total,
             listed: Each::new(ctx, p.waiter_chains.iter(), waiter_chains),

@@ -3,7 +3,7 @@
 //! waiter chains), per-object table, short-lived objects by creation site, where threads wait,
 //! threads.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use std::fmt::Write;
 use waitshim_format::contract::holder_stack;
@@ -79,6 +79,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         short_lived(ctx, &mut body);
         quiet_objects(ctx, &mut body);
         wait_sites(ctx, &mut body);
+        woken_by(ctx, &mut body);
     }
     threads(ctx, &mut body);
     shim_cost(ctx, &mut body);
@@ -1698,6 +1699,79 @@ fn quiet_objects(ctx: &mut Ctx<'_>, out: &mut String) {
             out,
             "  ... {} more creation sites (all are in the JSON report)",
             sums.len() - shown_rows(ctx)
+        );
+    }
+}
+
+/// Objects shown in WHO WOKE WHOM at most, and wakers per object.
+const MAX_WOKEN_OBJECTS: usize = 10;
+const MAX_WAKERS_SHOWN: usize = 3;
+
+/// The per-wait events (`WAITSHIM_EVENTS`): how many, what they cost in the log, what was
+/// dropped, and per object the threads that woke its waiters most.
+fn woken_by(ctx: &mut Ctx<'_>, out: &mut String) {
+    let e = &ctx.model.events;
+    if !e.any() {
+        return;
+    }
+    let (kept, dropped) = e.kept_and_dropped(ctx.model.end_of_log());
+    let per = if e.waits > 0 {
+        format!(
+            ", {:.1} bytes each in the log",
+            e.log_bytes as f64 / e.waits as f64
+        )
+    } else {
+        String::new()
+    };
+    let mut head = format!(
+        "\nWHO WOKE WHOM ({} kept{per}",
+        count(kept, "wait event", "wait events")
+    );
+    if e.keep_ns > 0 {
+        let _ = write!(head, "; flight recorder: the last {}", fmt_ns(e.keep_ns));
+    }
+    if dropped > 0 {
+        let _ = write!(head, "; {dropped} dropped");
+    }
+    head.push(')');
+    let _ = writeln!(out, "{head}");
+    let mut by_object: BTreeMap<u64, Vec<(u64, u32)>> = BTreeMap::new();
+    for (&(object_id, tid), &n) in &e.woken_by(ctx.model.end_of_log()) {
+        by_object.entry(object_id).or_default().push((n, tid));
+    }
+    // (waits woken by others, object, its wakers by count)
+    type Woken = (u64, u64, Vec<(u64, u32)>);
+    let mut objects: Vec<Woken> = by_object
+        .into_iter()
+        .map(|(o, mut w)| {
+            w.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            (w.iter().map(|x| x.0).sum(), o, w)
+        })
+        .collect();
+    objects.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    for (_, object_id, wakers) in objects.iter().take(MAX_WOKEN_OBJECTS) {
+        let list: Vec<String> = wakers
+            .iter()
+            .take(MAX_WAKERS_SHOWN)
+            .map(|&(n, tid)| format!("{} {}", ctx.thread_label(tid), count(n, "time", "times")))
+            .collect();
+        let more = if wakers.len() > MAX_WAKERS_SHOWN {
+            format!(", {} more threads", wakers.len() - MAX_WAKERS_SHOWN)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {}: woken by {}{more}",
+            ctx.object_short(*object_id),
+            list.join(", ")
+        );
+    }
+    if objects.len() > MAX_WOKEN_OBJECTS {
+        let _ = writeln!(
+            out,
+            "  ... {} more objects",
+            objects.len() - MAX_WOKEN_OBJECTS
         );
     }
 }

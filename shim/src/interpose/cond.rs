@@ -182,7 +182,10 @@ fn woken_quietly(addr: usize, f: &crate::real::RealFn, which: usize) -> Option<W
     if obj.flags() & (DEAD | EPISODE) != 0
         || obj
             .busy_if()
-            .is_some_and(|b| needs_stamp(b, which == AUX_BROADCASTS))
+            // With waiters, the signaller is named as the one who woke them (`released`).
+            .is_some_and(|b| {
+                needs_stamp(b, which == AUX_BROADCASTS) || b.waiters.load(Ordering::Relaxed) > 0
+            })
         || !t.count_aux_quick(s, which)
     {
         return None;

@@ -33,7 +33,7 @@ use waitshim_format::{counter, ObjectKind};
 use crate::real::RealFn;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::handler_counts::HANDLER_POSTS;
-use crate::track::objects::{ObjEntry, AUX_POSTS, DEAD, EPISODE};
+use crate::track::objects::{ObjEntry, AUX_POSTS, CONTENDED, DEAD, EPISODE};
 use crate::track::threads::{self, current, current_fast, Inside, Slot, ThreadRec};
 use crate::track::{tracker, CallSite, Tracker};
 
@@ -475,6 +475,9 @@ pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
             slot.held(),
         ) {
             if obj.flags() & (DEAD | EPISODE) == 0
+                && obj
+                    .busy_if()
+                    .is_none_or(|b| b.waiters.load(Ordering::Relaxed) == 0)
                 && value(addr) < i32::MAX as u32
                 && t.count_aux_quick(slot, AUX_POSTS)
             {
@@ -502,8 +505,9 @@ unsafe extern "C" fn post_tracked(s: *mut sem_t) -> c_int {
         // SAFETY: forwarding.
         return unsafe { glibc::sem_post(s) };
     };
-    // Before the post: a waiter it wakes must find the episode already ended by its poster.
-    if obj.flags() & EPISODE != 0 {
+    // Before the post: a waiter it wakes must find the episode already ended by its poster, and
+    // the poster named as the one who woke it.
+    if obj.flags() & (EPISODE | CONTENDED) != 0 {
         let e = errno();
         engage::released(t, obj);
         set_errno(e);

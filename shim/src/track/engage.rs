@@ -349,6 +349,12 @@ fn release_with_episode_here(t: &ThreadRec, obj: &ObjEntry) {
 /// signal or broadcast, the last arrival at a barrier, a thread's exit. Ends an open episode,
 /// with this thread as the one the waiters waited for (called inside the shim).
 pub fn released(t: &ThreadRec, obj: &ObjEntry) {
+    // Who woke them: read by the waits this release ends (see `waker`).
+    if let Some(b) = obj.busy_if() {
+        if b.waiters.load(Ordering::Relaxed) > 0 {
+            b.last_waker.store(t.tid(), Ordering::Relaxed);
+        }
+    }
     if obj.flags() & EPISODE != 0 {
         release_with_episode(t, obj);
     }
@@ -835,6 +841,18 @@ fn wait_end_reacquired_here(
         unsafe { t.local() }.held.push(Held { obj, since: now });
     }
     t.waits.note(obj, ended);
+    if tr.config.events != crate::config::EventsMode::Off {
+        let span = waitshim_format::events::WaitSpan {
+            begin_ns: w.start,
+            end_ns: now,
+            object_id: tr.id_of(obj),
+            chain_id: w.chain,
+            reason: outcome.key(),
+            shared: w.side == Side::Shared,
+            waker: waker(t, obj, outcome),
+        };
+        t.events.add(tr, t.tid(), &span);
+    }
     match outcome {
         Outcome::TimedOut => {
             obj.busy().stats.timeouts.fetch_add(1, Ordering::Relaxed);
@@ -853,6 +871,27 @@ fn wait_end_reacquired_here(
     }
     tr.maybe_flush(now);
     (ended, event)
+}
+
+/// The thread whose release, signal, broadcast or post ended `t`'s wait on `obj` that has just
+/// ended with `outcome`, 0 if not known. An object with an owner was last acquired by the thread
+/// that released it to this one (the waiter's own acquisition is counted after the wait ends);
+/// the others keep the thread that last woke their waiters ([`released`]).
+fn waker(t: &ThreadRec, obj: &ObjEntry, outcome: Outcome) -> u32 {
+    let by = match (outcome, obj.kind) {
+        (Outcome::TimedOut | Outcome::Interrupted | Outcome::Failed(_), _) => 0,
+        (_, ObjectKind::Mutex | ObjectKind::RwLock | ObjectKind::Spin | ObjectKind::Thread) => {
+            obj.owner.last.load(Ordering::Relaxed)
+        }
+        _ => obj
+            .busy_if()
+            .map_or(0, |b| b.last_waker.load(Ordering::Relaxed)),
+    };
+    if by == t.tid() {
+        0
+    } else {
+        by
+    }
 }
 
 /// An init function called from `site` returned `r` for the object at `addr`: on success, a

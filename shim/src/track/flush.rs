@@ -242,6 +242,7 @@ impl Tracker {
         self.write_churned(now);
         self.write_quiet(quiet, now);
         self.write_open_waits(now);
+        super::events::take_all(self, now, complete);
         self.last_flush.store(now, Ordering::Relaxed);
         self.flushing.store(false, Ordering::Release);
     }

@@ -134,6 +134,7 @@ extern "C" fn fork_child() {
                 let local = unsafe { rec.local() };
                 local.held.clear();
                 local.woken = None;
+                rec.events.reset();
                 // SAFETY: as above. The parent's objects are not this log's: forget them.
                 *unsafe { rec.held_locks() } = lockorder::Held::default();
                 rec.waiting_on

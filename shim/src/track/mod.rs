@@ -10,6 +10,7 @@ pub mod collect;
 pub mod deadlock;
 pub mod drive;
 pub mod engage;
+pub mod events;
 mod flush;
 pub mod handler_counts;
 pub mod highwater;

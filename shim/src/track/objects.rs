@@ -183,6 +183,9 @@ pub struct Busy {
     /// `last_wake` is later than that wakes a waiter that began before the last stamp, which
     /// the stamp already covers: it is not stamped again (a clock read and a shared write).
     pub last_wait_start: AtomicU64,
+    /// Condition variables, semaphores, barriers: the thread that last signalled, broadcast,
+    /// posted or completed a round while threads waited (who woke them), 0 if none did.
+    pub last_waker: AtomicU32,
     pub stats: Stats,
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
     pub version: AtomicU64,
@@ -221,6 +224,7 @@ impl Default for Busy {
             waited_since: AtomicU64::new(0),
             last_wake: AtomicU64::new(0),
             last_wait_start: AtomicU64::new(0),
+            last_waker: AtomicU32::new(0),
             stats: Stats::default(),
             version: AtomicU64::new(1),
             flushed: AtomicU64::new(0),
@@ -268,7 +272,12 @@ impl Busy {
         ] {
             a.store(0, Ordering::Relaxed);
         }
-        for a in [&*self.waiters, &s.max_waiters, &self.coalesced] {
+        for a in [
+            &*self.waiters,
+            &s.max_waiters,
+            &self.coalesced,
+            &self.last_waker,
+        ] {
             a.store(0, Ordering::Relaxed);
         }
         self.version.store(1, Ordering::Relaxed);

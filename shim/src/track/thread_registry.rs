@@ -172,6 +172,8 @@ fn thread_exited_here() {
         if let Some(h) = super::hooks::get() {
             (h.thread_ending)(tr, tid);
         }
+        // Its own buffer: nobody else adds to it, so the take cannot fail.
+        rec.events.take(tr, tid, now);
         tr.log.write(&ThreadExit { tid, ns: now }.into());
         tr.threads.remove(&tid);
         if tr

@@ -185,6 +185,8 @@ pub struct ThreadRec {
     pub stack: crate::wants::StackBox,
     /// Finished contended waits not yet added to their objects.
     pub waits: super::waits::Cells,
+    /// Its contended waits, packed, not yet written (`WAITSHIM_EVENTS`).
+    pub events: super::events::Buf,
     /// The rwlocks this thread holds for reading, one entry per read acquisition (null: free):
     /// glibc keeps no list of readers, and a writer waiting on readers waits for each of them.
     /// Written only by the owning thread; read by wait-for walks.
@@ -245,6 +247,7 @@ impl ThreadRec {
             policy: Default::default(),
             stack: Default::default(),
             waits: Default::default(),
+            events: Default::default(),
             reads: Default::default(),
         }
     }

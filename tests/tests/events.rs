@@ -1,0 +1,301 @@
+//! Per-wait events (`WAITSHIM_EVENTS`): each blocked wait with the thread that ended it, in the
+//! report, in the exports, and under the flight recorder.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use waitshim_tests::{analyzer_path, workspace_root, Analysis, Launch, LogReport, Run};
+
+fn handover(events: Option<&str>, args: &[&str]) -> Run {
+    let mut l = Launch::fixture("handover");
+    for a in args {
+        l = l.arg(a);
+    }
+    if let Some(e) = events {
+        l = l.env("WAITSHIM_EVENTS", e);
+    }
+    let run = l.run();
+    run.assert_success();
+    run
+}
+
+fn tid_named(log: &LogReport, name: &str) -> u64 {
+    let found: Vec<u64> = log
+        .threads()
+        .iter()
+        .filter(|t| t["name"] == name)
+        .filter_map(|t| t["tid"].as_u64())
+        .collect();
+    assert_eq!(found.len(), 1, "threads named {name}: {:?}", log.threads());
+    found[0]
+}
+
+/// The threads that woke waiters on the objects of `kind`, with how many waits each.
+fn wakers(log: &LogReport, kind: &str) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = log.0["per_wait_events"]["woken_by"]
+        .as_array()
+        .expect("per_wait_events.woken_by")
+        .iter()
+        .filter(|w| log.object(&w["object_id"])["kind"] == kind)
+        .map(|w| (w["tid"].as_u64().unwrap(), w["waits"].as_u64().unwrap()))
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn export(log: &Path, format: &str) -> PathBuf {
+    let out = log.with_file_name(format!("events.{format}"));
+    let o = Command::new(analyzer_path())
+        .args(["export", "--format", format, "-o"])
+        .arg(&out)
+        .arg(log)
+        .output()
+        .expect("run waitshim-analyze export");
+    assert!(
+        o.status.success(),
+        "export {format}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[test]
+fn each_hand_over_names_the_thread_that_woke_the_waiter() {
+    let run = handover(None, &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+    let holder = tid_named(&log, "holder");
+    let ringer = tid_named(&log, "ringer");
+    let giver = tid_named(&log, "giver");
+    // holder unlocks the mutex `blocked` sleeps on; ringer signals the condition variable
+    // `sleeper` waits on; giver posts the semaphore `taker` waits on.
+    assert_eq!(wakers(&log, "mutex"), vec![(holder, 1)], "{}", a.text);
+    assert_eq!(wakers(&log, "cond"), vec![(ringer, 1)], "{}", a.text);
+    assert_eq!(wakers(&log, "semaphore"), vec![(giver, 1)], "{}", a.text);
+    assert!(
+        a.text
+            .contains(&format!("woken by thread {ringer} \"ringer\" 1 time")),
+        "{}",
+        a.text
+    );
+
+    // The Chrome trace: the wait of `blocked` on the mutex says who woke it, with a flow.
+    let chrome: Value =
+        serde_json::from_slice(&std::fs::read(export(run.single_log(), "chrome")).unwrap())
+            .unwrap();
+    let events = chrome["traceEvents"].as_array().expect("traceEvents");
+    let blocked = tid_named(&log, "blocked");
+    let wait = events
+        .iter()
+        .find(|e| e["cat"] == "wait" && e["tid"] == blocked && e["name"] == "Wait: lock")
+        .expect("the wait of `blocked`");
+    assert_eq!(
+        wait["args"]["woken_by"],
+        format!("thread {holder} \"holder\""),
+        "{wait}"
+    );
+    assert_eq!(wait["args"]["ended"], "acquired");
+    let starts = events.iter().filter(|e| e["ph"] == "s").count();
+    let ends = events.iter().filter(|e| e["ph"] == "f").count();
+    assert!(
+        starts >= 3 && starts == ends,
+        "{starts} flow starts, {ends} ends"
+    );
+    let wait_end = wait["ts"].as_f64().unwrap() + wait["dur"].as_f64().unwrap();
+    assert!(
+        events.iter().any(|e| e["ph"] == "s"
+            && e["tid"] == holder
+            && (e["ts"].as_f64().unwrap() - wait_end).abs() < 1.0),
+        "a flow from the holder at the end of the wait"
+    );
+}
+
+/// `protoc --decode perfetto.protos.Trace` with tests/proto/perfetto_trace.proto.
+fn protoc_decode(file: &Path) -> String {
+    let dir = workspace_root().join("tests/proto");
+    let o = Command::new("protoc")
+        .arg(format!("--proto_path={}", dir.display()))
+        .args(["--decode", "perfetto.protos.Trace", "perfetto_trace.proto"])
+        .stdin(std::fs::File::open(file).expect("open trace"))
+        .output()
+        .expect("run protoc (Debian protobuf-compiler; the export tests install it)");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+#[test]
+fn the_perfetto_trace_has_a_flow_from_each_waker_to_the_woken_thread() {
+    let run = handover(None, &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+    let text = protoc_decode(&export(run.single_log(), "perfetto"));
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())),
+        "unknown fields in the trace:\n{text}"
+    );
+    let mut begun: Vec<&str> = Vec::new();
+    let mut ended: Vec<&str> = Vec::new();
+    for l in text.lines().map(str::trim) {
+        if let Some(id) = l.strip_prefix("flow_ids: ") {
+            begun.push(id);
+        }
+        if let Some(id) = l.strip_prefix("terminating_flow_ids: ") {
+            ended.push(id);
+        }
+    }
+    begun.sort_unstable();
+    ended.sort_unstable();
+    assert_eq!(begun, ended, "each flow begins once and ends once");
+    let woken = log.0["per_wait_events"]["woken_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["waits"].as_u64().unwrap())
+        .sum::<u64>();
+    assert_eq!(
+        begun.len() as u64,
+        woken,
+        "one flow per wait another thread ended"
+    );
+    // The waker's instant is on the holder's track, the woken one on the waiter's: both names
+    // are interned once.
+    assert_eq!(text.matches("name: \"Wake\"").count(), 1, "{text}");
+    assert_eq!(text.matches("name: \"Woken\"").count(), 1, "{text}");
+    let holder = tid_named(&log, "holder");
+    assert!(
+        text.contains(&format!("thread {holder} \\\"holder\\\"")),
+        "the holder named as waker:\n{text}"
+    );
+}
+
+fn count_fields(log: &LogReport) -> Vec<(String, u64, u64, u64)> {
+    let mut v: Vec<(String, u64, u64, u64)> = log
+        .objects()
+        .iter()
+        .filter(|o| o["kind"] != "thread")
+        .map(|o| {
+            let c = &o["counters"];
+            (
+                o["kind"].as_str().unwrap_or("").to_string(),
+                c["acquisitions"].as_u64().unwrap_or(0),
+                c["contended"].as_u64().unwrap_or(0),
+                c["max_waiters"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn events_off_writes_none_and_the_counters_stay_the_same() {
+    let on = handover(None, &[]);
+    let off = handover(Some("off"), &[]);
+    let (a_on, a_off): (Analysis, Analysis) = (on.analyze(), off.analyze());
+    let (l_on, l_off) = (a_on.log(0), a_off.log(0));
+    assert!(l_on.0["per_wait_events"]["waits"].as_u64().unwrap() >= 3);
+    assert_eq!(l_off.0["per_wait_events"]["records"], 0);
+    assert!(!a_off.text.contains("WHO WOKE WHOM"), "{}", a_off.text);
+    assert_eq!(count_fields(&l_on), count_fields(&l_off));
+    assert_eq!(l_on.hwm(), l_off.hwm());
+}
+
+#[test]
+fn a_bad_events_value_is_said_once_and_the_program_runs_on() {
+    let run = Launch::fixture("handover")
+        .env("WAITSHIM_EVENTS", "sometimes")
+        .loud()
+        .run();
+    run.assert_success();
+    let err = run.stderr_text();
+    assert_eq!(
+        err.matches("WAITSHIM_EVENTS").count(),
+        1,
+        "one line about it: {err}"
+    );
+    assert!(err.contains("\"sometimes\""), "{err}");
+    // All events, the default.
+    let a = run.analyze();
+    assert!(a.log(0).0["per_wait_events"]["waits"].as_u64().unwrap() >= 3);
+}
+
+#[test]
+fn the_flight_recorder_keeps_the_last_second_and_says_how_many_were_dropped() {
+    // 12 rounds of at least 250 ms each: 3 s of hand-overs, one wait of a new `pong` thread
+    // (and a join of it) per round.
+    let run = handover(Some("ring:1s"), &["12", "250"]);
+    let a = run.analyze();
+    let log = a.log(0);
+    let e = &log.0["per_wait_events"];
+    assert_eq!(e["window_ns"], 1_000_000_000u64, "{e}");
+    let (kept, dropped) = (e["kept"].as_u64().unwrap(), e["dropped"].as_u64().unwrap());
+    let pong_waits = |chrome: &Value| -> Vec<(f64, f64)> {
+        let evs = chrome["traceEvents"].as_array().unwrap();
+        let pongs: Vec<&Value> = evs
+            .iter()
+            .filter(|e| {
+                e["ph"] == "M"
+                    && e["args"]["name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("\"pong\"")
+            })
+            .map(|e| &e["tid"])
+            .collect();
+        evs.iter()
+            .filter(|e| {
+                e["cat"] == "wait" && e["name"] == "Wait: lock" && pongs.contains(&&e["tid"])
+            })
+            .map(|e| {
+                let ts = e["ts"].as_f64().unwrap();
+                (ts, ts + e["dur"].as_f64().unwrap())
+            })
+            .collect()
+    };
+    let chrome: Value =
+        serde_json::from_slice(&std::fs::read(export(run.single_log(), "chrome")).unwrap())
+            .unwrap();
+    let waits = pong_waits(&chrome);
+    let end = chrome["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    // Only the tail: the rounds of the last second (4 or so of 12), each ending within it.
+    assert!(
+        !waits.is_empty() && waits.len() <= 6,
+        "{} pong waits drawn: {waits:?}",
+        waits.len()
+    );
+    for (_, w_end) in &waits {
+        assert!(
+            end - w_end <= 1_100_000.0,
+            "a wait {} µs before the end",
+            end - w_end
+        );
+    }
+    assert!(dropped >= 6, "dropped {dropped}, kept {kept}: {e}");
+    assert!(
+        kept < 12,
+        "kept {kept}: no more than a second's rounds and joins: {e}"
+    );
+    assert!(
+        a.text.contains(&format!("{dropped} dropped")),
+        "the report says how many were dropped:\n{}",
+        a.text
+    );
+
+    // Without the flight recorder, every round is there.
+    let all = handover(None, &["12", "250"]);
+    let chrome: Value =
+        serde_json::from_slice(&std::fs::read(export(all.single_log(), "chrome")).unwrap())
+            .unwrap();
+    assert_eq!(pong_waits(&chrome).len(), 12);
+    let a = all.analyze();
+    assert_eq!(a.log(0).0["per_wait_events"]["dropped"], 0);
+}
