@@ -78,6 +78,24 @@ pub fn analyzer_path() -> &'static Path {
     &artifacts().1
 }
 
+/// `waitshim-analyze export --format FORMAT -o FILE LOG`, FILE named `file_name` beside the
+/// log; checks that it succeeded and returns FILE.
+pub fn export_beside(log: &Path, format: &str, file_name: &str) -> PathBuf {
+    let out = log.with_file_name(file_name);
+    let o = std::process::Command::new(analyzer_path())
+        .args(["export", "--format", format, "-o"])
+        .arg(&out)
+        .arg(log)
+        .output()
+        .expect("run waitshim-analyze export");
+    assert!(
+        o.status.success(),
+        "export --format {format} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
 /// A scratch directory living as long as the test process. Statics are never dropped, so it
 /// is a fixed directory under `target/` (one per test binary) rather than a `TempDir`: it is
 /// reused by the next run (`build-fixtures.sh` only recompiles what changed) instead of leaking

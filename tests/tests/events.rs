@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use waitshim_tests::{analyzer_path, workspace_root, Analysis, Launch, LogReport, Run};
+use waitshim_tests::{workspace_root, Analysis, Launch, LogReport, Run};
 
 fn handover(events: Option<&str>, args: &[&str]) -> Run {
     let mut l = Launch::fixture("handover");
@@ -45,19 +45,7 @@ fn wakers(log: &LogReport, kind: &str) -> Vec<(u64, u64)> {
 }
 
 fn export(log: &Path, format: &str) -> PathBuf {
-    let out = log.with_file_name(format!("events.{format}"));
-    let o = Command::new(analyzer_path())
-        .args(["export", "--format", format, "-o"])
-        .arg(&out)
-        .arg(log)
-        .output()
-        .expect("run waitshim-analyze export");
-    assert!(
-        o.status.success(),
-        "export {format}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
+    waitshim_tests::export_beside(log, format, &format!("events.{format}"))
 }
 
 #[test]

@@ -18,19 +18,7 @@ fn tool(program: &str, package: &str) -> PathBuf {
 
 /// `waitshim-analyze export --format FORMAT -o DIR/out.EXT LOG`: the file written.
 fn export(log: &Path, format: &str, ext: &str) -> PathBuf {
-    let out = log.with_file_name(format!("out.{ext}"));
-    let o = Command::new(analyzer_path())
-        .args(["export", "--format", format, "-o"])
-        .arg(&out)
-        .arg(log)
-        .output()
-        .expect("run waitshim-analyze export");
-    assert!(
-        o.status.success(),
-        "export --format {format} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
+    waitshim_tests::export_beside(log, format, &format!("out.{ext}"))
 }
 
 /// One run of the thread_states fixture (three spinners on one CPU, a reader on a pipe, a

@@ -89,6 +89,25 @@ fn run_end(model: &Model) -> u64 {
         .map_or(model.last_ns, |e| e.ns.max(model.last_ns))
 }
 
+/// Keeps each thread's waits apart, in the order they are handed out: a wait is cut to begin
+/// where the thread's previous one ended, and dropped if nothing of it is left.
+#[derive(Default)]
+struct Apart {
+    last_end: HashMap<u32, u64>,
+}
+
+impl Apart {
+    fn clip(&mut self, tid: u32, mut w: Wait) -> Option<Wait> {
+        let prev = self.last_end.entry(tid).or_insert(0);
+        w.start = w.start.max(*prev);
+        if w.end <= w.start {
+            return None;
+        }
+        *prev = w.end;
+        Some(w)
+    }
+}
+
 /// Calls `f` with every wait the log has a time for, as (tid, wait), in the order of their
 /// ends; a wait starts no earlier than the end of the thread's wait before it (a thread waits
 /// for one thing at a time: a wait listed again by a later record, because it went on through
@@ -113,15 +132,12 @@ pub fn for_each_wait<E>(
         })
         .collect();
     order.sort_unstable();
-    let mut last_end: HashMap<u32, u64> = HashMap::new();
-    let mut emit = |tid: u32, mut w: Wait| -> Result<(), E> {
-        let prev = last_end.entry(tid).or_insert(0);
-        w.start = w.start.max(*prev);
-        if w.end <= w.start {
-            return Ok(());
+    let mut apart = Apart::default();
+    let mut emit = |tid: u32, w: Wait| -> Result<(), E> {
+        match apart.clip(tid, w) {
+            Some(w) => f(tid, w),
+            None => Ok(()),
         }
-        *prev = w.end;
-        f(tid, w)
     };
     for (_, id) in order {
         let Some(r) = model.records.get(&id) else {
@@ -203,15 +219,12 @@ fn for_each_event<E>(
     mut f: impl FnMut(u32, Wait) -> Result<(), E>,
 ) -> Result<(), E> {
     let end_of_log = run_end(model);
-    let mut last_end: HashMap<u32, u64> = HashMap::new();
-    let mut emit = |tid: u32, mut w: Wait| -> Result<(), E> {
-        let prev = last_end.entry(tid).or_insert(0);
-        w.start = w.start.max(*prev);
-        if w.end <= w.start {
-            return Ok(());
+    let mut apart = Apart::default();
+    let mut emit = |tid: u32, w: Wait| -> Result<(), E> {
+        match apart.clip(tid, w) {
+            Some(w) => f(tid, w),
+            None => Ok(()),
         }
-        *prev = w.end;
-        f(tid, w)
     };
     let mut result = Ok(());
     // An unreadable log was refused when the model was built: nothing more to say here.
