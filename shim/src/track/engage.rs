@@ -71,7 +71,8 @@ fn engaged_uncached_here(
 ) {
     let Some(tr) = tracker() else { return };
     let obj = {
-        let _in = Inside::enter();
+        // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
+        let _in = Inside::enter_quiet();
         tr.object(t, addr, kind, subtype(addr))
     };
     took(t, t.slot(addr), obj, addr, edges);

@@ -189,6 +189,8 @@ fn new_edge(
 ) {
     let _in = Inside::enter();
     let mut g = tr.lock_graph.lock().unwrap_or_else(|e| e.into_inner());
+    from.in_graph.store(true, Ordering::Relaxed);
+    to.in_graph.store(true, Ordering::Relaxed);
     let data = EdgeData {
         from,
         to,

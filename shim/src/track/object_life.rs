@@ -141,6 +141,9 @@ impl Tracker {
         let obj = match self.objects.get(addr) {
             Some(obj) => obj,
             None => {
+                // Registering reaches cancellation points (a chain's modules, the log): the
+                // caller's guard may be a quiet one.
+                let _in = Inside::enter();
                 let fresh = self.new_object(addr, kind);
                 self.register(t, fresh, subtype, origin::FIRST_USE, CallSite::default());
                 let won = self.objects.get_or_insert(addr, fresh);
@@ -195,10 +198,16 @@ impl Tracker {
             t.forget(s);
         }
         // Its lock-order edges go with it (a flush writing them waits for this, or skips them).
-        self.lock_graph
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove_node(lockorder::node(obj));
+        // An object that never had one (most of those a program makes by the million) skips the
+        // graph's lock: an edge is put in by a thread holding or taking the object, which a
+        // correct program does not do while destroying it, and the acquisition that added it
+        // happened before this destruction, so its mark is seen here.
+        if obj.in_graph.load(Ordering::Relaxed) {
+            self.lock_graph
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove_node(lockorder::node(obj));
+        }
         // This entry, not whatever a new generation at the address has put there meanwhile.
         self.objects.remove(obj.addr(), obj);
         let now = now_ns();

@@ -15,7 +15,7 @@
 //! the log nor the shim's memory.
 
 use std::sync::atomic::{
-    AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    AtomicBool, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 use std::sync::{Mutex, OnceLock};
 
@@ -117,6 +117,10 @@ pub struct ObjEntry {
     /// they cached, so that a cache that still points at the entry from an earlier object, at
     /// the same address or not, no longer matches.
     pub generation: AtomicU16,
+    /// Whether a lock-order edge from or to this generation was ever put in the graph: a
+    /// destroyed object without one leaves the graph's lock alone. Set under that lock, before
+    /// the edge goes in; apart from the flags so that the fast paths' test stays one compare.
+    pub in_graph: AtomicBool,
 }
 
 const _: () = assert!(std::mem::size_of::<ObjEntry>() == 64);
@@ -340,6 +344,7 @@ impl ObjEntry {
             flags: AtomicU8::new(0),
             origin: AtomicU8::new(0),
             generation: AtomicU16::new(0),
+            in_graph: AtomicBool::new(false),
         }
     }
 
@@ -440,6 +445,7 @@ impl ObjEntry {
             a.store(0, Ordering::Relaxed);
         }
         self.origin.store(0, Ordering::Relaxed);
+        self.in_graph.store(false, Ordering::Relaxed);
         if let Some(b) = self.busy_if() {
             b.clear();
         }

@@ -661,31 +661,52 @@ mod cancel {
 /// Marks the current thread as inside the shim until dropped: its own calls into interposed
 /// functions (through malloc, the loader) then go straight to the real ones.
 ///
-/// The outermost guard also disables cancellation until it is dropped (and restores the
-/// program's state then): the shim's own work reaches cancellation points (`write`, `msync`,
-/// `open`, `getrandom` for a hash map's keys, `nanosleep`), and a thread with a cancel request
-/// pending must not be cancelled there. Natively it would go on to its next cancellation point;
-/// cancelled inside the shim, it would die holding the mutex it just acquired, or the shim's
-/// own locks. The real functions that are cancellation points themselves run under
-/// [`Inside::cancellable`].
+/// The first guard that finds cancellation still the program's (not an enclosing guard's) also
+/// disables it until it is dropped, and restores the program's state then: the shim's own work
+/// reaches cancellation points (`write`, `msync`, `open`, `nanosleep`), and a thread with a
+/// cancel request pending must not be cancelled there. Natively it would go on to its next
+/// cancellation point; cancelled inside the shim, it would die holding the mutex it just
+/// acquired, or the shim's own locks. The real functions that are cancellation points themselves
+/// run under [`Inside::cancellable`].
+///
+/// Deciding by the saved state rather than by nesting keeps a guard taken in a signal handler
+/// that interrupted the shim's own work from saving "disabled" as the program's state (and
+/// leaving cancellation disabled for good when the interrupted guard ends).
 pub struct Inside {
     prev: usize,
-    outermost: bool,
+    restores_cancel: bool,
 }
 
 impl Inside {
     pub fn enter() -> Inside {
         let prev = raw::get(raw::MODE);
         set_mode(MODE_INSIDE);
-        let outermost = prev != MODE_INSIDE;
-        if outermost {
+        let restores_cancel = raw::get(raw::CANCEL) == 0;
+        if restores_cancel {
             let mut old: libc::c_int = cancel::ENABLE;
             // SAFETY: changes only the calling thread's own cancellability; glibc's version is
             // an atomic update of the thread's descriptor, safe in a signal handler too.
             unsafe { cancel::pthread_setcancelstate(cancel::DISABLE, &mut old) };
             raw::set(raw::CANCEL, old as usize + 1);
         }
-        Inside { prev, outermost }
+        Inside {
+            prev,
+            restores_cancel,
+        }
+    }
+
+    /// As [`Inside::enter`], for work that reaches no cancellation point (a registry lookup,
+    /// a cache fill: atomics, the shim's futex locks and no system call that cancellation acts
+    /// in), leaving cancellability alone: two atomic updates of the thread's descriptor fewer on
+    /// every cache miss. Work under it that may reach one takes an [`Inside::enter`] of its own,
+    /// which then disables cancellation.
+    pub fn enter_quiet() -> Inside {
+        let prev = raw::get(raw::MODE);
+        set_mode(MODE_INSIDE);
+        Inside {
+            prev,
+            restores_cancel: false,
+        }
     }
 
     /// Runs `f`, a real function that is a cancellation point of its own (a condition variable
@@ -700,11 +721,16 @@ impl Inside {
         if program == cancel::DISABLE {
             return f();
         }
+        // While `f` runs, cancellation is the program's again and no guard holds it: a signal
+        // handler's guard then finds 0 and saves and restores the state it finds, and a jump
+        // out of that handler leaves nothing to restore.
+        raw::set(raw::CANCEL, 0);
         // SAFETY: as in `enter`.
         unsafe { cancel::pthread_setcancelstate(program, std::ptr::null_mut()) };
         let r = f();
         // SAFETY: as in `enter`.
         unsafe { cancel::pthread_setcancelstate(cancel::DISABLE, std::ptr::null_mut()) };
+        raw::set(raw::CANCEL, saved);
         r
     }
 }
@@ -714,13 +740,13 @@ impl Drop for Inside {
         if raw::get(raw::MODE) == MODE_INSIDE {
             set_mode(self.prev);
         }
-        if self.outermost {
+        if self.restores_cancel {
             restore_cancel();
         }
     }
 }
 
-/// Gives the program back the cancellability the outermost [`Inside`] took away, if one did.
+/// Gives the program back the cancellability an [`Inside`] took away, if one did.
 fn restore_cancel() {
     let saved = raw::get(raw::CANCEL);
     if saved != 0 {
