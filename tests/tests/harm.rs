@@ -724,7 +724,8 @@ fn a_deadlock_between_two_processes_shows_when_their_logs_are_read_together() {
 /// A program that keeps many mutexes, each used by one thread (a lock per row, per connection,
 /// per request): the shim's memory per mutex stays in tens of bytes (the fixture measures its
 /// own resident size). It was about 730 bytes, 1.17 GB for a million mutexes against 40 MB
-/// natively; and every one is still counted in the report.
+/// natively; then 92 with the registry holding (address, entry) pairs; 79 since it holds the
+/// entries alone. And every one is still counted in the report.
 #[test]
 fn many_mutexes_used_by_one_thread_cost_tens_of_bytes_each() {
     let per_mutex = |run: &waitshim_tests::Run| -> i64 {
@@ -743,7 +744,7 @@ fn many_mutexes_used_by_one_thread_cost_tens_of_bytes_each() {
     assert_eq!(run.stdout_text(), "locked 200000 of 200000\n");
     let (n, s) = (per_mutex(&native), per_mutex(&run));
     assert!(
-        s - n < 128,
+        s - n < 100,
         "the shim's memory per mutex: {} bytes (natively {n})",
         s - n
     );

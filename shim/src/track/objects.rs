@@ -328,6 +328,12 @@ impl<T> std::ops::Deref for Padded<T> {
     }
 }
 
+impl super::registry::Keyed for ObjEntry {
+    fn key(&self) -> usize {
+        self.addr()
+    }
+}
+
 impl ObjEntry {
     pub fn new(addr: usize, kind: ObjectKind) -> ObjEntry {
         ObjEntry {

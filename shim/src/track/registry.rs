@@ -7,13 +7,26 @@
 //! misses the thread's small cache) pays a few tens of ns there, where the concurrent skiplist
 //! this replaces cost 20–270 ns per lookup and a hundred bytes per object. A forked child builds
 //! a registry of its own, so a shard held by a thread that did not come along is never waited for.
+//!
+//! The tables hold only the objects' references: an object knows its own address ([`Keyed`]),
+//! so a bucket is 8 bytes and a control byte (9 to 20 bytes per object with the table's load),
+//! where an (address, reference) pair took 17 to 39. The probe reads the object to compare
+//! addresses; its caller reads the object next anyway.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use hashbrown::HashTable;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 const SHARDS: usize = 64;
+
+const PAGE_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+const TAG_MIX: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const IN_PAGE: u64 = 511;
+const BELOW_TAG: u64 = (1 << 57) - 1;
+
+fn page_mix(addr: usize) -> u64 {
+    ((addr as u64) >> 12).wrapping_mul(PAGE_MIX)
+}
 
 /// Hashes an address so that the objects of one 4 KiB page stay together in their shard's
 /// table: a program that walks an array of mutexes (a lock per row, per bucket) then finds
@@ -25,19 +38,6 @@ const SHARDS: usize = 64;
 /// with bits of the page's own mix so that objects at the same place in many pages do not
 /// collide in a small table; the bits above come from the page's mix, so pages scatter; the top
 /// seven from a mix of the whole address, so that the keys of one page carry different tags.
-#[derive(Default)]
-pub struct AddrHasher(u64);
-
-const PAGE_MIX: u64 = 0x9E37_79B9_7F4A_7C15;
-const TAG_MIX: u64 = 0xC2B2_AE3D_27D4_EB4F;
-const IN_PAGE: u64 = 511;
-const BELOW_TAG: u64 = (1 << 57) - 1;
-
-fn page_mix(addr: usize) -> u64 {
-    ((addr as u64) >> 12).wrapping_mul(PAGE_MIX)
-}
-
-/// The hash of an address (see [`AddrHasher`]).
 pub fn addr_hash(addr: usize) -> u64 {
     let page = page_mix(addr);
     let word = (addr as u64) >> 3;
@@ -47,23 +47,7 @@ pub fn addr_hash(addr: usize) -> u64 {
     tag | mid | low
 }
 
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-
-    fn write_usize(&mut self, addr: usize) {
-        self.0 = addr_hash(addr);
-    }
-}
-
-/// The shard of an address: the objects of one page share a shard (see [`AddrHasher`]), taken
+/// The shard of an address: the objects of one page share a shard (see [`addr_hash`]), taken
 /// from the top bits of the page's mix.
 fn shard_of(addr: usize) -> usize {
     // The top bits of a multiplicative mix depend on every bit of the page number (the low
@@ -71,7 +55,13 @@ fn shard_of(addr: usize) -> usize {
     (page_mix(addr) >> (64 - SHARDS.trailing_zeros())) as usize
 }
 
-type Shard<T> = Mutex<HashMap<usize, &'static T, BuildHasherDefault<AddrHasher>>>;
+/// What the registry files an object under: its address, which does not change while it is
+/// registered (an entry serves another address only once it is out of the registry).
+pub trait Keyed {
+    fn key(&self) -> usize;
+}
+
+type Shard<T> = Mutex<HashTable<&'static T>>;
 
 pub struct Registry<T: 'static> {
     shards: Box<[Shard<T>]>,
@@ -87,11 +77,12 @@ impl<T: 'static> Default for Registry<T> {
     }
 }
 
-impl<T: 'static> Registry<T> {
-    fn shard(
-        &self,
-        addr: usize,
-    ) -> std::sync::MutexGuard<'_, HashMap<usize, &'static T, BuildHasherDefault<AddrHasher>>> {
+fn rehash<T: Keyed>(o: &&'static T) -> u64 {
+    addr_hash(o.key())
+}
+
+impl<T: Keyed + 'static> Registry<T> {
+    fn shard(&self, addr: usize) -> std::sync::MutexGuard<'_, HashTable<&'static T>> {
         self.shards[shard_of(addr)]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -99,39 +90,50 @@ impl<T: 'static> Registry<T> {
 
     /// The object registered at `addr`.
     pub fn get(&self, addr: usize) -> Option<&'static T> {
-        self.shard(addr).get(&addr).copied()
+        self.shard(addr)
+            .find(addr_hash(addr), |o| o.key() == addr)
+            .copied()
     }
 
-    /// The object at `addr`, registering `fresh` there if there is none; which one is there.
+    /// The object at `addr`, registering `fresh` (whose key is `addr`) there if there is none;
+    /// which one is there.
     pub fn get_or_insert(&self, addr: usize, fresh: &'static T) -> &'static T {
+        debug_assert_eq!(fresh.key(), addr);
         let mut s = self.shard(addr);
-        if let Some(&there) = s.get(&addr) {
+        let hash = addr_hash(addr);
+        if let Some(&there) = s.find(hash, |o| o.key() == addr) {
             return there;
         }
-        s.insert(addr, fresh);
+        s.insert_unique(hash, fresh, rehash);
         self.len.fetch_add(1, Ordering::Relaxed);
         fresh
     }
 
-    /// Registers `obj` at `addr`, in place of what was there (returned).
+    /// Registers `obj` (whose key is `addr`) at `addr`, in place of what was there (returned).
     pub fn insert(&self, addr: usize, obj: &'static T) -> Option<&'static T> {
-        let old = self.shard(addr).insert(addr, obj);
-        if old.is_none() {
-            self.len.fetch_add(1, Ordering::Relaxed);
+        debug_assert_eq!(obj.key(), addr);
+        let mut s = self.shard(addr);
+        let hash = addr_hash(addr);
+        if let Some(there) = s.find_mut(hash, |o| o.key() == addr) {
+            return Some(std::mem::replace(there, obj));
         }
-        old
+        s.insert_unique(hash, obj, rehash);
+        self.len.fetch_add(1, Ordering::Relaxed);
+        None
     }
 
     /// Unregisters `obj` from `addr`, if it is what is registered there (not a newer object
     /// at the same address).
     pub fn remove(&self, addr: usize, obj: &T) -> bool {
         let mut s = self.shard(addr);
-        if s.get(&addr).is_some_and(|&o| std::ptr::eq(o, obj)) {
-            s.remove(&addr);
-            self.len.fetch_sub(1, Ordering::Relaxed);
-            return true;
+        match s.find_entry(addr_hash(addr), |o| std::ptr::eq(*o, obj)) {
+            Ok(there) => {
+                there.remove();
+                self.len.fetch_sub(1, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
         }
-        false
     }
 
     pub fn len(&self) -> usize {
@@ -152,7 +154,7 @@ impl<T: 'static> Registry<T> {
                 shard
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .values()
+                    .iter()
                     .copied(),
             );
             for &o in &batch {
@@ -166,14 +168,26 @@ impl<T: 'static> Registry<T> {
 mod tests {
     use super::*;
 
-    fn leak(v: u32) -> &'static u32 {
-        Box::leak(Box::new(v))
+    /// An object filed at `addr`, carrying `v`.
+    struct Obj {
+        addr: usize,
+        v: u32,
+    }
+
+    impl Keyed for Obj {
+        fn key(&self) -> usize {
+            self.addr
+        }
+    }
+
+    fn leak(addr: usize, v: u32) -> &'static Obj {
+        Box::leak(Box::new(Obj { addr, v }))
     }
 
     #[test]
     fn an_object_is_found_by_its_address_until_it_is_removed() {
         let r = Registry::default();
-        let a = leak(1);
+        let a = leak(0x1000, 1);
         assert!(r.get(0x1000).is_none());
         assert!(std::ptr::eq(r.get_or_insert(0x1000, a), a));
         assert!(std::ptr::eq(r.get(0x1000).unwrap(), a));
@@ -185,7 +199,7 @@ mod tests {
     #[test]
     fn the_first_registration_at_an_address_wins() {
         let r = Registry::default();
-        let (a, b) = (leak(1), leak(2));
+        let (a, b) = (leak(0x40, 1), leak(0x40, 2));
         assert!(std::ptr::eq(r.get_or_insert(0x40, a), a));
         assert!(std::ptr::eq(r.get_or_insert(0x40, b), a));
         assert_eq!(r.len(), 1);
@@ -194,7 +208,7 @@ mod tests {
     #[test]
     fn a_new_generation_replaces_the_old_and_the_old_ones_removal_leaves_it() {
         let r = Registry::default();
-        let (old, new) = (leak(1), leak(2));
+        let (old, new) = (leak(0x80, 1), leak(0x80, 2));
         r.insert(0x80, old);
         assert!(std::ptr::eq(r.insert(0x80, new).unwrap(), old));
         assert!(
@@ -263,17 +277,19 @@ mod tests {
     #[test]
     fn every_object_is_visited_once_and_the_visit_may_change_the_registry() {
         let r = Registry::default();
-        let objs: Vec<&'static u32> = (0..10_000).map(leak).collect();
-        for (i, &o) in objs.iter().enumerate() {
-            r.insert(0x1000 + i * 64, o);
+        let objs: Vec<&'static Obj> = (0..10_000)
+            .map(|i| leak(0x1000 + i * 64, i as u32))
+            .collect();
+        for &o in &objs {
+            assert!(r.insert(o.addr, o).is_none());
         }
         let mut sum = 0u64;
         let mut n = 0;
         r.for_each(|o| {
-            sum += u64::from(*o);
+            sum += u64::from(o.v);
             n += 1;
             // Destroying objects while visiting takes the shard's lock: no deadlock.
-            r.remove(0x1000 + *o as usize * 64, o);
+            assert!(r.remove(o.addr, o));
         });
         assert_eq!(n, 10_000);
         assert_eq!(sum, (0..10_000u64).sum::<u64>());
