@@ -187,7 +187,9 @@ fn new_edge(
     to: &'static ObjEntry,
     chain: u32,
 ) {
-    let _in = Inside::enter();
+    // Putting the edge in the graph reaches no cancellation point (its maps hash with a fixed
+    // hasher, no `getrandom`); writing a cycle does, and disables cancellation for itself.
+    let _in = Inside::enter_quiet();
     let mut g = tr.lock_graph.lock().unwrap_or_else(|e| e.into_inner());
     from.in_graph.store(true, Ordering::Relaxed);
     to.in_graph.store(true, Ordering::Relaxed);
@@ -199,6 +201,7 @@ fn new_edge(
         ns: now_ns(),
     };
     if let Added::Cycle(cycle) = g.add(node(from), node(to), data) {
+        let _write = Inside::enter();
         for (a, b) in cycle {
             if let Some(e) = g.get_mut(a, b).filter(|e| !e.written) {
                 e.written = write_edge(tr, &e.data);
