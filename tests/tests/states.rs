@@ -327,3 +327,30 @@ fn the_sampler_keeps_to_its_budget_with_many_threads_and_the_report_says_what_it
     assert!(task_cost(cost, "flush").is_some(), "{cost}");
     assert!(task_cost(cost, "sampler").is_none(), "{cost}");
 }
+
+/// A thousand threads idle in read(): more than the sampler follows at once (256, three
+/// descriptors each). It goes on sampling those it follows within its budget, says how many it
+/// did not follow, and the program runs as natively.
+#[test]
+fn with_a_thousand_threads_the_sampler_follows_what_it_can_and_says_how_many_it_left_out() {
+    let run = run_both("idle_crowd", &["1000"]);
+    assert_eq!(run.stdout_text(), "idle_crowd: 1000 readers done\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let states = &log.0["thread_states"];
+    // 1,001 threads of the program: at most 256 followed, so at least 745 left out at once.
+    let unsampled = u(&states["unsampled_threads"]);
+    assert!((745..=1001).contains(&unsampled), "{states}");
+    let line = format!("{unsampled} threads at most were not sampled at once");
+    assert!(a.text.contains(&line), "no '{line}' in:\n{}", a.text);
+    // Those it followed were sampled: the blocked readers are named by their pipe.
+    assert!(a.text.contains("read on pipe:["), "{}", a.text);
+    let cost = &log.0["shim_cost"];
+    let (at, cpu) = (u(&cost["at_ns"]), u(&cost["thread_cpu_ns"]));
+    let (looks, _) = task_cost(cost, "sampler").unwrap_or_else(|| panic!("{cost}"));
+    assert!(looks >= 3, "{cost}");
+    assert!(
+        cpu * 1000 <= at * 25,
+        "the shim's thread took {cpu} ns of CPU in {at} ns: {cost}"
+    );
+}
