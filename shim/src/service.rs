@@ -213,15 +213,19 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
                 LAST_LOOK_DONE.store(true, Ordering::Release);
             }
             let now = now_ns();
-            let before = thread_cpu_ns();
-            if serve_requests(tr) {
-                costs.add(shim_task::REQUESTS, thread_cpu_ns().saturating_sub(before));
+            // The CPU clock is a system call: read only around work there is.
+            if requests_pending() {
+                costs.timed(shim_task::REQUESTS, || serve_requests(tr));
                 // Everything was just written: the periodic flush can wait its full interval.
                 tasks[flush].due = now + FLUSH_EVERY_NS;
             }
             let mut flushed = false;
             for task in tasks.iter_mut().filter(|t| now >= t.due) {
-                task.due = costs.timed(task.kind, || (task.run)(tr, task.due, now));
+                let last = task.last_cpu_ns;
+                let start = thread_cpu_ns();
+                task.due = (task.run)(tr, task.due, now, last);
+                task.last_cpu_ns = thread_cpu_ns().saturating_sub(start);
+                costs.add(task.kind, task.last_cpu_ns);
                 flushed |= task.kind == shim_task::FLUSH;
             }
             if flushed {
@@ -238,6 +242,8 @@ struct Task {
     /// [`shim_task`]: what its cost is counted as.
     kind: u8,
     due: u64,
+    /// The CPU time its last run took (measured by the loop, which counts it in [`Costs`]).
+    last_cpu_ns: u64,
     run: Box<TaskFn>,
 }
 
@@ -303,7 +309,8 @@ impl Costs {
     }
 }
 
-type TaskFn = dyn FnMut(&Tracker, u64, u64) -> u64;
+/// `run(tracker, due, now, last_cpu_ns)`: `last_cpu_ns` is what its previous run took.
+type TaskFn = dyn FnMut(&Tracker, u64, u64, u64) -> u64;
 
 /// What this thread does periodically, in this order when several are due at once: check the
 /// policy file for changes, sample the threads' states (when the sampler is on), and flush the
@@ -315,7 +322,8 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     tasks.push(Task {
         kind: shim_task::POLICY_RELOAD,
         due: start + RELOAD_CHECK_NS,
-        run: Box::new(|tr, _, now| {
+        last_cpu_ns: 0,
+        run: Box::new(|tr, _, now, _| {
             crate::policy::reload_if_changed(&tr.log);
             now + RELOAD_CHECK_NS
         }),
@@ -328,11 +336,13 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
         tasks.push(Task {
             kind: shim_task::SAMPLER,
             due: start,
-            run: Box::new(move |tr, due, now| {
+            last_cpu_ns: 0,
+            run: Box::new(move |tr, due, now, last_cpu_ns| {
                 let mut s = s.borrow_mut();
-                let before = thread_cpu_ns();
                 s.sample(tr);
-                let interval = s.paced(thread_cpu_ns().saturating_sub(before));
+                // Paced by the look before this one (the loop times each run once): the
+                // running mean lags one look, the CPU clock is read half as often.
+                let interval = s.paced(last_cpu_ns);
                 // The next look one interval after this one was due, not after it ended: the
                 // interval holds on average, unless the sampler falls behind.
                 (due + interval).max(now)
@@ -343,7 +353,8 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     tasks.push(Task {
         kind: shim_task::FLUSH,
         due: start + FLUSH_EVERY_NS,
-        run: Box::new(move |tr, _, now| {
+        last_cpu_ns: 0,
+        run: Box::new(move |tr, _, now, _| {
             tr.flush_periodic();
             crate::policy::write_stats(&tr.log, false);
             look_for_hang(tr, &mut hang_seen, now);
@@ -358,6 +369,12 @@ type SharedSampler = std::rc::Rc<std::cell::RefCell<crate::sampler::Sampler>>;
 
 /// Serves what was asked of this thread since it last looked: complete flushes (for a thread
 /// that must not allocate) and data requests. Whether it wrote everything.
+/// Whether a flush or a snapshot was asked for and not served yet (two atomic loads each).
+fn requests_pending() -> bool {
+    FLUSHES_ASKED.load(Ordering::Acquire) != FLUSHES_DONE.load(Ordering::Relaxed)
+        || REQUESTS.load(Ordering::Acquire) != SERVED.load(Ordering::Relaxed)
+}
+
 fn serve_requests(tr: &Tracker) -> bool {
     let mut wrote = false;
     let asked = FLUSHES_ASKED.load(Ordering::Acquire);
