@@ -155,8 +155,8 @@ impl<W: Write> Exporter for Chrome<W> {
             self.event(&json!({"ph": "C", "name": "Highwater mark", "pid": pid,
                                "ts": self.ts(ns), "args": {"threads waiting": hwm}}))?;
         }
-        let path = src.ctx.summary.path.clone();
-        for t in timeline::tracks(model, &path) {
+        let first = src.ctx.summary;
+        for t in timeline::tracks(model, first) {
             let tid = t.tid;
             let mut name = src.thread_name(tid);
             if t.is_main {
@@ -182,7 +182,7 @@ impl<W: Write> Exporter for Chrome<W> {
             }
         }
         let mut flows = 0u64;
-        timeline::for_each_wait(model, &path, |tid, w| -> io::Result<()> {
+        let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
             let args = to_map(wait_args(src, &w));
             self.event(&json!({"ph": "X", "name": wait_name(model, w.object_id),
                                "cat": "wait", "pid": pid, "tid": tid,
@@ -200,6 +200,7 @@ impl<W: Write> Exporter for Chrome<W> {
             }
             Ok(())
         })?;
+        src.note(note);
         // The sampler's states, on a track of their own beside each thread's.
         let mut named = std::collections::HashSet::new();
         slices::for_each(src, |ev| match ev {

@@ -237,7 +237,7 @@ impl<W: Write> Exporter for Html<W> {
                 .max(model.start_ns() + 1),
         };
         let mut strings = Strings::default();
-        let tracks = timeline::tracks(model, &src.ctx.summary.path.clone());
+        let tracks = timeline::tracks(model, src.ctx.summary);
         let index: HashMap<u32, usize> =
             tracks.iter().enumerate().map(|(i, t)| (t.tid, i)).collect();
         let mut rows: Vec<ThreadRow> = tracks
@@ -269,7 +269,8 @@ impl<W: Write> Exporter for Html<W> {
         // run was not sampled. The longest records are kept for the records row.
         let mut objects: HashMap<(u64, u32), u32> = HashMap::new();
         let mut longest: BinaryHeap<std::cmp::Reverse<(u64, u64)>> = BinaryHeap::new();
-        let _ = timeline::for_each_wait(model, &src.ctx.summary.path, |tid, w| -> Result<(), ()> {
+        let first = src.ctx.summary;
+        let note = timeline::for_each_wait(model, first, |tid, w| -> Result<(), ()> {
             let Some(&i) = index.get(&tid) else {
                 return Ok(());
             };
@@ -304,6 +305,7 @@ impl<W: Write> Exporter for Html<W> {
             });
             Ok(())
         });
+        src.note(note.ok().flatten());
         for r in model.records.values() {
             let (Some(start), Some(c)) = (r.opened_ns(), r.close.as_ref()) else {
                 continue;

@@ -27,6 +27,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::report::{Ctx, Options};
+use crate::source::ReadSummary;
 use crate::symbolize::Frame;
 use crate::{analyze, Analysis, EXIT_BAD_INPUT};
 
@@ -95,11 +96,71 @@ pub struct Source<'a> {
     /// The pid of the process the log is of (0 when its start record is missing).
     pub pid: u32,
     /// What makes this log's export incomplete beyond what its report says (the log could not
-    /// be read again for the thread states): said on stderr once the log is exported.
+    /// be read again for the thread states or the per-wait events): said on stderr once the log
+    /// is exported.
     pub notes: std::cell::RefCell<Vec<String>>,
 }
 
+/// Reads the log that `first` summarises again, up to where that first read ended (a log the
+/// shim still writes has grown since), handing the bytes to `read` (which gives what its read
+/// found, its sink's error, or why the bytes are not a log). Exporters read a log twice: once
+/// for the model, once more for what the model does not keep (thread states, per-wait events).
+/// A second read that does not find what the first found (the file removed, cut short or
+/// changed since, or a read error) gives `what` of what it did read, and a note saying so, for
+/// stderr; `read`'s own error is returned.
+pub fn read_again<E>(
+    first: &ReadSummary,
+    what: &str,
+    read: impl FnOnce(&mut dyn std::io::Read, &Path) -> Result<Result<ReadSummary, E>, String>,
+) -> Result<Option<String>, E> {
+    use std::io::Read as _;
+    let again = File::open(&first.path)
+        .map_err(|e| format!("cannot open: {e}"))
+        .and_then(|file| {
+            let mut bytes = io::BufReader::new(file).take(first.end_offset);
+            read(&mut bytes, &first.path)
+        });
+    match again {
+        Err(why) => Ok(Some(format!(
+            "the log could not be read again for {what} ({why}): they are missing"
+        ))),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(again)) => Ok(second_read_note(first, &again, what)),
+    }
+}
+
+/// What the second read of a log missed of what the first read found, if anything.
+fn second_read_note(first: &ReadSummary, again: &ReadSummary, what: &str) -> Option<String> {
+    let at = |s: &ReadSummary| s.records.saturating_sub(1);
+    if let Some(e) = &again.io_error {
+        return Some(format!(
+            "reading the log again for {what} stopped: {e}; they end after record {} of {}",
+            at(again),
+            first.records
+        ));
+    }
+    if again.records != first.records || again.damage_bytes != first.damage_bytes {
+        return Some(format!(
+            "the log changed since it was read: reading it again for {what} gave {} of its {} \
+             records and {} damaged bytes (first read: {}); they show what the second read \
+             found",
+            again.records, first.records, again.damage_bytes, first.damage_bytes
+        ));
+    }
+    None
+}
+
 impl<'a> Source<'a> {
+    /// Keeps `note` (from [`read_again`]) for stderr.
+    pub fn note(&self, note: Option<String>) {
+        if let Some(n) = note {
+            let mut notes = self.notes.borrow_mut();
+            if !notes.contains(&n) {
+                notes.push(n);
+            }
+        }
+    }
+
     pub fn new(ctx: Ctx<'a>, pid: u32) -> Self {
         Source {
             ctx,
@@ -396,4 +457,74 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use waitshim_format::{append_frame, file_header, Record, Snapshot};
+
+    fn log(n: u64) -> Vec<u8> {
+        let mut bytes = file_header().to_vec();
+        for seq in 1..=n {
+            let r: Record = Snapshot {
+                seq,
+                ns: seq * 10,
+                source: 1,
+                requester_pid: 7,
+            }
+            .into();
+            append_frame(&r, &mut bytes);
+        }
+        bytes
+    }
+
+    /// Reads `path` again as an exporter does, counting the records handed over.
+    fn again(first: &ReadSummary) -> (u64, Option<String>) {
+        let mut seen = 0u64;
+        let note = read_again(first, "the per-wait events", |bytes, path| {
+            let summary =
+                crate::source::read_from(bytes, path, |_| seen += 1).map_err(|e| e.why)?;
+            Ok(Ok::<_, ()>(summary))
+        })
+        .expect("no sink error");
+        (seen, note)
+    }
+
+    #[test]
+    fn a_log_read_again_as_it_was_gives_everything_and_no_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.log");
+        std::fs::write(&p, log(5)).unwrap();
+        let first = crate::source::read_from(File::open(&p).unwrap(), &p, |_| {}).unwrap();
+        // A log the shim still writes grows after the first read: the second stops where the
+        // first did.
+        std::fs::write(&p, log(8)).unwrap();
+        assert_eq!(again(&first), (5, None));
+    }
+
+    #[test]
+    fn a_log_cut_short_or_removed_after_the_first_read_gives_what_is_left_and_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.log");
+        std::fs::write(&p, log(5)).unwrap();
+        let first = crate::source::read_from(File::open(&p).unwrap(), &p, |_| {}).unwrap();
+        std::fs::write(&p, log(3)).unwrap();
+        let (seen, note) = again(&first);
+        assert_eq!(seen, 3);
+        let note = note.expect("a note");
+        assert!(
+            note.contains("the log changed since it was read")
+                && note.contains("for the per-wait events gave 3 of its 5 records"),
+            "{note}"
+        );
+        std::fs::remove_file(&p).unwrap();
+        let (seen, note) = again(&first);
+        assert_eq!(seen, 0);
+        let note = note.expect("a note");
+        assert!(
+            note.starts_with("the log could not be read again for the per-wait events"),
+            "{note}"
+        );
+    }
 }

@@ -363,7 +363,7 @@ impl<W: Write> Exporter for Perfetto<W> {
                 ..TracePacket::default()
             })?;
         }
-        let tracks = timeline::tracks(model, &src.ctx.summary.path.clone());
+        let tracks = timeline::tracks(model, src.ctx.summary);
         for t in &tracks {
             let uuid = thread_uuid(pid, t.tid);
             // Perfetto shows the tid beside the name itself.
@@ -397,48 +397,46 @@ impl<W: Write> Exporter for Perfetto<W> {
         // (a file has no flush points, so Perfetto sorts it whole).
         let known: std::collections::HashSet<u32> = tracks.iter().map(|t| t.tid).collect();
         let mut flows = 0u64;
-        timeline::for_each_wait(
-            model,
-            &src.ctx.summary.path.clone(),
-            |tid, w| -> io::Result<()> {
-                let uuid = thread_uuid(pid, tid);
-                let args = wait_args(src, &w);
-                let name = wait_name(model, w.object_id);
-                self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
-                self.event(w.end, uuid, SLICE_END, None, &[])?;
-                // Who woke whom: an arrow from the waker, when it is a thread of this log.
-                if w.waker_tid != 0 && known.contains(&w.waker_tid) {
-                    flows += 1;
-                    let id = (u64::from(pid) << 32) | flows;
-                    let object = src.object_name(w.object_id);
-                    let woke = Arg::Str(src.thread_name(tid));
-                    self.event_with(
-                        w.end,
-                        TrackEvent {
-                            r#type: Some(INSTANT),
-                            track_uuid: Some(thread_uuid(pid, w.waker_tid)),
-                            flow_ids: vec![id],
-                            ..TrackEvent::default()
-                        },
-                        Some("Wake"),
-                        &[("woke", woke), ("object", Arg::Str(object.clone()))],
-                    )?;
-                    let by = Arg::Str(src.thread_name(w.waker_tid));
-                    self.event_with(
-                        w.end,
-                        TrackEvent {
-                            r#type: Some(INSTANT),
-                            track_uuid: Some(uuid),
-                            terminating_flow_ids: vec![id],
-                            ..TrackEvent::default()
-                        },
-                        Some("Woken"),
-                        &[("woken_by", by), ("object", Arg::Str(object))],
-                    )?;
-                }
-                Ok(())
-            },
-        )?;
+        let first = src.ctx.summary;
+        let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
+            let uuid = thread_uuid(pid, tid);
+            let args = wait_args(src, &w);
+            let name = wait_name(model, w.object_id);
+            self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
+            self.event(w.end, uuid, SLICE_END, None, &[])?;
+            // Who woke whom: an arrow from the waker, when it is a thread of this log.
+            if w.waker_tid != 0 && known.contains(&w.waker_tid) {
+                flows += 1;
+                let id = (u64::from(pid) << 32) | flows;
+                let object = src.object_name(w.object_id);
+                let woke = Arg::Str(src.thread_name(tid));
+                self.event_with(
+                    w.end,
+                    TrackEvent {
+                        r#type: Some(INSTANT),
+                        track_uuid: Some(thread_uuid(pid, w.waker_tid)),
+                        flow_ids: vec![id],
+                        ..TrackEvent::default()
+                    },
+                    Some("Wake"),
+                    &[("woke", woke), ("object", Arg::Str(object.clone()))],
+                )?;
+                let by = Arg::Str(src.thread_name(w.waker_tid));
+                self.event_with(
+                    w.end,
+                    TrackEvent {
+                        r#type: Some(INSTANT),
+                        track_uuid: Some(uuid),
+                        terminating_flow_ids: vec![id],
+                        ..TrackEvent::default()
+                    },
+                    Some("Woken"),
+                    &[("woken_by", by), ("object", Arg::Str(object))],
+                )?;
+            }
+            Ok(())
+        })?;
+        src.note(note);
         for t in &tracks {
             self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
         }

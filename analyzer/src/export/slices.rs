@@ -16,8 +16,7 @@
 //! cut short or changed in between, or a read failed), the export says so on stderr.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 
 use waitshim_format::{thread_state, ObjectKind, Record};
@@ -192,52 +191,16 @@ pub fn any(model: &Model) -> bool {
 /// Reads the log of `src` again, up to where its first read ended (a log the shim still writes
 /// has grown since), and calls `f` with each state slice (each thread's in time order) and each
 /// idle-CPU figure. Nothing when the log has no samples. A log that cannot be read again as it
-/// was read first (removed, cut short or changed since, or a read error) gives the slices of what
-/// was read, and a note in `src.notes` saying so.
+/// was read first gives the slices of what was read, and a note (see [`super::read_again`]).
 pub fn for_each<E>(src: &Source<'_>, f: impl FnMut(Event) -> Result<(), E>) -> Result<(), E> {
     if !any(src.ctx.model) {
         return Ok(());
     }
-    let first = src.ctx.summary;
-    let reread = File::open(&first.path)
-        .map_err(|e| format!("cannot open: {e}"))
-        .and_then(|file| {
-            let bytes = BufReader::new(file).take(first.end_offset);
-            fold(src.ctx.model, bytes, &first.path, f)
-        });
-    let note = match reread {
-        Err(why) => Some(format!(
-            "the log could not be read again for the thread states ({why}): they are missing"
-        )),
-        Ok(Err(e)) => return Err(e),
-        Ok(Ok(again)) => second_read_note(first, &again),
-    };
-    if let Some(note) = note {
-        src.notes.borrow_mut().push(note);
-    }
+    let note = super::read_again(src.ctx.summary, "the thread states", |bytes, path| {
+        fold(src.ctx.model, bytes, path, f)
+    })?;
+    src.note(note);
     Ok(())
-}
-
-/// What the second read of a log missed of what the first read found, if anything.
-fn second_read_note(first: &ReadSummary, again: &ReadSummary) -> Option<String> {
-    let at = |s: &ReadSummary| s.records.saturating_sub(1);
-    if let Some(e) = &again.io_error {
-        return Some(format!(
-            "reading the log again for the thread states stopped: {e}; the states end after \
-             record {} of {}",
-            at(again),
-            first.records
-        ));
-    }
-    if again.records != first.records || again.damage_bytes != first.damage_bytes {
-        return Some(format!(
-            "the log changed since it was read: reading it again for the thread states gave {} \
-             of its {} records and {} damaged bytes (first read: {}); the states show what the \
-             second read found",
-            again.records, first.records, again.damage_bytes, first.damage_bytes
-        ));
-    }
-    None
 }
 
 /// The slices of the log `bytes` (the log of `model`), each handed to `f`; what the read found,

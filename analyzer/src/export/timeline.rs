@@ -18,11 +18,11 @@
 //! are drawn.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 use waitshim_format::{ObjectKind, Record};
 
 use crate::model::{EventsSeen, Model};
+use crate::source::ReadSummary;
 
 /// One wait of a thread, in absolute monotonic ns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,14 +112,16 @@ impl Apart {
 /// ends; a wait starts no earlier than the end of the thread's wait before it (a thread waits
 /// for one thing at a time: a wait listed again by a later record, because it went on through
 /// two episodes, continues where the earlier listing ended). Memory: one entry per thread, and
-/// one per contention record for their order.
+/// one per contention record for their order. Per-wait events are read from the log again
+/// (`first` is what its first read found): a note when that read does not find what the first
+/// did (see [`super::read_again`]), for the caller to keep.
 pub fn for_each_wait<E>(
     model: &Model,
-    path: &Path,
+    first: &ReadSummary,
     mut f: impl FnMut(u32, Wait) -> Result<(), E>,
-) -> Result<(), E> {
+) -> Result<Option<String>, E> {
     if model.events.any() {
-        return for_each_event(model, path, f);
+        return for_each_event(model, first, f);
     }
     let end_of_log = run_end(model);
     let mut order: Vec<(u64, u64)> = model
@@ -179,7 +181,8 @@ pub fn for_each_wait<E>(
             (None, None) => {}
         }
     }
-    open_waits(model, end_of_log, &mut emit)
+    open_waits(model, end_of_log, &mut emit)?;
+    Ok(None)
 }
 
 /// The waits still going on when the log ended (its last list of them), by their starts.
@@ -215,9 +218,9 @@ fn open_waits<E>(
 /// in order), then the waits still going on at the end.
 fn for_each_event<E>(
     model: &Model,
-    path: &Path,
+    first: &ReadSummary,
     mut f: impl FnMut(u32, Wait) -> Result<(), E>,
-) -> Result<(), E> {
+) -> Result<Option<String>, E> {
     let end_of_log = run_end(model);
     let mut apart = Apart::default();
     let mut emit = |tid: u32, w: Wait| -> Result<(), E> {
@@ -226,45 +229,48 @@ fn for_each_event<E>(
             None => Ok(()),
         }
     };
-    let mut result = Ok(());
-    // An unreadable log was refused when the model was built: nothing more to say here.
-    let _ = crate::source::read_log(path, |rec| {
-        let Record::WaitEvents(r) = rec else { return };
-        if result.is_err() {
-            return;
-        }
-        let Ok(waits) = r.waits() else { return };
-        for w in waits {
-            if !EventsSeen::keeps(r.keep_ns, w.end_ns, end_of_log) {
-                continue;
-            }
-            result = emit(
-                r.tid,
-                Wait {
-                    start: w.begin_ns,
-                    end: w.end_ns,
-                    object_id: w.object_id,
-                    chain_id: w.chain_id,
-                    holder_tid: 0,
-                    record_id: None,
-                    unended: false,
-                    waker_tid: w.waker,
-                    reason: w.reason,
-                },
-            );
+    let note = super::read_again(first, "the per-wait events", |bytes, path| {
+        let mut result = Ok(());
+        let summary = crate::source::read_from(bytes, path, |rec| {
+            let Record::WaitEvents(r) = rec else { return };
             if result.is_err() {
                 return;
             }
-        }
-    });
-    result?;
-    open_waits(model, end_of_log, &mut emit)
+            let Ok(waits) = r.waits() else { return };
+            for w in waits {
+                if !EventsSeen::keeps(r.keep_ns, w.end_ns, end_of_log) {
+                    continue;
+                }
+                result = emit(
+                    r.tid,
+                    Wait {
+                        start: w.begin_ns,
+                        end: w.end_ns,
+                        object_id: w.object_id,
+                        chain_id: w.chain_id,
+                        holder_tid: 0,
+                        record_id: None,
+                        unended: false,
+                        waker_tid: w.waker,
+                        reason: w.reason,
+                    },
+                );
+                if result.is_err() {
+                    return;
+                }
+            }
+        });
+        let summary = summary.map_err(|e| e.why)?;
+        Ok(result.map(|()| summary))
+    })?;
+    open_waits(model, end_of_log, &mut emit)?;
+    Ok(note)
 }
 
 /// The threads of one log, by tid, each with its lifetime stretched over its waits
 /// ([`for_each_wait`]) and its instants (deadlocks, highwater rises). Memory: one entry per
 /// thread, plus the instants (bounded by the model's caps on deadlocks and rises).
-pub fn tracks(model: &Model, path: &Path) -> Vec<Track> {
+pub fn tracks(model: &Model, first: &ReadSummary) -> Vec<Track> {
     let run_start = model.start_ns();
     let end_of_log = run_end(model);
     let mut tracks: BTreeMap<u32, Track> = BTreeMap::new();
@@ -283,7 +289,8 @@ pub fn tracks(model: &Model, path: &Path) -> Vec<Track> {
             },
         );
     }
-    let _ = for_each_wait(model, path, |tid, w| -> Result<(), ()> {
+    // A second read that falls short is noted where the waits themselves are exported.
+    let _ = for_each_wait(model, first, |tid, w| -> Result<(), ()> {
         let t = tracks.entry(tid).or_insert_with(|| lone(tid, w.start));
         t.start = t.start.min(w.start);
         t.end = t.end.max(w.end);
