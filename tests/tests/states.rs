@@ -168,6 +168,23 @@ fn waits_outside_locks_are_named_by_their_call_and_resource() {
     check("sleeper", &["nanosleep", "clock_nanosleep"], &|w| {
         w.is_empty()
     });
+    // A futex no libc function called (as Go's runtime and glibc's own locks do): named as an
+    // untracked futex, at the word the fixture says it waited on.
+    let word = run
+        .stderr_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("futex word ").map(str::to_string))
+        .unwrap_or_else(|| panic!("no futex word on stderr: {}", run.stderr_text()));
+    check("futexer", &["futex"], &|w| {
+        w == format!("untracked futex word {word}")
+    });
+    assert!(
+        a.text.contains(&format!(
+            "\"futexer\": futex on untracked futex word {word}"
+        )),
+        "{}",
+        a.text
+    );
     let section = a.text.split("THREAD STATES").nth(1).expect("THREAD STATES");
     assert!(section.contains("\"acceptor\": accept"), "{section}");
 }

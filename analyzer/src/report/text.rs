@@ -63,8 +63,14 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
             "\nNo sync object was seen in this run. The program made no pthread lock calls that \
              went through libpthread and never slept in syscall(SYS_futex): it may be statically \
              linked, or use locks that bypass both (Go's, futexes called by inline system \
-             calls), so the shim had nothing to observe.\n",
+             calls), so the shim had nothing to observe in its wrappers.\n",
         );
+        if ctx.model.states.any() {
+            body.push_str(
+                "The sampler looked at the threads from outside: THREAD STATES below says what \
+                 they waited in, such locks' futexes among them (\"untracked futex\").\n",
+            );
+        }
         thread_states(ctx, &mut body);
     } else {
         waiting_went(ctx, &mut body);
