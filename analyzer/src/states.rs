@@ -14,6 +14,9 @@ use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadSwitches, Th
 pub const MAX_THREADS: usize = 100_000;
 /// Distinct (system call, what) kept per thread; further ones are summed under "other".
 pub const MAX_BLOCKED_KINDS: usize = 16;
+/// Distinct resources kept over the run ([`States::resources`]); further ones are summed under
+/// system call -2.
+pub const MAX_RESOURCES: usize = 1000;
 const MAX_WHAT: usize = 200;
 
 /// Time one thread spent blocked in one system call on one thing.
@@ -64,7 +67,9 @@ impl ThreadStates {
             .fold(0, u64::saturating_add)
     }
 
-    fn close(&mut self, until: u64) {
+    /// The state seen last ends at `until`: its span is counted (a blocked one also in
+    /// `resources`).
+    fn close(&mut self, until: u64, resources: &mut Resources) {
         let Some((state, syscall, what, since, _, _)) = self.current.take() else {
             return;
         };
@@ -73,6 +78,7 @@ impl ThreadStates {
         match state {
             thread_state::TRACKED_WAIT => self.tracked_ns = self.tracked_ns.saturating_add(ns),
             thread_state::BLOCKED => {
+                resources.add(syscall, &what, ns);
                 if let Some(b) = self
                     .blocked
                     .iter_mut()
@@ -96,6 +102,77 @@ impl ThreadStates {
             _ => {}
         }
     }
+}
+
+/// The waits outside tracked objects of the whole run, by resource (system call and what it
+/// waited on), as the sampler saw them: a span blocked in one call on one thing is one wait, so
+/// a thread that woke and blocked again in the same call between two looks counts once (`waits`
+/// is a lower bound, `max_ns` an upper one, within an interval).
+#[derive(Debug, Clone, Default)]
+pub struct Resources {
+    pub by: BTreeMap<(i32, String), ResourceWaits>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceWaits {
+    pub ns: u64,
+    pub max_ns: u64,
+    pub waits: u64,
+}
+
+impl Resources {
+    fn add(&mut self, syscall: i32, what: &str, ns: u64) {
+        let key = if self.by.len() < MAX_RESOURCES || self.by.contains_key(&(syscall, what.into()))
+        {
+            (syscall, what.to_string())
+        } else {
+            (-2, String::new())
+        };
+        let r = self.by.entry(key).or_default();
+        r.ns = r.ns.saturating_add(ns);
+        r.max_ns = r.max_ns.max(ns);
+        r.waits += 1;
+    }
+}
+
+/// One resource's row: its waits, and how many threads it kept waiting.
+#[derive(Debug, Clone)]
+pub struct ResourceRow<'m> {
+    pub syscall: i32,
+    pub what: &'m str,
+    pub w: &'m ResourceWaits,
+    pub threads: u32,
+}
+
+/// The resources threads waited on, most waited first. A thread counts for a resource when its
+/// own kinds list it (past its 16 kinds, it counts for the sum).
+pub fn resource_rows(st: &States) -> Vec<ResourceRow<'_>> {
+    let mut rows: Vec<ResourceRow<'_>> = st
+        .resources
+        .by
+        .iter()
+        .map(|((syscall, what), w)| ResourceRow {
+            syscall: *syscall,
+            what,
+            w,
+            threads: st
+                .threads
+                .values()
+                .filter(|t| {
+                    t.blocked
+                        .iter()
+                        .any(|b| b.syscall == *syscall && b.what == *what)
+                })
+                .count() as u32,
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.w.ns
+            .cmp(&a.w.ns)
+            .then(a.syscall.cmp(&b.syscall))
+            .then(a.what.cmp(b.what))
+    });
+    rows
 }
 
 /// What threads waited for, for lost parallelism.
@@ -152,6 +229,8 @@ pub struct States {
     pub interval_ns: u64,
     pub samples: u64,
     pub threads: BTreeMap<u32, ThreadStates>,
+    /// The waits outside tracked objects, by resource, over all threads.
+    pub resources: Resources,
     pub threads_cut: u64,
     /// Most threads the sampler could not follow at once (descriptor budget).
     pub unsampled: u32,
@@ -206,7 +285,7 @@ impl States {
                     && *obj == e.object_id
             });
             if !same {
-                t.close(s.ns);
+                t.close(s.ns, &mut self.resources);
                 let mut what = e.what;
                 if what.len() > MAX_WHAT {
                     let mut end = MAX_WHAT;
@@ -378,14 +457,14 @@ impl States {
             return;
         }
         let t = self.threads.entry(tid).or_default();
-        t.close(ns);
+        t.close(ns, &mut self.resources);
         t.exited = Some(ns);
     }
 
     /// The log ends at `ns`: every state still open lasted until then; kinds most first.
     pub fn finish(&mut self, ns: u64) {
         for t in self.threads.values_mut() {
-            t.close(ns);
+            t.close(ns, &mut self.resources);
             t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
         }
     }

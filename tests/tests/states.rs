@@ -326,6 +326,26 @@ fn the_sampler_keeps_to_its_budget_with_many_threads_and_the_report_says_what_it
     );
     // Every thread was followed: none left unsampled for want of descriptors.
     assert_eq!(u(&log.0["thread_states"]["unsampled_threads"]), 0);
+    // By resource: the one pipe kept all 200 readers waiting, once each, for the whole second
+    // main computed.
+    let pipe = &log.0["thread_states"]["resources"][0];
+    assert_eq!(pipe["name"], "read", "{pipe}");
+    assert!(
+        pipe["what"].as_str().unwrap_or("").starts_with("pipe:["),
+        "{pipe}"
+    );
+    assert_eq!(
+        (u(&pipe["threads"]), u(&pipe["waits"])),
+        (200, 200),
+        "{pipe}"
+    );
+    assert!(u(&pipe["max_ns"]) >= 500_000_000, "{pipe}");
+    assert!(u(&pipe["ns"]) >= 200 * 500_000_000, "{pipe}");
+    assert!(
+        a.text.contains("      200      200  read on pipe:["),
+        "no pipe row in the resources:\n{}",
+        a.text
+    );
     let section = a
         .text
         .split("WAITSHIM'S OWN THREAD: ")

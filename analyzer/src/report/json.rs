@@ -718,8 +718,21 @@ struct StatesJson {
     samples: u64,
     unsampled_threads: u32,
     threads: Vec<ThreadStatesJson>,
+    resources: Vec<ResourceJson>,
     cpus: CpusJson,
     lost_parallelism: LostJson,
+}
+
+/// The waits outside tracked objects on one resource, over all threads.
+#[derive(Serialize)]
+struct ResourceJson {
+    syscall: i32,
+    name: Option<&'static str>,
+    what: String,
+    ns: u64,
+    max_ns: u64,
+    waits: u64,
+    threads: u32,
 }
 
 #[derive(Serialize)]
@@ -805,6 +818,18 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                         ns: b.ns,
                     })
                     .collect(),
+            })
+            .collect(),
+        resources: crate::states::resource_rows(st)
+            .into_iter()
+            .map(|r| ResourceJson {
+                syscall: r.syscall,
+                name: crate::states::syscall_name(r.syscall),
+                what: r.what.to_string(),
+                ns: r.w.ns,
+                max_ns: r.w.max_ns,
+                waits: r.w.waits,
+                threads: r.threads,
             })
             .collect(),
         lost_parallelism: LostJson {

@@ -623,6 +623,52 @@ fn percent(f: f64) -> String {
     }
 }
 
+/// The waits outside tracked objects by resource, over all threads, most waited first.
+fn resources(ctx: &Ctx<'_>, out: &mut String) {
+    let st = &ctx.model.states;
+    let rows = crate::states::resource_rows(st);
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "  Waited for outside tracked objects, by resource (sampled: a wait is a span seen blocked \
+         in one call on one thing, so one that ended and began again between two looks counts \
+         once):"
+    );
+    let _ = writeln!(
+        out,
+        "  {:>12} {:>12} {:>8} {:>8}  resource",
+        "total", "longest", "waits", "threads"
+    );
+    let shown = ctx.opts.top.max(1);
+    for r in rows.iter().take(shown) {
+        let what = if r.syscall == -2 {
+            format!(
+                "other resources (past the {} kept)",
+                crate::states::MAX_RESOURCES
+            )
+        } else {
+            crate::states::blocked_text(&crate::states::BlockedIn {
+                syscall: r.syscall,
+                what: r.what.to_string(),
+                ns: r.w.ns,
+            })
+        };
+        let _ = writeln!(
+            out,
+            "  {:>12} {:>12} {:>8} {:>8}  {what}",
+            fmt_ns(r.w.ns),
+            fmt_ns(r.w.max_ns),
+            r.w.waits,
+            r.threads
+        );
+    }
+    if rows.len() > shown {
+        let _ = writeln!(out, "  ... {} more resources (--top N)", rows.len() - shown);
+    }
+}
+
 /// How each thread spent its life, from the shim's sampler: running, ready for a CPU,
 /// waiting on tracked objects, blocked elsewhere (and in what); and how idle the CPUs were.
 fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
@@ -696,6 +742,7 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
             st.unsampled,
         );
     }
+    resources(ctx, out);
     if st.cpus > 0 && st.cpu_sampled_ns > 0 {
         let all = st.cpu_sampled_ns.saturating_mul(st.cpus as u64);
         let _ = writeln!(
