@@ -424,7 +424,8 @@ impl Pending<'_> {
     }
 
     fn reacquired(&self) {
-        engage::engaged(self.t, self.mutex, ObjectKind::Mutex, mutex::subtype);
+        // SAFETY: the mutex of the caller's wait, which it holds again: live.
+        unsafe { engage::engaged(self.t, self.mutex, ObjectKind::Mutex, mutex::subtype) };
     }
 }
 

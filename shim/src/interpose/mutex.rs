@@ -23,9 +23,12 @@ const KIND: ObjectKind = ObjectKind::Mutex;
 
 /// The mutex subtype bits of the object at `addr` (also used when a condition variable wait
 /// re-acquires its mutex).
-pub(crate) fn subtype(addr: usize) -> u32 {
+///
+/// # Safety
+/// `addr` is a live mutex (one the caller is locking, initialising or waiting on).
+pub(crate) unsafe fn subtype(addr: usize) -> u32 {
     // glibc keeps type, robust and protocol bits together in `__kind`.
-    // SAFETY: `addr` is the mutex the caller is locking, initialising or waiting on: live.
+    // SAFETY: as the caller promises.
     let k = unsafe { glibc_mutex::kind(addr) };
     (k & mutex_kind::TYPE_MASK)
         | (k & (mutex_kind::ROBUST
@@ -358,14 +361,19 @@ unsafe fn timed(
     unsafe { contended(t, m, Some((clk, *ts)), CallSite::default()) }
 }
 
+/// # Safety
+/// `m` is the caller's mutex: live.
 #[cold]
 #[inline(never)]
-fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
-    if r == EOWNERDEAD {
-        // Acquired, with the previous owner dead: the program must make it consistent.
-        engage::engaged(t, m as usize, KIND, subtype);
+unsafe fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
+    // SAFETY: as the caller promises.
+    unsafe {
+        if r == EOWNERDEAD {
+            // Acquired, with the previous owner dead: the program must make it consistent.
+            engage::engaged(t, m as usize, KIND, subtype);
+        }
+        engage::failed(t, m as usize, KIND, subtype, r);
     }
-    engage::failed(t, m as usize, KIND, subtype, r);
     r
 }
 

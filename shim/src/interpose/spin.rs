@@ -35,7 +35,11 @@ mod real {
 
 const KIND: ObjectKind = ObjectKind::Spin;
 
-fn subtype(_: usize) -> u32 {
+/// A spinlock has no subtype (an [`engage::Subtype`] that reads nothing).
+///
+/// # Safety
+/// None needed: nothing is read.
+unsafe fn subtype(_: usize) -> u32 {
     0
 }
 

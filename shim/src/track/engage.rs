@@ -15,31 +15,49 @@ use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 use crate::layout::{mutex as glibc_mutex, rwlock as glibc_rwlock};
 
+/// Reads the subtype of the object at an address (a mutex's kind bits, an rwlock's
+/// preference) from the object's own memory; read only when the object is registered.
+///
+/// # Safety
+/// The address is a live object of the kind the reader knows.
+pub type Subtype = unsafe fn(usize) -> u32;
+
 /// `t` acquired the object at `addr` (exclusively) by a call that could have waited: it joins the
 /// thread's held locks, with a lock-order edge from each lock already held.
+///
+/// # Safety
+/// `addr` is a live object that `subtype` can read (the one the caller acquired).
 #[inline(always)]
-pub fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
-    engaged_with(t, t.cached(addr), addr, kind, subtype)
+pub unsafe fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
+    // SAFETY: as the caller promises.
+    unsafe { engaged_with(t, t.cached(addr), addr, kind, subtype) }
 }
 
 /// As [`engaged`], for a try-acquisition: it holds the object, but adds no lock-order edge
 /// (a trylock cannot deadlock).
+///
+/// # Safety
+/// As [`engaged`].
 #[inline(always)]
-pub fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+pub unsafe fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     match t.cached(addr) {
         Some((s, obj)) => took(t, s, obj, addr, false),
-        None => engaged_uncached(t, addr, kind, subtype, false),
+        // SAFETY: as the caller promises.
+        None => unsafe { engaged_uncached(t, addr, kind, subtype, false) },
     }
 }
 
 /// As [`engaged`], with the thread's cache looked up beforehand.
+///
+/// # Safety
+/// As [`engaged`].
 #[inline(always)]
-pub fn engaged_with(
+pub unsafe fn engaged_with(
     t: &ThreadRec,
     hit: Option<(&Slot, &'static ObjEntry)>,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
 ) {
     match hit {
         Some((s, obj)) => {
@@ -47,32 +65,39 @@ pub fn engaged_with(
                 took(t, s, obj, addr, true);
             }
         }
-        None => engaged_uncached(t, addr, kind, subtype, true),
+        // SAFETY: as the caller promises.
+        None => unsafe { engaged_uncached(t, addr, kind, subtype, true) },
     }
 }
 
-fn engaged_uncached(
+/// # Safety
+/// As [`engaged`].
+unsafe fn engaged_uncached(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
     edges: bool,
 ) {
-    crate::stack::roomy(|| engaged_uncached_here(t, addr, kind, subtype, edges))
+    // SAFETY: as the caller promises.
+    crate::stack::roomy(|| unsafe { engaged_uncached_here(t, addr, kind, subtype, edges) })
 }
 
+/// # Safety
+/// As [`engaged`].
 #[inline(always)]
-fn engaged_uncached_here(
+unsafe fn engaged_uncached_here(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
     edges: bool,
 ) {
     let Some(tr) = tracker() else { return };
     let obj = {
         let _in = Inside::enter();
-        tr.object(t, addr, kind, subtype(addr))
+        // SAFETY: as the caller promises.
+        tr.object(t, addr, kind, unsafe { subtype(addr) })
     };
     took(t, t.slot(addr), obj, addr, edges);
 }
@@ -418,7 +443,8 @@ impl Wait {
 /// Likewise, when the object has no owner at this instant, one of the counted waiters is being
 /// handed it or has just passed through it.
 fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
-    let owner = obj.holder(false);
+    // SAFETY: the object the calling thread is about to wait on: live.
+    let owner = unsafe { obj.holder() };
     // SAFETY: the object the calling thread is about to wait on: live.
     if owner == 0
         && obj.kind == ObjectKind::RwLock
@@ -465,7 +491,11 @@ fn wait_begin_at_here(
     obj.waiter_came(start);
     if obj.waited_for() {
         // The holder's release must be looked at: its hold now makes a thread wait.
-        if let Some(h) = tr.thread(obj.holder(false)).filter(|h| h.tid() != t.tid()) {
+        // SAFETY: the object `t`, the calling thread, begins to wait on: live.
+        if let Some(h) = tr
+            .thread(unsafe { obj.holder() })
+            .filter(|h| h.tid() != t.tid())
+        {
             h.attention
                 .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
         }
@@ -926,15 +956,22 @@ fn destroyed_here(r: libc::c_int, addr: usize) {
 }
 
 /// An attempt to acquire without waiting found the object busy.
-pub fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
-    crate::stack::roomy(|| busy_here(t, addr, kind, subtype))
+///
+/// # Safety
+/// `addr` is a live object that `subtype` can read (the one the caller tried).
+pub unsafe fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
+    // SAFETY: as the caller promises.
+    crate::stack::roomy(|| unsafe { busy_here(t, addr, kind, subtype) })
 }
 
+/// # Safety
+/// As [`busy`].
 #[inline(always)]
-fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+unsafe fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
-    let obj = tr.object(t, addr, kind, subtype(addr));
+    // SAFETY: as the caller promises.
+    let obj = tr.object(t, addr, kind, unsafe { subtype(addr) });
     obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
     obj.touch();
 }
@@ -942,27 +979,34 @@ fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) ->
 /// An acquisition (or a wait that did not wait) returned error `errno` (owner died, not
 /// recoverable, a relock of an error-checking mutex, an invalid deadline...): counted, with its
 /// errno, like a wait that ended in error.
-pub fn failed(
+///
+/// # Safety
+/// `addr` is a live object that `subtype` can read (the one the caller called for).
+pub unsafe fn failed(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
     errno: libc::c_int,
 ) {
-    crate::stack::roomy(|| failed_here(t, addr, kind, subtype, errno))
+    // SAFETY: as the caller promises.
+    crate::stack::roomy(|| unsafe { failed_here(t, addr, kind, subtype, errno) })
 }
 
+/// # Safety
+/// As [`failed`].
 #[inline(always)]
-fn failed_here(
+unsafe fn failed_here(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
     errno: libc::c_int,
 ) {
     let Some(tr) = tracker() else { return };
     let _in = Inside::enter();
-    let obj = tr.object(t, addr, kind, subtype(addr));
+    // SAFETY: as the caller promises.
+    let obj = tr.object(t, addr, kind, unsafe { subtype(addr) });
     obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
     obj.count_errno(errno);
     obj.touch();

@@ -21,6 +21,7 @@ pub mod lockorder;
 mod object_life;
 pub mod objects;
 pub mod registry;
+pub mod rwlock;
 pub mod semaphore;
 mod thread_registry;
 pub mod threads;
