@@ -511,7 +511,7 @@ fn wait_begin_at_here(
     }
     if obj.kind == ObjectKind::Barrier {
         // A round's last arrival waits for nobody: a barrier of N has at most N - 1 waiters,
-        // even while a mispredicted arrival is counted for a moment (see interpose/barrier.rs).
+        // even while a mispredicted arrival is counted for a moment (see track::barrier).
         let parties = obj.subtype.load(Ordering::Relaxed);
         if parties > 1 {
             n = n.min(parties - 1);

@@ -4,6 +4,7 @@
 //! mattered on their own in `churn`, the per-thread chain caches in `chain_cache` and the
 //! writing of counters in `flush`.
 
+pub mod barrier;
 mod chain_cache;
 mod churn;
 pub mod collect;
