@@ -16,6 +16,7 @@ mod flush;
 pub mod handler_counts;
 pub mod highwater;
 pub mod hooks;
+pub mod joins;
 mod lifecycle;
 pub mod lockgraph;
 pub mod lockorder;
@@ -29,7 +30,10 @@ pub mod threads;
 pub mod waits;
 
 pub use lifecycle::{before_exec, exec_failed, finish, finish_by_signal, init};
-pub use thread_registry::{adopt_current_thread, register_thread, thread_exited, Birth};
+pub use thread_registry::{
+    adopt_current_thread, creating, register_thread, thread_exited, thread_named, thread_started,
+    Birth,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
