@@ -15,6 +15,7 @@ pub mod events;
 mod flush;
 pub mod handler_counts;
 pub mod highwater;
+mod holder;
 pub mod hooks;
 pub mod joins;
 mod lifecycle;
@@ -27,6 +28,7 @@ pub mod rwlock;
 pub mod semaphore;
 mod thread_registry;
 pub mod threads;
+mod unwaited;
 pub mod waits;
 
 pub use lifecycle::{before_exec, exec_failed, finish, finish_by_signal, init};
