@@ -13,29 +13,13 @@ use libc::{
 };
 use waitshim_format::{mutex_kind, ObjectKind};
 
-use crate::layout::mutex as glibc_mutex;
+use crate::layout::mutex::{self as glibc_mutex, subtype};
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::threads::{current, current_fast, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
 const KIND: ObjectKind = ObjectKind::Mutex;
-
-/// The mutex subtype bits of the object at `addr` (also used when a condition variable wait
-/// re-acquires its mutex).
-///
-/// # Safety
-/// `addr` is a live mutex (one the caller is locking, initialising or waiting on).
-pub(crate) unsafe fn subtype(addr: usize) -> u32 {
-    // glibc keeps type, robust and protocol bits together in `__kind`.
-    // SAFETY: as the caller promises.
-    let k = unsafe { glibc_mutex::kind(addr) };
-    (k & mutex_kind::TYPE_MASK)
-        | (k & (mutex_kind::ROBUST
-            | mutex_kind::PRIO_INHERIT
-            | mutex_kind::PRIO_PROTECT
-            | mutex_kind::PSHARED))
-}
 
 /// Mutexes whose trylock does not answer for their lock: glibc 2.36's trylock of a robust mutex
 /// that is not recoverable returns ENOTRECOVERABLE but leaves it locked, and a priority-protect
@@ -446,12 +430,7 @@ unsafe fn contended(
         // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
         let r = real_wait(deadline);
         if r != 0 {
-            obj.busy()
-                .stats
-                .errors
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            obj.count_errno(r);
-            obj.touch();
+            engage::failed(t, addr, KIND, subtype, r);
         }
         return r;
     }
@@ -478,10 +457,7 @@ unsafe fn contended(
         engage::engaged(t, addr, KIND, subtype);
     }
     if r == EOWNERDEAD {
-        obj.busy()
-            .stats
-            .errors
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        engage::acquired_owner_dead(obj);
     }
     r
 }

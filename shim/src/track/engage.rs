@@ -15,7 +15,7 @@ use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 use crate::layout::{mutex as glibc_mutex, rwlock as glibc_rwlock};
 
-pub use super::unwaited::{busy, destroyed, failed, initialised};
+pub use super::unwaited::{acquired_owner_dead, busy, destroyed, failed, initialised};
 
 /// Reads the subtype of the object at an address (a mutex's kind bits, an rwlock's
 /// preference) from the object's own memory; read only when the object is registered.

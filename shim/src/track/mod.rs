@@ -3,11 +3,17 @@
 //! `thread_registry`, objects' registration, reuse and ids in `object_life`, objects that never
 //! mattered on their own in `churn`, the per-thread chain caches in `chain_cache` and the
 //! writing of counters in `flush`.
+//!
+//! The interposed functions translate their calls into `engage` (acquire, wait, release, and
+//! the calls that wait for nothing, in `unwaited`) and, for families whose calls mean more than
+//! that, into `semaphore`, `rwlock`, `cond`, `barrier` and `joins`, handing them the real
+//! functions to call.
 
 pub mod barrier;
 mod chain_cache;
 mod churn;
 pub mod collect;
+pub mod cond;
 pub mod deadlock;
 pub mod drive;
 pub mod engage;

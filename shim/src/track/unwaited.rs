@@ -97,3 +97,9 @@ unsafe fn failed_here(
     obj.count_errno(errno);
     obj.touch();
 }
+
+/// A wait ended by acquiring a robust mutex whose previous owner died: besides the wait's end in
+/// error, the acquisition counts an error of its own.
+pub fn acquired_owner_dead(obj: &super::objects::ObjEntry) {
+    obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
+}
