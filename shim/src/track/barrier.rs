@@ -45,7 +45,7 @@ const KIND: ObjectKind = ObjectKind::Barrier;
 /// Whether arrival number `arrival` (from 1, in the shim's order) at a barrier of `count`
 /// threads per round is taken for its round's last: the one that waits for nobody.
 fn predicted_last(arrival: u64, count: u64) -> bool {
-    arrival % count == 0
+    arrival.is_multiple_of(count)
 }
 
 /// What an arrival amounts to once glibc has answered.
