@@ -46,5 +46,5 @@ pub unsafe extern "C" fn pthread_barrier_destroy(b: *mut pthread_barrier_t) -> c
 #[no_mangle]
 pub unsafe extern "C" fn pthread_barrier_wait(b: *mut pthread_barrier_t) -> c_int {
     // SAFETY: the caller's barrier; forwarding.
-    unsafe { barrier::wait(b as usize, || real::pthread_barrier_wait(b)) }
+    unsafe { barrier::wait(b as usize, move || real::pthread_barrier_wait(b)) }
 }

@@ -479,7 +479,8 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int 
 #[inline(never)]
 unsafe extern "C" fn unlock_tracked(m: *mut pthread_mutex_t) -> c_int {
     if let Some(t) = current() {
-        engage::disengaging(t, m as usize);
+        // SAFETY: the mutex being unlocked.
+        unsafe { engage::disengaging(t, m as usize) };
     }
     // SAFETY: forwarding.
     unsafe { real::pthread_mutex_unlock(m) }

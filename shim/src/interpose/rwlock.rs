@@ -186,11 +186,11 @@ unsafe fn lock(
             l as usize,
             side,
             deadline,
-            || match side {
+            move || match side {
                 Side::Shared => real::pthread_rwlock_tryrdlock(l),
                 Side::Exclusive => real::pthread_rwlock_trywrlock(l),
             },
-            |until| real_lock(l, side, until),
+            move |until| real_lock(l, side, until),
         )
     }
 }

@@ -140,8 +140,8 @@ unsafe extern "C" fn wait_from(s: *mut sem_t, entry_sp: usize) -> c_int {
             s as usize,
             entry_sp,
             true,
-            || glibc::sem_trywait(s),
-            || glibc::sem_wait(s),
+            move || glibc::sem_trywait(s),
+            move || glibc::sem_wait(s),
         )
     }
 }
@@ -160,8 +160,8 @@ pub unsafe extern "C" fn sem_timedwait(s: *mut sem_t, ts: *const timespec) -> c_
             s as usize,
             0,
             false,
-            || glibc::sem_trywait(s),
-            || glibc::sem_timedwait(s, ts),
+            move || glibc::sem_trywait(s),
+            move || glibc::sem_timedwait(s, ts),
         )
     }
 }
@@ -183,8 +183,8 @@ pub unsafe extern "C" fn sem_clockwait(
             s as usize,
             0,
             false,
-            || glibc::sem_trywait(s),
-            || glibc::sem_clockwait(s, clk, ts),
+            move || glibc::sem_trywait(s),
+            move || glibc::sem_clockwait(s, clk, ts),
         )
     }
 }
@@ -208,5 +208,5 @@ pub unsafe extern "C" fn sem_post(s: *mut sem_t) -> c_int {
 #[inline(never)]
 unsafe extern "C" fn post_tracked(s: *mut sem_t) -> c_int {
     // SAFETY: forwarding.
-    semaphore::post(s as usize, || unsafe { glibc::sem_post(s) })
+    semaphore::post(s as usize, move || unsafe { glibc::sem_post(s) })
 }

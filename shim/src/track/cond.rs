@@ -130,7 +130,8 @@ pub unsafe fn wait(
     let cond = tr.object(t, c, KIND, SUBTYPE);
     rewaiting(tr, t, cond, m);
     // glibc releases the mutex inside the wait: what the unlock wrapper would have done.
-    engage::disengaging(t, m);
+    // SAFETY: the caller's mutex (this function's contract).
+    unsafe { engage::disengaging(t, m) };
     let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
     if untimed {
         engage::untimed(t);

@@ -251,10 +251,14 @@ fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
 }
 
 /// `t` is about to release the object at `addr`.
+///
+/// # Safety
+/// `addr` is the object being released: live (a recursive mutex's count is read there).
 #[inline(always)]
-pub fn disengaging(t: &ThreadRec, addr: usize) {
+pub unsafe fn disengaging(t: &ThreadRec, addr: usize) {
     if !disengaging_quick(t, addr) {
-        disengaging_full(t, addr);
+        // SAFETY: as the caller promises.
+        unsafe { disengaging_full(t, addr) };
     }
 }
 
@@ -276,20 +280,25 @@ pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
     true
 }
 
+/// # Safety
+/// As [`disengaging`].
 #[inline(never)]
-fn disengaging_full(t: &ThreadRec, addr: usize) {
+unsafe fn disengaging_full(t: &ThreadRec, addr: usize) {
     // SAFETY: owning thread, not re-entered.
     unsafe { t.held_locks() }.pop(addr);
     // SAFETY: owning thread; reading the length re-enters nothing.
     let timing = !unsafe { t.local() }.held.is_empty();
     if timing || !t.attention.load(Ordering::Acquire).is_null() {
-        disengaging_slow(t, addr);
+        // SAFETY: as the caller promises.
+        unsafe { disengaging_slow(t, addr) };
     }
 }
 
+/// # Safety
+/// As [`disengaging`].
 #[cold]
 #[inline(never)]
-fn disengaging_slow(t: &ThreadRec, addr: usize) {
+unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
     let obj = match t.cached(addr) {
         Some((_, obj)) => Some(obj),
         None => lookup(addr),
@@ -297,7 +306,7 @@ fn disengaging_slow(t: &ThreadRec, addr: usize) {
     if let Some(obj) = obj {
         let flags = obj.flags();
         // A recursive mutex's hold ends at its last unlock only.
-        // SAFETY: the mutex this thread is unlocking: live.
+        // SAFETY: the mutex this thread is unlocking: live (the caller's promise).
         let last = obj.kind != ObjectKind::Mutex || unsafe { glibc_mutex::count(addr) } <= 1;
         if last && flags & CONTENDED != 0 {
             hold_ended(t, obj);

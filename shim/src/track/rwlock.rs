@@ -197,7 +197,8 @@ pub unsafe fn unlocking(addr: usize) {
     let Some(t) = current() else { return };
     // SAFETY: as the caller promises.
     if unsafe { glibc_rwlock::writer(addr, false) } == t.tid() {
-        engage::disengaging(t, addr);
+        // SAFETY: as the caller promises.
+        unsafe { engage::disengaging(t, addr) };
     } else {
         t.read_left(addr);
         if let Some((_, obj)) = t.cached(addr) {
