@@ -90,6 +90,22 @@ pub mod mutex {
         unsafe { load(addr) }
     }
 
+    /// The subtype of the mutex in the log: its type, robust and protocol bits (glibc keeps them
+    /// together in `__kind`).
+    ///
+    /// # Safety
+    /// `addr` is a live mutex.
+    pub unsafe fn subtype(addr: usize) -> u32 {
+        use waitshim_format::mutex_kind;
+        // SAFETY: as the caller promises.
+        let k = unsafe { kind(addr) };
+        (k & mutex_kind::TYPE_MASK)
+            | (k & (mutex_kind::ROBUST
+                | mutex_kind::PRIO_INHERIT
+                | mutex_kind::PRIO_PROTECT
+                | mutex_kind::PSHARED))
+    }
+
     /// `__kind`: type and protocol bits (`waitshim_format::mutex_kind`); written only by init.
     ///
     /// # Safety

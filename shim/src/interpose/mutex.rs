@@ -13,26 +13,13 @@ use libc::{
 };
 use waitshim_format::{mutex_kind, ObjectKind};
 
-use crate::layout::mutex as glibc_mutex;
+use crate::layout::mutex::{self as glibc_mutex, subtype};
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::threads::{current, current_fast, Inside, ThreadRec};
 use crate::track::{tracker, CallSite};
 
 const KIND: ObjectKind = ObjectKind::Mutex;
-
-/// The mutex subtype bits of the object at `addr` (also used when a condition variable wait
-/// re-acquires its mutex).
-pub(crate) fn subtype(addr: usize) -> u32 {
-    // glibc keeps type, robust and protocol bits together in `__kind`.
-    // SAFETY: `addr` is the mutex the caller is locking, initialising or waiting on: live.
-    let k = unsafe { glibc_mutex::kind(addr) };
-    (k & mutex_kind::TYPE_MASK)
-        | (k & (mutex_kind::ROBUST
-            | mutex_kind::PRIO_INHERIT
-            | mutex_kind::PRIO_PROTECT
-            | mutex_kind::PSHARED))
-}
 
 /// Mutexes whose trylock does not answer for their lock: glibc 2.36's trylock of a robust mutex
 /// that is not recoverable returns ENOTRECOVERABLE but leaves it locked, and a priority-protect
@@ -358,14 +345,19 @@ unsafe fn timed(
     unsafe { contended(t, m, Some((clk, *ts)), CallSite::default()) }
 }
 
+/// # Safety
+/// `m` is the caller's mutex: live.
 #[cold]
 #[inline(never)]
-fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
-    if r == EOWNERDEAD {
-        // Acquired, with the previous owner dead: the program must make it consistent.
-        engage::engaged(t, m as usize, KIND, subtype);
+unsafe fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
+    // SAFETY: as the caller promises.
+    unsafe {
+        if r == EOWNERDEAD {
+            // Acquired, with the previous owner dead: the program must make it consistent.
+            engage::engaged(t, m as usize, KIND, subtype);
+        }
+        engage::failed(t, m as usize, KIND, subtype, r);
     }
-    engage::failed(t, m as usize, KIND, subtype, r);
     r
 }
 
@@ -438,12 +430,7 @@ unsafe fn contended(
         // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
         let r = real_wait(deadline);
         if r != 0 {
-            obj.busy()
-                .stats
-                .errors
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            obj.count_errno(r);
-            obj.touch();
+            engage::failed(t, addr, KIND, subtype, r);
         }
         return r;
     }
@@ -470,10 +457,7 @@ unsafe fn contended(
         engage::engaged(t, addr, KIND, subtype);
     }
     if r == EOWNERDEAD {
-        obj.busy()
-            .stats
-            .errors
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        engage::acquired_owner_dead(obj);
     }
     r
 }
@@ -495,7 +479,8 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int 
 #[inline(never)]
 unsafe extern "C" fn unlock_tracked(m: *mut pthread_mutex_t) -> c_int {
     if let Some(t) = current() {
-        engage::disengaging(t, m as usize);
+        // SAFETY: the mutex being unlocked.
+        unsafe { engage::disengaging(t, m as usize) };
     }
     // SAFETY: forwarding.
     unsafe { real::pthread_mutex_unlock(m) }

@@ -35,7 +35,11 @@ mod real {
 
 const KIND: ObjectKind = ObjectKind::Spin;
 
-fn subtype(_: usize) -> u32 {
+/// A spinlock has no subtype (an [`engage::Subtype`] that reads nothing).
+///
+/// # Safety
+/// None needed: nothing is read.
+unsafe fn subtype(_: usize) -> u32 {
     0
 }
 
@@ -126,7 +130,8 @@ pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_i
 #[no_mangle]
 pub unsafe extern "C" fn pthread_spin_unlock(l: *mut pthread_spinlock_t) -> c_int {
     if let Some(t) = current() {
-        engage::disengaging(t, l as usize);
+        // SAFETY: the spinlock being unlocked.
+        unsafe { engage::disengaging(t, l as usize) };
     }
     // SAFETY: forwarding.
     unsafe { real::pthread_spin_unlock(l) }

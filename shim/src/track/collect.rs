@@ -220,7 +220,8 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, rule: &mut Rule, no
     if act.collect & (action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK) == 0 {
         return;
     }
-    let holder = obj.holder(false);
+    // SAFETY: the object `t`, the calling thread, waits on: live.
+    let holder = unsafe { obj.holder() };
     if holder == 0 || holder == t.tid() {
         return;
     }

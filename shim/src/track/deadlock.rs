@@ -30,9 +30,18 @@ pub struct Hop {
 /// The threads holding `obj` now: its one holder for kinds that have one, else, for an rwlock
 /// held for reading, every thread known to hold it for reading (in tid order, so that two walks
 /// over an unchanged graph take the same path).
-fn holders(tr: &Tracker, obj: &ObjEntry, checked: bool) -> SmallVec<[u32; 4]> {
+/// Without `checked`, the holder is read from the object's memory directly.
+///
+/// # Safety
+/// Unless `checked`, `obj` is live (the calling thread waits on it).
+unsafe fn holders(tr: &Tracker, obj: &ObjEntry, checked: bool) -> SmallVec<[u32; 4]> {
     let mut out = SmallVec::new();
-    let h = obj.holder(checked);
+    let h = if checked {
+        obj.holder_checked()
+    } else {
+        // SAFETY: as the caller promises.
+        unsafe { obj.holder() }
+    };
     if h != 0 {
         out.push(h);
     } else if obj.kind == ObjectKind::RwLock {
@@ -74,7 +83,11 @@ impl Graph for Live<'_> {
         // SAFETY: tracking entries are never freed.
         let obj: &'static ObjEntry = unsafe { &*p };
         let seq = t.wait_seq.load(Ordering::Acquire);
-        Some((obj, seq, holders(self.0, obj, checked)))
+        // Read directly only for the calling thread's own wait, whose object is live; any other
+        // thread's may have been released and unmapped since.
+        let own = std::ptr::eq(t, super::threads::own_record());
+        // SAFETY: unchecked only for the calling thread's own wait.
+        Some((obj, seq, unsafe { holders(self.0, obj, checked || !own) }))
     }
 
     fn hop(&self, tid: u32, obj: Self::Obj, seq: u64, holder: u32) -> Hop {

@@ -10,36 +10,56 @@ use std::sync::atomic::Ordering;
 use waitshim_format::{counter, ObjectKind};
 
 use super::objects::{ObjEntry, CONTENDED, EPISODE, HOLDER_CHAINS, TIME_ALL};
-use super::threads::{current, Held, Inside, Slot, ThreadRec};
+use super::threads::{Held, Inside, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 use crate::layout::{mutex as glibc_mutex, rwlock as glibc_rwlock};
 
+pub use super::unwaited::{acquired_owner_dead, busy, destroyed, failed, initialised};
+
+/// Reads the subtype of the object at an address (a mutex's kind bits, an rwlock's
+/// preference) from the object's own memory; read only when the object is registered.
+///
+/// # Safety
+/// The address is a live object of the kind the reader knows.
+pub type Subtype = unsafe fn(usize) -> u32;
+
 /// `t` acquired the object at `addr` (exclusively) by a call that could have waited: it joins the
 /// thread's held locks, with a lock-order edge from each lock already held.
+///
+/// # Safety
+/// `addr` is a live object that `subtype` can read (the one the caller acquired).
 #[inline(always)]
-pub fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
-    engaged_with(t, t.cached(addr), addr, kind, subtype)
+pub unsafe fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
+    // SAFETY: as the caller promises.
+    unsafe { engaged_with(t, t.cached(addr), addr, kind, subtype) }
 }
 
 /// As [`engaged`], for a try-acquisition: it holds the object, but adds no lock-order edge
 /// (a trylock cannot deadlock).
+///
+/// # Safety
+/// As [`engaged`].
 #[inline(always)]
-pub fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
+pub unsafe fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     match t.cached(addr) {
         Some((s, obj)) => took(t, s, obj, addr, false),
-        None => engaged_uncached(t, addr, kind, subtype, false),
+        // SAFETY: as the caller promises.
+        None => unsafe { engaged_uncached(t, addr, kind, subtype, false) },
     }
 }
 
 /// As [`engaged`], with the thread's cache looked up beforehand.
+///
+/// # Safety
+/// As [`engaged`].
 #[inline(always)]
-pub fn engaged_with(
+pub unsafe fn engaged_with(
     t: &ThreadRec,
     hit: Option<(&Slot, &'static ObjEntry)>,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
 ) {
     match hit {
         Some((s, obj)) => {
@@ -47,33 +67,40 @@ pub fn engaged_with(
                 took(t, s, obj, addr, true);
             }
         }
-        None => engaged_uncached(t, addr, kind, subtype, true),
+        // SAFETY: as the caller promises.
+        None => unsafe { engaged_uncached(t, addr, kind, subtype, true) },
     }
 }
 
-fn engaged_uncached(
+/// # Safety
+/// As [`engaged`].
+unsafe fn engaged_uncached(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
     edges: bool,
 ) {
-    crate::stack::roomy(|| engaged_uncached_here(t, addr, kind, subtype, edges))
+    // SAFETY: as the caller promises.
+    crate::stack::roomy(|| unsafe { engaged_uncached_here(t, addr, kind, subtype, edges) })
 }
 
+/// # Safety
+/// As [`engaged`].
 #[inline(always)]
-fn engaged_uncached_here(
+unsafe fn engaged_uncached_here(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
-    subtype: fn(usize) -> u32,
+    subtype: Subtype,
     edges: bool,
 ) {
     let Some(tr) = tracker() else { return };
     let obj = {
         // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
         let _in = Inside::enter_quiet();
-        tr.object(t, addr, kind, subtype(addr))
+        // SAFETY: as the caller promises.
+        tr.object(t, addr, kind, unsafe { subtype(addr) })
     };
     took(t, t.slot(addr), obj, addr, edges);
 }
@@ -225,10 +252,14 @@ fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
 }
 
 /// `t` is about to release the object at `addr`.
+///
+/// # Safety
+/// `addr` is the object being released: live (a recursive mutex's count is read there).
 #[inline(always)]
-pub fn disengaging(t: &ThreadRec, addr: usize) {
+pub unsafe fn disengaging(t: &ThreadRec, addr: usize) {
     if !disengaging_quick(t, addr) {
-        disengaging_full(t, addr);
+        // SAFETY: as the caller promises.
+        unsafe { disengaging_full(t, addr) };
     }
 }
 
@@ -250,20 +281,25 @@ pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
     true
 }
 
+/// # Safety
+/// As [`disengaging`].
 #[inline(never)]
-fn disengaging_full(t: &ThreadRec, addr: usize) {
+unsafe fn disengaging_full(t: &ThreadRec, addr: usize) {
     // SAFETY: owning thread, not re-entered.
     unsafe { t.held_locks() }.pop(addr);
     // SAFETY: owning thread; reading the length re-enters nothing.
     let timing = !unsafe { t.local() }.held.is_empty();
     if timing || !t.attention.load(Ordering::Acquire).is_null() {
-        disengaging_slow(t, addr);
+        // SAFETY: as the caller promises.
+        unsafe { disengaging_slow(t, addr) };
     }
 }
 
+/// # Safety
+/// As [`disengaging`].
 #[cold]
 #[inline(never)]
-fn disengaging_slow(t: &ThreadRec, addr: usize) {
+unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
     let obj = match t.cached(addr) {
         Some((_, obj)) => Some(obj),
         None => lookup(addr),
@@ -271,7 +307,7 @@ fn disengaging_slow(t: &ThreadRec, addr: usize) {
     if let Some(obj) = obj {
         let flags = obj.flags();
         // A recursive mutex's hold ends at its last unlock only.
-        // SAFETY: the mutex this thread is unlocking: live.
+        // SAFETY: the mutex this thread is unlocking: live (the caller's promise).
         let last = obj.kind != ObjectKind::Mutex || unsafe { glibc_mutex::count(addr) } <= 1;
         if last && flags & CONTENDED != 0 {
             hold_ended(t, obj);
@@ -419,7 +455,8 @@ impl Wait {
 /// Likewise, when the object has no owner at this instant, one of the counted waiters is being
 /// handed it or has just passed through it.
 fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
-    let owner = obj.holder(false);
+    // SAFETY: the object the calling thread is about to wait on: live.
+    let owner = unsafe { obj.holder() };
     // SAFETY: the object the calling thread is about to wait on: live.
     if owner == 0
         && obj.kind == ObjectKind::RwLock
@@ -466,7 +503,11 @@ fn wait_begin_at_here(
     obj.waiter_came(start);
     if obj.waited_for() {
         // The holder's release must be looked at: its hold now makes a thread wait.
-        if let Some(h) = tr.thread(obj.holder(false)).filter(|h| h.tid() != t.tid()) {
+        // SAFETY: the object `t`, the calling thread, begins to wait on: live.
+        if let Some(h) = tr
+            .thread(unsafe { obj.holder() })
+            .filter(|h| h.tid() != t.tid())
+        {
             h.attention
                 .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
         }
@@ -482,7 +523,7 @@ fn wait_begin_at_here(
     }
     if obj.kind == ObjectKind::Barrier {
         // A round's last arrival waits for nobody: a barrier of N has at most N - 1 waiters,
-        // even while a mispredicted arrival is counted for a moment (see interpose/barrier.rs).
+        // even while a mispredicted arrival is counted for a moment (see track::barrier).
         let parties = obj.subtype.load(Ordering::Relaxed);
         if parties > 1 {
             n = n.min(parties - 1);
@@ -893,78 +934,4 @@ fn waker(t: &ThreadRec, obj: &ObjEntry, outcome: Outcome) -> u32 {
     } else {
         by
     }
-}
-
-/// An init function called from `site` returned `r` for the object at `addr`: on success, a
-/// new generation of it.
-pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
-    crate::stack::roomy(|| initialised_here(r, addr, kind, subtype, site))
-}
-
-#[inline(always)]
-fn initialised_here(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_initialised(t, addr, kind, subtype, site);
-        }
-    }
-}
-
-/// A destroy function returned `r` for the object at `addr`: on success, that generation ends.
-pub fn destroyed(r: libc::c_int, addr: usize) {
-    crate::stack::roomy(|| destroyed_here(r, addr))
-}
-
-#[inline(always)]
-fn destroyed_here(r: libc::c_int, addr: usize) {
-    if r == 0 {
-        if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
-            tr.object_destroyed(t, addr);
-        }
-    }
-}
-
-/// An attempt to acquire without waiting found the object busy.
-pub fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
-    crate::stack::roomy(|| busy_here(t, addr, kind, subtype))
-}
-
-#[inline(always)]
-fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: fn(usize) -> u32) {
-    let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, kind, subtype(addr));
-    obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
-    obj.touch();
-}
-
-/// An acquisition (or a wait that did not wait) returned error `errno` (owner died, not
-/// recoverable, a relock of an error-checking mutex, an invalid deadline...): counted, with its
-/// errno, like a wait that ended in error.
-pub fn failed(
-    t: &ThreadRec,
-    addr: usize,
-    kind: ObjectKind,
-    subtype: fn(usize) -> u32,
-    errno: libc::c_int,
-) {
-    crate::stack::roomy(|| failed_here(t, addr, kind, subtype, errno))
-}
-
-#[inline(always)]
-fn failed_here(
-    t: &ThreadRec,
-    addr: usize,
-    kind: ObjectKind,
-    subtype: fn(usize) -> u32,
-    errno: libc::c_int,
-) {
-    let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, kind, subtype(addr));
-    obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
-    obj.count_errno(errno);
-    obj.touch();
 }

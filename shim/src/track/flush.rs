@@ -28,7 +28,7 @@ impl Tracker {
                 object_id,
                 since_ns: t.wait_start.load(Ordering::Relaxed),
                 chain_id: t.wait_chain.load(Ordering::Relaxed),
-                holder_tid: obj.holder(true),
+                holder_tid: obj.holder_checked(),
             });
         }
         let open = !waits.is_empty();

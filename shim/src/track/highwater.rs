@@ -294,7 +294,8 @@ pub fn on_wait(
     let holder = match obj.kind {
         // Held for writing: the writer. Held for reading there is no single holder: the last
         // reader to leave ends the episode (see the rwlock unlock).
-        ObjectKind::RwLock => obj.holder(false),
+        // SAFETY: the object `t`, the calling thread, waits on: live.
+        ObjectKind::RwLock => unsafe { obj.holder() },
         _ => obj.owner.last.load(Ordering::Relaxed),
     };
     let mut ep = Episode::new(tr.next_record.fetch_add(1, Ordering::Relaxed), n, now);

@@ -3,10 +3,17 @@
 //! `thread_registry`, objects' registration, reuse and ids in `object_life`, objects that never
 //! mattered on their own in `churn`, the per-thread chain caches in `chain_cache` and the
 //! writing of counters in `flush`.
+//!
+//! The interposed functions translate their calls into `engage` (acquire, wait, release, and
+//! the calls that wait for nothing, in `unwaited`) and, for families whose calls mean more than
+//! that, into `semaphore`, `rwlock`, `cond`, `barrier` and `joins`, handing them the real
+//! functions to call.
 
+pub mod barrier;
 mod chain_cache;
 mod churn;
 pub mod collect;
+pub mod cond;
 pub mod deadlock;
 pub mod drive;
 pub mod engage;
@@ -14,19 +21,27 @@ pub mod events;
 mod flush;
 pub mod handler_counts;
 pub mod highwater;
+mod holder;
 pub mod hooks;
+pub mod joins;
 mod lifecycle;
 pub mod lockgraph;
 pub mod lockorder;
 mod object_life;
 pub mod objects;
 pub mod registry;
+pub mod rwlock;
+pub mod semaphore;
 mod thread_registry;
 pub mod threads;
+mod unwaited;
 pub mod waits;
 
 pub use lifecycle::{before_exec, exec_failed, finish, finish_by_signal, init};
-pub use thread_registry::{adopt_current_thread, register_thread, thread_exited, Birth};
+pub use thread_registry::{
+    adopt_current_thread, creating, register_thread, thread_exited, thread_named, thread_started,
+    Birth,
+};
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{

@@ -608,37 +608,6 @@ impl ObjEntry {
         })
     }
 
-    /// The thread holding the object now, for kinds that have one: a mutex's owner, an rwlock's
-    /// writer, a spinlock's last acquirer while it is locked, the thread a join waits for. 0
-    /// when free or when the kind has no owner. With `checked`, the object's memory is read
-    /// through the kernel (it may have gone away).
-    pub fn holder(&self, checked: bool) -> u32 {
-        use crate::layout;
-        // SAFETY (unchecked reads): without `checked`, callers ask about an object a thread is
-        // using now (waiting on it, releasing it), which is live; a registered entry's address
-        // is its object's.
-        match self.kind {
-            ObjectKind::Mutex if checked => layout::mutex::owner_checked(self.addr()),
-            ObjectKind::Mutex => unsafe { layout::mutex::owner(self.addr()) },
-            ObjectKind::RwLock => unsafe { layout::rwlock::writer(self.addr(), checked) },
-            ObjectKind::Thread => self.owner.last.load(Ordering::Relaxed),
-            ObjectKind::Spin => {
-                let word = if checked {
-                    layout::read_checked(self.addr())
-                } else {
-                    unsafe { layout::spin::word(self.addr()) }
-                };
-                // Every acquisition of a spinlock goes through the shim and sets `last`.
-                if layout::spin::is_free(word) {
-                    0
-                } else {
-                    self.owner.last.load(Ordering::Relaxed)
-                }
-            }
-            _ => 0,
-        }
-    }
-
     #[inline(always)]
     pub fn flags(&self) -> u8 {
         self.flags.load(Ordering::Acquire)

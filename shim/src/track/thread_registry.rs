@@ -38,6 +38,56 @@ fn retire_record(rec: &'static ThreadRec, now: u64) {
     }
 }
 
+/// The calling thread is about to create a thread: who creates it (tid), where (its chain, 0
+/// if not collected) and when. None while it is not tracked.
+pub fn creating() -> Option<(u32, u32, u64)> {
+    let (t, tr) = (threads::current()?, tracker()?);
+    let chain = crate::stack::roomy(|| {
+        let _in = Inside::enter();
+        tr.chain(t)
+    });
+    Some((t.tid(), chain, now_ns()))
+}
+
+/// A thread the shim saw created starts, before the program's start routine: it registers.
+pub fn thread_started(birth: Birth) {
+    if let Some(tr) = tracker() {
+        let _in = Inside::enter();
+        register_thread(tr, Some(birth));
+    }
+}
+
+/// `pthread_setname_np` named thread `th` `name`: the thread's name from now on, in the log and
+/// for the policy.
+pub fn thread_named(th: libc::pthread_t, name: &std::ffi::CStr) {
+    let (Some(t), Some(tr)) = (threads::current(), tracker()) else {
+        return;
+    };
+    let _in = Inside::enter();
+    let target = if th as usize == t.pthread.load(Ordering::Relaxed) {
+        Some(t)
+    } else {
+        tr.threads
+            .iter()
+            .find(|e| e.value().0.pthread.load(Ordering::Relaxed) == th as usize)
+            .map(|e| e.value().0)
+    };
+    if let Some(target) = target {
+        let tid = target.tid();
+        target.named.store(true, Ordering::Relaxed);
+        let name = name.to_string_lossy().into_owned();
+        target.policy.set_name(&name);
+        tr.log.write(
+            &ThreadName {
+                tid,
+                ns: now_ns(),
+                name,
+            }
+            .into(),
+        );
+    }
+}
+
 /// Registers the calling thread and points its thread-local at its record (a new one, or one a
 /// thread that ended left).
 pub fn register_thread(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec {

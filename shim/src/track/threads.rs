@@ -824,13 +824,16 @@ pub fn tid_known() -> bool {
 
 /// The kernel tid of the thread `th` that `pthread_create` just returned, 0 if unknown or if
 /// the thread has exited.
-pub fn tid_of(th: libc::pthread_t) -> u32 {
+///
+/// # Safety
+/// `th` is 0 or a live descriptor: one `pthread_create` just filled in, of a joinable thread
+/// (it cannot have been joined yet).
+pub unsafe fn tid_of(th: libc::pthread_t) -> u32 {
     let off = TID_OFFSET.load(Ordering::Relaxed);
     if off == 0 || th == 0 {
         return 0;
     }
-    // SAFETY: a descriptor pthread_create just filled in (the thread cannot have been joined
-    // yet).
+    // SAFETY: as the caller promises; the offset was checked at start.
     unsafe { crate::layout::pthread::tid(th as usize, off) }
 }
 
