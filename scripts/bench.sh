@@ -14,6 +14,13 @@
 #   sampler      fixtures/bench_idle_threads.c (100 threads blocked in read, 2 computing):
 #                the shim with its sampler (every 10 ms) against the shim with
 #                WAITSHIM_SAMPLE=off, both columns under the shim (budget: 1 % of the run)
+#   events       fixtures/bench_contended.c with 16 threads on one mutex (BENCH_EVENTS_PAIRS
+#                pairs each, default 15 M: ~10 s on 2 cores): the shim with per-wait
+#                events (WAITSHIM_EVENTS=all, then ring:2s) against the shim with
+#                WAITSHIM_EVENTS=off, both columns under the shim (budget: 5 %); then runs
+#                of each mode for their logs (events per second, log MB per minute, bytes
+#                per event) and each export format of an `all` log (time, output size,
+#                peak RSS from /usr/bin/time -v)
 #
 # Method: native and shim runs are paired and interleaved. Per scenario, first
 # BENCH_WARMUP untimed runs of each command, then BENCH_RUNS pairs of one native
@@ -43,6 +50,10 @@
 #   BENCH_NO_BUILD=1    do not run cargo build first
 #   BENCH_STRICT=1      exit 1 when a median paired ratio exceeds its budget
 #   BENCH_SHIM=PATH     preload this library instead of target/release/libwaitshim.so
+#   BENCH_ANALYZER=PATH the analyzer for the events scenario (default: waitshim-analyze
+#                       beside the library)
+#   BENCH_EVENTS_PAIRS=N lock/unlock pairs per thread in the events scenario (15000000)
+#   BENCH_EVENTS_FIGURE_RUNS=N runs per mode for the events scenario's log figures (3)
 # Exit status: 1 if a program failed, the pigz outputs differ, or the shim
 # never wrote a log (it was not loaded); else 0 (budgets are reported only,
 # unless BENCH_STRICT=1).
@@ -54,9 +65,12 @@ cd "$WAITSHIM_ROOT"
 
 runs="${BENCH_RUNS:-15}"
 warmup="${BENCH_WARMUP:-2}"
-scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one sampler}"
+scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one sampler events}"
 uncontended_pairs=20000000
 shim="${BENCH_SHIM:-$WAITSHIM_ROOT/target/release/libwaitshim.so}"
+analyzer="${BENCH_ANALYZER:-$(dirname "$shim")/waitshim-analyze}"
+events_pairs="${BENCH_EVENTS_PAIRS:-15000000}"
+events_figure_runs="${BENCH_EVENTS_FIGURE_RUNS:-3}"
 results_dir="$WAITSHIM_ROOT/target/bench"
 
 if ! [[ "$runs" =~ ^[0-9]+$ ]] || [ "$runs" -lt 1 ]; then
@@ -333,6 +347,51 @@ GEN
     "$work/gen" >"$1"
 }
 
+# events_figures CMD: $events_figure_runs rounds of one run of CMD under the shim per events
+# mode, each with its log kept: the run's time, the log's size, the events written and dropped
+# and their bytes each (from the analyzer's JSON report); a line per run, as the number of
+# waits that block swings from run to run with the scheduling. Then each export format of the
+# last `all` log with /usr/bin/time -v. Lines are added to the summary.
+events_figures() {
+    local cmd="$1" mode log bytes secs kept dropped per fmt out tv wall rss
+    summary+=("" "events: $events_figure_runs run(s) per mode, interleaved, of: $cmd (16 threads on one mutex)")
+    summary+=("$(printf '%-9s %8s %10s %11s %12s %10s %12s %9s' mode 'run (s)' 'log (MB)' 'MB/minute' 'events kept' dropped 'events/s' 'B/event')")
+    local i
+    for ((i = 1; i <= events_figure_runs; i++)); do
+    for mode in off all ring:2s; do
+        rm -f "$logs"/waitshim.*
+        run_timed "$shim_env WAITSHIM_EVENTS=$mode $cmd" || return 1
+        log="$(find "$logs" -name 'waitshim.*' | head -n 1)"
+        [ -n "$log" ] || return 1
+        bytes="$(stat -c %s "$log")"
+        secs="$(seconds "$elapsed_us")"
+        read -r kept dropped per < <("$analyzer" --json "$log" | LC_ALL=C awk '
+            /"per_wait_events": \{/ { on = 1; next }
+            on && /"kept":/ { gsub(/[^0-9]/, ""); k = $0 }
+            on && /"dropped":/ { gsub(/[^0-9]/, ""); d = $0 }
+            on && /"bytes_per_wait":/ { sub(/.*: */, ""); sub(/,$/, ""); p = $0 }
+            on && /"woken_by"/ { on = 0 }
+            END { printf "%s %s %s\n", k + 0, d + 0, (p == "" || p == "null") ? "-" : p }')
+        summary+=("$(LC_ALL=C awk -v m="$mode" -v s="$secs" -v b="$bytes" -v k="$kept" -v d="$dropped" -v p="$per" 'BEGIN {
+            printf "%-9s %8.2f %10.2f %11.2f %12d %10d %12.0f %9s", m, s, b / 1e6, b / 1e6 * 60 / s, k, d, (k + d) / s, p == "-" ? "-" : sprintf("%.1f", p) }')")
+        if [ "$mode" = all ]; then cp "$log" "$work/events-all.log"; fi
+    done
+    done
+    summary+=("" "events: export of the last 'all' log ($(LC_ALL=C awk -v b="$(stat -c %s "$work/events-all.log")" 'BEGIN { printf "%.1f MB", b / 1e6 }')), with /usr/bin/time -v")
+    summary+=("$(printf '%-10s %9s %12s %14s' format 'time (s)' 'output (MB)' 'peak RSS (MB)')")
+    for fmt in perfetto chrome pprof folded html; do
+        out="$work/events.$fmt"
+        /usr/bin/time -v -o "$work/time.txt" "$analyzer" export --format "$fmt" -o "$out" \
+            "$work/events-all.log" >/dev/null 2>&1 || return 1
+        tv="$(cat "$work/time.txt")"
+        wall="$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + p[i]; print s }' <<<"$tv")"
+        rss="$(awk -F': ' '/Maximum resident set size/ { print $2 }' <<<"$tv")"
+        summary+=("$(LC_ALL=C awk -v f="$fmt" -v w="$wall" -v o="$(stat -c %s "$out")" -v r="$rss" 'BEGIN {
+            printf "%-10s %9.2f %12.3f %14.1f", f, w, o / 1e6, r / 1024 }')")
+        rm -f "$out"
+    done
+}
+
 for scenario in $scenarios; do
     case "$scenario" in
     uncontended)
@@ -430,8 +489,28 @@ for scenario in $scenarios; do
             failed=1
         fi
         ;;
+    events)
+        # Both sides under the shim: the "native" column is the shim with events off.
+        [ -x "$analyzer" ] || die "$analyzer not found (set BENCH_ANALYZER)"
+        ev_cmd="./bench_contended $events_pairs 16"
+        for mode in all ring:2s; do
+            name="events-${mode%%:*}"
+            if measure "$name" "$shim_env WAITSHIM_EVENTS=off $ev_cmd" \
+                "$shim_env WAITSHIM_EVENTS=$mode $ev_cmd"; then
+                check_logged "$name"
+                report "$name" 1.05
+            else
+                printf 'FAIL: %s benchmark did not run\n' "$name" >&2
+                failed=1
+            fi
+        done
+        if ! events_figures "$ev_cmd"; then
+            printf 'FAIL: events figures could not be taken\n' >&2
+            failed=1
+        fi
+        ;;
     *)
-        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz policy policy-one sampler)"
+        die "unknown scenario '$scenario' (expected: uncontended contended condvar sem pigz policy policy-one sampler events)"
         ;;
     esac
 done

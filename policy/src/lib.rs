@@ -29,6 +29,7 @@
 //! |---|---|---|
 //! | `rules` | list, required, at most 64 | tried in order; `[]` collects nothing expensive |
 //! | `stack_signal` | string | signal used to ask a holder for its live stack: a number, a name (`SIGUSR2`), `SIGRTMIN+N`, `SIGRTMAX-N`, or `none`; default [`signal::DEFAULT_STACK`] |
+//! | `events` | string | per-wait events, as `WAITSHIM_EVENTS` takes them: `all`, `ring:DURATION` (the last 30 s: `ring:30s`), or `off`; read when the program starts, and `WAITSHIM_EVENTS` wins over it (see [`events`]) |
 //! | `rules[i].name` | string | shown in reports; unique within the file |
 //! | `rules[i].match` | object | selectors, all of which must match; absent or `{}` = every wait |
 //! | `rules[i].when` | object | criteria, all of which must hold; absent or `{}` = every selected wait |
@@ -83,11 +84,13 @@
 //! assert_eq!(waitshim_policy::parse(&waitshim_policy::to_json(&policy)).unwrap(), policy);
 //! ```
 
+pub mod events;
 mod glob;
 mod parse;
 pub mod signal;
 mod text;
 
+pub use events::EventsMode;
 pub use glob::{Glob, MAX_LEN as MAX_PATTERN_LEN};
 pub use parse::{parse, PolicyError, MAX_ADDRS};
 pub use text::{explain, to_json};
@@ -110,6 +113,8 @@ pub struct Policy {
     pub rules: Vec<Rule>,
     /// The `stack_signal` spec as written (validated by [`parse`]); `None` = [`signal::DEFAULT_STACK`].
     pub stack_signal: Option<String>,
+    /// Per-wait events (`events`); `None`: the file does not say.
+    pub events: Option<EventsMode>,
 }
 
 /// One rule: which waits it applies to, when it acts, and what it collects then.
@@ -317,6 +322,7 @@ pub fn builtin() -> Policy {
             actions: action::COUNT | action::WAITER_CHAIN,
         }],
         stack_signal: None,
+        events: None,
     }
 }
 

@@ -57,7 +57,7 @@ fn err(path: &str, message: impl Into<String>) -> PolicyError {
 }
 
 const TOP: &str = "top level";
-const TOP_FIELDS: &[&str] = &["rules", "stack_signal"];
+const TOP_FIELDS: &[&str] = &["rules", "stack_signal", "events"];
 const RULE_FIELDS: &[&str] = &["name", "match", "when", "actions"];
 const MATCH_FIELDS: &[&str] = &[
     "kind",
@@ -163,9 +163,23 @@ fn policy(value: &Value) -> Result<Policy, PolicyError> {
             ))
         }
     };
+    let events = match top.get("events") {
+        None => None,
+        Some(Value::String(s)) => Some(crate::events::parse(s).map_err(|e| err("events", e))?),
+        Some(v) => {
+            return Err(err(
+                "events",
+                format!(
+                    "expected \"all\", \"off\" or \"ring:DURATION\", found {}",
+                    describe(v)
+                ),
+            ))
+        }
+    };
     Ok(Policy {
         rules,
         stack_signal,
+        events,
     })
 }
 
@@ -745,7 +759,7 @@ mod tests {
         );
         assert_eq!(
             error(r#"{"rules": [], "rule": []}"#),
-            "top level: unknown field \"rule\"; valid: rules, stack_signal"
+            "top level: unknown field \"rule\"; valid: rules, stack_signal, events"
         );
         assert_eq!(
             error(r#"{"rules": {}}"#),
@@ -984,6 +998,33 @@ mod tests {
     }
 
     #[test]
+    fn events_take_what_waitshim_events_takes() {
+        use crate::EventsMode;
+        let p = parse(r#"{"events": "ring:30s", "rules": []}"#).unwrap();
+        assert_eq!(
+            p.events,
+            Some(EventsMode::Ring {
+                keep_ns: 30_000_000_000
+            })
+        );
+        assert_eq!(crate::to_json(&p), r#"{"events":"ring:30s","rules":[]}"#);
+        assert_eq!(parse(&crate::to_json(&p)).unwrap(), p);
+        assert_eq!(
+            parse(r#"{"events": "OFF", "rules": []}"#).unwrap().events,
+            Some(EventsMode::Off)
+        );
+        assert_eq!(parse(r#"{"rules": []}"#).unwrap().events, None);
+        assert_eq!(
+            error(r#"{"rules": [], "events": "sometimes"}"#),
+            "events: \"sometimes\" is not all, off or ring:DURATION (such as ring:30s)"
+        );
+        assert_eq!(
+            error(r#"{"rules": [], "events": false}"#),
+            "events: expected \"all\", \"off\" or \"ring:DURATION\", found false"
+        );
+    }
+
+    #[test]
     fn messages_stay_on_one_line() {
         let e = error("{\"rules\": [], \"stack_signal\": \"x\\ny\"}");
         assert!(!e.contains('\n'), "{e}");
@@ -994,7 +1035,7 @@ mod tests {
         let e = error("{\"rules\": [], \"a\\nb\": 1}");
         assert_eq!(
             e,
-            "top level: unknown field \"a\\nb\"; valid: rules, stack_signal"
+            "top level: unknown field \"a\\nb\"; valid: rules, stack_signal, events"
         );
         let long = "x".repeat(200);
         let e = rule_error("match", &format!(r#"{{"kind": "{long}"}}"#));

@@ -4,7 +4,8 @@
 use waitshim_format::record::action;
 
 use crate::{
-    action_names, signal, Criteria, Glob, ObjectKind, Policy, Rule, Selectors, KINDS, RTMAX, RTMIN,
+    action_names, signal, Criteria, EventsMode, Glob, ObjectKind, Policy, Rule, Selectors, KINDS,
+    RTMAX, RTMIN,
 };
 
 /// The policy as compact JSON with a fixed field order, defaults left out, kinds under their
@@ -14,6 +15,9 @@ pub fn to_json(policy: &Policy) -> String {
     let mut out = String::from("{");
     if let Some(s) = &policy.stack_signal {
         out += &format!("\"stack_signal\":{},", json_string(s));
+    }
+    if let Some(e) = policy.events {
+        out += &format!("\"events\":{},", json_string(&e.to_string()));
     }
     out += "\"rules\":[";
     for (i, rule) in policy.rules.iter().enumerate() {
@@ -238,6 +242,9 @@ const COUNTERS: &str = "Always kept, whatever the policy: each object's counters
 /// applies to, when it acts and what it collects, then what happens to everything else.
 pub fn explain(policy: &Policy) -> String {
     let mut lines = vec![COUNTERS.to_string()];
+    if let Some(e) = policy.events {
+        lines.push(events_words(e));
+    }
     if policy.rules.is_empty() {
         lines.push(
             "No rules: nothing expensive is collected; every object keeps only the always-on counters."
@@ -310,6 +317,21 @@ pub fn explain(policy: &Policy) -> String {
         });
     }
     lines.join("\n") + "\n"
+}
+
+/// What the `events` field asks of the shim, and when it holds.
+fn events_words(e: EventsMode) -> String {
+    let what = match e {
+        EventsMode::All => "every blocked wait is written as an event (begin, end, object, reason, who woke it)".to_string(),
+        EventsMode::Off => "no per-wait events are written (the counters stay exact)".to_string(),
+        EventsMode::Ring { .. } => format!(
+            "a flight recorder keeps the events of the waits that ended in the last {} (written at exit or on a data request)",
+            &e.to_string()["ring:".len()..]
+        ),
+    };
+    format!(
+        "Per-wait events ({e}): {what}. Taken from the file as it is when the program starts; a change to it on reload is not applied, and WAITSHIM_EVENTS, if set, wins."
+    )
 }
 
 fn kind_plural(k: ObjectKind) -> &'static str {

@@ -7,7 +7,8 @@
 //! - `WAITSHIM_POLICY`: a policy file (JSON) deciding when the expensive data is collected.
 //! - `WAITSHIM_SIGNAL`: the data request signal (default `SIGRTMAX-3`; `none` disables).
 //! - `WAITSHIM_SAMPLE`: the sampler's interval (`10ms` default, `1ms` to `10s`; `off`).
-//! - `WAITSHIM_EVENTS`: per-wait events, `all` (default), `ring:30s` (the last 30 s) or `off`.
+//! - `WAITSHIM_EVENTS`: per-wait events, `all` (default), `ring:30s` (the last 30 s) or `off`;
+//!   wins over the policy file's `events`.
 
 use waitshim_format::contract::{env as var, LOG_PATTERN};
 
@@ -21,69 +22,16 @@ pub struct Config {
     pub signal: Option<String>,
     /// The sampler's interval in ns; 0: off.
     pub sample_ns: u64,
-    pub events: EventsMode,
+    /// `WAITSHIM_EVENTS` (None: not set, or not valid; the policy file may then say).
+    pub events: Option<EventsMode>,
 }
 
-/// What the shim writes of per-wait events (`WAITSHIM_EVENTS`).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum EventsMode {
-    Off,
-    All,
-    /// Only the waits that ended in the last `keep_ns`.
-    Ring {
-        keep_ns: u64,
-    },
-}
+pub use waitshim_policy::events::{parse as parse_events, EventsMode};
 
-/// `WAITSHIM_EVENTS` when unset: every event. At 8 to 13 bytes a blocked wait (the brief waits
-/// a back-off absorbs are not events) the log grows far less with them than the waits cost the
-/// program; `ring:N` bounds it for long runs.
+/// Per-wait events when neither `WAITSHIM_EVENTS` nor the policy file says: every event. At 8
+/// to 13 bytes a blocked wait (the brief waits a back-off absorbs are not events) the log grows
+/// far less with them than the waits cost the program; `ring:N` bounds it for long runs.
 pub const DEFAULT_EVENTS: EventsMode = EventsMode::All;
-
-/// Parses `all`, `off` (or `0`), `ring` (30 s) or `ring:DURATION` (`30s`, `500ms`, `2m`; a
-/// bare number is seconds; 1 ms to 1 day).
-pub fn parse_events(v: &str) -> Result<EventsMode, String> {
-    let v = v.trim();
-    if v.eq_ignore_ascii_case("all") {
-        return Ok(EventsMode::All);
-    }
-    if v.eq_ignore_ascii_case("off") || v == "0" {
-        return Ok(EventsMode::Off);
-    }
-    let Some(rest) = v.strip_prefix("ring") else {
-        return Err(format!(
-            "{v:?} is not all, off or ring:DURATION (such as ring:30s)"
-        ));
-    };
-    let d = match rest.strip_prefix(':') {
-        None if rest.is_empty() => {
-            return Ok(EventsMode::Ring {
-                keep_ns: 30_000_000_000,
-            })
-        }
-        Some(d) => d.trim(),
-        None => return Err(format!("{v:?}: write ring:DURATION (such as ring:30s)")),
-    };
-    let split = d
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(d.len());
-    let (num, unit) = d.split_at(split);
-    let scale = match unit.trim() {
-        "" | "s" => 1e9,
-        "ms" => 1e6,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return Err(format!("{v:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{v:?}: {d:?} is not a duration like 30s"))?;
-    let ns = (n * scale).round();
-    if !(1e6..=86_400e9).contains(&ns) {
-        return Err(format!("{v:?}: the window must be 1ms to 24h"));
-    }
-    Ok(EventsMode::Ring { keep_ns: ns as u64 })
-}
 
 /// The sampler's interval when `WAITSHIM_SAMPLE` is not set.
 pub const DEFAULT_SAMPLE_NS: u64 = 10_000_000;
@@ -172,13 +120,12 @@ impl Config {
                 DEFAULT_SAMPLE_NS
             }),
         };
-        let events = match text(var::EVENTS) {
-            None => DEFAULT_EVENTS,
-            Some(v) => parse_events(&v).unwrap_or_else(|e| {
+        let events = text(var::EVENTS).map(|v| {
+            parse_events(&v).unwrap_or_else(|e| {
                 crate::diag::line(&format!("WAITSHIM_EVENTS: {e}; writing all events"));
                 DEFAULT_EVENTS
-            }),
-        };
+            })
+        });
         Config {
             events,
             log_pattern,
@@ -246,53 +193,6 @@ pub fn read_small_file(path: &str, cap: u64) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn events_settings_read_as_users_write_them() {
-        assert_eq!(parse_events("all"), Ok(EventsMode::All));
-        assert_eq!(parse_events(" OFF "), Ok(EventsMode::Off));
-        assert_eq!(
-            parse_events("ring"),
-            Ok(EventsMode::Ring {
-                keep_ns: 30_000_000_000
-            })
-        );
-        assert_eq!(
-            parse_events("ring:30s"),
-            Ok(EventsMode::Ring {
-                keep_ns: 30_000_000_000
-            })
-        );
-        assert_eq!(
-            parse_events("ring:1"),
-            Ok(EventsMode::Ring {
-                keep_ns: 1_000_000_000
-            })
-        );
-        assert_eq!(
-            parse_events("ring:250ms"),
-            Ok(EventsMode::Ring {
-                keep_ns: 250_000_000
-            })
-        );
-        assert_eq!(
-            parse_events("ring:2m"),
-            Ok(EventsMode::Ring {
-                keep_ns: 120_000_000_000
-            })
-        );
-        for bad in [
-            "some",
-            "ring:",
-            "ring:fast",
-            "ring:5parsecs",
-            "ring:0",
-            "ring30s",
-            "ring:100d",
-        ] {
-            assert!(parse_events(bad).is_err(), "{bad}");
-        }
-    }
-
     use super::*;
 
     #[test]

@@ -151,7 +151,22 @@ pub fn reload(log: &Log) -> Result<u32, String> {
         }
     }
     match read(&path) {
-        Ok(p) => Ok(activate(log, p, &path, true)),
+        Ok(p) => {
+            let before = active().filter(|a| a.user).and_then(|a| a.policy.events);
+            if p.events != before {
+                let now = p.events.map_or_else(
+                    || "no \"events\"".to_string(),
+                    |e| format!("\"events\": \"{e}\""),
+                );
+                crate::diag::say(
+                    log,
+                    &format!(
+                        "policy reload from {path}: {now} is not applied (per-wait events are set when the program starts)"
+                    ),
+                );
+            }
+            Ok(activate(log, p, &path, true))
+        }
         Err(e) => {
             let keep = active().map_or(0, |a| a.version);
             let msg = format!("policy reload from {path}: {e}; keeping policy version {keep}");
@@ -159,6 +174,11 @@ pub fn reload(log: &Log) -> Result<u32, String> {
             Err(msg)
         }
     }
+}
+
+/// The per-wait events the user's policy file asks for (`events`), if it does.
+pub fn events_setting() -> Option<waitshim_policy::EventsMode> {
+    active().filter(|a| a.user).and_then(|a| a.policy.events)
 }
 
 /// The policy file's path. The lock is only tried: in a forked child it may be held for ever

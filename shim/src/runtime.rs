@@ -26,10 +26,27 @@ pub fn start() {
 fn started(tr: &Tracker) {
     crate::livestack::set_mailbox_of_caller(own_mailbox);
     crate::policy::init(&tr.log, tr.config.policy.as_deref());
+    settle_events(tr);
     crate::service::init(tr, tr.config.signal.as_deref());
     // The log is finished and the program's handler run on a fatal signal.
     #[cfg(not(test))]
     crate::interpose::signal::watch_fatal_signals();
+}
+
+/// Per-wait events: `WAITSHIM_EVENTS` if set (already in force, and said to win when the
+/// policy file asks for something else), else the policy file's `events`, else all.
+fn settle_events(tr: &Tracker) {
+    let Some(file) = crate::policy::events_setting() else {
+        return;
+    };
+    match tr.config.events {
+        None => crate::track::events::set_mode(file),
+        Some(env) if env != file => crate::diag::say(
+            &tr.log,
+            &format!("WAITSHIM_EVENTS={env} wins over the policy's \"events\": \"{file}\""),
+        ),
+        Some(_) => {}
+    }
 }
 
 /// The calling thread's live-stack mailbox (null for a thread the shim does not track): called

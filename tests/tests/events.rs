@@ -8,16 +8,39 @@ use serde_json::Value;
 use waitshim_tests::{workspace_root, Analysis, Launch, LogReport, Run};
 
 fn handover(events: Option<&str>, args: &[&str]) -> Run {
-    let mut l = Launch::fixture("handover");
+    handover_with(events, None, args)
+}
+
+/// `handover` with `WAITSHIM_EVENTS=events` and the policy file `policy`, as given; its stderr
+/// is kept.
+fn handover_with(events: Option<&str>, policy: Option<&str>, args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Launch::fixture("handover").loud();
     for a in args {
         l = l.arg(a);
     }
     if let Some(e) = events {
         l = l.env("WAITSHIM_EVENTS", e);
     }
+    if let Some(json) = policy {
+        let path = dir.path().join("policy.json");
+        std::fs::write(&path, json).unwrap();
+        l = l.env("WAITSHIM_POLICY", path);
+    }
     let run = l.run();
     run.assert_success();
+    assert_eq!(
+        run.stdout_text().lines().count(),
+        1,
+        "{}",
+        run.stdout_text()
+    );
     run
+}
+
+/// A policy that collects what the built-in one does, with its `events` setting.
+fn events_policy(events: &str) -> String {
+    format!(r#"{{"events": "{events}", "rules": [{{"actions": ["count", "waiter_chain"]}}]}}"#)
 }
 
 fn tid_named(log: &LogReport, name: &str) -> u64 {
@@ -189,6 +212,118 @@ fn events_off_writes_none_and_the_counters_stay_the_same() {
     assert!(!a_off.text.contains("WHO WOKE WHOM"), "{}", a_off.text);
     assert_eq!(count_fields(&l_on), count_fields(&l_off));
     assert_eq!(l_on.hwm(), l_off.hwm());
+}
+
+/// The chrome trace's waits of the thread named `name`: (ended, woken_by) of each.
+fn chrome_waits_of(chrome: &Value, log: &LogReport, name: &str) -> Vec<(String, String)> {
+    let tid = tid_named(log, name);
+    chrome["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["cat"] == "wait" && e["tid"] == tid)
+        .map(|e| {
+            let arg = |k: &str| e["args"][k].as_str().unwrap_or("").to_string();
+            (arg("ended"), arg("woken_by"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_thread_that_wakes_a_raw_futex_is_named_as_the_sleepers_waker() {
+    // `dozer` sleeps in syscall(SYS_futex, FUTEX_WAIT) on word `bed`; `alarm` sets the word and
+    // wakes it with FUTEX_WAKE.
+    let run = handover(None, &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+    let alarm = tid_named(&log, "alarm");
+    assert_eq!(wakers(&log, "futex"), vec![(alarm, 1)], "{}", a.text);
+    let chrome: Value =
+        serde_json::from_slice(&std::fs::read(export(run.single_log(), "chrome")).unwrap())
+            .unwrap();
+    assert_eq!(
+        chrome_waits_of(&chrome, &log, "dozer"),
+        vec![("signalled".to_string(), format!("thread {alarm} \"alarm\""))]
+    );
+}
+
+#[test]
+fn the_last_thread_to_reach_a_barrier_is_named_as_the_waker_of_those_it_releases() {
+    // `early-0` and `early-1` sleep at barrier `meet` (of 3) until `closer` arrives.
+    let run = handover(None, &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+    let closer = tid_named(&log, "closer");
+    assert_eq!(wakers(&log, "barrier"), vec![(closer, 2)], "{}", a.text);
+    let chrome: Value =
+        serde_json::from_slice(&std::fs::read(export(run.single_log(), "chrome")).unwrap())
+            .unwrap();
+    for early in ["early-0", "early-1"] {
+        assert_eq!(
+            chrome_waits_of(&chrome, &log, early),
+            vec![(
+                "released".to_string(),
+                format!("thread {closer} \"closer\"")
+            )],
+            "{early}"
+        );
+    }
+    assert!(
+        !run.stderr_text().contains("was not the serial thread"),
+        "{}",
+        run.stderr_text()
+    );
+}
+
+#[test]
+fn a_policy_file_can_turn_the_events_off() {
+    let run = handover_with(None, Some(&events_policy("off")), &[]);
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.0["per_wait_events"]["records"], 0);
+    assert!(!a.text.contains("WHO WOKE WHOM"), "{}", a.text);
+    // The waits are still counted.
+    let gate = log
+        .objects()
+        .into_iter()
+        .find(|o| o["kind"] == "mutex" && o["global"]["name"] == "gate")
+        .expect("mutex gate");
+    assert!(
+        gate["counters"]["contended"].as_u64().unwrap() >= 1,
+        "{gate}"
+    );
+    assert!(
+        !run.stderr_text().contains("events"),
+        "{}",
+        run.stderr_text()
+    );
+}
+
+#[test]
+fn waitshim_events_in_the_environment_wins_over_the_policy_file() {
+    let run = handover_with(Some("all"), Some(&events_policy("off")), &[]);
+    let err = run.stderr_text();
+    assert_eq!(
+        err.matches("WAITSHIM_EVENTS=all wins over the policy's \"events\": \"off\"")
+            .count(),
+        1,
+        "{err}"
+    );
+    let a = run.analyze();
+    let holder = tid_named(&a.log(0), "holder");
+    assert_eq!(wakers(&a.log(0), "mutex"), vec![(holder, 1)], "{}", a.text);
+}
+
+#[test]
+fn a_policy_file_can_ask_for_the_flight_recorder() {
+    // 12 rounds of at least 250 ms each; the recorder keeps the last second's.
+    let run = handover_with(None, Some(&events_policy("ring:1s")), &["12", "250"]);
+    let a = run.analyze();
+    let e = &a.log(0).0["per_wait_events"];
+    assert_eq!(e["window_ns"], 1_000_000_000u64, "{e}");
+    let (kept, dropped) = (e["kept"].as_u64().unwrap(), e["dropped"].as_u64().unwrap());
+    assert!(dropped >= 6, "dropped {dropped}, kept {kept}: {e}");
+    assert!(kept < 12, "kept {kept}: {e}");
 }
 
 #[test]

@@ -411,3 +411,79 @@ fn diff_html_shows_both_runs_on_one_time_axis_under_the_comparison() {
     // One axis, as long as the longer run.
     assert!(dom.contains("on one time axis of "), "{dom}");
 }
+
+/// What the timeline's hover shows over each thread, as Chromium renders the page: the page
+/// with a script added at its end that moves the mouse over every pixel column of every row
+/// (every 4 px down) and notes each tip naming a waker, as `row name` → `object: ...` lines.
+fn hover_wakers(page: &Path) -> BTreeMap<String, Vec<String>> {
+    const PROBE: &str = r#"<script>
+(function () {
+  var c = document.querySelector("canvas"), r = c.getBoundingClientRect();
+  var tip = document.getElementById("tip"), seen = {};
+  for (var y = 0; y < c.height; y += 4) for (var x = 0; x < c.width; x++) {
+    c.dispatchEvent(new MouseEvent("mousemove", { clientX: r.left + x + 0.5, clientY: r.top + y + 0.5, bubbles: true }));
+    if (tip.style.display !== "block") continue;
+    var lines = tip.textContent.split("\n");
+    lines.forEach(function (l) { if (l.indexOf("woken by") >= 0) seen[lines[0] + "\t" + l] = 1; });
+  }
+  var out = document.createElement("pre");
+  out.id = "hovered";
+  out.textContent = Object.keys(seen).join("\n");
+  document.body.appendChild(out);
+})();
+</script>
+"#;
+    let html = std::fs::read_to_string(page).expect("read page");
+    let at = html.rfind("</body>").expect("</body>");
+    let probe = page.with_file_name("hover.html");
+    std::fs::write(&probe, format!("{}{PROBE}{}", &html[..at], &html[at..])).unwrap();
+    let dom = chromium_run(&probe, &["--dump-dom"]);
+    let start = dom.find("<pre id=\"hovered\">").expect("the probe ran") + 18;
+    let text = &dom[start..start + dom[start..].find("</pre>").expect("</pre>")];
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in text.lines() {
+        let l = l.replace("&quot;", "\"").replace("&amp;", "&");
+        let (row, tip) = l.split_once('\t').expect("row and tip");
+        out.entry(row.to_string())
+            .or_default()
+            .push(tip.to_string());
+    }
+    out
+}
+
+#[test]
+fn html_hover_over_a_handed_over_wait_says_who_woke_it() {
+    let run = waitshim_tests::Launch::fixture("handover").run();
+    run.assert_success();
+    let a = run.analyze();
+    let log = a.log(0);
+    let tid = |name: &str| -> u64 {
+        log.threads()
+            .iter()
+            .find(|t| t["name"] == name)
+            .and_then(|t| t["tid"].as_u64())
+            .unwrap_or_else(|| panic!("thread {name}"))
+    };
+    let page = export(run.single_log(), "html", "html");
+    let hovered = hover_wakers(&page);
+    // Each woken thread's row, hovered over its wait, names the object and who woke it.
+    for (woken, kind, waker) in [
+        ("blocked", "mutex#", "holder"),
+        ("sleeper", "cond#", "ringer"),
+        ("taker", "semaphore#", "giver"),
+        ("dozer", "futex#", "alarm"),
+        ("early-0", "barrier#", "closer"),
+        ("early-1", "barrier#", "closer"),
+    ] {
+        let row = format!("thread {} \"{woken}\"", tid(woken));
+        let tips = hovered
+            .get(&row)
+            .unwrap_or_else(|| panic!("no tip naming a waker on the row {row}: {hovered:#?}"));
+        let by = format!("woken by thread {} \"{waker}\"", tid(waker));
+        assert!(
+            tips.iter()
+                .any(|t| t.starts_with(&format!("object: {kind}")) && t.ends_with(&by)),
+            "{row}: {tips:?}, expected {kind}... {by}"
+        );
+    }
+}

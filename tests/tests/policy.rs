@@ -602,6 +602,30 @@ fn reload_of_an_invalid_policy_keeps_the_old_one() {
     assert!(ev.iter().all(|e| e["version"] == 1));
 }
 
+/// The policy file turns per-wait events off between two waves: events are set when the
+/// program starts, so the second wave's waits are still written, and one line says why.
+#[test]
+fn events_turned_off_by_a_reload_stay_as_they_were_at_start() {
+    let run = waves_with_reload(
+        "6",
+        r#"{"events":"all","rules":[{"match":{"kind":"mutex"},"actions":["count"]}]}"#,
+        r#"{"events":"off","rules":[{"match":{"kind":"mutex"},"actions":["count"]}]}"#,
+        "policy version 2",
+        |log| {
+            log.0["policy"]["versions"]
+                .as_array()
+                .is_some_and(|v| v.len() == 2)
+        },
+    );
+    let err = run.stderr_text();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains(r#""events": "off" is not applied"#), "{err}");
+    let a = run.analyze();
+    // Each wave of 6 has 5 threads sleep behind a holder that sleeps.
+    let waits = u(&a.log(0).0["per_wait_events"]["waits"]);
+    assert!(waits >= 10, "both waves' waits: {waits}");
+}
+
 /// all_waiters at 7 waiters: one record naming the 7 threads waiting at that moment, each with
 /// its chain at the lock site.
 #[test]

@@ -285,11 +285,8 @@ impl<W: Write> Exporter for Html<W> {
                         text.push_str(&format!("; waited at {site}"));
                     }
                     if w.waker_tid != 0 {
-                        text.push_str(&format!(
-                            "; woken by thread {} ({})",
-                            w.waker_tid,
-                            src.thread_name(w.waker_tid)
-                        ));
+                        // `thread 41 "ping"`, as the other exports and the report name it.
+                        text.push_str(&format!("; woken by {}", src.thread_name(w.waker_tid)));
                     }
                     let id = strings.id(&text);
                     objects.insert((w.object_id, w.waker_tid), id);

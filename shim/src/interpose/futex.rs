@@ -22,7 +22,10 @@
 //!   back when it returns (while the shim set it up, it counted among the word's waiters).
 //! - Wakes. A `FUTEX_WAKE` or `FUTEX_WAKE_BITSET` on a word with an open high-contention episode
 //!   ends it, before the wake, as a semaphore post does: the waker is who the waiters waited for.
-//!   A wake that woke someone counts as a wake of the object. When the last waiter leaves an
+//!   It also names the waking thread as the waker of the waits it ends (per-wait events: one
+//!   relaxed store, and only on a word threads sleep on). A word no thread has slept on yet is no
+//!   object, and its wakes record nothing. A wake that woke someone counts as a wake of the
+//!   object. When the last waiter leaves an
 //!   episode no wake of this process ended (a timeout, a waker in another process or in a signal
 //!   handler), the episode ends then, with no holder.
 //!

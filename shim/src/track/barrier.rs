@@ -22,6 +22,10 @@
 //!   takes no part in waiter counts or the highwater mark). Either way, each round counts one
 //!   contended wait per arrival but one.
 //!
+//! The arrival taken for a round's last is named, before its call, as the waker of the waits
+//! the round ends; when glibc's answer shows the prediction wrong, the serial thread names
+//! itself on return, for the waits that have not ended by then.
+//!
 //! The episode therefore ends just after the last arriver returns from glibc (which has let
 //! the others go by then), not as it arrives. A round's waiter that returns and arrives again
 //! before that (a barrier reused at once) can join the ending episode. In a round the shim
@@ -104,7 +108,14 @@ pub unsafe fn wait(addr: usize, call: impl FnOnce() -> c_int) -> c_int {
         engage::untimed(t);
         w
     });
-    let start = if w.is_none() { now_ns() } else { 0 };
+    let start = if w.is_none() {
+        // Before the call: glibc lets the others go inside it, and their waits must find
+        // their waker (the serial thread names itself again once known).
+        engage::woke(t, obj);
+        now_ns()
+    } else {
+        0
+    };
     let r = call();
     match (settle(r, w.is_some()), w) {
         (Settled::Completed { .. }, w) => {

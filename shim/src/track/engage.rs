@@ -386,14 +386,21 @@ fn release_with_episode_here(t: &ThreadRec, obj: &ObjEntry) {
 /// signal or broadcast, the last arrival at a barrier, a thread's exit. Ends an open episode,
 /// with this thread as the one the waiters waited for (called inside the shim).
 pub fn released(t: &ThreadRec, obj: &ObjEntry) {
-    // Who woke them: read by the waits this release ends (see `waker`).
+    woke(t, obj);
+    if obj.flags() & EPISODE != 0 {
+        release_with_episode(t, obj);
+    }
+}
+
+/// `t` is about to wake the threads waiting on `obj` (a post, signal, broadcast, futex wake, or
+/// the arrival that completes a barrier's round): the waits it ends name it as their waker
+/// ([`waker`]). One relaxed store, only when threads wait.
+#[inline]
+pub fn woke(t: &ThreadRec, obj: &ObjEntry) {
     if let Some(b) = obj.busy_if() {
         if b.waiters.load(Ordering::Relaxed) > 0 {
             b.last_waker.store(t.tid(), Ordering::Relaxed);
         }
-    }
-    if obj.flags() & EPISODE != 0 {
-        release_with_episode(t, obj);
     }
 }
 
@@ -883,7 +890,7 @@ fn wait_end_reacquired_here(
         unsafe { t.local() }.held.push(Held { obj, since: now });
     }
     t.waits.note(obj, ended);
-    if tr.config.events != crate::config::EventsMode::Off {
+    if super::events::mode() != crate::config::EventsMode::Off {
         let span = waitshim_format::events::WaitSpan {
             begin_ns: w.start,
             end_ns: now,

@@ -21,6 +21,34 @@ use waitshim_format::WaitEvents;
 use super::Tracker;
 use crate::config::EventsMode as Mode;
 
+/// The mode in force ([`mode`]): 0 off, 1 all, else the flight recorder's window in ns (at
+/// least 1 ms). Process-wide, so that a forked child keeps its parent's.
+static MODE: AtomicU64 = AtomicU64::new(1);
+
+/// What is written of per-wait events: set at start, from `WAITSHIM_EVENTS` or else the
+/// policy file, and not changed after (a log whose events covered only part of the run would
+/// read as a run without those waits).
+#[inline]
+pub fn mode() -> Mode {
+    match MODE.load(Ordering::Relaxed) {
+        0 => Mode::Off,
+        1 => Mode::All,
+        keep_ns => Mode::Ring { keep_ns },
+    }
+}
+
+/// Puts `m` in force (at start, before the program's threads wait, unless another library's
+/// constructor made them wait first: a thread whose buffer was made for `all` then keeps one
+/// chunk of flight recorder).
+pub fn set_mode(m: Mode) {
+    let v = match m {
+        Mode::Off => 0,
+        Mode::All => 1,
+        Mode::Ring { keep_ns } => keep_ns.max(2),
+    };
+    MODE.store(v, Ordering::Relaxed);
+}
+
 /// Bytes of one chunk: a record of about 40 to 110 waits.
 const CHUNK: usize = 1024;
 /// Chunks per thread in the flight recorder (64 KB for each thread that ever blocked); `all`
@@ -124,7 +152,7 @@ impl Buf {
 
     /// Adds a wait of thread `tid` that has just ended (owner thread only, inside the shim).
     pub fn add(&self, tr: &Tracker, tid: u32, span: &WaitSpan) {
-        let mode = tr.config.events;
+        let mode = mode();
         if mode == Mode::Off {
             return;
         }
@@ -202,7 +230,7 @@ impl Buf {
         if c.count.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let keep_ns = match tr.config.events {
+        let keep_ns = match mode() {
             Mode::Ring { keep_ns } => keep_ns,
             _ => 0,
         };
@@ -228,7 +256,7 @@ impl Buf {
             if n == 0 {
                 continue;
             }
-            match tr.config.events {
+            match mode() {
                 Mode::Ring { keep_ns }
                     if now.saturating_sub(c.last_ns.load(Ordering::Relaxed)) > keep_ns =>
                 {
@@ -263,7 +291,8 @@ impl Buf {
 /// waiting a moment for a thread adding one); else, with every event kept (`all`), what is not
 /// being added to. The flight recorder keeps its chunks until the end.
 pub fn take_all(tr: &Tracker, now: u64, complete: bool) {
-    if tr.config.events == Mode::Off || (!complete && tr.config.events != Mode::All) {
+    let mode = mode();
+    if mode == Mode::Off || (!complete && mode != Mode::All) {
         return;
     }
     for e in tr.threads.iter() {

@@ -86,6 +86,7 @@ pub fn init() {
     // `dlsym` later (in a signal handler).
     crate::real::resolve_all();
     let config = Config::from_env();
+    events::set_mode(config.events.unwrap_or(crate::config::DEFAULT_EVENTS));
     if config.disabled {
         STATE.store(OFF, Ordering::Release);
         return;

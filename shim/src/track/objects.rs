@@ -187,8 +187,9 @@ pub struct Busy {
     /// `last_wake` is later than that wakes a waiter that began before the last stamp, which
     /// the stamp already covers: it is not stamped again (a clock read and a shared write).
     pub last_wait_start: AtomicU64,
-    /// Condition variables, semaphores, barriers: the thread that last signalled, broadcast,
-    /// posted or completed a round while threads waited (who woke them), 0 if none did.
+    /// Condition variables, semaphores, barriers, futex words: the thread that last signalled,
+    /// broadcast, posted, completed a round or woke the word while threads waited (who woke
+    /// them), 0 if none did.
     pub last_waker: AtomicU32,
     pub stats: Stats,
     /// Bumped on every change of `stats`; compared with `flushed` to skip unchanged objects.
