@@ -42,21 +42,22 @@ pub fn parse(v: &str) -> Result<EventsMode, String> {
         Some(d) => d.trim(),
         None => return Err(format!("{v:?}: write ring:DURATION (such as ring:30s)")),
     };
-    let split = d
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(d.len());
-    let (num, unit) = d.split_at(split);
-    let scale = match unit.trim() {
-        "" | "s" => 1e9,
-        "ms" => 1e6,
-        "m" | "min" => 60e9,
-        "h" => 3600e9,
-        _ => return Err(format!("{v:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{v:?}: {d:?} is not a duration like 30s"))?;
-    let ns = (n * scale).round();
+    let units = [
+        ("", 1e9),
+        ("s", 1e9),
+        ("ms", 1e6),
+        ("m", 60e9),
+        ("min", 60e9),
+        ("h", 3600e9),
+    ];
+    let ns = crate::duration::ns(d, &units).map_err(|e| match e {
+        crate::duration::DurationError::Unit(u) => {
+            format!("{v:?}: unknown unit {u:?} (use ms, s, m or h)")
+        }
+        crate::duration::DurationError::Number => {
+            format!("{v:?}: {d:?} is not a duration like 30s")
+        }
+    })?;
     if !(1e6..=86_400e9).contains(&ns) {
         return Err(format!("{v:?}: the window must be 1ms to 24h"));
     }

@@ -84,6 +84,7 @@
 //! assert_eq!(waitshim_policy::parse(&waitshim_policy::to_json(&policy)).unwrap(), policy);
 //! ```
 
+pub mod duration;
 pub mod events;
 mod glob;
 mod parse;

@@ -43,20 +43,15 @@ pub fn parse_sample(v: &str) -> Result<u64, String> {
     if v.eq_ignore_ascii_case("off") || v == "0" {
         return Ok(0);
     }
-    let split = v
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(v.len());
-    let (num, unit) = v.split_at(split);
-    let scale = match unit.trim() {
-        "" | "ms" => 1e6,
-        "us" | "µs" => 1e3,
-        "s" => 1e9,
-        _ => return Err(format!("unknown unit {unit:?} (use us, ms or s)")),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{v:?} is not a duration like 10ms or off"))?;
-    let ns = (n * scale).round();
+    let units = [("", 1e6), ("ms", 1e6), ("us", 1e3), ("µs", 1e3), ("s", 1e9)];
+    let ns = waitshim_policy::duration::ns(v, &units).map_err(|e| match e {
+        waitshim_policy::duration::DurationError::Unit(u) => {
+            format!("unknown unit {u:?} (use us, ms or s)")
+        }
+        waitshim_policy::duration::DurationError::Number => {
+            format!("{v:?} is not a duration like 10ms or off")
+        }
+    })?;
     if !(1e6..=1e10).contains(&ns) {
         return Err(format!("{v} is outside 1ms..10s"));
     }

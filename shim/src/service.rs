@@ -221,11 +221,11 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             }
             let mut flushed = false;
             for task in tasks.iter_mut().filter(|t| now >= t.due) {
-                let last = task.last_cpu_ns;
                 let start = thread_cpu_ns();
-                task.due = (task.run)(tr, task.due, now, last);
-                task.last_cpu_ns = thread_cpu_ns().saturating_sub(start);
-                costs.add(task.kind, task.last_cpu_ns);
+                let (due, end) = (task.run)(tr, task.due, now, start);
+                task.due = due;
+                let end = end.unwrap_or_else(thread_cpu_ns);
+                costs.add(task.kind, end.saturating_sub(start));
                 flushed |= task.kind == shim_task::FLUSH;
             }
             if flushed {
@@ -242,8 +242,6 @@ struct Task {
     /// [`shim_task`]: what its cost is counted as.
     kind: u8,
     due: u64,
-    /// The CPU time its last run took (measured by the loop, which counts it in [`Costs`]).
-    last_cpu_ns: u64,
     run: Box<TaskFn>,
 }
 
@@ -309,8 +307,10 @@ impl Costs {
     }
 }
 
-/// `run(tracker, due, now, last_cpu_ns)`: `last_cpu_ns` is what its previous run took.
-type TaskFn = dyn FnMut(&Tracker, u64, u64, u64) -> u64;
+/// `run(tracker, due, now, start_cpu_ns)`, with this thread's CPU clock as the run starts:
+/// when the task is due next, and the CPU clock as it ended if the task read it (the loop reads
+/// it otherwise), so that a run is timed with two readings of the clock, a system call.
+type TaskFn = dyn FnMut(&Tracker, u64, u64, u64) -> (u64, Option<u64>);
 
 /// What this thread does periodically, in this order when several are due at once: check the
 /// policy file for changes, sample the threads' states (when the sampler is on), and flush the
@@ -322,10 +322,9 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     tasks.push(Task {
         kind: shim_task::POLICY_RELOAD,
         due: start + RELOAD_CHECK_NS,
-        last_cpu_ns: 0,
         run: Box::new(|tr, _, now, _| {
             crate::policy::reload_if_changed(&tr.log);
-            now + RELOAD_CHECK_NS
+            (now + RELOAD_CHECK_NS, None)
         }),
     });
     let sampler = tracker().and_then(|tr| {
@@ -336,16 +335,14 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
         tasks.push(Task {
             kind: shim_task::SAMPLER,
             due: start,
-            last_cpu_ns: 0,
-            run: Box::new(move |tr, due, now, last_cpu_ns| {
+            run: Box::new(move |tr, due, now, start_cpu| {
                 let mut s = s.borrow_mut();
                 s.sample(tr);
-                // Paced by the look before this one (the loop times each run once): the
-                // running mean lags one look, the CPU clock is read half as often.
-                let interval = s.paced(last_cpu_ns);
+                let end = thread_cpu_ns();
+                let interval = s.paced(end.saturating_sub(start_cpu));
                 // The next look one interval after this one was due, not after it ended: the
                 // interval holds on average, unless the sampler falls behind.
-                (due + interval).max(now)
+                ((due + interval).max(now), Some(end))
             }),
         });
     }
@@ -353,12 +350,11 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
     tasks.push(Task {
         kind: shim_task::FLUSH,
         due: start + FLUSH_EVERY_NS,
-        last_cpu_ns: 0,
         run: Box::new(move |tr, _, now, _| {
             tr.flush_periodic();
             crate::policy::write_stats(&tr.log, false);
             look_for_hang(tr, &mut hang_seen, now);
-            now + FLUSH_EVERY_NS
+            (now + FLUSH_EVERY_NS, None)
         }),
     });
     let flush = tasks.len() - 1;
