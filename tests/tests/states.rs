@@ -394,3 +394,81 @@ fn with_a_thousand_threads_the_sampler_follows_what_it_can_and_says_how_many_it_
         "the shim's thread took {cpu} ns of CPU in {at} ns: {cost}"
     );
 }
+
+/// The kernel's figures for one thread, read by the test: (running ns, run-queue delay ns,
+/// timeslices, voluntary switches, involuntary switches).
+fn kernel_figures(pid: u32, tid: &str) -> (u64, u64, u64, u64, u64) {
+    let dir = format!("/proc/{pid}/task/{tid}");
+    let sched = std::fs::read_to_string(format!("{dir}/schedstat")).expect("schedstat");
+    let n: Vec<u64> = sched
+        .split_whitespace()
+        .map(|w| w.parse().expect("schedstat number"))
+        .collect();
+    let status = std::fs::read_to_string(format!("{dir}/status")).expect("status");
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {status}"))
+    };
+    (
+        n[0],
+        n[1],
+        n[2],
+        field("voluntary_ctxt_switches:"),
+        field("nonvoluntary_ctxt_switches:"),
+    )
+}
+
+/// Per-thread statistics against the kernel's own: the test reads each worker's schedstat and
+/// status while it sleeps at the end of its work, then lets the program end. The report's
+/// running time, run-queue delay, timeslices and context switches for each are those figures,
+/// plus what the worker did after the test looked (return from read, end): a few ms at most.
+#[test]
+fn per_thread_statistics_are_the_kernels_own() {
+    let running = Launch::fixture("proc_stats").spawn();
+    running.wait_for_stdout("ready\n");
+    let pid = running.pid();
+    let mut kernel = std::collections::BTreeMap::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/task")).expect("task dir") {
+        let tid = e.expect("entry").file_name().to_string_lossy().into_owned();
+        let comm =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).unwrap_or_default();
+        if comm.starts_with("worker-") {
+            kernel.insert(comm.trim().to_string(), kernel_figures(pid, &tid));
+        }
+    }
+    assert_eq!(kernel.len(), 3, "{kernel:?}");
+    // SAFETY: signalling the test's own child.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGUSR1) }, 0);
+    let run = running.wait();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "ready\nproc_stats: done\n");
+    let a = run.analyze();
+    let states = &a.log(0).0["thread_states"];
+    const MS: u64 = 1_000_000;
+    for (i, (name, &(on_cpu, delay, slices, vol, invol))) in kernel.iter().enumerate() {
+        assert!(on_cpu >= (i as u64 + 1) * 60 * MS, "{name}: {on_cpu}");
+        let t = state_of(states, name);
+        let within = |field: &str, kernel: u64, after: u64| {
+            let v = u(&t[field]);
+            assert!(
+                v + MS >= kernel && v <= kernel + after,
+                "{name}: {field} {v}, the kernel said {kernel} before the end: {t}"
+            );
+        };
+        within("running_ns", on_cpu, 10 * MS);
+        within("runnable_ns", delay, 100 * MS);
+        let count = |field: &str, kernel: u64| {
+            let v = u(&t[field]);
+            assert!(
+                v >= kernel && v <= kernel + 20,
+                "{name}: {field} {v}, the kernel said {kernel} before the end: {t}"
+            );
+        };
+        count("timeslices", slices);
+        count("voluntary_switches", vol);
+        count("involuntary_switches", invol);
+    }
+}
