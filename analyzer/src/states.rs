@@ -14,6 +14,8 @@ use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadSwitches, Th
 pub const MAX_THREADS: usize = 100_000;
 /// Distinct (system call, what) kept per thread; further ones are summed under "other".
 pub const MAX_BLOCKED_KINDS: usize = 16;
+/// CPUs whose idle time is kept one by one ([`States::per_cpu`]); all are in the sums.
+pub const MAX_CPUS: usize = 4096;
 /// Distinct resources kept over the run ([`States::resources`]); further ones are summed under
 /// system call -2.
 pub const MAX_RESOURCES: usize = 1000;
@@ -239,6 +241,8 @@ pub struct States {
     pub cpus: usize,
     pub idle_ns: u64,
     pub iowait_ns: u64,
+    /// Each CPU's idle and iowait time, by CPU number (the first [`MAX_CPUS`]).
+    pub per_cpu: Vec<(u64, u64)>,
     pub cpu_sampled_ns: u64,
     last_cpu_ns: Option<u64>,
     /// CPU time of threads that ended since the last sample, run after the sampler's last look
@@ -396,6 +400,16 @@ impl States {
 
     pub fn add_cpus(&mut self, c: CpuSample) {
         self.cpus = self.cpus.max(c.idle_ns.len());
+        let n = c.idle_ns.len().min(MAX_CPUS);
+        if self.per_cpu.len() < n {
+            self.per_cpu.resize(n, (0, 0));
+        }
+        for (i, slot) in self.per_cpu.iter_mut().enumerate().take(n) {
+            slot.0 = slot.0.saturating_add(c.idle_ns[i]);
+            slot.1 = slot
+                .1
+                .saturating_add(c.iowait_ns.get(i).copied().unwrap_or(0));
+        }
         self.idle_ns = c
             .idle_ns
             .iter()

@@ -326,6 +326,20 @@ fn the_sampler_keeps_to_its_budget_with_many_threads_and_the_report_says_what_it
     );
     // Every thread was followed: none left unsampled for want of descriptors.
     assert_eq!(u(&log.0["thread_states"]["unsampled_threads"]), 0);
+    // Each CPU's idle time, and the machine's as their sum.
+    let cpus = &log.0["thread_states"]["cpus"];
+    let per_cpu = cpus["per_cpu"].as_array().expect("per_cpu");
+    assert_eq!(per_cpu.len() as u64, u(&cpus["count"]), "{cpus}");
+    assert_eq!(
+        per_cpu.iter().map(|c| u(&c["idle_ns"])).sum::<u64>(),
+        u(&cpus["idle_ns"]),
+        "{cpus}"
+    );
+    assert!(
+        per_cpu.len() < 2 || a.text.contains("  idle per CPU: cpu0 "),
+        "{}",
+        a.text
+    );
     // By resource: the one pipe kept all 200 readers waiting, once each, for the whole second
     // main computed.
     let pipe = &log.0["thread_states"]["resources"][0];

@@ -783,6 +783,14 @@ struct CpusJson {
     sampled_ns: u64,
     idle_ns: u64,
     iowait_ns: u64,
+    per_cpu: Vec<CpuJson>,
+}
+
+#[derive(Serialize)]
+struct CpuJson {
+    cpu: usize,
+    idle_ns: u64,
+    iowait_ns: u64,
 }
 
 fn thread_states(m: &crate::model::Model) -> StatesJson {
@@ -862,6 +870,16 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
             sampled_ns: st.cpu_sampled_ns,
             idle_ns: st.idle_ns,
             iowait_ns: st.iowait_ns,
+            per_cpu: st
+                .per_cpu
+                .iter()
+                .enumerate()
+                .map(|(cpu, &(idle_ns, iowait_ns))| CpuJson {
+                    cpu,
+                    idle_ns,
+                    iowait_ns,
+                })
+                .collect(),
         },
     }
 }

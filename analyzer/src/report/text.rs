@@ -756,6 +756,30 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
             st.cpus,
             fmt_ns(st.iowait_ns),
         );
+        if st.per_cpu.len() > 1 {
+            const SHOWN: usize = 64;
+            let each: Vec<String> = st
+                .per_cpu
+                .iter()
+                .take(SHOWN)
+                .enumerate()
+                .map(|(i, &(idle, _))| {
+                    format!(
+                        "cpu{i} {}",
+                        percent(idle as f64 / st.cpu_sampled_ns.max(1) as f64)
+                    )
+                })
+                .collect();
+            let more = if st.per_cpu.len() > SHOWN {
+                format!(
+                    ", ... {} more (JSON cpus.per_cpu)",
+                    st.per_cpu.len() - SHOWN
+                )
+            } else {
+                String::new()
+            };
+            let _ = writeln!(out, "  idle per CPU: {}{more}", each.join(", "));
+        }
     }
 }
 
