@@ -1011,6 +1011,10 @@ impl Model {
                 self.seen(t.ns);
                 self.states.thread_switches(t);
             }
+            Record::BlockedChain(c) => {
+                self.seen(c.ns);
+                self.states.blocked_chain(&c);
+            }
             Record::ShimCost(mut c) => {
                 self.seen(c.ns);
                 // Totals since the thread started: the latest holds the others. A damaged log

@@ -8,7 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use waitshim_format::{thread_state, CpuSample, ThreadSamples, ThreadSwitches, ThreadTotals};
+use waitshim_format::{
+    thread_state, BlockedChain, CpuSample, ThreadSamples, ThreadSwitches, ThreadTotals,
+};
 
 /// Threads followed at most (more are counted in [`States::threads_cut`]).
 pub const MAX_THREADS: usize = 100_000;
@@ -20,6 +22,9 @@ pub const MAX_CPUS: usize = 4096;
 /// system call -2.
 pub const MAX_RESOURCES: usize = 1000;
 const MAX_WHAT: usize = 200;
+/// Distinct chains kept per resource ([`ResourceWaits::chains`]); further ones are counted in
+/// `other_chains`.
+pub const MAX_CHAINS_PER_RESOURCE: usize = 8;
 
 /// Time one thread spent blocked in one system call on one thing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -120,9 +125,38 @@ pub struct ResourceWaits {
     pub ns: u64,
     pub max_ns: u64,
     pub waits: u64,
+    /// Where in their code the threads waited (`BlockedChain` records: chains scanned from the
+    /// blocked threads' stacks, as the policy asked), with how many waits each, most first
+    /// once the log is read.
+    pub chains: Vec<(u32, u64)>,
+    /// Waits whose chain was past the [`MAX_CHAINS_PER_RESOURCE`] kept.
+    pub other_chains: u64,
 }
 
 impl Resources {
+    /// The entry of one resource, or of the sum of the others once [`MAX_RESOURCES`] are kept.
+    fn entry(&mut self, syscall: i32, what: &str) -> &mut ResourceWaits {
+        let key = if self.by.len() < MAX_RESOURCES || self.by.contains_key(&(syscall, what.into()))
+        {
+            (syscall, what.to_string())
+        } else {
+            (-2, String::new())
+        };
+        self.by.entry(key).or_default()
+    }
+
+    /// A chain of a wait on one resource.
+    fn chain(&mut self, syscall: i32, what: &str, chain_id: u32) {
+        let r = self.entry(syscall, what);
+        if let Some(c) = r.chains.iter_mut().find(|c| c.0 == chain_id) {
+            c.1 += 1;
+        } else if r.chains.len() < MAX_CHAINS_PER_RESOURCE {
+            r.chains.push((chain_id, 1));
+        } else {
+            r.other_chains += 1;
+        }
+    }
+
     fn add(&mut self, syscall: i32, what: &str, ns: u64) {
         let key = if self.by.len() < MAX_RESOURCES || self.by.contains_key(&(syscall, what.into()))
         {
@@ -236,6 +270,8 @@ pub struct States {
     pub threads_cut: u64,
     /// Most threads the sampler could not follow at once (descriptor budget).
     pub unsampled: u32,
+    /// Chains of blocked threads counted for a resource ([`States::blocked_chain`]).
+    pub blocked_chains: u64,
     /// CPUs: their number, idle and iowait time summed over them, and the time covered (per
     /// CPU) by the samples.
     pub cpus: usize,
@@ -465,6 +501,22 @@ impl States {
         }
     }
 
+    /// Where a blocked thread was in its code (the policy asked for its chain): counted for the
+    /// resource of the wait its latest entry began, when that is the call the chain was taken
+    /// in (a chain written after the thread's state changed is left out).
+    pub fn blocked_chain(&mut self, c: &BlockedChain) {
+        let Some(t) = self.threads.get(&c.tid) else {
+            return;
+        };
+        if let Some((thread_state::BLOCKED, syscall, what, since, _, _)) = &t.current {
+            if *syscall == c.syscall && *since <= c.ns {
+                let what = what.clone();
+                self.resources.chain(c.syscall, &what, c.chain_id);
+                self.blocked_chains += 1;
+            }
+        }
+    }
+
     /// A thread ended at `ns`: its last state lasted until then.
     pub fn thread_exit(&mut self, tid: u32, ns: u64) {
         if !self.threads.contains_key(&tid) && self.threads.len() >= MAX_THREADS {
@@ -480,6 +532,9 @@ impl States {
         for t in self.threads.values_mut() {
             t.close(ns, &mut self.resources);
             t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
+        }
+        for r in self.resources.by.values_mut() {
+            r.chains.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         }
     }
 }

@@ -913,6 +913,27 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// Where a thread blocked outside the waits the shim tracks (in `read`, `accept`,
+    /// `epoll_wait`, a sleep, an untracked futex, ...) was in its code: the sampler found it
+    /// blocked in system call `syscall` at the look at `ns`, and a policy rule (or the built-in
+    /// policy, `version` of the built-in, `rule` 0) asked for the waiting thread's chain. The
+    /// chain is scanned from the stack pointer the kernel shows for the thread, without
+    /// stopping it (its first frame is the program counter, the others are return addresses
+    /// found on its stack, as in a [`HolderStack`] with `live` = 2). The wait is the one the
+    /// thread's latest [`ThreadState`] entry began; `since_ns` is the look that first saw it.
+    pub struct BlockedChain {
+        pub tid: u32,
+        pub ns: u64,
+        pub since_ns: u64,
+        pub syscall: i32,
+        pub arg0: u64,
+        pub version: u32,
+        pub rule: u32,
+        pub chain_id: u32,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -990,4 +1011,5 @@ records! {
     ThreadTotals = 36,
     ThreadSwitches = 37,
     ShimCost = 38,
+    BlockedChain = 39,
 }

@@ -67,6 +67,46 @@ pub fn is_io(nr: i32) -> bool {
     find(nr).is_some_and(|e| e.3)
 }
 
+/// The kinds of resource a blocked thread can wait on, as policy rules name them (`"resource"`
+/// in a rule's `match`) and reports group them: see [`resource_kind`].
+pub const RESOURCE_KINDS: &[&str] = &[
+    "file", "pipe", "socket", "epoll", "eventfd", "timerfd", "signalfd", "inotify", "poll",
+    "sleep", "futex", "child", "signal", "other",
+];
+
+/// What kind of resource a thread blocked in system call `nr` waits on, from the call and from
+/// what the sampler found its descriptor to be (`what`: `pipe:[123]`, `socket:[456] tcp ...`,
+/// `anon_inode:[eventpoll] ...`, a path): one of [`RESOURCE_KINDS`].
+pub fn resource_kind(nr: i32, what: &str) -> &'static str {
+    if takes_fd(nr) {
+        let kinds: [(&str, &'static str); 7] = [
+            ("pipe:[", "pipe"),
+            ("socket:[", "socket"),
+            ("anon_inode:[eventpoll]", "epoll"),
+            ("anon_inode:[eventfd]", "eventfd"),
+            ("anon_inode:[timerfd]", "timerfd"),
+            ("anon_inode:[signalfd]", "signalfd"),
+            ("anon_inode:inotify", "inotify"),
+        ];
+        if let Some(&(_, kind)) = kinds.iter().find(|(p, _)| what.starts_with(p)) {
+            return kind;
+        }
+        if what.starts_with('/') {
+            return "file";
+        }
+        // A descriptor the sampler could not name (it was closed meanwhile).
+        return "other";
+    }
+    match name(nr) {
+        Some("poll" | "select" | "pselect6" | "ppoll") => "poll",
+        Some("nanosleep" | "clock_nanosleep" | "pause") => "sleep",
+        Some("futex") => "futex",
+        Some("wait4" | "waitid") => "child",
+        Some("rt_sigtimedwait" | "rt_sigsuspend") => "signal",
+        _ => "other",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,5 +128,33 @@ mod tests {
             "poll's first argument is an array"
         );
         assert!(!takes_fd(202) && !is_io(202) && name(9999).is_none());
+    }
+
+    #[test]
+    fn a_blocked_call_is_classed_by_what_its_descriptor_is() {
+        assert_eq!(resource_kind(0, "pipe:[4711]"), "pipe");
+        assert_eq!(
+            resource_kind(43, "socket:[9] tcp 127.0.0.1:80 listening"),
+            "socket"
+        );
+        assert_eq!(
+            resource_kind(232, "anon_inode:[eventpoll] watching fds 4"),
+            "epoll"
+        );
+        assert_eq!(resource_kind(0, "anon_inode:[eventfd]"), "eventfd");
+        assert_eq!(resource_kind(73, "/tmp/lock"), "file");
+        assert_eq!(
+            resource_kind(0, ""),
+            "other",
+            "a descriptor closed meanwhile"
+        );
+        assert_eq!(resource_kind(35, ""), "sleep");
+        assert_eq!(resource_kind(202, "untracked futex word 0x10"), "futex");
+        assert_eq!(resource_kind(61, "child 42"), "child");
+        assert_eq!(resource_kind(7, ""), "poll");
+        assert_eq!(resource_kind(-1, ""), "other");
+        for nr in TABLE.iter().map(|e| e.0) {
+            assert!(RESOURCE_KINDS.contains(&resource_kind(nr, "")));
+        }
     }
 }

@@ -968,6 +968,30 @@ fn golden() -> Vec<(Record, &'static str)> {
                 00 00 00                             # padding to 4 bytes
             ",
         ),
+        (
+            BlockedChain {
+                tid: 0x0cc1,
+                ns: 0x0113,
+                since_ns: 0x0114,
+                syscall: 232,
+                arg0: 0x0cc2,
+                version: 1,
+                rule: 2,
+                chain_id: 0x0cc3,
+            }
+            .into(),
+            "
+                57 53 27 00 2c 00 00 00 ba 8b d4 fb  # tag WS, type 39, body 44 bytes, crc32
+                c1 0c 00 00                          # tid = 0xcc1
+                13 01 00 00 00 00 00 00              # ns = 0x113
+                14 01 00 00 00 00 00 00              # since_ns = 0x114
+                e8 00 00 00                          # syscall = 232 (epoll_wait)
+                c2 0c 00 00 00 00 00 00              # arg0 = 0xcc2
+                01 00 00 00                          # version = 1
+                02 00 00 00                          # rule = 2
+                c3 0c 00 00                          # chain_id = 0xcc3
+            ",
+        ),
     ]
 }
 

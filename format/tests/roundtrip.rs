@@ -518,6 +518,17 @@ fn every_record() -> Vec<Record> {
             ],
         }
         .into(),
+        BlockedChain {
+            tid: 46,
+            ns: 33,
+            since_ns: 20,
+            syscall: 45,
+            arg0: 7,
+            version: 1,
+            rule: 3,
+            chain_id: 9,
+        }
+        .into(),
     ]
 }
 
@@ -563,6 +574,7 @@ fn variant_name(r: &Record) -> &'static str {
         Record::ThreadTotals(_) => "ThreadTotals",
         Record::ThreadSwitches(_) => "ThreadSwitches",
         Record::ShimCost(_) => "ShimCost",
+        Record::BlockedChain(_) => "BlockedChain",
         Record::Unknown { .. } => "Unknown",
     }
 }

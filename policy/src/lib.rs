@@ -88,6 +88,7 @@ pub mod duration;
 pub mod events;
 mod glob;
 mod parse;
+pub mod sample;
 pub mod signal;
 mod text;
 
@@ -95,6 +96,7 @@ pub use events::EventsMode;
 pub use glob::{Glob, MAX_LEN as MAX_PATTERN_LEN};
 pub use parse::{parse, PolicyError, MAX_ADDRS};
 pub use text::{explain, to_json};
+pub use waitshim_format::syscalls::RESOURCE_KINDS;
 pub use waitshim_format::ObjectKind;
 
 use waitshim_format::record::action;
@@ -116,6 +118,8 @@ pub struct Policy {
     pub stack_signal: Option<String>,
     /// Per-wait events (`events`); `None`: the file does not say.
     pub events: Option<EventsMode>,
+    /// The sampler's interval in ns (`sample`), 0 for off; `None`: the file does not say.
+    pub sample_ns: Option<u64>,
 }
 
 /// One rule: which waits it applies to, when it acts, and what it collects then.
@@ -142,6 +146,16 @@ pub struct Selectors {
     pub thread_name: Option<Glob>,
     /// The symbol of the waiting thread's start routine; `main` for the main thread.
     pub thread_group: Option<Glob>,
+    /// Kinds of resource ([`RESOURCE_KINDS`]) a thread blocked outside the sync objects waits
+    /// on. A rule with `resource` or `resource_name` is a *resource rule*: it applies to the
+    /// waits the sampler finds threads blocked in (`read`, `accept`, `epoll_wait`, a sleep, an
+    /// untracked futex, ...) and never to a wait on a sync object; the other rules never apply
+    /// to those.
+    pub resources: Option<Vec<&'static str>>,
+    /// Matched against what the resource is, as the report shows it: a file's path,
+    /// `pipe:[123]`, `socket:[456] tcp 127.0.0.1:41234 -> 127.0.0.1:8080`,
+    /// `anon_inode:[eventpoll] watching fds 4,5`, `child 42`, `untracked futex word 0x...`.
+    pub resource_name: Option<Glob>,
 }
 
 /// When a selected wait is acted on. Every criterion given must hold; the default acts on every
@@ -190,9 +204,33 @@ impl Selectors {
         self.thread_name.is_some() || self.thread_group.is_some()
     }
 
-    /// Whether this selects every wait.
+    /// Whether this selects every wait on a sync object.
     pub fn is_empty(&self) -> bool {
-        !self.has_object_selectors() && !self.has_thread_selectors()
+        !self.has_object_selectors() && !self.has_thread_selectors() && !self.is_resource_rule()
+    }
+
+    /// Whether the rule is about waits outside sync objects (see [`Selectors::resources`]).
+    pub fn is_resource_rule(&self) -> bool {
+        self.resources.is_some() || self.resource_name.is_some()
+    }
+
+    /// A resource rule's selectors against a blocked thread's resource: its kind (one of
+    /// [`RESOURCE_KINDS`]) and what it is. Always false for a rule about sync objects.
+    pub fn matches_resource(&self, kind: &str, what: &str) -> bool {
+        if !self.is_resource_rule() {
+            return false;
+        }
+        if let Some(kinds) = &self.resources {
+            if !kinds.contains(&kind) {
+                return false;
+            }
+        }
+        if let Some(g) = &self.resource_name {
+            if !g.matches(what) {
+                return false;
+            }
+        }
+        true
     }
 
     /// The object selectors against one object. `creation_symbols` are the function symbols of
@@ -204,6 +242,9 @@ impl Selectors {
         name: Option<&str>,
         creation_symbols: impl IntoIterator<Item = &'a str>,
     ) -> bool {
+        if self.is_resource_rule() {
+            return false;
+        }
         if let Some(kinds) = &self.kinds {
             if !kinds.contains(&kind) {
                 return false;
@@ -312,18 +353,31 @@ impl Policy {
     }
 }
 
-/// The policy in force when none is given: one rule selecting every wait, acting always, counting
-/// and taking the waiter's call chain.
+/// The policy in force when none is given: one rule selecting every wait on a sync object,
+/// acting always, counting and taking the waiter's call chain; and one taking the chain of
+/// every thread the sampler finds blocked outside the sync objects, once per wait.
 pub fn builtin() -> Policy {
     Policy {
-        rules: vec![Rule {
-            name: None,
-            select: Selectors::default(),
-            when: Criteria::default(),
-            actions: action::COUNT | action::WAITER_CHAIN,
-        }],
+        rules: vec![
+            Rule {
+                name: None,
+                select: Selectors::default(),
+                when: Criteria::default(),
+                actions: action::COUNT | action::WAITER_CHAIN,
+            },
+            Rule {
+                name: None,
+                select: Selectors {
+                    resources: Some(RESOURCE_KINDS.to_vec()),
+                    ..Selectors::default()
+                },
+                when: Criteria::default(),
+                actions: action::WAITER_CHAIN,
+            },
+        ],
         stack_signal: None,
         events: None,
+        sample_ns: None,
     }
 }
 
@@ -400,7 +454,13 @@ mod tests {
     #[test]
     fn builtin_counts_and_takes_waiter_chains_everywhere() {
         let p = builtin();
-        assert_eq!(p.rules.len(), 1);
+        assert_eq!(p.rules.len(), 2);
+        assert!(p.rules[1].select.is_resource_rule());
+        assert!(p.rules[1].select.matches_resource("pipe", "pipe:[7]"));
+        assert!(!p.rules[1]
+            .select
+            .matches_object(ObjectKind::Mutex, 0x10, None, []));
+        assert!(!p.rules[0].select.matches_resource("pipe", "pipe:[7]"));
         assert!(p.rules[0].select.is_empty());
         assert!(p.rules[0].when.is_empty());
         assert_eq!(p.rules[0].actions, action::COUNT | action::WAITER_CHAIN);

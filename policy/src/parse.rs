@@ -6,9 +6,11 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use crate::signal;
+use waitshim_format::record::action;
+
 use crate::{
-    kind_from_name, Criteria, Glob, ObjectKind, Policy, Rule, Selectors, ACTIONS, MAX_RULES, RTMAX,
-    RTMIN,
+    kind_from_name, Criteria, Glob, ObjectKind, Policy, Rule, Selectors, ACTIONS, MAX_RULES,
+    RESOURCE_KINDS, RTMAX, RTMIN,
 };
 
 /// Most addresses one `object_addr` may list.
@@ -57,7 +59,7 @@ fn err(path: &str, message: impl Into<String>) -> PolicyError {
 }
 
 const TOP: &str = "top level";
-const TOP_FIELDS: &[&str] = &["rules", "stack_signal", "events"];
+const TOP_FIELDS: &[&str] = &["rules", "stack_signal", "events", "sample"];
 const RULE_FIELDS: &[&str] = &["name", "match", "when", "actions"];
 const MATCH_FIELDS: &[&str] = &[
     "kind",
@@ -66,6 +68,8 @@ const MATCH_FIELDS: &[&str] = &[
     "creation_site",
     "thread_name",
     "thread_group",
+    "resource",
+    "resource_name",
 ];
 const WHEN_FIELDS: &[&str] = &[
     "min_waiters",
@@ -176,10 +180,24 @@ fn policy(value: &Value) -> Result<Policy, PolicyError> {
             ))
         }
     };
+    let sample_ns = match top.get("sample") {
+        None => None,
+        Some(Value::String(s)) => Some(crate::sample::parse(s).map_err(|e| err("sample", e))?),
+        Some(v) => {
+            return Err(err(
+                "sample",
+                format!(
+                    "expected \"off\" or an interval such as \"10ms\", found {}",
+                    describe(v)
+                ),
+            ))
+        }
+    };
     Ok(Policy {
         rules,
         stack_signal,
         events,
+        sample_ns,
     })
 }
 
@@ -222,12 +240,58 @@ fn rule(value: &Value, path: &str) -> Result<Rule, PolicyError> {
         }
         Some(v) => actions(v, &format!("{path}.actions"))?,
     };
+    if select.is_resource_rule() {
+        resource_rule(&select, &when, actions, path)?;
+    }
     Ok(Rule {
         name,
         select,
         when,
         actions,
     })
+}
+
+/// What a resource rule may say: the sampler sees a blocked thread from outside, so it knows
+/// the thread, the resource and how long the thread has waited so far, and can take the
+/// thread's chain from its stack; nothing about an object, its waiters or its holder.
+fn resource_rule(
+    select: &Selectors,
+    when: &Criteria,
+    actions: u32,
+    path: &str,
+) -> Result<(), PolicyError> {
+    if select.has_object_selectors() {
+        return Err(err(
+            &format!("{path}.match"),
+            "\"resource\" and \"resource_name\" select waits outside sync objects, \"kind\", \"object_addr\", \"object_name\" and \"creation_site\" waits on them: a rule takes one or the other",
+        ));
+    }
+    let only_min_wait = Criteria {
+        min_wait_ns: when.min_wait_ns,
+        ..Criteria::default()
+    };
+    if *when != only_min_wait {
+        return Err(err(
+            &format!("{path}.when"),
+            "a rule with \"resource\" or \"resource_name\" takes only min_wait (the others count waiters and requests of a sync object)",
+        ));
+    }
+    let allowed = action::COUNT | action::WAITER_CHAIN;
+    if actions & !allowed != 0 {
+        let extra: Vec<&str> = ACTIONS
+            .iter()
+            .filter(|(_, bit)| actions & bit & !allowed != 0)
+            .map(|(n, _)| *n)
+            .collect();
+        return Err(err(
+            &format!("{path}.actions"),
+            format!(
+                "{} not for a rule with \"resource\" or \"resource_name\": it collects count and waiter_chain (the blocked thread's chain, read from its stack)",
+                extra.join(", ")
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn selectors(value: &Value, path: &str) -> Result<Selectors, PolicyError> {
@@ -255,7 +319,15 @@ fn selectors(value: &Value, path: &str) -> Result<Selectors, PolicyError> {
             Some(addrs)
         }
     };
+    let resources = match field("resource") {
+        (None, _) => None,
+        // "any": every kind, so that a rule can select every blocked thread.
+        (Some(Value::String(s)), _) if s == "any" => Some(RESOURCE_KINDS.to_vec()),
+        (Some(v), path) => Some(one_or_many(v, &path, "a resource kind", resource_kind)?),
+    };
     Ok(Selectors {
+        resources,
+        resource_name: glob("resource_name")?,
         kinds,
         object_addr,
         object_name: glob("object_name")?,
@@ -369,6 +441,29 @@ fn kind(v: &Value, path: &str) -> Result<ObjectKind, PolicyError> {
             ),
         )
     })
+}
+
+fn resource_kind(v: &Value, path: &str) -> Result<&'static str, PolicyError> {
+    let Value::String(s) = v else {
+        return Err(err(
+            path,
+            format!("expected a resource kind, found {}", describe(v)),
+        ));
+    };
+    RESOURCE_KINDS
+        .iter()
+        .find(|k| **k == s.as_str())
+        .copied()
+        .ok_or_else(|| {
+            err(
+                path,
+                format!(
+                    "unknown resource kind {}; valid: any, {}",
+                    quote(s),
+                    RESOURCE_KINDS.join(", ")
+                ),
+            )
+        })
 }
 
 fn address(v: &Value, path: &str) -> Result<u64, PolicyError> {
@@ -759,7 +854,7 @@ mod tests {
         );
         assert_eq!(
             error(r#"{"rules": [], "rule": []}"#),
-            "top level: unknown field \"rule\"; valid: rules, stack_signal, events"
+            "top level: unknown field \"rule\"; valid: rules, stack_signal, events, sample"
         );
         assert_eq!(
             error(r#"{"rules": {}}"#),
@@ -834,7 +929,7 @@ mod tests {
     fn selector_errors() {
         assert_eq!(
             rule_error("match", r#"{"kinds": "mutex"}"#),
-            "rules[0].match: unknown field \"kinds\"; valid: kind, object_addr, object_name, creation_site, thread_name, thread_group"
+            "rules[0].match: unknown field \"kinds\"; valid: kind, object_addr, object_name, creation_site, thread_name, thread_group, resource, resource_name"
         );
         assert_eq!(
             rule_error("match", r#"{"kind": ["mutex", "mutx"]}"#),
@@ -1035,10 +1130,47 @@ mod tests {
         let e = error("{\"rules\": [], \"a\\nb\": 1}");
         assert_eq!(
             e,
-            "top level: unknown field \"a\\nb\"; valid: rules, stack_signal, events"
+            "top level: unknown field \"a\\nb\"; valid: rules, stack_signal, events, sample"
         );
         let long = "x".repeat(200);
         let e = rule_error("match", &format!(r#"{{"kind": "{long}"}}"#));
         assert!(e.contains(&format!("\"{}…\"", "x".repeat(60))), "{e}");
+    }
+
+    #[test]
+    fn resource_rules_take_only_what_the_sampler_can_know() {
+        let p = parse(r#"{"rules": [{"match": {"resource": "any"}, "actions": "waiter_chain"}]}"#)
+            .unwrap();
+        assert_eq!(
+            p.rules[0].select.resources.as_ref().map(Vec::len),
+            Some(RESOURCE_KINDS.len())
+        );
+        assert_eq!(
+            rule_error("match", r#"{"resource": "disk"}"#),
+            format!(
+                "rules[0].match.resource: unknown resource kind \"disk\"; valid: any, {}",
+                RESOURCE_KINDS.join(", ")
+            )
+        );
+        assert_eq!(
+            rule_error("match", r#"{"resource": "pipe", "kind": "mutex"}"#),
+            "rules[0].match: \"resource\" and \"resource_name\" select waits outside sync objects, \"kind\", \"object_addr\", \"object_name\" and \"creation_site\" waits on them: a rule takes one or the other"
+        );
+        assert_eq!(
+            error(r#"{"rules": [{"match": {"resource_name": "/var/*"}, "when": {"min_waiters": 2}, "actions": "count"}]}"#),
+            "rules[0].when: a rule with \"resource\" or \"resource_name\" takes only min_wait (the others count waiters and requests of a sync object)"
+        );
+        assert_eq!(
+            error(r#"{"rules": [{"match": {"resource": "socket"}, "actions": ["waiter_chain", "holder_chain", "record"]}]}"#),
+            "rules[0].actions: record, holder_chain not for a rule with \"resource\" or \"resource_name\": it collects count and waiter_chain (the blocked thread's chain, read from its stack)"
+        );
+        assert_eq!(
+            error(r#"{"sample": "100us", "rules": []}"#),
+            "sample: 100us is outside 1ms..10s"
+        );
+        assert_eq!(
+            error(r#"{"sample": 10, "rules": []}"#),
+            "sample: expected \"off\" or an interval such as \"10ms\", found 10"
+        );
     }
 }

@@ -5,7 +5,7 @@ use waitshim_format::record::action;
 
 use crate::{
     action_names, signal, Criteria, EventsMode, Glob, ObjectKind, Policy, Rule, Selectors, KINDS,
-    RTMAX, RTMIN,
+    RESOURCE_KINDS, RTMAX, RTMIN,
 };
 
 /// The policy as compact JSON with a fixed field order, defaults left out, kinds under their
@@ -18,6 +18,9 @@ pub fn to_json(policy: &Policy) -> String {
     }
     if let Some(e) = policy.events {
         out += &format!("\"events\":{},", json_string(&e.to_string()));
+    }
+    if let Some(ns) = policy.sample_ns {
+        out += &format!("\"sample\":{},", json_string(&sample_words(ns)));
     }
     out += "\"rules\":[";
     for (i, rule) in policy.rules.iter().enumerate() {
@@ -45,7 +48,18 @@ fn rule_json(rule: &Rule, out: &mut String) {
         let hex: Vec<String> = addrs.iter().map(|a| format!("\"{a:#x}\"")).collect();
         sel.push(format!("\"object_addr\":[{}]", hex.join(",")));
     }
+    match &s.resources {
+        Some(kinds) if kinds.len() == RESOURCE_KINDS.len() => {
+            sel.push("\"resource\":\"any\"".to_string())
+        }
+        Some(kinds) => {
+            let names: Vec<String> = kinds.iter().map(|k| json_string(k)).collect();
+            sel.push(format!("\"resource\":[{}]", names.join(",")));
+        }
+        None => {}
+    }
     for (key, glob) in [
+        ("resource_name", &s.resource_name),
         ("object_name", &s.object_name),
         ("creation_site", &s.creation_site),
         ("thread_name", &s.thread_name),
@@ -177,9 +191,31 @@ impl Rule {
     }
 }
 
+/// The sampler's interval as a policy writes it: `off`, or a duration.
+fn sample_words(ns: u64) -> String {
+    if ns == 0 {
+        "off".to_string()
+    } else {
+        duration(ns)
+    }
+}
+
 fn selection_short(s: &Selectors) -> String {
     let mut parts = Vec::new();
+    if s.is_resource_rule() {
+        match &s.resources {
+            Some(kinds) if kinds.len() < RESOURCE_KINDS.len() => {
+                let names: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+                parts.push(format!("blocked on {}", join_words(&names, "or")));
+            }
+            _ => parts.push("blocked on any resource".to_string()),
+        }
+        if let Some(g) = &s.resource_name {
+            parts.push(format!("named {}", shown(g.as_str())));
+        }
+    }
     match &s.kinds {
+        _ if s.is_resource_rule() => {}
         Some(kinds) => {
             let names: Vec<String> = kinds.iter().map(|k| k.name().to_string()).collect();
             parts.push(join_words(&names, "or"));
@@ -245,6 +281,13 @@ pub fn explain(policy: &Policy) -> String {
     if let Some(e) = policy.events {
         lines.push(events_words(e));
     }
+    if let Some(ns) = policy.sample_ns {
+        lines.push(if ns == 0 {
+            "The sampler is off (sample): no thread states, waits outside the sync objects or idle CPUs are seen. Taken from the file as it is when the program starts; WAITSHIM_SAMPLE, if set, wins.".to_string()
+        } else {
+            format!("The sampler looks at the threads every {} (sample). Taken from the file as it is when the program starts; WAITSHIM_SAMPLE, if set, wins.", duration(ns))
+        });
+    }
     if policy.rules.is_empty() {
         lines.push(
             "No rules: nothing expensive is collected; every object keeps only the always-on counters."
@@ -267,29 +310,43 @@ pub fn explain(policy: &Policy) -> String {
             .map(|n| format!(" {}", shown(n)))
             .unwrap_or_default();
         lines.push(format!("Rule {}{name}:", i + 1));
-        if let Some(first) = catch_all.filter(|&c| c < i) {
+        if let Some(first) = catch_all.filter(|&c| c < i && !rule.select.is_resource_rule()) {
             lines.push(format!(
                 "  never used: rule {} has no selectors, so it decides every wait before this rule is tried.",
                 first + 1
             ));
         }
         lines.push(format!("  applies to: {}.", selection_words(&rule.select)));
-        lines.push(format!("  acts: {}.", criteria_words(&rule.when)));
-        lines.push(format!(
-            "  collects: {}.",
-            actions_words(policy, rule.actions)
-        ));
+        if rule.select.is_resource_rule() {
+            lines.push(format!("  acts: {}.", resource_criteria_words(&rule.when)));
+            lines.push(format!(
+                "  collects: {}.",
+                resource_actions_words(rule.actions)
+            ));
+        } else {
+            lines.push(format!("  acts: {}.", criteria_words(&rule.when)));
+            lines.push(format!(
+                "  collects: {}.",
+                actions_words(policy, rule.actions)
+            ));
+        }
     }
     lines.push(String::new());
     match catch_all {
         Some(c) => lines.push(format!(
-            "Rule {} selects every wait, so no wait falls outside the rules; waits on which the deciding rule does not act keep only the always-on counters.",
+            "Rule {} selects every wait on a sync object, so no such wait falls outside the rules; waits on which the deciding rule does not act keep only the always-on counters.",
             c + 1
         )),
         None => lines.push(
             "Objects and threads no rule selects keep only the always-on counters, as do waits on which the deciding rule does not act."
                 .to_string(),
         ),
+    }
+    if !policy.rules.iter().any(|r| r.select.is_resource_rule()) {
+        lines.push(
+            "No rule has \"resource\" or \"resource_name\": the sampler still names what blocked threads wait on, but takes no call chain of theirs."
+                .to_string(),
+        );
     }
     if policy.wants_live_stack() {
         let spec = policy.stack_signal_spec();
@@ -361,6 +418,25 @@ fn selection_words(s: &Selectors) -> String {
         return "every wait, on every object, by every thread".to_string();
     }
     let mut out = match &s.kinds {
+        _ if s.is_resource_rule() => {
+            let mut out = match &s.resources {
+                Some(kinds) if kinds.len() < RESOURCE_KINDS.len() => {
+                    let names: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+                    format!(
+                        "threads blocked outside the sync objects on a {} (seen by the sampler)",
+                        join_words(&names, "or")
+                    )
+                }
+                _ => "threads blocked outside the sync objects, on any resource (seen by the sampler)".to_string(),
+            };
+            if let Some(g) = &s.resource_name {
+                out += &format!(
+                    " whose name as the report shows it matches {}",
+                    shown(g.as_str())
+                );
+            }
+            out
+        }
         Some(kinds) if kinds.len() == KINDS.len() => "waits on objects of every kind".to_string(),
         Some(kinds) => {
             let names: Vec<String> = kinds.iter().map(|&k| kind_plural(k).to_string()).collect();
@@ -412,6 +488,31 @@ fn selection_words(s: &Selectors) -> String {
         out += &join_words(&threads, "and");
     }
     out
+}
+
+fn resource_criteria_words(c: &Criteria) -> String {
+    match c.min_wait_ns.filter(|&ns| ns > 0) {
+        Some(ns) => format!(
+            "once the thread has been seen blocked in the same call for {} or longer (at the sampler's looks)",
+            duration(ns)
+        ),
+        None => "on every such wait the sampler sees".to_string(),
+    }
+}
+
+fn resource_actions_words(bits: u32) -> String {
+    let mut parts = Vec::new();
+    if bits & action::COUNT != 0 {
+        parts.push("a count of the waits it acted on".to_string());
+    }
+    if bits & action::WAITER_CHAIN != 0 {
+        parts.push("the blocked thread's call chain, once per wait, read from its stack without stopping or signalling it".to_string());
+    }
+    if parts.is_empty() {
+        "nothing".to_string()
+    } else {
+        parts.join("; ")
+    }
 }
 
 fn criteria_words(c: &Criteria) -> String {
@@ -540,7 +641,7 @@ mod tests {
         assert_eq!(parse(&to_json(&p)).unwrap(), p);
         assert_eq!(
             to_json(&builtin()),
-            r#"{"rules":[{"actions":["count","waiter_chain"]}]}"#
+            r#"{"rules":[{"actions":["count","waiter_chain"]},{"match":{"resource":"any"},"actions":["waiter_chain"]}]}"#
         );
         assert_eq!(parse(&to_json(&builtin())).unwrap(), builtin());
         let odd = parse(
@@ -563,7 +664,13 @@ mod tests {
             builtin().rules[0].summary(),
             "any wait → count, waiter_chain"
         );
-        assert_eq!(builtin().summaries(), ["#1 any wait → count, waiter_chain"]);
+        assert_eq!(
+            builtin().summaries(),
+            [
+                "#1 any wait → count, waiter_chain",
+                "#2 blocked on any resource → waiter_chain"
+            ]
+        );
         let p = parse(
             r#"{"rules": [
               {"name": "db", "match": {"kind": "mutex", "creation_site": "db_*"}, "when": {"min_waiters": 3}, "actions": ["record", "waiter_chain"]},
@@ -609,6 +716,7 @@ mod tests {
             "  collects: a count of the waits it acted on; an event record per wait it acts on (when, how long, how many waited, how it ended); the waiting thread's call chain; the call chains of every thread waiting on the object at that moment; where the holder took the object (its call chain then); what the holder is doing right now (its live stack, asked for with SIGRTMAX-4).",
             "",
             "Objects and threads no rule selects keep only the always-on counters, as do waits on which the deciding rule does not act.",
+            "No rule has \"resource\" or \"resource_name\": the sampler still names what blocked threads wait on, but takes no call chain of theirs.",
             "Live holder stacks are asked for with SIGRTMAX-4 (signal 60 with glibc's usual SIGRTMIN/SIGRTMAX), set by stack_signal; a holder blocked in a system call is not signalled (its stack is scanned instead); if the program has its own handler for that signal (or ignores it) the shim leaves it alone and running holders get no stack.",
         ]
         .join("\n")
@@ -619,12 +727,15 @@ mod tests {
     #[test]
     fn explains_the_builtin_policy() {
         let text = explain(&builtin());
-        assert!(text.contains("1 rule. "), "{text}");
+        assert!(text.contains("2 rules. "), "{text}");
         assert!(text.contains("Rule 1:\n  applies to: every wait, on every object, by every thread.\n  acts: on every wait it applies to.\n  collects: a count of the waits it acted on; the waiting thread's call chain.\n"), "{text}");
+        assert!(text.contains("Rule 2:\n  applies to: threads blocked outside the sync objects, on any resource (seen by the sampler).\n  acts: on every such wait the sampler sees.\n  collects: the blocked thread's call chain, once per wait, read from its stack without stopping or signalling it.\n"), "{text}");
         assert!(
-            text.contains("Rule 1 selects every wait, so no wait falls outside the rules"),
+            text.contains("Rule 1 selects every wait on a sync object, so no such wait falls outside the rules"),
             "{text}"
         );
+        assert!(!text.contains("never used"), "{text}");
+        assert!(!text.contains("No rule has \"resource\""), "{text}");
         assert!(!text.contains("Live holder stacks"), "{text}");
     }
 
@@ -685,5 +796,38 @@ mod tests {
         .unwrap();
         let text = explain(&p);
         assert!(text.contains("applies to: waits on thread joins, condition variables and semaphores created in a function named \"make_pool\" (any frame of the creation call chain), by threads whose start routine is a function matching \"worker_*\"."), "{text}");
+    }
+
+    #[test]
+    fn explains_a_resource_rule_and_the_sample_interval() {
+        let p = parse(
+            r#"{"sample": "20ms", "rules": [
+                {"name": "slow reads", "match": {"resource": ["pipe", "socket"], "resource_name": "*127.0.0.1:5432*", "thread_name": "db-*"},
+                 "when": {"min_wait": "50ms"}, "actions": ["count", "waiter_chain"]},
+                {"match": {"kind": "mutex"}, "actions": "waiter_chain"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.sample_ns, Some(20_000_000));
+        assert_eq!(
+            p.summaries(),
+            [
+                "#1 \"slow reads\": blocked on pipe or socket named \"*127.0.0.1:5432*\" by threads named \"db-*\" when wait ≥50ms → count, waiter_chain",
+                "#2 mutex → waiter_chain"
+            ]
+        );
+        let text = explain(&p);
+        assert!(
+            text.contains("The sampler looks at the threads every 20ms (sample)."),
+            "{text}"
+        );
+        assert!(text.contains("  applies to: threads blocked outside the sync objects on a pipe or socket (seen by the sampler) whose name as the report shows it matches \"*127.0.0.1:5432*\", by threads with a name matching \"db-*\".\n  acts: once the thread has been seen blocked in the same call for 50ms or longer (at the sampler's looks).\n"), "{text}");
+        assert!(!text.contains("No rule has"), "{text}");
+        let json = to_json(&p);
+        assert!(json.starts_with(r#"{"sample":"20ms","rules":[{"name":"slow reads","match":{"resource":["pipe","socket"],"resource_name":"*127.0.0.1:5432*","thread_name":"db-*"}"#), "{json}");
+        assert_eq!(parse(&json).unwrap(), p);
+        let off = parse(r#"{"sample": "off", "rules": []}"#).unwrap();
+        assert_eq!(off.sample_ns, Some(0));
+        assert_eq!(parse(&to_json(&off)).unwrap(), off);
+        assert!(explain(&off).contains("The sampler is off (sample)"));
     }
 }

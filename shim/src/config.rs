@@ -6,7 +6,8 @@
 //! - `WAITSHIM_DISABLE=1`: load but trace nothing.
 //! - `WAITSHIM_POLICY`: a policy file (JSON) deciding when the expensive data is collected.
 //! - `WAITSHIM_SIGNAL`: the data request signal (default `SIGRTMAX-3`; `none` disables).
-//! - `WAITSHIM_SAMPLE`: the sampler's interval (`10ms` default, `1ms` to `10s`; `off`).
+//! - `WAITSHIM_SAMPLE`: the sampler's interval (`10ms` default, `1ms` to `10s`; `off`); wins
+//!   over the policy file's `sample`.
 //! - `WAITSHIM_EVENTS`: per-wait events, `all` (default), `ring:30s` (the last 30 s) or `off`;
 //!   wins over the policy file's `events`.
 
@@ -20,13 +21,15 @@ pub struct Config {
     pub disabled: bool,
     pub policy: Option<String>,
     pub signal: Option<String>,
-    /// The sampler's interval in ns; 0: off.
-    pub sample_ns: u64,
+    /// `WAITSHIM_SAMPLE`, the sampler's interval in ns, 0: off (None: not set, or not valid;
+    /// the policy file may then say).
+    pub sample_ns: Option<u64>,
     /// `WAITSHIM_EVENTS` (None: not set, or not valid; the policy file may then say).
     pub events: Option<EventsMode>,
 }
 
 pub use waitshim_policy::events::{parse as parse_events, EventsMode};
+pub use waitshim_policy::sample::parse as parse_sample;
 
 /// Per-wait events when neither `WAITSHIM_EVENTS` nor the policy file says: every event. At 8
 /// to 13 bytes a blocked wait (the brief waits a back-off absorbs are not events) the log grows
@@ -35,28 +38,6 @@ pub const DEFAULT_EVENTS: EventsMode = EventsMode::All;
 
 /// The sampler's interval when `WAITSHIM_SAMPLE` is not set.
 pub const DEFAULT_SAMPLE_NS: u64 = 10_000_000;
-
-/// `WAITSHIM_SAMPLE`: `off` (or `0`), or a duration from 1 ms to 10 s (`10ms`, `0.5s`,
-/// `2000us`; a bare number is milliseconds). The interval in ns, 0 for off.
-pub fn parse_sample(v: &str) -> Result<u64, String> {
-    let v = v.trim();
-    if v.eq_ignore_ascii_case("off") || v == "0" {
-        return Ok(0);
-    }
-    let units = [("", 1e6), ("ms", 1e6), ("us", 1e3), ("µs", 1e3), ("s", 1e9)];
-    let ns = waitshim_policy::duration::ns(v, &units).map_err(|e| match e {
-        waitshim_policy::duration::DurationError::Unit(u) => {
-            format!("unknown unit {u:?} (use us, ms or s)")
-        }
-        waitshim_policy::duration::DurationError::Number => {
-            format!("{v:?} is not a duration like 10ms or off")
-        }
-    })?;
-    if !(1e6..=1e10).contains(&ns) {
-        return Err(format!("{v} is outside 1ms..10s"));
-    }
-    Ok(ns as u64)
-}
 
 fn env(name: &str) -> Option<Vec<u8>> {
     let mut z = [0u8; 32];
@@ -108,13 +89,12 @@ impl Config {
             }
             None => LOG_PATTERN.as_bytes().to_vec(),
         };
-        let sample_ns = match text(var::SAMPLE) {
-            None => DEFAULT_SAMPLE_NS,
-            Some(v) => parse_sample(&v).unwrap_or_else(|e| {
+        let sample_ns = text(var::SAMPLE).map(|v| {
+            parse_sample(&v).unwrap_or_else(|e| {
                 crate::diag::line(&format!("WAITSHIM_SAMPLE: {e}; sampling every 10ms"));
                 DEFAULT_SAMPLE_NS
-            }),
-        };
+            })
+        });
         let events = text(var::EVENTS).map(|v| {
             parse_events(&v).unwrap_or_else(|e| {
                 crate::diag::line(&format!("WAITSHIM_EVENTS: {e}; writing all events"));

@@ -227,7 +227,15 @@ fn after_call(maps: &[procmaps::Mapping], ret: u64) -> bool {
 /// The stack of a thread blocked in a system call, scanned: its program counter, then every
 /// return address found on its stack above `sp`, innermost first, the shim's own left out.
 fn scan(sp: u64, pc: u64, depth: usize) -> Vec<u64> {
-    let maps = procmaps::read();
+    scan_in(&procmaps::read(), sp, pc, depth)
+}
+
+/// [`scan`] with the process's mappings already read (the sampler scans several threads in one
+/// look). `sp` and `pc` are the thread's as `/proc/self/task/TID/syscall` shows them while it
+/// is blocked; the thread is neither stopped nor signalled, so a thread that returns from its
+/// call meanwhile gives stale frames: the first frames are then wrong, never unsafe to read
+/// (every read goes through the kernel).
+pub fn scan_in(maps: &[procmaps::Mapping], sp: u64, pc: u64, depth: usize) -> Vec<u64> {
     let (lo, hi) = crate::modules::own_range();
     let own = |a: u64| (lo as u64..hi as u64).contains(&a);
     let mut frames = vec![pc];
@@ -247,7 +255,7 @@ fn scan(sp: u64, pc: u64, depth: usize) -> Vec<u64> {
         }
         for w in buf[..n - n % 8].chunks_exact(8) {
             let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-            if v > 4096 && !own(v) && after_call(&maps, v) {
+            if v > 4096 && !own(v) && after_call(maps, v) {
                 frames.push(v);
                 if frames.len() == depth {
                     break;

@@ -165,6 +165,19 @@ pub fn reload(log: &Log) -> Result<u32, String> {
                     ),
                 );
             }
+            let before = active().filter(|a| a.user).and_then(|a| a.policy.sample_ns);
+            if p.sample_ns != before {
+                let now = p.sample_ns.map_or_else(
+                    || "no \"sample\"".to_string(),
+                    |ns| format!("\"sample\": \"{}\"", crate::sampler::interval_text(ns)),
+                );
+                crate::diag::say(
+                    log,
+                    &format!(
+                        "policy reload from {path}: {now} is not applied (the sampler's interval is set when the program starts)"
+                    ),
+                );
+            }
             Ok(activate(log, p, &path, true))
         }
         Err(e) => {
@@ -341,6 +354,57 @@ fn decide_with(a: &'static Active, ctx: &WaitContext, facts: &mut dyn Facts) -> 
         min_wait_ns: w.min_wait_ns.unwrap_or(0),
         acted: &c.acted,
     }))
+}
+
+/// A thread the sampler found blocked outside the sync objects, as the policy sees it.
+pub struct BlockedWait<'a> {
+    /// What it waits on: one of `waitshim_format::syscalls::RESOURCE_KINDS`.
+    pub resource: &'a str,
+    /// The resource as the report shows it (a path, `pipe:[123]`, a socket's addresses, ...).
+    pub what: &'a str,
+    /// The policy's cell on the thread (None: a thread the shim does not track).
+    pub thread: Option<&'a ThreadCell>,
+}
+
+/// The policy's decision for a blocked wait the sampler has just seen begin: the first rule
+/// with `resource` or `resource_name` whose selectors match acts, now or once the wait has
+/// lasted its `min_wait` (the built-in policy's rule takes every such wait's chain). Asked once
+/// per wait; counted as a request of the rule.
+pub fn decide_blocked(w: &BlockedWait, facts: &mut dyn Facts) -> Option<Act> {
+    decide_blocked_with(active()?, w, facts)
+}
+
+fn decide_blocked_with(a: &'static Active, w: &BlockedWait, facts: &mut dyn Facts) -> Option<Act> {
+    let mut m = 0u64;
+    for (i, r) in a.policy.rules.iter().enumerate().take(64) {
+        if r.select.matches_resource(w.resource, w.what) {
+            m |= 1 << i;
+        }
+    }
+    if m == 0 {
+        return None;
+    }
+    let scratch = ThreadCell::default();
+    m &= thread_mask(a, w.thread.unwrap_or(&scratch), facts);
+    if m == 0 {
+        return None;
+    }
+    let i = m.trailing_zeros() as usize;
+    let (r, c) = (&a.policy.rules[i], &a.counters[i]);
+    c.requests.fetch_add(1, Ordering::Relaxed);
+    Some(Act {
+        version: a.version,
+        rule: i as u32,
+        collect: r.actions,
+        waiters: 1,
+        min_wait_ns: r.when.min_wait_ns.unwrap_or(0),
+        acted: &c.acted,
+    })
+}
+
+/// The sampler's interval the user's policy file asks for (`sample`), if it does.
+pub fn sample_setting() -> Option<u64> {
+    active().filter(|a| a.user).and_then(|a| a.policy.sample_ns)
 }
 
 /// Which rules select the object (cached per policy version), and, when that was worked out
@@ -586,5 +650,91 @@ mod tests {
             Decision::Act(act) => assert_eq!(act.min_wait_ns, 2_000_000),
             Decision::Pass { .. } => panic!("the rule must act once the wait lasts 2 ms"),
         }
+    }
+
+    fn blocked(
+        a: &'static Active,
+        resource: &str,
+        what: &str,
+        name: Option<&'static str>,
+    ) -> Option<Act> {
+        let thread = ThreadCell::default();
+        let wait = BlockedWait {
+            resource,
+            what,
+            thread: Some(&thread),
+        };
+        let mut facts = Plain {
+            thread_name: name,
+            ..Plain::default()
+        };
+        decide_blocked_with(a, &wait, &mut facts)
+    }
+
+    #[test]
+    fn a_resource_rule_decides_blocked_waits_and_never_sync_waits() {
+        let a = version(
+            r#"{"rules":[{"match":{"kind":"mutex"},"actions":["record"]},
+                         {"match":{"resource":["socket"],"resource_name":"*:5432*","thread_name":"db-*"},"when":{"min_wait":"50ms"},"actions":["waiter_chain"]}]}"#,
+        );
+        let act = blocked(
+            a,
+            "socket",
+            "socket:[7] tcp 127.0.0.1:40000 -> 127.0.0.1:5432",
+            Some("db-1"),
+        )
+        .expect("the second rule selects the database socket");
+        assert_eq!(
+            (act.rule, act.collect, act.min_wait_ns),
+            (1, action::WAITER_CHAIN, 50_000_000)
+        );
+        assert_eq!(a.counters[1].requests.load(Ordering::Relaxed), 1);
+        assert!(blocked(
+            a,
+            "socket",
+            "socket:[8] tcp 127.0.0.1:40001 -> 127.0.0.1:80",
+            Some("db-1")
+        )
+        .is_none());
+        assert!(blocked(a, "pipe", "pipe:[9]", Some("db-1")).is_none());
+        assert!(blocked(
+            a,
+            "socket",
+            "socket:[7] tcp 127.0.0.1:40000 -> 127.0.0.1:5432",
+            Some("web-1")
+        )
+        .is_none());
+        // A mutex wait is decided by the mutex rule; the resource rule is never asked.
+        assert_eq!(
+            collects(&ask(a, 2, &mut Plain::default())),
+            Some(action::RECORD)
+        );
+        let only_resources =
+            version(r#"{"rules":[{"match":{"resource":"any"},"actions":["waiter_chain"]}]}"#);
+        assert_eq!(
+            collects(&ask(only_resources, 2, &mut Plain::default())),
+            None
+        );
+    }
+
+    #[test]
+    fn the_built_in_policy_takes_every_blocked_threads_chain() {
+        let builtin: &'static Active = Box::leak(Box::new(Active {
+            version: 1,
+            policy: waitshim_policy::builtin(),
+            user: false,
+            counters: waitshim_policy::builtin()
+                .rules
+                .iter()
+                .map(|_| RuleCounters::default())
+                .collect(),
+        }));
+        let act = blocked(builtin, "sleep", "", None).expect("built-in: every blocked wait");
+        assert_eq!((act.collect, act.min_wait_ns), (action::WAITER_CHAIN, 0));
+        let user = version(r#"{"rules":[{"actions":["waiter_chain"]}]}"#);
+        assert!(
+            blocked(user, "sleep", "", None).is_none(),
+            "a user's policy without a resource rule takes no chain of a blocked thread"
+        );
     }
 }

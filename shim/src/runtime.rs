@@ -27,6 +27,7 @@ fn started(tr: &Tracker) {
     crate::livestack::set_mailbox_of_caller(own_mailbox);
     crate::policy::init(&tr.log, tr.config.policy.as_deref());
     settle_events(tr);
+    settle_sample(tr);
     crate::service::init(tr, tr.config.signal.as_deref());
     // The log is finished and the program's handler run on a fatal signal.
     #[cfg(not(test))]
@@ -47,6 +48,29 @@ fn settle_events(tr: &Tracker) {
         ),
         Some(_) => {}
     }
+}
+
+/// The sampler's interval: `WAITSHIM_SAMPLE` if set (and said to win when the policy file asks
+/// for another), else the policy file's `sample`, else 10 ms.
+fn settle_sample(tr: &Tracker) {
+    let file = crate::policy::sample_setting();
+    let ns = match (tr.config.sample_ns, file) {
+        (Some(env), Some(file)) if env != file => {
+            crate::diag::say(
+                &tr.log,
+                &format!(
+                    "WAITSHIM_SAMPLE={} wins over the policy's \"sample\": \"{}\"",
+                    crate::sampler::interval_text(env),
+                    crate::sampler::interval_text(file)
+                ),
+            );
+            env
+        }
+        (Some(env), _) => env,
+        (None, Some(file)) => file,
+        (None, None) => crate::config::DEFAULT_SAMPLE_NS,
+    };
+    crate::sampler::set_interval(ns);
 }
 
 /// The calling thread's live-stack mailbox (null for a thread the shim does not track): called

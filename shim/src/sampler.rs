@@ -15,14 +15,43 @@
 //! moment until it is moved (as the log's own growth does when it keeps no descriptor), once
 //! per thread. In a forked child the descriptors are closed ([`after_fork_child`]).
 
-use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
+use waitshim_format::syscalls::resource_kind;
 use waitshim_format::{
-    thread_state, CpuSample, SwitchCount, ThreadSamples, ThreadState, ThreadSwitches, ThreadTotals,
+    action, thread_state, BlockedChain, CpuSample, SwitchCount, ThreadSamples, ThreadState,
+    ThreadSwitches, ThreadTotals,
 };
 
 use crate::clock::now_ns;
+use crate::policy::BlockedWait;
+use crate::procmaps::Mapping;
+use crate::track::threads::ThreadRec;
 use crate::track::Tracker;
+use crate::wants::{Act, Facts};
+
+/// The sampler's interval in ns (0: off), settled when the shim starts from `WAITSHIM_SAMPLE`
+/// and the policy file's `sample`.
+static INTERVAL: AtomicU64 = AtomicU64::new(0);
+
+/// Puts the sampler's interval in force (at start, before the shim's thread starts).
+pub fn set_interval(ns: u64) {
+    INTERVAL.store(ns, Ordering::Relaxed);
+}
+
+/// The sampler's interval in ns; 0: off.
+pub fn interval() -> u64 {
+    INTERVAL.load(Ordering::Relaxed)
+}
+
+/// An interval as `WAITSHIM_SAMPLE` takes it: `off`, `10ms`, `2500us`.
+pub fn interval_text(ns: u64) -> String {
+    match ns {
+        0 => "off".to_string(),
+        ns if ns % 1_000_000 == 0 => format!("{}ms", ns / 1_000_000),
+        ns => format!("{}us", ns / 1_000),
+    }
+}
 
 /// Threads followed at most (three descriptors each).
 pub const MAX_FOLLOWED: usize = 256;
@@ -175,7 +204,7 @@ pub fn parse_switches(text: &[u8]) -> Option<(u64, u64)> {
 /// cannot get once the thread is gone. One `pread` of its `schedstat` through the sampler's
 /// descriptor and one `getrusage`; nothing when the sampler is off or never followed it.
 pub fn thread_ending(tr: &Tracker, tid: u32) {
-    if tr.config.sample_ns == 0 {
+    if interval() == 0 {
         return;
     }
     // Only through the descriptor the sampler keeps for it, at the high numbers: opening one
@@ -228,6 +257,18 @@ pub fn parse_syscall(text: &[u8]) -> Option<(i32, u64)> {
         .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
         .unwrap_or(0);
     Some((nr, if nr < 0 { 0 } else { arg0 }))
+}
+
+/// `syscall` of a thread blocked in a system call: its stack pointer and program counter (the
+/// last two of the nine fields), which a chain is scanned from.
+pub fn parse_stack_of(text: &[u8]) -> Option<(u64, u64)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let f: Vec<&str> = s.split_ascii_whitespace().collect();
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    match f.as_slice() {
+        [nr, .., sp, pc] if f.len() == 9 && !nr.starts_with('-') => Some((hex(sp)?, hex(pc)?)),
+        _ => None,
+    }
 }
 
 /// Whether the first argument of system call `nr` is a descriptor (the numbers are x86-64's).
@@ -410,9 +451,135 @@ struct Followed {
     slices: u64,
     /// What was written last: state, tracked kind, system call, argument, object.
     last: (u8, u8, i32, u64, u64),
+    /// The blocked wait it is in (state BLOCKED): the look that first saw it, what it waits
+    /// on, and what the policy asked of it.
+    blocked_since: u64,
+    blocked_what: String,
+    ask: Ask,
+    /// Its stack pointer and program counter in the call it is blocked in, at the last read of
+    /// `syscall` (0: not blocked then).
+    sp_pc: (u64, u64),
+    /// The chain taken last, and where: blocked again with the same stack pointer and program
+    /// counter, a thread is at the same place in its code, and its stack is not scanned again.
+    last_chain: (u64, u64, u32),
     written: bool,
     /// The thread registered with the shim (it is in its live count).
     registered: bool,
+}
+
+/// What the policy asked of a thread's blocked wait.
+#[derive(Clone, Copy)]
+enum Ask {
+    /// Not asked yet.
+    Undecided,
+    /// A rule acts once the wait has lasted its `min_wait`.
+    Pending(Act),
+    /// Acted on, or nothing to do.
+    Done,
+}
+
+/// What the policy may ask of a thread the sampler sees: its name and its group.
+struct Sampled {
+    tid: u32,
+    rec: Option<&'static ThreadRec>,
+}
+
+impl Facts for Sampled {
+    fn creation_site(&mut self) -> Vec<Box<str>> {
+        Vec::new()
+    }
+
+    fn thread_name(&mut self) -> Option<String> {
+        let named = self.rec.and_then(|r| {
+            r.policy
+                .name
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        });
+        named.or_else(|| {
+            let comm =
+                std::fs::read_to_string(format!("/proc/self/task/{}/comm", self.tid)).ok()?;
+            Some(comm.trim_end_matches('\n').to_string())
+        })
+    }
+
+    fn thread_group(&mut self) -> Vec<Box<str>> {
+        self.rec
+            .map(crate::track::collect::thread_group)
+            .unwrap_or_default()
+    }
+
+    fn stack_depth(&mut self) -> u32 {
+        0
+    }
+}
+
+/// The policy's part in one look at a thread blocked outside the sync objects (seed 004): asked
+/// once per wait which rule acts, and when one does (at once, or once the wait has lasted its
+/// `min_wait`), the thread's chain, scanned from its stack without stopping or signalling it.
+/// `maps` is read at most once per look.
+fn blocked_chain(
+    tr: &Tracker,
+    f: &mut Followed,
+    now: u64,
+    maps: &mut Option<Vec<Mapping>>,
+    out: &mut Vec<BlockedChain>,
+) {
+    if f.last.0 != thread_state::BLOCKED {
+        return;
+    }
+    let act = match f.ask {
+        Ask::Done => return,
+        Ask::Pending(act) => act,
+        Ask::Undecided => {
+            let rec = tr.thread(f.tid);
+            let wait = BlockedWait {
+                resource: resource_kind(f.last.2, &f.blocked_what),
+                what: &f.blocked_what,
+                thread: rec.map(|r| &r.policy),
+            };
+            let mut facts = Sampled { tid: f.tid, rec };
+            match crate::policy::decide_blocked(&wait, &mut facts) {
+                Some(act) => act,
+                None => {
+                    f.ask = Ask::Done;
+                    return;
+                }
+            }
+        }
+    };
+    if now.saturating_sub(f.blocked_since) < act.min_wait_ns {
+        f.ask = Ask::Pending(act);
+        return;
+    }
+    f.ask = Ask::Done;
+    act.acted.fetch_add(1, Ordering::Relaxed);
+    let (sp, pc) = f.sp_pc;
+    if act.collect & action::WAITER_CHAIN == 0 || sp == 0 {
+        return;
+    }
+    let chain = if (sp, pc) == (f.last_chain.0, f.last_chain.1) && f.last_chain.2 != 0 {
+        f.last_chain.2
+    } else {
+        let maps = maps.get_or_insert_with(crate::procmaps::read);
+        let frames = crate::livestack::scan_in(maps, sp, pc, tr.config.depth);
+        let id = tr.chains.intern(&frames, &tr.log);
+        f.last_chain = (sp, pc, id);
+        id
+    };
+    if chain != 0 {
+        out.push(BlockedChain {
+            tid: f.tid,
+            ns: now,
+            since_ns: f.blocked_since,
+            syscall: f.last.2,
+            arg0: f.last.3,
+            version: act.version,
+            rule: act.rule,
+            chain_id: chain,
+        });
+    }
 }
 
 /// The sampler's state, owned by the shim's thread.
@@ -570,6 +737,8 @@ impl Sampler {
         }
         let tids = std::mem::take(&mut self.tids);
         let mut entries = Vec::new();
+        let mut chains = Vec::new();
+        let mut maps = None;
         let mut switches = Vec::new();
         let mut unsampled = 0u32;
         let mut seen = vec![false; self.followed.len()];
@@ -607,6 +776,11 @@ impl Sampler {
                         delay: 0,
                         slices: 0,
                         last: (0, 0, -1, 0, 0),
+                        blocked_since: 0,
+                        blocked_what: String::new(),
+                        ask: Ask::Done,
+                        sp_pc: (0, 0),
+                        last_chain: (0, 0, 0),
                         written: false,
                         registered: false,
                     });
@@ -628,17 +802,19 @@ impl Sampler {
             // A thread that neither ran nor waited for a CPU since the last look is where it
             // was (to change state it must run): its syscall file, the costly read, is skipped.
             if f.written && on_cpu == f.on_cpu && delay == f.delay {
+                blocked_chain(tr, f, now, &mut maps, &mut chains);
                 continue;
             }
             let sys = if tid == requester {
                 // Waiting for this look: its state is the one seen before (or running).
                 None
             } else {
-                let Some(sys) = pread_all(f.syscall, &mut self.buf).map(parse_syscall) else {
+                let Some(text) = pread_all(f.syscall, &mut self.buf) else {
                     seen[i] = false;
                     continue;
                 };
-                sys
+                f.sp_pc = parse_stack_of(text).unwrap_or((0, 0));
+                parse_syscall(text)
             };
             let (kind, object_id) = if tid == requester {
                 (0, 0)
@@ -699,6 +875,16 @@ impl Sampler {
                 } else {
                     String::new()
                 };
+                if now_state != f.last || !f.written {
+                    // A new state: a new blocked wait, for the policy to look at.
+                    if state == thread_state::BLOCKED {
+                        f.blocked_since = now;
+                        f.blocked_what.clone_from(&what);
+                        f.ask = Ask::Undecided;
+                    } else {
+                        f.ask = Ask::Done;
+                    }
+                }
                 entries.push(ThreadState {
                     tid,
                     state,
@@ -715,6 +901,7 @@ impl Sampler {
                 f.last = now_state;
             }
             (f.on_cpu, f.delay, f.slices) = (on_cpu, delay, slices);
+            blocked_chain(tr, f, now, &mut maps, &mut chains);
         }
         // What the highwater's serialised rule counts as not ready to run besides the waits the
         // shim tracks (threads it registered: the others are not in its live count).
@@ -757,6 +944,10 @@ impl Sampler {
                 }
                 .into(),
             );
+        }
+        // After the samples: a chain belongs to the wait its thread's entry began.
+        for c in chains {
+            tr.log.write(&c.into());
         }
         if !switches.is_empty() {
             tr.log.write(
@@ -854,6 +1045,30 @@ mod tests {
             Some((230, 0))
         );
         assert_eq!(parse_syscall(b"-1 0x7ffd 0x7f6d\n"), Some((-1, 0)));
+    }
+
+    #[test]
+    fn a_blocked_threads_stack_pointer_and_program_counter_are_the_last_two_fields() {
+        assert_eq!(
+            parse_stack_of(b"0 0x3 0x7f7aae3aa000 0x20000 0x0 0x0 0x0 0x7fff18 0x7f7aae\n"),
+            Some((0x7fff18, 0x7f7aae))
+        );
+        assert_eq!(parse_stack_of(b"running\n"), None);
+        assert_eq!(
+            parse_stack_of(b"-1 0x7ffd 0x7f6d\n"),
+            None,
+            "blocked outside a call: no chain is scanned"
+        );
+    }
+
+    #[test]
+    fn intervals_are_written_as_the_environment_takes_them() {
+        assert_eq!(interval_text(0), "off");
+        assert_eq!(interval_text(10_000_000), "10ms");
+        assert_eq!(interval_text(2_500_000), "2500us");
+        for ns in [10_000_000, 2_500_000, 0] {
+            assert_eq!(crate::config::parse_sample(&interval_text(ns)), Ok(ns));
+        }
     }
 
     #[test]

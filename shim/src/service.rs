@@ -327,8 +327,11 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
             (now + RELOAD_CHECK_NS, None)
         }),
     });
-    let sampler = tracker().and_then(|tr| {
-        crate::sampler::Sampler::new(tr.config.sample_ns, SERVICE_TID.load(Ordering::Relaxed))
+    let sampler = tracker().and_then(|_| {
+        crate::sampler::Sampler::new(
+            crate::sampler::interval(),
+            SERVICE_TID.load(Ordering::Relaxed),
+        )
     });
     let sampler = sampler.map(|s| std::rc::Rc::new(std::cell::RefCell::new(s)));
     if let Some(s) = sampler.clone() {

@@ -108,6 +108,35 @@ fn the_sampler_can_be_turned_off_and_a_bad_interval_is_one_line() {
     assert_eq!(bad.analyze().log(0).0["thread_states"]["sampled"], true);
 }
 
+/// The policy file may turn the sampler off; `WAITSHIM_SAMPLE` wins over it, and says so once.
+#[test]
+fn the_policy_file_can_turn_the_sampler_off_and_the_environment_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.json");
+    std::fs::write(&policy, r#"{"sample": "off", "rules": []}"#).unwrap();
+    let off = Launch::fixture("thread_states")
+        .env("WAITSHIM_POLICY", &policy)
+        .run();
+    off.assert_success();
+    assert_eq!(off.analyze().log(0).0["thread_states"]["sampled"], false);
+
+    let env = Launch::fixture("thread_states")
+        .env("WAITSHIM_POLICY", &policy)
+        .env("WAITSHIM_SAMPLE", "5ms")
+        .run();
+    env.assert_success();
+    assert_eq!(env.stdout_text(), "thread_states: done\n");
+    let err = env.stderr_text();
+    assert!(
+        err.contains("WAITSHIM_SAMPLE=5ms wins over the policy's \"sample\": \"off\""),
+        "{err}"
+    );
+    let analysis = env.analyze();
+    let states = &analysis.log(0).0["thread_states"];
+    assert_eq!(states["sampled"], true);
+    assert!(u(&states["interval_ns"]) >= 5_000_000, "{states}");
+}
+
 /// A program serialised on one mutex, with one more thread blocked in read() all along: the
 /// reader is not ready to run, so reaching the mark while the others wait is still the
 /// serialised case (without the sampler's view it never was: the reader counted as runnable).
@@ -187,6 +216,104 @@ fn waits_outside_locks_are_named_by_their_call_and_resource() {
     );
     let section = a.text.split("THREAD STATES").nth(1).expect("THREAD STATES");
     assert!(section.contains("\"acceptor\": accept"), "{section}");
+    // Where each thread was in its code: the built-in policy takes the chain of every wait the
+    // sampler sees, scanned from the blocked thread's stack. The fixture's function that made
+    // the call is in it, the raw futex's too (no libc function was called).
+    let log = (0..run.logs.len())
+        .map(|i| a.log(i).0)
+        .find(|l| l["thread_states"]["sampled"] == true)
+        .expect("sampled log");
+    for (call, function) in [
+        ("accept", "acceptor"),
+        ("recvfrom", "receiver"),
+        ("epoll_wait", "poller"),
+        ("flock", "flocker"),
+        ("wait4", "reaper"),
+        ("futex", "futexer"),
+    ] {
+        let functions = resource_chain(log, call);
+        assert!(
+            functions.iter().any(|f| f == function),
+            "{call}: chain {functions:?} has no {function}: {}",
+            log["thread_states"]["resources"]
+        );
+    }
+    assert!(
+        section.contains("blocked at (1 of 1 waits with a chain; scanned from the stack):"),
+        "{section}"
+    );
+}
+
+/// The functions of the chain most waits on the resource of system call `call` had (empty
+/// when it has none).
+fn resource_chain(log: &Value, call: &str) -> Vec<String> {
+    let resources = log["thread_states"]["resources"]
+        .as_array()
+        .expect("resources");
+    let Some(r) = resources.iter().find(|r| r["name"] == call) else {
+        return Vec::new();
+    };
+    let Some(id) = r["chains"][0]["chain"].as_u64() else {
+        return Vec::new();
+    };
+    log["chains"][id.to_string()]
+        .as_array()
+        .map(|frames| {
+            frames
+                .iter()
+                .filter_map(|f| f["function"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A user's policy decides which blocked threads get a chain: a rule for the listening socket
+/// takes the acceptor's; a later rule for every other resource acts only on waits of 10 s or
+/// more, so none of this run's (150 ms) get one, and the report counts what each rule saw.
+/// The policy file also sets the sampler's interval, which the report shows.
+#[test]
+fn a_policy_chooses_which_blocked_threads_get_a_chain_and_sets_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"sample": "20ms", "rules": [
+            {"name": "listeners", "match": {"resource": "socket", "resource_name": "* listening"}, "actions": ["count", "waiter_chain"]},
+            {"name": "long stalls", "match": {"resource": "any"}, "when": {"min_wait": "10s"}, "actions": ["waiter_chain"]}]}"#,
+    )
+    .unwrap();
+    let run = Launch::fixture("blocked_io")
+        .env("WAITSHIM_POLICY", &policy)
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "blocked_io: done\n");
+    let a = waitshim_tests::analyze(&run.logs, &[]);
+    let log = (0..run.logs.len())
+        .map(|i| a.log(i).0)
+        .find(|l| l["thread_states"]["sampled"] == true)
+        .unwrap_or_else(|| panic!("no sampled log: {}", a.text));
+    assert_eq!(
+        log["thread_states"]["interval_ns"], 20_000_000,
+        "{}",
+        log["thread_states"]
+    );
+    assert!(resource_chain(log, "accept")
+        .iter()
+        .any(|f| f == "acceptor"));
+    for call in ["recvfrom", "epoll_wait", "flock", "wait4", "futex"] {
+        assert_eq!(resource_chain(log, call), Vec::<String>::new(), "{call}");
+    }
+    let rules = log["policy"]["rules"].as_array().expect("policy.rules");
+    let stats = |rule: u64| {
+        rules
+            .iter()
+            .find(|r| r["rule"] == rule)
+            .unwrap_or_else(|| panic!("no statistics of rule {rule}: {rules:?}"))
+    };
+    assert_eq!((u(&stats(0)["requests"]), u(&stats(0)["acted"])), (1, 1));
+    // The six other waiting threads, the main thread's sleeps among them.
+    assert!(u(&stats(1)["requests"]) >= 6, "{}", stats(1));
+    assert_eq!(u(&stats(1)["acted"]), 0);
 }
 
 /// Lost parallelism: two threads taking one mutex in turn 200 times for 2 ms leave one CPU's

@@ -733,6 +733,15 @@ struct ResourceJson {
     max_ns: u64,
     waits: u64,
     threads: u32,
+    /// Where the blocked threads were in their code, most waits first (see JSON.md).
+    chains: Vec<ResourceChainJson>,
+    other_chain_waits: u64,
+}
+
+#[derive(Serialize)]
+struct ResourceChainJson {
+    chain: u32,
+    waits: u64,
 }
 
 #[derive(Serialize)]
@@ -838,6 +847,13 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                 max_ns: r.w.max_ns,
                 waits: r.w.waits,
                 threads: r.threads,
+                chains: r
+                    .w
+                    .chains
+                    .iter()
+                    .map(|&(chain, waits)| ResourceChainJson { chain, waits })
+                    .collect(),
+                other_chain_waits: r.w.other_chains,
             })
             .collect(),
         lost_parallelism: LostJson {
@@ -1205,6 +1221,13 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
             .flat_map(|o| o.waits.iter().map(|w| w.chain_id)),
     );
     ids.extend(m.threads.values().map(|t| t.chain_id));
+    ids.extend(
+        m.states
+            .resources
+            .by
+            .values()
+            .flat_map(|r| r.chains.iter().map(|c| c.0)),
+    );
     ids.extend(p.wait_events.iter().map(|e| e.chain_id));
     ids.extend(
         p.waiter_chains

@@ -624,8 +624,9 @@ fn percent(f: f64) -> String {
 }
 
 /// The waits outside tracked objects by resource, over all threads, most waited first.
-fn resources(ctx: &Ctx<'_>, out: &mut String) {
-    let st = &ctx.model.states;
+fn resources(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let st = &m.states;
     let rows = crate::states::resource_rows(st);
     if rows.is_empty() {
         return;
@@ -663,6 +664,24 @@ fn resources(ctx: &Ctx<'_>, out: &mut String) {
             r.w.waits,
             r.threads
         );
+        // Where the threads were in their code: the chain most waits had (scanned from the
+        // blocked thread's stack: its program counter, then return addresses found above its
+        // stack pointer).
+        if let Some(&(chain_id, n)) = r.w.chains.first() {
+            let all: u64 = r.w.chains.iter().map(|c| c.1).sum::<u64>() + r.w.other_chains;
+            let others = r.w.chains.len() - 1;
+            let more = match (others, r.w.other_chains) {
+                (o, more) if more > 0 => format!("; more than {o} other chains"),
+                (0, _) => String::new(),
+                (1, _) => "; 1 other chain".to_string(),
+                (o, _) => format!("; {o} other chains"),
+            };
+            let _ = writeln!(
+                out,
+                "      blocked at ({n} of {all} waits with a chain; scanned from the stack{more}):"
+            );
+            chain(ctx, chain_id, "        ", out);
+        }
     }
     if rows.len() > shown {
         let _ = writeln!(out, "  ... {} more resources (--top N)", rows.len() - shown);

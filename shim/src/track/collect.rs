@@ -68,6 +68,23 @@ impl WaitFacts<'_> {
     }
 }
 
+/// Thread `t`'s group as the policy's `thread_group` matches it: its start routine's symbol as
+/// written and, when that differs, demangled (`main` for the main thread); empty when unknown.
+pub fn thread_group(t: &ThreadRec) -> Vec<Box<str>> {
+    let name = match t.policy.routine.load(Ordering::Relaxed) {
+        0 if t.tid() == std::process::id() => Some("main".into()),
+        0 => None,
+        routine => crate::symbols::function_at(&crate::procmaps::read(), routine),
+    };
+    let mut groups = Vec::new();
+    if let Some(name) = name {
+        both_spellings(name, &mut groups);
+        // As before: the symbol as written first.
+        groups.reverse();
+    }
+    groups
+}
+
 /// A symbol as written and, when that differs, demangled as reports show it, so that a glob
 /// copied from a report matches.
 fn both_spellings(name: Box<str>, out: &mut Vec<Box<str>>) {
@@ -109,18 +126,7 @@ impl Facts for WaitFacts<'_> {
     }
 
     fn thread_group(&mut self) -> Vec<Box<str>> {
-        let name = match self.t.policy.routine.load(Ordering::Relaxed) {
-            0 if self.t.tid() == std::process::id() => Some("main".into()),
-            0 => None,
-            routine => crate::symbols::function_at(&crate::procmaps::read(), routine),
-        };
-        let mut groups = Vec::new();
-        if let Some(name) = name {
-            both_spellings(name, &mut groups);
-            // As before: the symbol as written first.
-            groups.reverse();
-        }
-        groups
+        thread_group(self.t)
     }
 
     fn stack_depth(&mut self) -> u32 {
