@@ -132,7 +132,8 @@ pub unsafe fn wait(
     // glibc releases the mutex inside the wait: what the unlock wrapper would have done.
     // SAFETY: the caller's mutex (this function's contract).
     unsafe { engage::disengaging(t, m) };
-    let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
+    // SAFETY: a condition variable has no holder: nothing is read at its address.
+    let w = unsafe { engage::wait_begin_at(tr, t, cond, Side::Exclusive, site) };
     if untimed {
         engage::untimed(t);
     }

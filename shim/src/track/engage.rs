@@ -105,6 +105,25 @@ unsafe fn engaged_uncached_here(
     took(t, t.slot(addr), obj, addr, edges);
 }
 
+/// Runs `f` inside the shim with the tracker and the entry of the object at `addr` (registered
+/// on first use, with `subtype`): the contended paths of the families whose waits the wrapper
+/// drives itself (mutexes, spinlocks) reach the registry through this, and `f` does the wait
+/// with the entry points below. A full guard: what `f` does (a chain unwound, the log written)
+/// may reach cancellation points. None, without calling `f`, when tracking is off.
+#[inline(always)]
+pub fn with_object<R>(
+    t: &ThreadRec,
+    addr: usize,
+    kind: ObjectKind,
+    subtype: u32,
+    f: impl FnOnce(&'static Tracker, &'static ObjEntry) -> R,
+) -> Option<R> {
+    let tr = tracker()?;
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, kind, subtype);
+    Some(f(tr, obj))
+}
+
 /// Lock-order edges from the locks `t` holds to `obj`, which it is about to wait for: a wait that
 /// never ends (a deadlock) still leaves its edges.
 pub fn attempting(t: &ThreadRec, obj: &'static ObjEntry) {
@@ -461,10 +480,13 @@ impl Wait {
 /// the real call; the thread that finds the object busy must not count it.
 /// Likewise, when the object has no owner at this instant, one of the counted waiters is being
 /// handed it or has just passed through it.
-fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
-    // SAFETY: the object the calling thread is about to wait on: live.
+///
+/// # Safety
+/// As [`wait_begin`]: `obj` is live (its owner, or an rwlock's readers, are read there).
+unsafe fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
+    // SAFETY: as the caller promises.
     let owner = unsafe { obj.holder() };
-    // SAFETY: the object the calling thread is about to wait on: live.
+    // SAFETY: as the caller promises.
     if owner == 0
         && obj.kind == ObjectKind::RwLock
         && unsafe { glibc_rwlock::readers(obj.addr()) } > 0
@@ -479,23 +501,36 @@ fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 }
 
 /// `t` starts waiting for `obj` (called inside the shim).
-pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
-    wait_begin_at(tr, t, obj, side, CallSite::default())
+///
+/// # Safety
+/// `obj` is the object `t`, the calling thread, is about to wait on, live for the call: the
+/// thread holding it (a mutex's owner, an rwlock's writer or readers, a spinlock's word) is read
+/// at its address, with atomic loads. Kinds without a holder (condition variable, semaphore,
+/// barrier, futex) are not read.
+pub unsafe fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
+    // SAFETY: as the caller promises.
+    unsafe { wait_begin_at(tr, t, obj, side, CallSite::default()) }
 }
 
 /// As [`wait_begin`], for a wait called from `site` (its chain may be reused without unwinding).
-pub fn wait_begin_at(
+///
+/// # Safety
+/// As [`wait_begin`].
+pub unsafe fn wait_begin_at(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
     side: Side,
     site: CallSite,
 ) -> Wait {
-    crate::stack::roomy(|| wait_begin_at_here(tr, t, obj, side, site))
+    // SAFETY: as the caller promises.
+    crate::stack::roomy(|| unsafe { wait_begin_at_here(tr, t, obj, side, site) })
 }
 
+/// # Safety
+/// As [`wait_begin`].
 #[inline(always)]
-fn wait_begin_at_here(
+unsafe fn wait_begin_at_here(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -510,7 +545,8 @@ fn wait_begin_at_here(
     obj.waiter_came(start);
     if obj.waited_for() {
         // The holder's release must be looked at: its hold now makes a thread wait.
-        // SAFETY: the object `t`, the calling thread, begins to wait on: live.
+        // SAFETY: the object `t`, the calling thread, begins to wait on: live (the caller's
+        // promise).
         if let Some(h) = tr
             .thread(unsafe { obj.holder() })
             .filter(|h| h.tid() != t.tid())
@@ -522,7 +558,8 @@ fn wait_begin_at_here(
     if n > 1 && matches!(obj.kind, ObjectKind::Mutex | ObjectKind::RwLock) {
         // A waiter leaving decrements the count before it clears `waiting_on`, so the count read
         // after looking at the owner excludes an owner that has left in the meantime.
-        let still = owner_still_counted(tr, obj);
+        // SAFETY: as the caller promises.
+        let still = unsafe { owner_still_counted(tr, obj) };
         n = n
             .min(obj.busy().waiters.load(Ordering::Acquire))
             .saturating_sub(u32::from(still))

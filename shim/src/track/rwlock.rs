@@ -172,7 +172,8 @@ unsafe fn lock_busy(
     if side == Side::Exclusive {
         engage::attempting(t, obj);
     }
-    let mut w = engage::wait_begin(tr, t, obj, side);
+    // SAFETY: the caller's rwlock, live for the call (this function's contract).
+    let mut w = unsafe { engage::wait_begin(tr, t, obj, side) };
     if deadline.is_none() {
         engage::untimed(t);
     }

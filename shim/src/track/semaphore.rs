@@ -297,7 +297,8 @@ fn contended(
     // cancellation cut short.
     let inside = ManuallyDrop::new(Inside::enter());
     let obj = object(tr, t, addr);
-    let w = ManuallyDrop::new(engage::wait_begin_at(tr, t, obj, Side::Exclusive, site));
+    // SAFETY: a semaphore has no holder: nothing is read at its address.
+    let w = ManuallyDrop::new(unsafe { engage::wait_begin_at(tr, t, obj, Side::Exclusive, site) });
     if untimed {
         engage::untimed(t);
     }
