@@ -105,7 +105,8 @@ fn needs_stamp(obj: &Busy, broadcast: bool) -> bool {
 #[inline(never)]
 fn first_waking(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> {
     let tr = tracker()?;
-    let _in = Inside::enter();
+    // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
+    let _in = Inside::enter_quiet();
     let obj = tr.object(t, addr, KIND, SUBTYPE);
     Some((t.slot(addr), obj))
 }

@@ -67,7 +67,8 @@ unsafe fn read_engaged(t: &ThreadRec, addr: usize) {
 unsafe fn read_engaged_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
     let obj = {
-        let _in = Inside::enter();
+        // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
+        let _in = Inside::enter_quiet();
         // SAFETY: as the caller promises.
         tr.object(t, addr, KIND, unsafe { subtype(addr) })
     };
