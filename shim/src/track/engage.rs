@@ -440,7 +440,10 @@ pub enum Side {
     Shared,
 }
 
-/// A contended wait in progress.
+/// A contended wait in progress. Made by [`wait_begin`] alone, whose caller promises the object
+/// live until the wait ends: the functions that take a `Wait` (its checks, its end) read the
+/// object's holder on that promise, as does a wait-for walk from the waiting thread
+/// ([`deadlock::find_cycle`]).
 pub struct Wait {
     pub obj: &'static ObjEntry,
     pub start: u64,
@@ -503,10 +506,11 @@ unsafe fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 /// `t` starts waiting for `obj` (called inside the shim).
 ///
 /// # Safety
-/// `obj` is the object `t`, the calling thread, is about to wait on, live for the call: the
-/// thread holding it (a mutex's owner, an rwlock's writer or readers, a spinlock's word) is read
-/// at its address, with atomic loads. Kinds without a holder (condition variable, semaphore,
-/// barrier, futex) are not read.
+/// `obj` is the object `t`, the calling thread, is about to wait on, live until the wait ends
+/// ([`wait_end`], [`wait_cancel`]): the thread holding it (a mutex's owner, an rwlock's writer
+/// or readers, a spinlock's word) is read at its address, with atomic loads, as the wait begins
+/// and again by the [`Wait`]'s checks and its end. Kinds without a holder (condition variable,
+/// semaphore, barrier, futex, thread) are not read.
 pub unsafe fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
     // SAFETY: as the caller promises.
     unsafe { wait_begin_at(tr, t, obj, side, CallSite::default()) }
@@ -581,7 +585,8 @@ unsafe fn wait_begin_at_here(
     tr.blocked.fetch_add(1, Ordering::Relaxed);
     // The waiter's chain, if the policy collects it for this wait (the built-in one always
     // does); contention records name the chains that were collected.
-    let pick = super::collect::on_wait(tr, t, obj, n, site);
+    // SAFETY: as the caller promises.
+    let pick = unsafe { super::collect::on_wait(tr, t, obj, n, site) };
     let chain = pick.chain;
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
@@ -591,7 +596,8 @@ unsafe fn wait_begin_at_here(
         .store(t.wait_seq.load(Ordering::Relaxed) + 1, Ordering::Release);
     t.waiting_on
         .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
-    highwater::on_wait(tr, t, obj, n, peak, start, chain);
+    // SAFETY: as the caller promises.
+    unsafe { highwater::on_wait(tr, t, obj, n, peak, start, chain) };
     // An object nobody holds (condition variable, semaphore, barrier, futex) leads nowhere in
     // the wait-for graph: a wait on it closes no cycle.
     let suspect = match obj.kind {
@@ -811,7 +817,8 @@ fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     }
     w.suspect = now;
     if let Some(act) = &mut w.act {
-        super::collect::on_wait_check(tr, t, w.obj, act, w.start);
+        // SAFETY: the object of a wait not ended yet: live (see `Wait`).
+        unsafe { super::collect::on_wait_check(tr, t, w.obj, act, w.start) };
     }
     // A process with no thread of the shim (single-threaded until now: one that waits on a
     // mutex it shares with another process) is flushed by its waiting thread, so that its log
@@ -905,7 +912,9 @@ fn wait_end_reacquired_here(
     let waited = now.saturating_sub(w.start);
     let mut event = None;
     if let Some(act) = &mut w.act {
-        let done = super::collect::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
+        // SAFETY: the object of the wait ending: live (see `Wait`).
+        let done =
+            unsafe { super::collect::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key()) };
         if done.chain != 0 {
             w.chain = done.chain;
         }

@@ -218,8 +218,8 @@ pub fn wait(call: WaitCall, real: impl FnOnce() -> c_long) -> c_long {
     let obj = object(tr, t, call.addr);
     // Its chain is always unwound: the call site, inside the language's lock, is the same for
     // every lock of the program, so the chain cache would mix up their waits.
-    // SAFETY: a futex has no holder and no subtype: beginning the wait reads nothing at the
-    // word's address (which the program may even have unmapped since the look).
+    // SAFETY: a futex has no holder: nothing of the wait reads at the word's address (which the
+    // program may even have unmapped since the look).
     let w = ManuallyDrop::new(unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) });
     if call.timeout == 0 {
         engage::untimed(t);
