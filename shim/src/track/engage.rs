@@ -365,7 +365,8 @@ unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
 #[inline(never)]
 fn lookup(addr: usize) -> Option<&'static ObjEntry> {
     let tr = tracker()?;
-    let _in = Inside::enter();
+    // A lookup only: nothing is created, no cancellation point is reached.
+    let _in = Inside::enter_quiet();
     tr.objects.get(addr)
 }
 
