@@ -16,7 +16,7 @@ use waitshim_format::{mutex_kind, ObjectKind};
 use crate::layout::mutex::{self as glibc_mutex, subtype};
 use crate::real;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::threads::{current, current_fast, Inside, ThreadRec};
+use crate::track::threads::{current, current_fast, ThreadRec};
 use crate::track::{tracker, CallSite};
 
 const KIND: ObjectKind = ObjectKind::Mutex;
@@ -238,19 +238,19 @@ unsafe fn took_after_backoff(t: &ThreadRec, m: *mut pthread_mutex_t, entry_sp: u
     if glibc_mutex::owner(addr) == t.tid() {
         return false;
     }
-    let Some(tr) = tracker() else { return false };
+    if tracker().is_none() {
+        return false;
+    }
     let waited = engage::back_off();
     // SAFETY: forwarding the caller's mutex.
     if glibc_mutex::lock_word(addr) != 0 || unsafe { real::pthread_mutex_trylock(m) } != 0 {
         return false;
     }
-    {
-        let _in = Inside::enter();
-        let obj = tr.object(t, addr, KIND, subtype(addr));
-        // SAFETY: per this function's contract.
-        let site = unsafe { CallSite::at_entry(entry_sp) };
-        engage::waited_briefly(tr, t, obj, site, waited);
-    }
+    // SAFETY: per this function's contract.
+    let site = unsafe { CallSite::at_entry(entry_sp) };
+    engage::with_object(t, addr, KIND, subtype(addr), |tr, obj| {
+        engage::waited_briefly(tr, t, obj, site, waited)
+    });
     engage::engaged(t, addr, KIND, subtype);
     true
 }
@@ -374,30 +374,36 @@ unsafe fn without_trylock(
     call: impl Fn() -> c_int,
 ) -> c_int {
     let addr = m as usize;
-    let Some(tr) = tracker().filter(|_| glibc_mutex::owner(addr) != 0) else {
-        let r = call();
-        match r {
-            0 => engage::engaged(t, addr, KIND, subtype),
-            _ => {
-                acquired_or_failed(t, m, r);
-            }
-        }
+    let waited = (glibc_mutex::owner(addr) != 0)
+        .then(|| {
+            engage::with_object(t, addr, KIND, subtype(addr), |tr, obj| {
+                engage::attempting(t, obj);
+                // SAFETY: the caller's mutex, live for the call.
+                let mut w = unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) };
+                if untimed {
+                    engage::untimed(t);
+                }
+                engage::confirm_before_call(tr, t, &mut w);
+                let r = call();
+                let outcome = Outcome::of(r);
+                let acquired = outcome.acquired();
+                engage::wait_end(tr, t, w, outcome);
+                if acquired {
+                    engage::engaged(t, addr, KIND, subtype);
+                }
+                r
+            })
+        })
+        .flatten();
+    if let Some(r) = waited {
         return r;
-    };
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, KIND, subtype(addr));
-    engage::attempting(t, obj);
-    let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
-    if untimed {
-        engage::untimed(t);
     }
-    engage::confirm_before_call(tr, t, &mut w);
     let r = call();
-    let outcome = Outcome::of(r);
-    let acquired = outcome.acquired();
-    engage::wait_end(tr, t, w, outcome);
-    if acquired {
-        engage::engaged(t, addr, KIND, subtype);
+    match r {
+        0 => engage::engaged(t, addr, KIND, subtype),
+        _ => {
+            acquired_or_failed(t, m, r);
+        }
     }
     r
 }
@@ -420,46 +426,47 @@ unsafe fn contended(
             }
         }
     };
-    let Some(tr) = tracker() else {
-        return real_wait(deadline);
-    };
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, KIND, subtype(addr));
-    let owner = glibc_mutex::owner(addr);
-    if owner == t.tid() && subtype(addr) & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK {
-        // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
-        let r = real_wait(deadline);
-        if r != 0 {
-            engage::failed(t, addr, KIND, subtype, r);
+    let waited = engage::with_object(t, addr, KIND, subtype(addr), |tr, obj| {
+        let owner = glibc_mutex::owner(addr);
+        if owner == t.tid() && subtype(addr) & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK {
+            // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
+            let r = real_wait(deadline);
+            if r != 0 {
+                engage::failed(t, addr, KIND, subtype, r);
+            }
+            return r;
         }
-        return r;
-    }
-    engage::attempting(t, obj);
-    let mut w = engage::wait_begin_at(tr, t, obj, Side::Exclusive, site);
-    if deadline.is_none() {
-        engage::untimed(t);
-    }
-    // Always sliced, even when no cycle is suspected: besides letting the wait look for cycles,
-    // glibc's timed lock behaves better than its plain lock under heavy contention here (4
-    // threads hammering one mutex: 450 k contended waits and 0.83 s with timed slices, against
-    // 2.2 M waits and 1.5 s with the plain lock; native 0.6 s).
-    //
-    // Without a deadline of the caller's, the slices run on the monotonic clock when glibc has
-    // clocklock (2.30+), from the wait's own start time: no clock read for the first one.
-    let monotonic = real::slot::pthread_mutex_clocklock.available();
-    let r = engage::wait_sliced(tr, t, &mut w, deadline, monotonic, |clk, until| {
-        real_wait(Some((clk, *until)))
+        engage::attempting(t, obj);
+        // SAFETY: the caller's mutex, live for the call.
+        let mut w = unsafe { engage::wait_begin_at(tr, t, obj, Side::Exclusive, site) };
+        if deadline.is_none() {
+            engage::untimed(t);
+        }
+        // Always sliced, even when no cycle is suspected: besides letting the wait look for
+        // cycles, glibc's timed lock behaves better than its plain lock under heavy
+        // contention here (4 threads hammering one mutex: 450 k contended waits and 0.83 s
+        // with timed slices, against 2.2 M waits and 1.5 s with the plain lock; native
+        // 0.6 s).
+        //
+        // Without a deadline of the caller's, the slices run on the monotonic clock when
+        // glibc has clocklock (2.30+), from the wait's own start time: no clock read for the
+        // first one.
+        let monotonic = real::slot::pthread_mutex_clocklock.available();
+        let r = engage::wait_sliced(tr, t, &mut w, deadline, monotonic, |clk, until| {
+            real_wait(Some((clk, *until)))
+        });
+        let outcome = Outcome::of(r);
+        let acquired = outcome.acquired();
+        engage::wait_end(tr, t, w, outcome);
+        if acquired {
+            engage::engaged(t, addr, KIND, subtype);
+        }
+        if r == EOWNERDEAD {
+            engage::acquired_owner_dead(obj);
+        }
+        r
     });
-    let outcome = Outcome::of(r);
-    let acquired = outcome.acquired();
-    engage::wait_end(tr, t, w, outcome);
-    if acquired {
-        engage::engaged(t, addr, KIND, subtype);
-    }
-    if r == EOWNERDEAD {
-        engage::acquired_owner_dead(obj);
-    }
-    r
+    waited.unwrap_or_else(|| real_wait(deadline))
 }
 
 #[no_mangle]

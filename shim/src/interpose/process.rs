@@ -10,7 +10,6 @@ use libc::{c_char, c_int, c_void};
 use waitshim_format::end_reason;
 
 use crate::real;
-use crate::track::threads::Inside;
 use crate::track::{self, tracker, EXIT_STATUS};
 
 #[no_mangle]
@@ -41,11 +40,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
     // SAFETY: forwarding.
     let h = unsafe { real::dlopen(file, flags) };
     if !h.is_null() {
-        if let Some(tr) = tracker() {
-            let _in = Inside::enter();
-            tr.modules.scan(&tr.log);
-            waitshim_unwind::refresh_if_loaded();
-        }
+        track::library_loaded();
     }
     h
 }

@@ -15,8 +15,8 @@ use crate::clock::now_ns;
 use crate::layout::spin as glibc_spin;
 use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::threads::{current, Inside, ThreadRec};
-use crate::track::{tracker, CallSite};
+use crate::track::threads::{current, ThreadRec};
+use crate::track::CallSite;
 
 pub fn resolve() {
     real::slot::resolve();
@@ -81,33 +81,34 @@ pub unsafe extern "C" fn pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int 
 #[inline(never)]
 unsafe fn spin(t: &ThreadRec, l: *mut pthread_spinlock_t) -> c_int {
     let addr = l as usize;
-    let Some(tr) = tracker() else {
-        // SAFETY: forwarding.
-        return unsafe { real::pthread_spin_lock(l) };
-    };
-    let _in = Inside::enter();
-    let obj = tr.object(t, addr, KIND, 0);
-    engage::attempting(t, obj);
-    let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
-    engage::untimed(t);
-    let mut slice_end = w.start + w.slice_ns();
-    loop {
-        // Test, then test-and-set: the spinning reads the word from its own cache and only
-        // writes it (taking the line from the holder) when it was seen free.
-        for _ in 0..SPINS_PER_CLOCK {
-            if glibc_spin::is_free(glibc_spin::word(addr))
-                // SAFETY: forwarding.
-                && unsafe { real::pthread_spin_trylock(l) } == 0
-            {
-                engage::wait_end(tr, t, w, Outcome::Acquired);
-                engage::engaged(t, addr, KIND, subtype);
-                // glibc's pthread_spin_lock returns 0 once it has the lock, as here.
-                return 0;
+    let spun = engage::with_object(t, addr, KIND, 0, |tr, obj| {
+        engage::attempting(t, obj);
+        // SAFETY: the caller's spinlock, live for the call.
+        let mut w = unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) };
+        engage::untimed(t);
+        let mut slice_end = w.start + w.slice_ns();
+        loop {
+            // Test, then test-and-set: the spinning reads the word from its own cache and only
+            // writes it (taking the line from the holder) when it was seen free.
+            for _ in 0..SPINS_PER_CLOCK {
+                // SAFETY: the caller's spinlock; forwarding.
+                if unsafe {
+                    glibc_spin::is_free(glibc_spin::word(addr))
+                        && real::pthread_spin_trylock(l) == 0
+                } {
+                    engage::wait_end(tr, t, w, Outcome::Acquired);
+                    // SAFETY: the caller's spinlock, which `t` now holds.
+                    unsafe { engage::engaged(t, addr, KIND, subtype) };
+                    // glibc's pthread_spin_lock returns 0 once it has the lock, as here.
+                    return 0;
+                }
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
+            engage::check_when_due(tr, t, &mut w, now_ns(), &mut slice_end);
         }
-        engage::check_when_due(tr, t, &mut w, now_ns(), &mut slice_end);
-    }
+    });
+    // SAFETY: forwarding (tracking is off).
+    spun.unwrap_or_else(|| unsafe { real::pthread_spin_lock(l) })
 }
 
 /// Turns of the spin between two clock reads (about 10 µs of `pause`s).

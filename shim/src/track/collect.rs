@@ -136,7 +136,11 @@ impl Facts for WaitFacts<'_> {
 }
 
 /// A thread starts waiting on `obj`, which has `n` waiters now (this one included).
-pub fn on_wait(
+///
+/// # Safety
+/// `obj` is the object `t`, the calling thread, waits on: live (a rule collecting the holder's
+/// stack reads who holds it there).
+pub unsafe fn on_wait(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -187,7 +191,8 @@ pub fn on_wait(
                 acted: false,
             };
             if act.min_wait_ns == 0 {
-                fire(tr, t, obj, &mut rule, now_ns());
+                // SAFETY: as the caller promises.
+                unsafe { fire(tr, t, obj, &mut rule, now_ns()) };
             }
             Pick {
                 chain: if act.collect & (action::WAITER_CHAIN | action::ALL_WAITERS) != 0 {
@@ -202,7 +207,10 @@ pub fn on_wait(
 }
 
 /// The criteria held: count it and collect what the rule asks for while the thread waits.
-fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, rule: &mut Rule, now: u64) {
+///
+/// # Safety
+/// As [`on_wait`].
+unsafe fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, rule: &mut Rule, now: u64) {
     rule.acted = true;
     let act = rule.act;
     act.acted.fetch_add(1, Ordering::Relaxed);
@@ -226,7 +234,7 @@ fn fire(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, rule: &mut Rule, no
     if act.collect & (action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK) == 0 {
         return;
     }
-    // SAFETY: the object `t`, the calling thread, waits on: live.
+    // SAFETY: the object `t`, the calling thread, waits on: live (the caller's promise).
     let holder = unsafe { obj.holder() };
     if holder == 0 || holder == t.tid() {
         return;
@@ -300,7 +308,10 @@ fn waiting_threads(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, rule: &Rule) -> 
 }
 
 /// A wait slice expired (the thread waits on): a `min_wait` may have been reached.
-pub fn on_wait_check(
+///
+/// # Safety
+/// As [`on_wait`].
+pub unsafe fn on_wait_check(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -309,7 +320,8 @@ pub fn on_wait_check(
 ) {
     let now = now_ns();
     if !rule.acted && now.saturating_sub(start) >= rule.act.min_wait_ns {
-        fire(tr, t, obj, rule, now);
+        // SAFETY: as the caller promises.
+        unsafe { fire(tr, t, obj, rule, now) };
     }
 }
 
@@ -324,7 +336,10 @@ pub struct Ended {
 
 /// The wait ended after `waited` ns with the reason `reason` (a `counter::ENDED_*` key).
 /// Returns the waiter chain to count the wait under.
-pub fn on_wait_end(
+///
+/// # Safety
+/// As [`on_wait`]: the wait on `obj` is ending, the call that waited has not returned.
+pub unsafe fn on_wait_end(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -340,7 +355,8 @@ pub fn on_wait_end(
         }
         // Reached its minimum as it ended: the holder has let go, only the waiter's side is left.
         rule.act.collect &= !(action::HOLDER_CHAIN | action::HOLDER_LIVE_STACK);
-        fire(tr, t, obj, rule, start + waited);
+        // SAFETY: as the caller promises (the holder's stack is not collected here anyway).
+        unsafe { fire(tr, t, obj, rule, start + waited) };
     }
     let act = rule.act;
     let chain = if act.collect & action::WAITER_CHAIN != 0 {

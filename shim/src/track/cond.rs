@@ -105,7 +105,8 @@ fn needs_stamp(obj: &Busy, broadcast: bool) -> bool {
 #[inline(never)]
 fn first_waking(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> {
     let tr = tracker()?;
-    let _in = Inside::enter();
+    // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
+    let _in = Inside::enter_quiet();
     let obj = tr.object(t, addr, KIND, SUBTYPE);
     Some((t.slot(addr), obj))
 }
@@ -132,7 +133,8 @@ pub unsafe fn wait(
     // glibc releases the mutex inside the wait: what the unlock wrapper would have done.
     // SAFETY: the caller's mutex (this function's contract).
     unsafe { engage::disengaging(t, m) };
-    let w = engage::wait_begin_at(tr, t, cond, Side::Exclusive, site);
+    // SAFETY: a condition variable has no holder: nothing is read at its address.
+    let w = unsafe { engage::wait_begin_at(tr, t, cond, Side::Exclusive, site) };
     if untimed {
         engage::untimed(t);
     }

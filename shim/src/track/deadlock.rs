@@ -115,7 +115,9 @@ struct Step<O> {
 
 /// The wait-for cycle through `start`, if there is one now: a depth-first walk from `start`
 /// along "waits for an object held by". Most walks stop after a hop or two, at a holder that
-/// runs; an object held by several readers branches.
+/// runs; an object held by several readers branches. Only the calling thread's own wait is read
+/// at its object's address (live until that wait ends: `engage::wait_begin`'s promise); every
+/// other hop is read through the kernel.
 pub fn find_cycle(tr: &Tracker, start: &ThreadRec) -> Option<Vec<Hop>> {
     cycle_through(&Live(tr), start.tid())
 }

@@ -105,6 +105,25 @@ unsafe fn engaged_uncached_here(
     took(t, t.slot(addr), obj, addr, edges);
 }
 
+/// Runs `f` inside the shim with the tracker and the entry of the object at `addr` (registered
+/// on first use, with `subtype`): the contended paths of the families whose waits the wrapper
+/// drives itself (mutexes, spinlocks) reach the registry through this, and `f` does the wait
+/// with the entry points below. A full guard: what `f` does (a chain unwound, the log written)
+/// may reach cancellation points. None, without calling `f`, when tracking is off.
+#[inline(always)]
+pub fn with_object<R>(
+    t: &ThreadRec,
+    addr: usize,
+    kind: ObjectKind,
+    subtype: u32,
+    f: impl FnOnce(&'static Tracker, &'static ObjEntry) -> R,
+) -> Option<R> {
+    let tr = tracker()?;
+    let _in = Inside::enter();
+    let obj = tr.object(t, addr, kind, subtype);
+    Some(f(tr, obj))
+}
+
 /// Lock-order edges from the locks `t` holds to `obj`, which it is about to wait for: a wait that
 /// never ends (a deadlock) still leaves its edges.
 pub fn attempting(t: &ThreadRec, obj: &'static ObjEntry) {
@@ -346,7 +365,8 @@ unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
 #[inline(never)]
 fn lookup(addr: usize) -> Option<&'static ObjEntry> {
     let tr = tracker()?;
-    let _in = Inside::enter();
+    // A lookup only: nothing is created, no cancellation point is reached.
+    let _in = Inside::enter_quiet();
     tr.objects.get(addr)
 }
 
@@ -421,7 +441,10 @@ pub enum Side {
     Shared,
 }
 
-/// A contended wait in progress.
+/// A contended wait in progress. Made by [`wait_begin`] alone, whose caller promises the object
+/// live until the wait ends: the functions that take a `Wait` (its checks, its end) read the
+/// object's holder on that promise, as does a wait-for walk from the waiting thread
+/// ([`deadlock::find_cycle`]).
 pub struct Wait {
     pub obj: &'static ObjEntry,
     pub start: u64,
@@ -461,10 +484,13 @@ impl Wait {
 /// the real call; the thread that finds the object busy must not count it.
 /// Likewise, when the object has no owner at this instant, one of the counted waiters is being
 /// handed it or has just passed through it.
-fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
-    // SAFETY: the object the calling thread is about to wait on: live.
+///
+/// # Safety
+/// As [`wait_begin`]: `obj` is live (its owner, or an rwlock's readers, are read there).
+unsafe fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
+    // SAFETY: as the caller promises.
     let owner = unsafe { obj.holder() };
-    // SAFETY: the object the calling thread is about to wait on: live.
+    // SAFETY: as the caller promises.
     if owner == 0
         && obj.kind == ObjectKind::RwLock
         && unsafe { glibc_rwlock::readers(obj.addr()) } > 0
@@ -479,23 +505,37 @@ fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 }
 
 /// `t` starts waiting for `obj` (called inside the shim).
-pub fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
-    wait_begin_at(tr, t, obj, side, CallSite::default())
+///
+/// # Safety
+/// `obj` is the object `t`, the calling thread, is about to wait on, live until the wait ends
+/// ([`wait_end`], [`wait_cancel`]): the thread holding it (a mutex's owner, an rwlock's writer
+/// or readers, a spinlock's word) is read at its address, with atomic loads, as the wait begins
+/// and again by the [`Wait`]'s checks and its end. Kinds without a holder (condition variable,
+/// semaphore, barrier, futex, thread) are not read.
+pub unsafe fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
+    // SAFETY: as the caller promises.
+    unsafe { wait_begin_at(tr, t, obj, side, CallSite::default()) }
 }
 
 /// As [`wait_begin`], for a wait called from `site` (its chain may be reused without unwinding).
-pub fn wait_begin_at(
+///
+/// # Safety
+/// As [`wait_begin`].
+pub unsafe fn wait_begin_at(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
     side: Side,
     site: CallSite,
 ) -> Wait {
-    crate::stack::roomy(|| wait_begin_at_here(tr, t, obj, side, site))
+    // SAFETY: as the caller promises.
+    crate::stack::roomy(|| unsafe { wait_begin_at_here(tr, t, obj, side, site) })
 }
 
+/// # Safety
+/// As [`wait_begin`].
 #[inline(always)]
-fn wait_begin_at_here(
+unsafe fn wait_begin_at_here(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -510,7 +550,8 @@ fn wait_begin_at_here(
     obj.waiter_came(start);
     if obj.waited_for() {
         // The holder's release must be looked at: its hold now makes a thread wait.
-        // SAFETY: the object `t`, the calling thread, begins to wait on: live.
+        // SAFETY: the object `t`, the calling thread, begins to wait on: live (the caller's
+        // promise).
         if let Some(h) = tr
             .thread(unsafe { obj.holder() })
             .filter(|h| h.tid() != t.tid())
@@ -522,7 +563,8 @@ fn wait_begin_at_here(
     if n > 1 && matches!(obj.kind, ObjectKind::Mutex | ObjectKind::RwLock) {
         // A waiter leaving decrements the count before it clears `waiting_on`, so the count read
         // after looking at the owner excludes an owner that has left in the meantime.
-        let still = owner_still_counted(tr, obj);
+        // SAFETY: as the caller promises.
+        let still = unsafe { owner_still_counted(tr, obj) };
         n = n
             .min(obj.busy().waiters.load(Ordering::Acquire))
             .saturating_sub(u32::from(still))
@@ -544,7 +586,8 @@ fn wait_begin_at_here(
     tr.blocked.fetch_add(1, Ordering::Relaxed);
     // The waiter's chain, if the policy collects it for this wait (the built-in one always
     // does); contention records name the chains that were collected.
-    let pick = super::collect::on_wait(tr, t, obj, n, site);
+    // SAFETY: as the caller promises.
+    let pick = unsafe { super::collect::on_wait(tr, t, obj, n, site) };
     let chain = pick.chain;
     t.wait_chain.store(chain, Ordering::Relaxed);
     t.wait_start.store(start, Ordering::Relaxed);
@@ -554,7 +597,8 @@ fn wait_begin_at_here(
         .store(t.wait_seq.load(Ordering::Relaxed) + 1, Ordering::Release);
     t.waiting_on
         .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
-    highwater::on_wait(tr, t, obj, n, peak, start, chain);
+    // SAFETY: as the caller promises.
+    unsafe { highwater::on_wait(tr, t, obj, n, peak, start, chain) };
     // An object nobody holds (condition variable, semaphore, barrier, futex) leads nowhere in
     // the wait-for graph: a wait on it closes no cycle.
     let suspect = match obj.kind {
@@ -774,7 +818,8 @@ fn wait_check_here(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     }
     w.suspect = now;
     if let Some(act) = &mut w.act {
-        super::collect::on_wait_check(tr, t, w.obj, act, w.start);
+        // SAFETY: the object of a wait not ended yet: live (see `Wait`).
+        unsafe { super::collect::on_wait_check(tr, t, w.obj, act, w.start) };
     }
     // A process with no thread of the shim (single-threaded until now: one that waits on a
     // mutex it shares with another process) is flushed by its waiting thread, so that its log
@@ -868,7 +913,9 @@ fn wait_end_reacquired_here(
     let waited = now.saturating_sub(w.start);
     let mut event = None;
     if let Some(act) = &mut w.act {
-        let done = super::collect::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key());
+        // SAFETY: the object of the wait ending: live (see `Wait`).
+        let done =
+            unsafe { super::collect::on_wait_end(tr, t, obj, act, w.start, waited, outcome.key()) };
         if done.chain != 0 {
             w.chain = done.chain;
         }

@@ -239,7 +239,11 @@ impl Episode {
 
 /// A thread starts waiting on `obj`, which now has `n` waiters (this one included); `peak`:
 /// that is the object's own highest count so far.
-pub fn on_wait(
+///
+/// # Safety
+/// `obj` is the object `t`, the calling thread, waits on: live (an episode opening reads a
+/// mutex's owner or an rwlock's writer there).
+pub unsafe fn on_wait(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &ObjEntry,
@@ -294,7 +298,7 @@ pub fn on_wait(
     let holder = match obj.kind {
         // Held for writing: the writer. Held for reading there is no single holder: the last
         // reader to leave ends the episode (see the rwlock unlock).
-        // SAFETY: the object `t`, the calling thread, waits on: live.
+        // SAFETY: the object `t`, the calling thread, waits on: live (the caller's promise).
         ObjectKind::RwLock => unsafe { obj.holder() },
         _ => obj.owner.last.load(Ordering::Relaxed),
     };
@@ -327,7 +331,7 @@ pub fn on_wait(
     drop(c);
     // The holder's release ends the episode: make sure that release looks at this object.
     let holder = match obj.kind {
-        // SAFETY: the mutex the calling thread waits on: live.
+        // SAFETY: the mutex the calling thread waits on: live (the caller's promise).
         ObjectKind::Mutex => unsafe { glibc_mutex::owner(obj.addr()) },
         // A joined thread ends the episode by exiting, a barrier's last arrival as it returns
         // (`engage::released`): no release of theirs needs to look for it.

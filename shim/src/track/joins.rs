@@ -207,7 +207,9 @@ pub fn join(th: pthread_t, untimed: bool, call: impl Fn() -> c_int) -> c_int {
         let _in = Inside::enter();
         thread_object(tr, t, th).map(|obj| {
             await_tid(obj);
-            let mut w = engage::wait_begin(tr, t, obj, Side::Exclusive);
+            // SAFETY: a thread object's holder is the thread joined, kept in its entry: nothing
+            // is read at its address.
+            let mut w = unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) };
             if untimed {
                 engage::untimed(t);
             }

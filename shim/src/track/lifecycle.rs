@@ -315,3 +315,13 @@ fn finish_in_handler(tr: &Tracker, reason: u8) {
         crate::diag::line_parts(&[how, p, "   read it with: waitshim-analyze ", p]);
     }
 }
+
+/// A `dlopen` succeeded: the modules it mapped join those chains are resolved in (their records
+/// written), and the unwinder reads their tables.
+pub fn library_loaded() {
+    if let Some(tr) = tracker() {
+        let _in = Inside::enter();
+        tr.modules.scan(&tr.log);
+        waitshim_unwind::refresh_if_loaded();
+    }
+}

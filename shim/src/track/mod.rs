@@ -6,8 +6,8 @@
 //!
 //! The interposed functions translate their calls into `engage` (acquire, wait, release, and
 //! the calls that wait for nothing, in `unwaited`) and, for families whose calls mean more than
-//! that, into `semaphore`, `rwlock`, `cond`, `barrier` and `joins`, handing them the real
-//! functions to call.
+//! that, into `semaphore`, `rwlock`, `cond`, `barrier`, `futex` and `joins`, handing them the
+//! real functions to call.
 
 pub mod barrier;
 mod chain_cache;
@@ -19,6 +19,7 @@ pub mod drive;
 pub mod engage;
 pub mod events;
 mod flush;
+pub mod futex;
 pub mod handler_counts;
 pub mod highwater;
 mod holder;
@@ -37,7 +38,7 @@ pub mod threads;
 mod unwaited;
 pub mod waits;
 
-pub use lifecycle::{before_exec, exec_failed, finish, finish_by_signal, init};
+pub use lifecycle::{before_exec, exec_failed, finish, finish_by_signal, init, library_loaded};
 pub use thread_registry::{
     adopt_current_thread, creating, register_thread, thread_exited, thread_named, thread_started,
     Birth,

@@ -67,7 +67,8 @@ unsafe fn read_engaged(t: &ThreadRec, addr: usize) {
 unsafe fn read_engaged_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
     let obj = {
-        let _in = Inside::enter();
+        // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
+        let _in = Inside::enter_quiet();
         // SAFETY: as the caller promises.
         tr.object(t, addr, KIND, unsafe { subtype(addr) })
     };
@@ -172,7 +173,8 @@ unsafe fn lock_busy(
     if side == Side::Exclusive {
         engage::attempting(t, obj);
     }
-    let mut w = engage::wait_begin(tr, t, obj, side);
+    // SAFETY: the caller's rwlock, live for the call (this function's contract).
+    let mut w = unsafe { engage::wait_begin(tr, t, obj, side) };
     if deadline.is_none() {
         engage::untimed(t);
     }

@@ -68,14 +68,18 @@ fn canonical_name(name: &CStr) -> String {
 }
 
 /// The object at `addr`, registered on first use (semaphores initialised statically, in shared
-/// memory by another process, or before the shim started). Called inside the shim.
+/// memory by another process, or before the shim started). Called inside the shim, under a
+/// quiet guard at least: what may reach a cancellation point (registering, naming) takes a full
+/// one of its own, and preparing a known semaphore's counters does nothing or allocates.
 fn object(tr: &Tracker, t: &ThreadRec, addr: usize) -> &'static ObjEntry {
     if let Some((_, obj)) = t.cached(addr) {
         return obj;
     }
     if ANY_NAMED.load(Ordering::Relaxed) && tr.objects.get(addr).is_none() {
         if let Some(e) = named().get(&addr) {
-            // Applied when the object is announced just below.
+            // Applied when the object is announced just below (or written now, if another
+            // thread registered it meanwhile).
+            let _in = Inside::enter();
             tr.name_object(addr, e.value().name.clone());
         }
     }
@@ -201,7 +205,8 @@ fn acquired_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
     let e = errno();
     {
-        let _in = Inside::enter();
+        // A lookup and a cache fill (see `object`).
+        let _in = Inside::enter_quiet();
         object(tr, t, addr);
     }
     t.count(t.slot(addr));
@@ -297,7 +302,8 @@ fn contended(
     // cancellation cut short.
     let inside = ManuallyDrop::new(Inside::enter());
     let obj = object(tr, t, addr);
-    let w = ManuallyDrop::new(engage::wait_begin_at(tr, t, obj, Side::Exclusive, site));
+    // SAFETY: a semaphore has no holder: nothing is read at its address.
+    let w = ManuallyDrop::new(unsafe { engage::wait_begin_at(tr, t, obj, Side::Exclusive, site) });
     if untimed {
         engage::untimed(t);
     }
@@ -421,7 +427,8 @@ fn first_post(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> 
     let tr = tracker()?;
     let e = errno();
     let obj = {
-        let _in = Inside::enter();
+        // A lookup and a cache fill (see `object`).
+        let _in = Inside::enter_quiet();
         object(tr, t, addr)
     };
     set_errno(e);
