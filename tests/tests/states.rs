@@ -242,6 +242,36 @@ fn waits_outside_locks_are_named_by_their_call_and_resource() {
         section.contains("blocked at (1 of 1 waits with a chain; scanned from the stack):"),
         "{section}"
     );
+    // The timeline has it too: the acceptor's `Wait: I/O` slice says where it waited.
+    let sampled = run
+        .logs
+        .iter()
+        .zip(0..)
+        .find(|(_, i)| a.log(*i).0["thread_states"]["sampled"] == true)
+        .map(|(l, _)| l.clone())
+        .expect("sampled log");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.json");
+    let out = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["export", "--format", "chrome", "-o"])
+        .arg(&trace)
+        .arg(&sampled)
+        .output()
+        .expect("run the export");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace: Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let accept = trace["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .find(|e| e["cat"] == "state" && e["args"]["syscall"] == "accept")
+        .unwrap_or_else(|| panic!("no accept slice"));
+    let at = accept["args"]["waited_at"].as_str().unwrap_or("");
+    assert!(at.contains("(acceptor)"), "{accept}");
 }
 
 /// The functions of the chain most waits on the resource of system call `call` had (empty

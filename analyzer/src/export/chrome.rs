@@ -83,15 +83,24 @@ pub(super) fn wait_args(src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'stat
     args
 }
 
-/// What a state slice's arguments say: the system call and its descriptor, the kind of object,
-/// and whether its place in the interval is an estimate.
-pub(super) fn state_args(s: &slices::Slice) -> Vec<(&'static str, Arg)> {
+/// What a state slice's arguments say: the system call and its descriptor (and where in its
+/// code the thread was, from `chains`: [`blocked_chains`]), the kind of object, and whether its
+/// place in the interval is an estimate.
+pub(super) fn state_args(s: &slices::Slice, chains: &BlockedChains) -> Vec<(&'static str, Arg)> {
     let mut args = Vec::new();
     match &s.state {
-        slices::State::Blocked { syscall, what } => {
+        slices::State::Blocked {
+            syscall,
+            what,
+            chain,
+        } => {
             args.push(("syscall", Arg::Str(slices::syscall_text(*syscall))));
             if !what.is_empty() {
                 args.push(("what", Arg::Str(what.clone())));
+            }
+            if let Some((site, text)) = chains.get(chain) {
+                args.push(("waited_at", Arg::Str(site.clone())));
+                args.push(("chain", Arg::Str(text.clone())));
             }
         }
         slices::State::Tracked(Some(k)) => {
@@ -109,6 +118,30 @@ pub(super) fn state_args(s: &slices::Slice) -> Vec<(&'static str, Arg)> {
         args.push(("split", Arg::Str(ESTIMATE.into())));
     }
     args
+}
+
+/// The site and the one-line text of each chain of a blocked thread in the log (at most 8 per
+/// resource, 1000 resources: [`crate::states`]), worked out before the slices are walked.
+pub(super) type BlockedChains = std::collections::HashMap<u32, (String, String)>;
+
+pub(super) fn blocked_chains(src: &mut Source<'_>) -> BlockedChains {
+    let ids: Vec<u32> = src
+        .ctx
+        .model
+        .states
+        .resources
+        .by
+        .values()
+        .flat_map(|r| r.chains.iter().map(|c| c.0))
+        .collect();
+    let mut out = BlockedChains::new();
+    for id in ids {
+        if let Some(text) = src.chain_text(id) {
+            let site = src.chain_site(id).unwrap_or_default();
+            out.insert(id, (site, text));
+        }
+    }
+    out
 }
 
 /// What an estimated slice says of itself.
@@ -203,6 +236,7 @@ impl<W: Write> Exporter for Chrome<W> {
         src.note(note);
         // The sampler's states, on a track of their own beside each thread's.
         let mut named = std::collections::HashSet::new();
+        let chains = blocked_chains(src);
         slices::for_each(src, |ev| match ev {
             slices::Event::Slice(s) => {
                 let stid = states_tid(s.tid);
@@ -215,7 +249,7 @@ impl<W: Write> Exporter for Chrome<W> {
                     self.event(&json!({"ph": "M", "name": "thread_sort_index", "pid": pid,
                                        "tid": s.tid, "args": {"sort_index": u64::from(s.tid) * 2}}))?;
                 }
-                let args = to_map(state_args(&s));
+                let args = to_map(state_args(&s, &chains));
                 self.event(&json!({"ph": "X", "name": s.state.name(), "cat": "state",
                                    "pid": pid, "tid": stid, "ts": self.ts(s.start),
                                    "dur": (s.end - s.start) as f64 / 1000.0, "args": args}))

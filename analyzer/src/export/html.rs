@@ -153,12 +153,23 @@ fn keep_most(slot: &mut (u32, f32), id: u32, ns: f32) {
     }
 }
 
-/// The detail a state shows on hover.
-fn state_detail(s: &State) -> Option<String> {
+/// The detail a state shows on hover: for a blocked thread, the call, what it waited on and,
+/// when its chain was taken, where in its code.
+fn state_detail(s: &State, chains: &super::chrome::BlockedChains) -> Option<String> {
     match s {
-        State::Blocked { syscall, what } if what.is_empty() => Some(slices::syscall_text(*syscall)),
-        State::Blocked { syscall, what } => {
-            Some(format!("{} on {what}", slices::syscall_text(*syscall)))
+        State::Blocked {
+            syscall,
+            what,
+            chain,
+        } => {
+            let mut d = slices::syscall_text(*syscall);
+            if !what.is_empty() {
+                d += &format!(" on {what}");
+            }
+            if let Some((_, text)) = chains.get(chain) {
+                d += &format!(", at {text}");
+            }
+            Some(d)
         }
         State::Tracked(_) | State::Stopped | State::Unseen => Some(s.name()),
         _ => None,
@@ -247,6 +258,7 @@ impl<W: Write> Exporter for Html<W> {
             })
             .collect();
         let sampled = slices::any(model);
+        let chains = super::chrome::blocked_chains(src);
         // The sampler's states.
         let _ = slices::for_each(src, |ev| -> Result<(), ()> {
             if let slices::Event::Slice(s) = ev {
@@ -254,7 +266,7 @@ impl<W: Write> Exporter for Html<W> {
                     return Ok(());
                 };
                 let colour = s.state.colour() as usize;
-                let detail = state_detail(&s.state).map(|d| strings.id(&d));
+                let detail = state_detail(&s.state, &chains).map(|d| strings.id(&d));
                 let row = &mut rows[i];
                 axis.spread(s.start, s.end, |b, ns| {
                     row.buckets[b].ns[colour] += ns;

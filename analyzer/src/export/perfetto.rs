@@ -17,7 +17,7 @@ use std::io::{self, Write};
 
 use prost::Message;
 
-use super::chrome::{state_args, wait_args, Arg};
+use super::chrome::{blocked_chains, state_args, wait_args, Arg};
 use super::slices;
 use super::timeline::{self, wait_name};
 use super::{Exporter, Source};
@@ -443,6 +443,7 @@ impl<W: Write> Exporter for Perfetto<W> {
         // The sampler's states, on a child track of each thread's (they overlap its waits).
         let mut described = std::collections::HashSet::new();
         let mut idle_described = false;
+        let chains = blocked_chains(src);
         slices::for_each(src, |ev| match ev {
             slices::Event::Slice(s) => {
                 let uuid = states_uuid(pid, s.tid);
@@ -457,7 +458,7 @@ impl<W: Write> Exporter for Perfetto<W> {
                         ..TracePacket::default()
                     })?;
                 }
-                let args = state_args(&s);
+                let args = state_args(&s, &chains);
                 self.event(s.start, uuid, SLICE_BEGIN, Some(&s.state.name()), &args)?;
                 self.event(s.end, uuid, SLICE_END, None, &[])
             }

@@ -33,10 +33,12 @@ pub enum State {
     Runnable,
     /// In a wait the shim tracks, on an object of this kind (`ObjectKind as u8`, or `None`).
     Tracked(Option<u8>),
-    /// Blocked in a system call (-1: asleep outside one), on `what`.
+    /// Blocked in a system call (-1: asleep outside one), on `what`; `chain`: where in its code
+    /// (a `BlockedChain` the policy asked for, scanned from its stack), 0 when none.
     Blocked {
         syscall: i32,
         what: String,
+        chain: u32,
     },
     Stopped,
     /// Neither on a CPU nor ready for one, in no state a sample saw (short sleeps between two
@@ -248,20 +250,27 @@ fn fold<E>(
                         _ => State::Blocked {
                             syscall: e.syscall,
                             what: e.what.chars().take(200).collect(),
+                            chain: 0,
                         },
                     };
-                    // The descriptor is named when the thread entered the state: keep it
-                    // while the state lasts.
+                    // The descriptor is named when the thread entered the state, and its
+                    // chain taken then or later: keep both while the state lasts.
                     let state = match (&prev, state) {
                         (
-                            Some(State::Blocked { syscall: a, what }),
+                            Some(State::Blocked {
+                                syscall: a,
+                                what,
+                                chain,
+                            }),
                             State::Blocked {
                                 syscall: b,
                                 what: w,
+                                ..
                             },
                         ) if *a == b && w.is_empty() => State::Blocked {
                             syscall: b,
                             what: what.clone(),
+                            chain: *chain,
                         },
                         (_, s) => s,
                     };
@@ -297,6 +306,28 @@ fn fold<E>(
                             result = Err(x);
                             return;
                         }
+                    }
+                }
+            }
+            Record::BlockedChain(c) => {
+                // The chain of the wait the thread's latest listing began: on its state, and
+                // on the slice of it already cut, so that the whole wait carries it.
+                let Some(t) = threads.get_mut(&c.tid) else {
+                    return;
+                };
+                let set = |st: &mut State| {
+                    if let State::Blocked { syscall, chain, .. } = st {
+                        if *syscall == c.syscall && *chain == 0 {
+                            *chain = c.chain_id;
+                        }
+                    }
+                };
+                if let Some(st) = &mut t.state {
+                    set(st);
+                }
+                if let Some(p) = &mut t.pending {
+                    if p.end == t.at {
+                        set(&mut p.state);
                     }
                 }
             }
@@ -432,6 +463,7 @@ mod tests {
         let read = State::Blocked {
             syscall: 0,
             what: "pipe:[1]".into(),
+            chain: 0,
         };
         // Blocked at the start, running at the end: waited, was ready, ran.
         let p = split(0, 100, Some(&read), &State::Running, 30, 20);
@@ -459,7 +491,8 @@ mod tests {
         assert_eq!(
             State::Blocked {
                 syscall: 230,
-                what: String::new()
+                what: String::new(),
+                chain: 0,
             }
             .name(),
             "Wait: clock_nanosleep"
