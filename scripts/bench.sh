@@ -50,6 +50,11 @@
 #   BENCH_NO_BUILD=1    do not run cargo build first
 #   BENCH_STRICT=1      exit 1 when a median paired ratio exceeds its budget
 #   BENCH_SHIM=PATH     preload this library instead of target/release/libwaitshim.so
+#   BENCH_BASE_SHIM=PATH in the uncontended, contended, condvar and sem scenarios, run the
+#                       "native" column under this library instead (another build of the
+#                       shim): the paired ratios then compare two builds, above 1 meaning
+#                       BENCH_SHIM is slower (the budgets, which are against native, do not
+#                       apply; the added ns per pair is then the difference between them)
 #   BENCH_ANALYZER=PATH the analyzer for the events scenario (default: waitshim-analyze
 #                       beside the library)
 #   BENCH_EVENTS_PAIRS=N lock/unlock pairs per thread in the events scenario (15000000)
@@ -93,6 +98,12 @@ trap 'rm -rf "$work"' EXIT
 logs="$work/logs"
 mkdir -p "$logs" "$results_dir"
 shim_env="$(printf 'LD_PRELOAD=%q WAITSHIM_QUIET=1 WAITSHIM_LOG=%q' "$shim" "$logs/waitshim.%p.log")"
+base_env=""
+if [ -n "${BENCH_BASE_SHIM:-}" ]; then
+    [ -f "$BENCH_BASE_SHIM" ] || die "BENCH_BASE_SHIM: $BENCH_BASE_SHIM not found"
+    base_env="$(printf 'LD_PRELOAD=%q WAITSHIM_QUIET=1 WAITSHIM_LOG=%q ' "$BENCH_BASE_SHIM" "$logs/base.%p.log")"
+    warn "BENCH_BASE_SHIM: the native column of uncontended, contended, condvar and sem runs under $BENCH_BASE_SHIM; their ratios compare two builds of the shim, and the budgets do not apply"
+fi
 
 say "compiling benchmark programs"
 scripts/build-fixtures.sh "$work" bench_uncontended bench_contended bench_condvar bench_sem bench_idle_threads
@@ -143,6 +154,8 @@ run_timed() {
 run_side() {
     if [ "$1" = shim ]; then
         rm -f "$logs"/waitshim.*
+    else
+        rm -f "$logs"/base.*
     fi
     run_timed "$2" && return 0
     printf 'FAIL: %s run failed: %s\n' "$1" "$2" >&2
@@ -395,7 +408,7 @@ events_figures() {
 for scenario in $scenarios; do
     case "$scenario" in
     uncontended)
-        if measure uncontended "./bench_uncontended $uncontended_pairs" \
+        if measure uncontended "$base_env./bench_uncontended $uncontended_pairs" \
             "$shim_env ./bench_uncontended $uncontended_pairs"; then
             check_logged uncontended
             report uncontended 1.4 "$uncontended_pairs" 3
@@ -405,7 +418,7 @@ for scenario in $scenarios; do
         fi
         ;;
     contended)
-        if measure contended "./bench_contended" "$shim_env ./bench_contended"; then
+        if measure contended "$base_env./bench_contended" "$shim_env ./bench_contended"; then
             check_logged contended
             report contended 1.3
         else
@@ -414,7 +427,7 @@ for scenario in $scenarios; do
         fi
         ;;
     condvar)
-        if measure condvar "./bench_condvar" "$shim_env ./bench_condvar"; then
+        if measure condvar "$base_env./bench_condvar" "$shim_env ./bench_condvar"; then
             check_logged condvar
             report condvar 1.1
         else
@@ -423,7 +436,7 @@ for scenario in $scenarios; do
         fi
         ;;
     sem)
-        if measure sem "./bench_sem" "$shim_env ./bench_sem"; then
+        if measure sem "$base_env./bench_sem" "$shim_env ./bench_sem"; then
             check_logged sem
             report sem 1.1
         else
