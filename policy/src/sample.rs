@@ -41,6 +41,7 @@ mod tests {
         assert_eq!(parse("OFF"), Ok(0));
         assert_eq!(parse("0"), Ok(0));
         assert_eq!(parse("100us"), Err("100us is outside 1ms..10s".into()));
+        assert!(parse("20s").is_err(), "above 10 s");
         assert_eq!(
             parse("1m"),
             Err("unknown unit \"m\" (use us, ms or s)".into())

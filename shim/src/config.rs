@@ -165,22 +165,3 @@ pub fn read_small_file(path: &str, cap: u64) -> Result<String, String> {
     }
     String::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sample_intervals_parse_with_their_units() {
-        assert_eq!(parse_sample("10ms"), Ok(10_000_000));
-        assert_eq!(parse_sample("5"), Ok(5_000_000));
-        assert_eq!(parse_sample("0.5s"), Ok(500_000_000));
-        assert_eq!(parse_sample("2000us"), Ok(2_000_000));
-        assert_eq!(parse_sample("off"), Ok(0));
-        assert_eq!(parse_sample("OFF"), Ok(0));
-        assert!(parse_sample("100us").is_err(), "below 1 ms");
-        assert!(parse_sample("20s").is_err(), "above 10 s");
-        assert!(parse_sample("10 parsecs").is_err());
-        assert!(parse_sample("fast").is_err());
-    }
-}
