@@ -737,8 +737,9 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
     if st.unsampled > 0 {
         let _ = writeln!(
             out,
-            "  {} threads at most were not sampled at once (beyond the sampler's descriptor \
-             budget): they are not in this table",
+            "  {} threads at most were left out of one look (past those the sampler keeps \
+             descriptors for): sampled in rotation, the shim's note says how often (shims \
+             before the rotation did not sample them)",
             st.unsampled,
         );
     }
