@@ -36,7 +36,8 @@ struct Cli {
     command: Option<Command>,
     /// Order of the lock contention records: wait (the records of the objects threads waited
     /// for longest first), hwm, elapsed, count, lost (the records of the objects whose waits
-    /// left most CPU time unused first: lost parallelism, from the sampler), or commonality
+    /// left most CPU time unused first: lost parallelism, from the sampler; it orders the
+    /// objects tables too), or commonality
     /// groups by the outermost /
     /// innermost N frames of the waiter chains (outer:N, inner:N).
     #[arg(long, default_value = "wait", value_parser = |s: &str| s.parse::<SortKey>())]

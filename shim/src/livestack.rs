@@ -207,8 +207,8 @@ fn read_mem(addr: u64, buf: &mut [u8]) -> usize {
 
 /// Whether `ret` is a return address: code, right after a call instruction (a direct call whose
 /// target is code, or an indirect `call` through a register or memory).
-fn after_call(maps: &[procmaps::Mapping], ret: u64) -> bool {
-    if ret < 7 || !procmaps::is_code(maps, ret) {
+fn after_call(code: &procmaps::Code, ret: u64) -> bool {
+    if ret < 7 || !code.contains(ret) {
         return false;
     }
     let mut b = [0u8; 7];
@@ -217,7 +217,7 @@ fn after_call(maps: &[procmaps::Mapping], ret: u64) -> bool {
     }
     if b[2] == 0xe8 {
         let rel = i32::from_le_bytes([b[3], b[4], b[5], b[6]]);
-        return procmaps::is_code(maps, ret.wrapping_add(rel as i64 as u64));
+        return code.contains(ret.wrapping_add(rel as i64 as u64));
     }
     // ff /2 with a ModRM byte: 2 (register), 3 (disp8 or SIB), 6 or 7 (disp32) bytes long.
     let indirect = |at: usize| b[at] == 0xff && (b[at + 1] >> 3) & 7 == 2;
@@ -237,6 +237,7 @@ fn scan(sp: u64, pc: u64, depth: usize) -> Vec<u64> {
 /// (every read goes through the kernel).
 pub fn scan_in(maps: &[procmaps::Mapping], sp: u64, pc: u64, depth: usize) -> Vec<u64> {
     let (lo, hi) = crate::modules::own_range();
+    let code = procmaps::Code::of(maps);
     let own = |a: u64| (lo as u64..hi as u64).contains(&a);
     let mut frames = vec![pc];
     let mut buf = vec![0u8; 4096];
@@ -255,7 +256,7 @@ pub fn scan_in(maps: &[procmaps::Mapping], sp: u64, pc: u64, depth: usize) -> Ve
         }
         for w in buf[..n - n % 8].chunks_exact(8) {
             let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-            if v > 4096 && !own(v) && after_call(maps, v) {
+            if v > 4096 && !own(v) && after_call(&code, v) {
                 frames.push(v);
                 if frames.len() == depth {
                     break;

@@ -9,11 +9,15 @@
 //! listed again.
 //!
 //! Descriptors: the shim must not hold one the program can count on, so each is moved to the
-//! high numbers the log uses (`log::move_high`), and the threads followed are capped by
-//! [`MAX_FOLLOWED`] and by what the descriptor limit leaves above those numbers; threads past
-//! the cap are counted as unsampled. Opening a file takes the lowest free number for the
-//! moment until it is moved (as the log's own growth does when it keeps no descriptor), once
-//! per thread. In a forked child the descriptors are closed ([`after_fork_child`]).
+//! high numbers the log uses (`log::move_high`), and the threads followed with kept
+//! descriptors are capped by [`MAX_FOLLOWED`] and by what the descriptor limit leaves above
+//! those numbers. Threads past the cap are sampled in rotation, [`ROTATED_PER_LOOK`] per look,
+//! the ones looked at longest ago first: their files are opened, read and closed within the
+//! look (dearer per thread, so fewer of them per look), and the last look takes them all; a
+//! note at the end says how long a thread in rotation went between two looks. Opening a file
+//! takes the lowest free number for the moment until it is moved or closed (as the log's own
+//! growth does when it keeps no descriptor). In a forked child the descriptors are closed
+//! ([`after_fork_child`]).
 
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -53,8 +57,16 @@ pub fn interval_text(ns: u64) -> String {
     }
 }
 
-/// Threads followed at most (three descriptors each).
+/// Blocked threads' stacks scanned for their chains at most per look (each a few reads of the
+/// thread's stack through the kernel; the process's mappings are read once per look that
+/// scans): the rest wait for the next looks.
+pub const SCANS_PER_LOOK: u32 = 16;
+/// Threads followed at most with kept descriptors (three each).
 pub const MAX_FOLLOWED: usize = 256;
+/// Threads beyond those looked at in each look, in rotation ([`Sampler::rotation_window`]):
+/// their files are opened, read and closed each time, so that every thread is sampled, the
+/// ones past [`MAX_FOLLOWED`] less often. The last look, at exit, takes them all.
+pub const ROTATED_PER_LOOK: usize = 64;
 /// A thread's `status` (its context switches) is read at most this often, and only when it ran:
 /// the file is several times dearer than `schedstat`.
 pub const STATUS_EVERY_NS: u64 = 100_000_000;
@@ -151,6 +163,8 @@ pub fn after_fork_child() {
             unsafe { libc::close(fd) };
         }
     }
+    // Those of a thread in rotation the parent was reading as it forked: low numbers.
+    close_rotating();
 }
 
 /// Opens `path` read-only and moves it to the high numbers; None if it cannot be kept.
@@ -321,6 +335,57 @@ pub fn describe(nr: i32, arg0: u64) -> String {
     out.chars().take(200).collect()
 }
 
+/// `stat`: the thread's state letter (`R` running, `S` asleep, `D` uninterruptible, `T`
+/// stopped, `t` stopped by a tracer, `Z` zombie, ...) and the CPU it ran on last. The command
+/// name between the parentheses may hold spaces and parentheses: the fields are counted from
+/// the last `)`.
+pub fn parse_stat(text: &[u8]) -> Option<(char, u32)> {
+    let s = std::str::from_utf8(text).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // `processor` is field 39 of the line; the state is field 3.
+    let cpu = fields.nth(39 - 4)?.parse().ok()?;
+    Some((state, cpu))
+}
+
+/// What a blocked thread's state letter adds to what it waits on: the system call says where
+/// it sleeps, not that nothing but the wait's end (a disk, most often) can wake it, or that it
+/// is stopped.
+pub fn run_state_words(state: char) -> Option<&'static str> {
+    match state {
+        'D' => Some("uninterruptible: disk or other I/O"),
+        'T' => Some("stopped"),
+        't' => Some("stopped by a tracer"),
+        'Z' => Some("zombie"),
+        _ => None,
+    }
+}
+
+/// `what` with the thread's run state, when it says more than the system call (see
+/// [`run_state_words`]): `/data/db (uninterruptible: disk or other I/O)`. One open, `pread`
+/// and close of `/proc/self/task/TID/stat`, only when a thread is seen entering a blocked
+/// state (the file is not kept: the ones read at every look are).
+fn with_run_state(mut what: String, tid: u32) -> String {
+    let Some(fd) = open_plain(&format!("/proc/self/task/{tid}/stat")) else {
+        return what;
+    };
+    let mut buf = [0u8; 1024];
+    let words = pread_all(fd, &mut buf)
+        .and_then(parse_stat)
+        .and_then(|(state, _)| run_state_words(state));
+    close_plain(fd);
+    if let Some(words) = words {
+        if !what.is_empty() {
+            what.push(' ');
+        }
+        what.push('(');
+        what.push_str(words);
+        what.push(')');
+    }
+    what
+}
+
 /// A socket's protocol and addresses: `tcp 127.0.0.1:8080 listening`, `tcp 127.0.0.1:41234 ->
 /// 127.0.0.1:8080`, `unix /run/x.sock`.
 fn socket_text(fd: i32) -> Option<String> {
@@ -434,6 +499,88 @@ pub fn parse_cpus(text: &[u8]) -> Vec<(u64, u64)> {
     out
 }
 
+/// A new thread to follow: with kept descriptors (`keep`, and they could be kept), else in
+/// rotation.
+fn follow(tid: u32, keep: bool) -> Followed {
+    let mut f = Followed {
+        tid,
+        schedstat: -1,
+        syscall: -1,
+        status: None,
+        status_ns: 0,
+        switches: (0, 0),
+        longest_slice_ns: 0,
+        on_cpu: 0,
+        delay: 0,
+        slices: 0,
+        last: (0, 0, -1, 0, 0),
+        blocked_since: 0,
+        blocked_what: String::new(),
+        ask: Ask::Done,
+        sp_pc: (0, 0),
+        last_chain: (0, 0, 0),
+        written: false,
+        registered: false,
+        kept: false,
+        looked_at: 0,
+        looked_ns: 0,
+    };
+    if keep {
+        let base = format!("/proc/self/task/{tid}/");
+        if let Some(schedstat) = open_high(&(base.clone() + "schedstat")) {
+            match open_high(&(base + "syscall")) {
+                Some(syscall) => {
+                    publish_schedstat(tid, schedstat);
+                    (f.schedstat, f.syscall, f.kept) = (schedstat, syscall, true);
+                }
+                None => release(schedstat),
+            }
+        }
+    }
+    f
+}
+
+/// The descriptors open for a thread in rotation while the look reads it (-1: none), so that a
+/// forked child closes them too ([`after_fork_child`]).
+static ROTATING: [AtomicI32; 2] = [const { AtomicI32::new(-1) }; 2];
+
+/// Opens `path` read-only as `ROTATING[slot]` for the thread in rotation being read (not
+/// moved: closed within the look).
+fn open_rotating(path: &str, slot: usize) -> Option<i32> {
+    let fd = open_plain(path)?;
+    ROTATING[slot].store(fd, Ordering::Release);
+    Some(fd)
+}
+
+fn close_rotating() {
+    for slot in &ROTATING {
+        close_plain(slot.swap(-1, Ordering::AcqRel));
+    }
+}
+
+/// Opens `path` read-only for a moment (not kept, not moved).
+fn open_plain(path: &str) -> Option<i32> {
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: a NUL-terminated path; our own descriptor, closed before the look ends.
+    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    (fd >= 0).then_some(fd)
+}
+
+/// Closes a descriptor [`open_plain`] gave, if any; -1.
+fn close_plain(fd: i32) -> i32 {
+    if fd >= 0 {
+        // SAFETY: opened by this look, closed once.
+        unsafe { libc::close(fd) };
+    }
+    -1
+}
+
+/// The threads in rotation a look takes, and room for ones first seen in it.
+struct Window {
+    tids: Vec<u32>,
+    room: usize,
+}
+
 /// One followed thread.
 struct Followed {
     tid: u32,
@@ -465,6 +612,47 @@ struct Followed {
     written: bool,
     /// The thread registered with the shim (it is in its live count).
     registered: bool,
+    /// Its descriptors are kept (one of the first [`MAX_FOLLOWED`]); otherwise it is sampled
+    /// in rotation, its files open only during the look that takes it.
+    kept: bool,
+    /// The look that last took it (rotation), and when.
+    looked_at: u64,
+    looked_ns: u64,
+}
+
+/// The process's memory map, for scanning blocked threads' stacks: which addresses are code, and
+/// where a thread's stack ends. Reading `/proc/self/maps` costs about as much as a look at
+/// every thread when there are a thousand (a stack and a guard page each), so it is read again
+/// only when it is [`MAPS_EVERY_NS`] old, or when a stack is not in it (a thread started since),
+/// at most once a look.
+#[derive(Default)]
+struct Maps {
+    maps: Vec<Mapping>,
+    read_ns: Option<u64>,
+    read_this_look: bool,
+}
+
+/// How long a memory map read for scanning serves.
+const MAPS_EVERY_NS: u64 = 1_000_000_000;
+
+impl Maps {
+    fn look_begins(&mut self) {
+        self.read_this_look = false;
+    }
+
+    /// The map, read again if stale or without the stack at `sp`.
+    fn around(&mut self, sp: u64, now: u64) -> &[Mapping] {
+        let stale = self
+            .read_ns
+            .is_none_or(|at| now.saturating_sub(at) >= MAPS_EVERY_NS);
+        let has_stack = self.maps.iter().any(|m| (m.start..m.end).contains(&sp));
+        if !self.read_this_look && (stale || !has_stack) {
+            self.maps = crate::procmaps::read();
+            self.read_ns = Some(now);
+            self.read_this_look = true;
+        }
+        &self.maps
+    }
 }
 
 /// What the policy asked of a thread's blocked wait.
@@ -518,12 +706,15 @@ impl Facts for Sampled {
 /// The policy's part in one look at a thread blocked outside the sync objects (seed 004): asked
 /// once per wait which rule acts, and when one does (at once, or once the wait has lasted its
 /// `min_wait`), the thread's chain, scanned from its stack without stopping or signalling it.
-/// `maps` is read at most once per look.
+/// `maps` is the process's memory map as last read ([`Maps`]); `scans` is what is left of the look's
+/// [`SCANS_PER_LOOK`]: a wait whose chain must be scanned when none is left waits for a later
+/// look (a thousand threads that block at once are scanned over many looks, not in one).
 fn blocked_chain(
     tr: &Tracker,
     f: &mut Followed,
     now: u64,
-    maps: &mut Option<Vec<Mapping>>,
+    maps: &mut Maps,
+    scans: &mut u32,
     out: &mut Vec<BlockedChain>,
 ) {
     if f.last.0 != thread_state::BLOCKED {
@@ -553,17 +744,23 @@ fn blocked_chain(
         f.ask = Ask::Pending(act);
         return;
     }
-    f.ask = Ask::Done;
-    act.acted.fetch_add(1, Ordering::Relaxed);
     let (sp, pc) = f.sp_pc;
-    if act.collect & action::WAITER_CHAIN == 0 || sp == 0 {
+    let wants_chain = act.collect & action::WAITER_CHAIN != 0 && sp != 0;
+    let cached = (sp, pc) == (f.last_chain.0, f.last_chain.1) && f.last_chain.2 != 0;
+    if wants_chain && !cached && *scans == 0 {
+        f.ask = Ask::Pending(act);
         return;
     }
-    let chain = if (sp, pc) == (f.last_chain.0, f.last_chain.1) && f.last_chain.2 != 0 {
+    f.ask = Ask::Done;
+    act.acted.fetch_add(1, Ordering::Relaxed);
+    if !wants_chain {
+        return;
+    }
+    let chain = if cached {
         f.last_chain.2
     } else {
-        let maps = maps.get_or_insert_with(crate::procmaps::read);
-        let frames = crate::livestack::scan_in(maps, sp, pc, tr.config.depth);
+        *scans -= 1;
+        let frames = crate::livestack::scan_in(maps.around(sp, now), sp, pc, tr.config.depth);
         let id = tr.chains.intern(&frames, &tr.log);
         f.last_chain = (sp, pc, id);
         id
@@ -599,11 +796,28 @@ pub struct Sampler {
     buf: Vec<u8>,
     /// Set when a look found nothing to follow with (no /proc): the sampler stops.
     broken: bool,
+    /// The memory map blocked threads' stacks are scanned with.
+    maps: Maps,
     /// The threads of the last listing of `/proc/self/task`, the shim's live count then, and
     /// looks since.
     tids: Vec<u32>,
     listed_live: i32,
     looks_since_list: u32,
+    /// Looks taken, and what the rotation of the threads past [`MAX_FOLLOWED`] did.
+    looks: u64,
+    rotation: Rotation,
+    /// The thread in rotation whose files are open (see [`ROTATING`]).
+    rotating: Option<usize>,
+}
+
+/// The rotation of the threads followed without kept descriptors, said in a note at the end.
+#[derive(Default)]
+struct Rotation {
+    /// Most threads in rotation at once.
+    most: usize,
+    /// The longest time, and the most looks, between two looks at one thread in rotation.
+    longest_gap_ns: u64,
+    longest_gap_looks: u64,
 }
 
 impl Sampler {
@@ -627,9 +841,13 @@ impl Sampler {
             tick_ns: 1_000_000_000 / hz,
             buf: vec![0u8; 64 * 1024],
             broken: false,
+            maps: Maps::default(),
             tids: Vec::new(),
             listed_live: 0,
             looks_since_list: 0,
+            looks: 0,
+            rotation: Rotation::default(),
+            rotating: None,
         })
     }
 
@@ -738,57 +956,43 @@ impl Sampler {
         let tids = std::mem::take(&mut self.tids);
         let mut entries = Vec::new();
         let mut chains = Vec::new();
-        let mut maps = None;
+        // Taken for the look (the loop below borrows the sampler), and put back after it.
+        let mut maps = std::mem::take(&mut self.maps);
+        maps.look_begins();
+        let mut scans = SCANS_PER_LOOK;
         let mut switches = Vec::new();
         let mut unsampled = 0u32;
         let mut seen = vec![false; self.followed.len()];
+        self.looks += 1;
+        let mut index: std::collections::HashMap<u32, usize> = self
+            .followed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.tid, i))
+            .collect();
+        let mut window = self.rotation_window(last);
+        let mut kept = self.kept();
         for &tid in &tids {
             if tid == self.own_tid {
                 continue;
             }
-            let i = match self.followed.iter().position(|f| f.tid == tid) {
-                Some(i) => i,
+            let i = match index.get(&tid) {
+                Some(&i) => i,
                 None => {
-                    if self.followed.len() >= MAX_FOLLOWED {
-                        unsampled += 1;
-                        continue;
-                    }
-                    let base = format!("/proc/self/task/{tid}/");
-                    let Some(schedstat) = open_high(&(base.clone() + "schedstat")) else {
-                        unsampled += 1;
-                        continue;
-                    };
-                    let Some(syscall) = open_high(&(base + "syscall")) else {
-                        release(schedstat);
-                        unsampled += 1;
-                        continue;
-                    };
-                    publish_schedstat(tid, schedstat);
-                    self.followed.push(Followed {
-                        tid,
-                        schedstat,
-                        syscall,
-                        status: None,
-                        status_ns: 0,
-                        switches: (0, 0),
-                        longest_slice_ns: 0,
-                        on_cpu: 0,
-                        delay: 0,
-                        slices: 0,
-                        last: (0, 0, -1, 0, 0),
-                        blocked_since: 0,
-                        blocked_what: String::new(),
-                        ask: Ask::Done,
-                        sp_pc: (0, 0),
-                        last_chain: (0, 0, 0),
-                        written: false,
-                        registered: false,
-                    });
+                    let f = follow(tid, kept < MAX_FOLLOWED);
+                    kept += usize::from(f.kept);
+                    self.followed.push(f);
                     seen.push(false);
+                    index.insert(tid, self.followed.len() - 1);
                     self.followed.len() - 1
                 }
             };
             seen[i] = true;
+            if !self.followed[i].kept && !self.open_for_look(i, &mut window, now) {
+                // Not its turn (or gone: the next listing tells).
+                unsampled += 1;
+                continue;
+            }
             let f = &mut self.followed[i];
             if !f.registered {
                 f.registered = tr.is_registered(tid);
@@ -802,7 +1006,7 @@ impl Sampler {
             // A thread that neither ran nor waited for a CPU since the last look is where it
             // was (to change state it must run): its syscall file, the costly read, is skipped.
             if f.written && on_cpu == f.on_cpu && delay == f.delay {
-                blocked_chain(tr, f, now, &mut maps, &mut chains);
+                blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
                 continue;
             }
             let sys = if tid == requester {
@@ -847,7 +1051,8 @@ impl Sampler {
             if let Some(mean) = d_cpu.checked_div(d_slices) {
                 f.longest_slice_ns = f.longest_slice_ns.max(mean);
             }
-            if d_cpu != 0 && (last || now.saturating_sub(f.status_ns) >= STATUS_EVERY_NS) {
+            if f.kept && d_cpu != 0 && (last || now.saturating_sub(f.status_ns) >= STATUS_EVERY_NS)
+            {
                 f.status_ns = now;
                 if f.status.is_none() {
                     f.status = open_high(&format!("/proc/self/task/{tid}/status"));
@@ -871,7 +1076,7 @@ impl Sampler {
             if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
                 let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
                 {
-                    describe(nr, arg0)
+                    with_run_state(describe(nr, arg0), tid)
                 } else {
                     String::new()
                 };
@@ -901,8 +1106,9 @@ impl Sampler {
                 f.last = now_state;
             }
             (f.on_cpu, f.delay, f.slices) = (on_cpu, delay, slices);
-            blocked_chain(tr, f, now, &mut maps, &mut chains);
+            blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
         }
+        self.maps = maps;
         // What the highwater's serialised rule counts as not ready to run besides the waits the
         // shim tracks (threads it registered: the others are not in its live count).
         let elsewhere = self
@@ -913,6 +1119,10 @@ impl Sampler {
             .count();
         tr.blocked_elsewhere
             .store(elsewhere.min(i32::MAX as usize) as i32, Ordering::Relaxed);
+        self.close_rotated();
+        if last {
+            self.say_rotation(tr);
+        }
         // Threads gone since the last look: their descriptors go.
         let mut tids = tids;
         let mut i = 0;
@@ -924,9 +1134,11 @@ impl Sampler {
             let f = self.followed.swap_remove(i);
             tids.retain(|&t| t != f.tid);
             seen.swap_remove(i);
-            forget_schedstat(f.tid);
-            release(f.schedstat);
-            release(f.syscall);
+            if f.kept {
+                forget_schedstat(f.tid);
+                release(f.schedstat);
+                release(f.syscall);
+            }
             if let Some(fd) = f.status {
                 release(fd);
             }
@@ -962,6 +1174,110 @@ impl Sampler {
             self.last_cpu_ns = now;
             self.sample_cpus(tr, now);
         }
+    }
+
+    /// Threads followed with kept descriptors.
+    fn kept(&self) -> usize {
+        self.followed.iter().filter(|f| f.kept).count()
+    }
+
+    /// The threads in rotation this look takes: the [`ROTATED_PER_LOOK`] looked at longest
+    /// ago (never first), by tid; all of them at the last look. Threads first seen during the
+    /// look join it while it has room.
+    fn rotation_window(&mut self, all: bool) -> Window {
+        let mut waiting: Vec<(u64, u32)> = self
+            .followed
+            .iter()
+            .filter(|f| !f.kept)
+            .map(|f| (f.looked_at, f.tid))
+            .collect();
+        self.rotation.most = self.rotation.most.max(waiting.len());
+        let room = if all { usize::MAX } else { ROTATED_PER_LOOK };
+        if waiting.len() > room {
+            waiting.select_nth_unstable(room);
+            waiting.truncate(room);
+        }
+        Window {
+            room: room - waiting.len(),
+            tids: waiting.into_iter().map(|(_, tid)| tid).collect(),
+        }
+    }
+
+    /// Opens the files of followed thread `i`, in rotation, if this look takes it: plain
+    /// descriptors, closed before the next thread's are opened and at the look's end (a
+    /// moment at a low number, as when a kept one is opened). Whether it is to be read.
+    fn open_for_look(&mut self, i: usize, window: &mut Window, now: u64) -> bool {
+        self.close_rotated();
+        let f = &mut self.followed[i];
+        let due = if window.tids.contains(&f.tid) {
+            true
+        } else if f.looked_at == 0 && window.room > 0 {
+            // First seen in this look, with room left.
+            window.room -= 1;
+            true
+        } else {
+            false
+        };
+        if !due {
+            return false;
+        }
+        let base = format!("/proc/self/task/{}/", f.tid);
+        let Some(schedstat) = open_rotating(&(base.clone() + "schedstat"), 0) else {
+            return false;
+        };
+        let Some(syscall) = open_rotating(&(base + "syscall"), 1) else {
+            close_rotating();
+            return false;
+        };
+        (f.schedstat, f.syscall) = (schedstat, syscall);
+        self.rotating = Some(i);
+        if f.looked_at != 0 {
+            let r = &mut self.rotation;
+            r.longest_gap_looks = r.longest_gap_looks.max(self.looks - f.looked_at);
+            r.longest_gap_ns = r.longest_gap_ns.max(now.saturating_sub(f.looked_ns));
+        }
+        f.looked_at = self.looks;
+        f.looked_ns = now;
+        true
+    }
+
+    /// Closes the descriptors opened for the thread in rotation being read, if any.
+    fn close_rotated(&mut self) {
+        if let Some(f) = self.rotating.take().and_then(|i| self.followed.get_mut(i)) {
+            (f.schedstat, f.syscall) = (-1, -1);
+        }
+        close_rotating();
+    }
+
+    /// At the last look: a note of how the threads past [`MAX_FOLLOWED`] were sampled, if any
+    /// were.
+    fn say_rotation(&self, tr: &Tracker) {
+        let r = &self.rotation;
+        if r.most == 0 {
+            return;
+        }
+        let gap = if r.longest_gap_looks == 0 {
+            "none was looked at twice before the end".to_string()
+        } else {
+            format!(
+                "each was looked at again within {} looks ({} ms) at most",
+                r.longest_gap_looks,
+                r.longest_gap_ns / 1_000_000
+            )
+        };
+        tr.log.write(
+            &waitshim_format::Note {
+                ns: now_ns(),
+                level: waitshim_format::note_level::INFO,
+                text: format!(
+                    "sampler: {} threads at most beyond the {MAX_FOLLOWED} it keeps descriptors \
+                     for were sampled in rotation, {ROTATED_PER_LOOK} per look ({} looks in \
+                     all): {gap}, and every one still there at the last look",
+                    r.most, self.looks
+                ),
+            }
+            .into(),
+        );
     }
 
     fn sample_cpus(&mut self, tr: &Tracker, now: u64) {
@@ -1082,6 +1398,25 @@ nonvoluntary_ctxt_switches:\t545\n";
     }
 
     #[test]
+    fn a_threads_stat_gives_its_state_letter_and_last_cpu_whatever_its_name() {
+        let line = b"4242 (a (b) c) D 4200 4200 1000 34816 4242 4194368 120 0 0 0 15 3 0 0 20 0 \
+5 0 987654 10485760 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n";
+        assert_eq!(parse_stat(line), Some(('D', 1)));
+        assert_eq!(parse_stat(b"12 (x) S 1 2"), None);
+        assert_eq!(parse_stat(b"garbage"), None);
+        let own = std::fs::read("/proc/thread-self/stat").unwrap();
+        let (state, _) = parse_stat(&own).unwrap();
+        assert_eq!(state, 'R', "the test itself runs");
+        assert_eq!(
+            run_state_words('D'),
+            Some("uninterruptible: disk or other I/O")
+        );
+        assert_eq!(run_state_words('S'), None);
+        // A thread that is not there: what it waits on, unchanged.
+        assert_eq!(with_run_state("pipe:[1]".into(), u32::MAX), "pipe:[1]");
+    }
+
+    #[test]
     fn proc_stat_gives_each_cpus_idle_and_iowait_ticks() {
         let text = b"cpu  1971640 164873 100994 336418 1764 0 1085 1554 0 0\n\
 cpu0 986668 82091 50427 167741 1050 0 450 777 0 0\n\
@@ -1113,6 +1448,104 @@ intr 1 2 3\n";
             );
             assert_eq!(describe(202, 0x1000), "untracked futex word 0x1000");
             assert_eq!(describe(61, u64::MAX), "any child");
+        }
+    }
+
+    /// The thread's CPU clock, in ns.
+    fn cpu_now() -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime into a local.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    /// Measurement for the README (ignored by default): what a look costs per thread, reading
+    /// `schedstat` and `syscall` with `pread` on kept descriptors against opening, reading and
+    /// closing them, as the threads in rotation are. 100 threads blocked in a channel's recv;
+    /// 40 pairs of looks, the two ways taking turns going first; the median of each, in ns of
+    /// the looking thread's CPU time per thread per look.
+    /// `cargo test --release -p waitshim-shim --lib -- --ignored --nocapture look_cost`
+    #[test]
+    #[ignore]
+    fn look_cost_pread_on_kept_descriptors_against_open_read_close() {
+        const THREADS: usize = 100;
+        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+        let mut stops = Vec::new();
+        let mut handles = Vec::new();
+        for _ in 0..THREADS {
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+            let tx = tx.clone();
+            handles.push(std::thread::spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tx.send(unsafe { libc::gettid() } as u32).unwrap();
+                let _ = stop_rx.recv();
+            }));
+            stops.push(stop_tx);
+        }
+        let tids: Vec<u32> = (0..THREADS).map(|_| rx.recv().unwrap()).collect();
+        let paths: Vec<(String, String)> = tids
+            .iter()
+            .map(|t| {
+                (
+                    format!("/proc/self/task/{t}/schedstat"),
+                    format!("/proc/self/task/{t}/syscall"),
+                )
+            })
+            .collect();
+        let kept: Vec<(i32, i32)> = paths
+            .iter()
+            .map(|(a, b)| (open_plain(a).unwrap(), open_plain(b).unwrap()))
+            .collect();
+        let mut buf = vec![0u8; 4096];
+        let pread_look = |buf: &mut Vec<u8>| {
+            let start = cpu_now();
+            for &(a, b) in &kept {
+                assert!(pread_all(a, buf).and_then(parse_schedstat).is_some());
+                assert!(pread_all(b, buf).is_some());
+            }
+            cpu_now() - start
+        };
+        let open_look = |buf: &mut Vec<u8>| {
+            let start = cpu_now();
+            for (a, b) in &paths {
+                let (a, b) = (open_plain(a).unwrap(), open_plain(b).unwrap());
+                assert!(pread_all(a, buf).and_then(parse_schedstat).is_some());
+                assert!(pread_all(b, buf).is_some());
+                close_plain(a);
+                close_plain(b);
+            }
+            cpu_now() - start
+        };
+        let (mut kept_ns, mut opened_ns) = (Vec::new(), Vec::new());
+        for round in 0..40 {
+            if round % 2 == 0 {
+                kept_ns.push(pread_look(&mut buf));
+                opened_ns.push(open_look(&mut buf));
+            } else {
+                opened_ns.push(open_look(&mut buf));
+                kept_ns.push(pread_look(&mut buf));
+            }
+        }
+        let median = |v: &mut Vec<u64>| {
+            v.sort_unstable();
+            v[v.len() / 2] / THREADS as u64
+        };
+        let (k, o) = (median(&mut kept_ns), median(&mut opened_ns));
+        println!(
+            "look cost per thread (schedstat + syscall), median of 40 paired looks at {THREADS} \
+             threads: pread on kept descriptors {k} ns, open/read/close {o} ns ({:.1}x)",
+            o as f64 / k.max(1) as f64
+        );
+        for &(a, b) in &kept {
+            close_plain(a);
+            close_plain(b);
+        }
+        drop(stops);
+        for h in handles {
+            h.join().unwrap();
         }
     }
 

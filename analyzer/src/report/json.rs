@@ -433,6 +433,9 @@ struct ObjectJson {
     ended: Counts,
     ended_errors: Counts,
     wait_sites: Vec<WaitSiteJson>,
+    /// CPU time lost to it (THREAD_STATES `lost_parallelism`); null when the run was not
+    /// sampled.
+    lost_parallelism_ns: Option<u64>,
 }
 
 /// An object's counters: those every object has (when the log has its `Counters` record), then
@@ -516,6 +519,7 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
                 wait_max_ns: w.wait_max_ns,
             })
             .collect(),
+        lost_parallelism_ns: ctx.lost_to(o.object_id),
     }
 }
 
@@ -1262,7 +1266,7 @@ struct LogJson<'c, 'a> {
     contention_records: Each<'c, 'a, std::vec::IntoIter<&'a ContentionRecord>, RecordJson>,
     #[serde(skip_serializing_if = "Option::is_none")]
     groups: Option<Vec<GroupJson>>,
-    objects: Each<'c, 'a, TableValues<'a, u64, Object>, ObjectJson>,
+    objects: Each<'c, 'a, std::vec::IntoIter<&'a Object>, ObjectJson>,
     short_lived_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsChurned>, ShortLivedJson>,
     quiet_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsQuiet>, QuietJson>,
     threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
@@ -1593,7 +1597,12 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             record(ctx.model, r)
         }),
         groups,
-        objects: Each::new(ctx, m.objects.values(), object),
+        objects: Each::new(
+            ctx,
+            x.sorted_objects(m.objects.values().collect(), true)
+                .into_iter(),
+            object,
+        ),
         short_lived_objects: Each::new(ctx, m.churned_by_count().into_iter(), short_lived),
         quiet_objects: Each::new(ctx, m.quiet_by_count().into_iter(), quiet),
         threads: Each::new(ctx, m.threads.values(), thread),

@@ -11,7 +11,7 @@ use waitshim_format::note_level;
 
 use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
-use crate::model::{ContentionRecord, Model, Overflow, MAX_CHURN_SITES};
+use crate::model::{ContentionRecord, Model, Object, Overflow, MAX_CHURN_SITES};
 use crate::source::{Ending, ReadSummary};
 use crate::symbolize::{Frame, Global, ModuleStatus, Symbolizer};
 
@@ -570,6 +570,35 @@ impl<'a> Ctx<'a> {
             }
         }
         v
+    }
+
+    /// The lost parallelism attributed to an object (CPU time the program left unused while
+    /// threads waited on it, see [`crate::states::Lost`]); `None` when the run was not sampled.
+    pub fn lost_to(&self, object_id: u64) -> Option<u64> {
+        let st = &self.model.states;
+        st.any().then(|| {
+            let key = crate::states::Waited::Object(object_id);
+            st.lost.by.get(&key).copied().unwrap_or(0)
+        })
+    }
+
+    /// The objects in the order of the per-object tables: with `--sort lost`, most lost
+    /// parallelism first, then most total wait; with any other key, most total wait first (the
+    /// text report) or by id (`by_id`: the JSON report, whose readers look objects up by id).
+    pub fn sorted_objects<'o>(&self, objs: Vec<&'o Object>, by_id: bool) -> Vec<&'o Object> {
+        let mut objs = objs;
+        let lost = |o: &Object| self.lost_to(o.object_id).unwrap_or(0);
+        let by_wait = |a: &&Object, b: &&Object| {
+            b.wait_total_ns()
+                .cmp(&a.wait_total_ns())
+                .then(a.object_id.cmp(&b.object_id))
+        };
+        match self.opts.sort {
+            SortKey::Lost => objs.sort_by(|a, b| lost(b).cmp(&lost(a)).then(by_wait(a, b))),
+            _ if by_id => objs.sort_by_key(|o| o.object_id),
+            _ => objs.sort_by(by_wait),
+        }
+        objs
     }
 
     /// Commonality groups for `--sort outer:N|inner:N`, largest total elapsed time first. A record

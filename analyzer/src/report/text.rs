@@ -756,8 +756,9 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
     if st.unsampled > 0 {
         let _ = writeln!(
             out,
-            "  {} threads at most were not sampled at once (beyond the sampler's descriptor \
-             budget): they are not in this table",
+            "  {} threads at most were left out of one look (past those the sampler keeps \
+             descriptors for): sampled in rotation, the shim's note says how often (shims \
+             before the rotation did not sample them)",
             st.unsampled,
         );
     }
@@ -1543,24 +1544,26 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
             .iter()
             .flat_map(|d| d.cycle.iter().map(|e| e.object_id)),
     );
-    let mut objs: Vec<&Object> = m
+    let objs: Vec<&Object> = m
         .objects
         .values()
         .filter(|o| ctx.opts.all_objects || o.has_activity() || involved.contains(&o.object_id))
         .collect();
-    objs.sort_by(|a, b| {
-        b.wait_total_ns()
-            .cmp(&a.wait_total_ns())
-            .then(a.object_id.cmp(&b.object_id))
-    });
+    let objs = ctx.sorted_objects(objs, false);
     let which = if ctx.opts.all_objects {
         "all"
     } else {
         "with activity"
     };
+    let by_lost = ctx.opts.sort == SortKey::Lost;
+    let order = if by_lost {
+        "sorted by lost parallelism, then total wait"
+    } else {
+        "sorted by total wait"
+    };
     let _ = writeln!(
         out,
-        "\nOBJECTS ({} {which} of {} tracked, sorted by total wait; one table per kind)",
+        "\nOBJECTS ({} {which} of {} tracked, {order}; one table per kind)",
         objs.len(),
         m.objects.len()
     );
@@ -1635,6 +1638,16 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
                     );
                 }
             }
+            // Sorted by it: each object's share of the lost parallelism, under its row.
+            if let Some(lost) = ctx.lost_to(o.object_id).filter(|&n| by_lost && n > 0) {
+                let all = m.states.lost.lost_ns.max(1);
+                let _ = writeln!(
+                    out,
+                    "      lost parallelism: {} ({} of all)",
+                    fmt_ns(lost),
+                    percent(lost as f64 / all as f64)
+                );
+            }
             let ended = o.ended();
             if !ended.is_empty() {
                 let errnos = o.ended_errnos();
@@ -1671,8 +1684,9 @@ fn objects(ctx: &mut Ctx<'_>, out: &mut String) {
         if count > rows.len() {
             let _ = writeln!(
                 out,
-                "  ... {} more with less wait (all are in the JSON report)",
-                count - rows.len()
+                "  ... {} more with less {} (all are in the JSON report)",
+                count - rows.len(),
+                if by_lost { "lost parallelism" } else { "wait" }
             );
         }
     }
