@@ -1451,17 +1451,6 @@ intr 1 2 3\n";
         }
     }
 
-    /// The thread's CPU clock, in ns.
-    fn cpu_now() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime into a local.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-
     /// Measurement for the README (ignored by default): what a look costs per thread, reading
     /// `schedstat` and `syscall` with `pread` on kept descriptors against opening, reading and
     /// closing them, as the threads in rotation are. 100 threads blocked in a channel's recv;
@@ -1501,15 +1490,15 @@ intr 1 2 3\n";
             .collect();
         let mut buf = vec![0u8; 4096];
         let pread_look = |buf: &mut Vec<u8>| {
-            let start = cpu_now();
+            let start = crate::clock::thread_cpu_ns();
             for &(a, b) in &kept {
                 assert!(pread_all(a, buf).and_then(parse_schedstat).is_some());
                 assert!(pread_all(b, buf).is_some());
             }
-            cpu_now() - start
+            crate::clock::thread_cpu_ns() - start
         };
         let open_look = |buf: &mut Vec<u8>| {
-            let start = cpu_now();
+            let start = crate::clock::thread_cpu_ns();
             for (a, b) in &paths {
                 let (a, b) = (open_plain(a).unwrap(), open_plain(b).unwrap());
                 assert!(pread_all(a, buf).and_then(parse_schedstat).is_some());
@@ -1517,7 +1506,7 @@ intr 1 2 3\n";
                 close_plain(a);
                 close_plain(b);
             }
-            cpu_now() - start
+            crate::clock::thread_cpu_ns() - start
         };
         let (mut kept_ns, mut opened_ns) = (Vec::new(), Vec::new());
         for round in 0..40 {

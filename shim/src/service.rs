@@ -245,18 +245,7 @@ struct Task {
     run: Box<TaskFn>,
 }
 
-/// The CPU time of the calling thread (its own CPU clock; a system call, not the vDSO).
-fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime into a local.
-    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
-        return 0;
-    }
-    (ts.tv_sec.max(0) as u64) * 1_000_000_000 + ts.tv_nsec.max(0) as u64
-}
+use crate::clock::thread_cpu_ns;
 
 /// What this thread's work has cost, by [`shim_task`]: runs and CPU time since it started,
 /// written as a [`ShimCost`] at each periodic flush and at the sampler's last look, so that

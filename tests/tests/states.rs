@@ -9,6 +9,16 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// The threads' time ready to run but waiting for a CPU, all together (the kernel's figures).
+fn runnable_ns(states: &Value) -> u64 {
+    states["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| u(&t["runnable_ns"]))
+        .sum()
+}
+
 fn state_of<'a>(states: &'a Value, name: &str) -> &'a Value {
     states["threads"]
         .as_array()
@@ -414,12 +424,7 @@ fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
     // the barrier that interval's sleep, most of it on the mutex. Rare, and one interval each.
     assert!(on_barrier * 4 <= on_mutex, "{barrier} {lost}");
     // What was lost to a CPU is the workers' own time ready for one (the kernel's figure).
-    let runnable: u64 = states["threads"]
-        .as_array()
-        .expect("threads")
-        .iter()
-        .map(|t| u(&t["runnable_ns"]))
-        .sum();
+    let runnable = runnable_ns(states);
     assert!(on_cpu <= runnable + MS, "runnable {runnable} ns: {lost}");
     // The one CPU left unused for the 20 × 20 ms of work, whatever the load: at least 360 ms
     // (the first hand-over and the last round's end fall between samples).
@@ -487,12 +492,7 @@ fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
     // Nothing lost to a wait. A busy machine may keep the threads from a CPU: that is the
     // machine's doing, lost to ready threads waiting for a CPU, and no more than the kernel's
     // count of their time ready for one.
-    let runnable: u64 = states["threads"]
-        .as_array()
-        .expect("threads")
-        .iter()
-        .map(|t| u(&t["runnable_ns"]))
-        .sum();
+    let runnable = runnable_ns(states);
     for by in lost["by"].as_array().expect("by") {
         assert_eq!(by["runnable"], true, "nothing lost to a wait: {lost}");
         assert!(u(&by["ns"]) <= runnable + MS, "{lost}");
