@@ -21,7 +21,7 @@ use waitshim_format::contract::SHIM_THREAD_NAME;
 
 use waitshim_format::{shim_task, snapshot_source, ShimCost, Snapshot, TaskCost};
 
-use crate::clock::now_ns;
+use crate::clock::{now_ns, thread_cpu_ns};
 use crate::track::threads::{gettid, Inside};
 use crate::track::{tracker, Tracker};
 
@@ -244,8 +244,6 @@ struct Task {
     due: u64,
     run: Box<TaskFn>,
 }
-
-use crate::clock::thread_cpu_ns;
 
 /// What this thread's work has cost, by [`shim_task`]: runs and CPU time since it started,
 /// written as a [`ShimCost`] at each periodic flush and at the sampler's last look, so that
