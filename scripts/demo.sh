@@ -8,13 +8,7 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$WAITSHIM_ROOT"
 
-say "building waitshim (cargo build --release)"
-cargo build --release --workspace --quiet
-
-shim="$WAITSHIM_ROOT/target/release/libwaitshim.so"
-analyze="$WAITSHIM_ROOT/target/release/waitshim-analyze"
-[ -f "$shim" ] || die "$shim was not built"
-[ -x "$analyze" ] || die "$analyze was not built"
+build_waitshim
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

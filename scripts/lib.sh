@@ -72,3 +72,15 @@ ensure_rust_components() {
         fi
     done
 }
+
+# build_waitshim: builds the shim and the analyzer (release; CARGO_TARGET_DIR honoured) and
+# sets $shim and $analyze to them; dies when either is missing.
+build_waitshim() {
+    say "building waitshim (cargo build --release)"
+    cargo build --release --quiet -p waitshim-shim -p waitshim-analyze
+    local target="${CARGO_TARGET_DIR:-$WAITSHIM_ROOT/target}"
+    shim="$target/release/libwaitshim.so"
+    analyze="$target/release/waitshim-analyze"
+    [ -f "$shim" ] || die "$shim was not built"
+    [ -x "$analyze" ] || die "$analyze was not built"
+}

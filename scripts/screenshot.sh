@@ -16,16 +16,10 @@ cd "$WAITSHIM_ROOT"
 out="${1:-docs/timeline.png}"
 threads="${THREADS:-8}"
 seconds="${SECONDS_RUN:-2}"
-target="${CARGO_TARGET_DIR:-$WAITSHIM_ROOT/target}"
 
 command -v chromium >/dev/null 2>&1 || ensure_packages chromium
 
-say "building waitshim (cargo build --release)"
-cargo build --release --quiet -p waitshim-shim -p waitshim-analyze
-shim="$target/release/libwaitshim.so"
-analyze="$target/release/waitshim-analyze"
-[ -f "$shim" ] || die "$shim was not built"
-[ -x "$analyze" ] || die "$analyze was not built"
+build_waitshim
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
