@@ -345,7 +345,8 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
     }
     let _ = writeln!(
         line,
-        " (from the sampler's states every {})",
+        " (the kernel's figures per interval; the shares estimated by the state each thread was \
+         seen in at the sampler's looks, every {})",
         fmt_ns(m.states.interval_ns)
     );
     out.push_str(&line);
