@@ -30,6 +30,7 @@
 //! | `rules` | list, required, at most 64 | tried in order; `[]` collects nothing expensive |
 //! | `stack_signal` | string | signal used to ask a holder for its live stack: a number, a name (`SIGUSR2`), `SIGRTMIN+N`, `SIGRTMAX-N`, or `none`; default [`signal::DEFAULT_STACK`] |
 //! | `events` | string | per-wait events, as `WAITSHIM_EVENTS` takes them: `all`, `ring:DURATION` (the last 30 s: `ring:30s`), or `off`; read when the program starts, and `WAITSHIM_EVENTS` wins over it (see [`events`]) |
+//! | `sample` | string | the sampler's interval, as `WAITSHIM_SAMPLE` takes it: `"10ms"` (1 ms to 10 s) or `"off"`; read when the program starts, and `WAITSHIM_SAMPLE` wins over it (see [`sample`]) |
 //! | `rules[i].name` | string | shown in reports; unique within the file |
 //! | `rules[i].match` | object | selectors, all of which must match; absent or `{}` = every wait |
 //! | `rules[i].when` | object | criteria, all of which must hold; absent or `{}` = every selected wait |
@@ -45,6 +46,14 @@
 //! | `creation_site` | glob | objects whose creation (or first-use) call chain has a frame whose function matches, by its symbol or by its demangled name as reports show it, e.g. `"db_*"`, `"db::Pool::*"` |
 //! | `thread_name` | glob | waits by threads with this name (`pthread_setname_np`, `waitshim_name_thread`) |
 //! | `thread_group` | glob | waits by threads whose start routine matches, by its symbol or its demangled name (`"db::Pool::worker*"`; `"main"` for the main thread) |
+//! | `resource` | string or list of [`RESOURCE_KINDS`], or `"any"` | waits *outside* the sync objects the sampler finds a thread blocked in, on a resource of these kinds (a file, a pipe, a socket, an epoll set, a sleep, an untracked futex, a child, ...) |
+//! | `resource_name` | glob | such waits on a resource named so as the report shows it: a path, `pipe:[123]`, `socket:[456] tcp 127.0.0.1:41234 -> 127.0.0.1:5432`, `child 42` |
+//!
+//! A rule with `resource` or `resource_name` is a *resource rule*: it never applies to a wait on
+//! a sync object, and the other rules never to a wait outside them. It may also select by
+//! `thread_name` and `thread_group`, takes only `min_wait` (the thread has been seen blocked in
+//! the same call that long, at the sampler's looks) and collects only `count` and
+//! `waiter_chain` (the blocked thread's chain, scanned from its stack without stopping it).
 //!
 //! Globs: `*`, `?`, `[abc]`, `[a-z]`, `[!x]`, `\` escapes; case-sensitive; see [`Glob`].
 //!
@@ -70,7 +79,7 @@
 //! `rules[1].when: unknown field "min_waiter"; valid: min_waiters, max_waiters, granularity, every_nth, min_wait, min_stack_depth`.
 //!
 //! With no policy file the shim uses [`builtin`]: every wait it sees counted, with the waiter's
-//! call chain.
+//! call chain, and the chain of every thread the sampler finds blocked outside the sync objects.
 //!
 //! A policy that records one named queue's every wait, and otherwise only convoys of 4 or more:
 //!
