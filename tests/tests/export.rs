@@ -479,3 +479,115 @@ fn every_format_reads_back_on_the_condvar_semaphore_rwlock_and_deadlock_fixtures
     running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
     check_every_format(&running.kill(), "abba (killed while deadlocked)");
 }
+
+/// The values of the Perfetto counter tracks whose names contain `name`, by track name, in
+/// time order, from protoc's text of the trace.
+fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
+    // Each top-level packet as its lines, trimmed.
+    let mut packets: Vec<Vec<&str>> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("packet {") {
+            packets.push(Vec::new());
+        } else if let Some(p) = packets.last_mut() {
+            p.push(line.trim());
+        }
+    }
+    let field = |p: &[&str], key: &str| -> Option<String> {
+        p.iter()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim_matches('"').to_string())
+    };
+    let mut tracks: BTreeMap<u64, String> = BTreeMap::new();
+    for p in &packets {
+        if !p.contains(&"counter {") {
+            continue;
+        }
+        if let (Some(uuid), Some(n)) = (field(p, "uuid: "), field(p, "name: ")) {
+            if n.contains(name) {
+                tracks.insert(uuid.parse().expect("uuid"), n);
+            }
+        }
+    }
+    let mut values: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    for p in &packets {
+        let (Some(track), Some(v)) = (field(p, "track_uuid: "), field(p, "counter_value: ")) else {
+            continue;
+        };
+        if let Some(n) = tracks.get(&track.parse().expect("track_uuid")) {
+            let ts = field(p, "timestamp: ")
+                .expect("timestamp")
+                .parse()
+                .expect("ns");
+            values
+                .entry(n.clone())
+                .or_default()
+                .push((ts, v.parse().expect("value")));
+        }
+    }
+    values
+        .into_iter()
+        .map(|(n, mut v)| {
+            // Stable: the first value of a moment stays first.
+            v.sort_by_key(|&(ts, _)| ts);
+            (n, v.into_iter().map(|(_, v)| v).collect())
+        })
+        .collect()
+}
+
+/// The values of the Chrome counters whose names contain `name` (their `waiting` argument), by
+/// counter name, in time order.
+fn chrome_counters(file: &Path, name: &str) -> BTreeMap<String, Vec<i64>> {
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(file).expect("read")).expect("JSON");
+    let mut values: BTreeMap<String, Vec<(f64, i64)>> = BTreeMap::new();
+    for e in doc["traceEvents"].as_array().expect("events") {
+        let n = e["name"].as_str().unwrap_or_default();
+        if e["ph"] != "C" || !n.starts_with("Waiters on") || !n.contains(name) {
+            continue;
+        }
+        let v = e["args"]["waiting"].as_i64().expect("waiting");
+        values
+            .entry(n.to_string())
+            .or_default()
+            .push((e["ts"].as_f64().expect("ts"), v));
+    }
+    values
+        .into_iter()
+        .map(|(n, mut v)| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (n, v.into_iter().map(|(_, v)| v).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn the_convoy_locks_waiters_counter_rises_past_one_and_ends_at_zero_in_perfetto_and_chrome() {
+    // The convoy's 8 workers pile up behind the first holder's long hold: several wait at
+    // once, never more than the 7 others (the count is not fixed: the holder's sleep, not a
+    // barrier, lines them up).
+    let run = run_both("convoy", &[]);
+    let path = run.single_log();
+    let text = protoc_decode(&export(path, "perfetto", &[]));
+    let all = perfetto_counters(&text, "Waiters on");
+    assert!(
+        !all.is_empty() && all.len() <= 4,
+        "one waiters track per hottest object, at most 4: {all:?}"
+    );
+    let chrome = export(path, "chrome", &[]);
+    for (format, counters) in [
+        ("perfetto", perfetto_counters(&text, "convoy_lock")),
+        ("chrome", chrome_counters(&chrome, "convoy_lock")),
+    ] {
+        assert_eq!(counters.len(), 1, "{format}: {counters:?}");
+        let (name, values) = counters.iter().next().expect("a counter");
+        assert!(name.starts_with("Waiters on mutex#"), "{format}: {name}");
+        let max = values.iter().copied().max().expect("values");
+        assert!(
+            (2..=7).contains(&max),
+            "{format}: {name} peaks at {max}: {values:?}"
+        );
+        assert_eq!(values.first(), Some(&0), "{format}: {values:?}");
+        assert_eq!(values.last(), Some(&0), "{format}: {values:?}");
+        assert!(values.iter().all(|&v| v >= 0), "{format}: {values:?}");
+    }
+}

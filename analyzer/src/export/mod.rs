@@ -1,7 +1,9 @@
 //! `waitshim-analyze export`: the run in the formats other tools open. Everything comes from the
 //! model of the log ([`crate::model`]), which is already bounded by the run's objects, threads,
 //! chains and contention records; each exporter writes its file as it walks the model, keeping
-//! at most one entry per distinct stack (profiles) or per thread (traces) besides.
+//! at most one entry per distinct stack (profiles) or per thread (traces) besides. The trace
+//! exporters' waiters counters ([`waiters`]) need the waits' begins and ends in time order: they
+//! sort them in a buffer of fixed size, spilling sorted runs to a temporary file beyond it.
 //!
 //! - [`pprof`]: gzipped `profile.proto`, values `contentions/count` and `delay/nanoseconds`.
 //! - [`folded`]: folded stacks weighted by wait time, and an SVG flame graph drawn from them.
@@ -21,6 +23,7 @@ pub mod perfetto;
 pub mod pprof;
 pub mod slices;
 pub mod timeline;
+pub mod waiters;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
