@@ -54,6 +54,16 @@ fn report_wait_total(log: &LogReport) -> u64 {
         .sum()
 }
 
+/// The time the threads still waiting when the log ended had waited by its last look at them
+/// (a deadlock's waits never end: the counters do not have them).
+fn report_unended_total(log: &LogReport) -> u64 {
+    log.0["open_waits"]["waits"].as_array().map_or(0, |w| {
+        w.iter()
+            .map(|w| w["waited_ns"].as_u64().expect("waited_ns"))
+            .sum()
+    })
+}
+
 /// A Debian program, installed when missing, one install at a time (the tests of this file run
 /// in parallel, and two apt-gets at once would fight over dpkg's lock).
 fn tool(program: &str, package: &str) -> PathBuf {
@@ -423,17 +433,19 @@ fn export_of_what_is_not_a_log_fails_with_a_message_and_writes_nothing() {
 }
 
 /// Every format of one run's log, each read back by its reader: the profiles' totals are the
-/// report's wait total, the traces nest and decode.
+/// report's wait total with the waits still going on at the end of the log, the traces nest
+/// and decode.
 fn check_every_format(run: &Run, what: &str) {
     let a = run.analyze();
     let log = a.log(0);
-    let total = report_wait_total(&log);
+    let total = report_wait_total(&log) + report_unended_total(&log);
+    assert!(total > 0, "{what}: no thread waited");
     let path = run.single_log();
 
     let pprof = export(path, "pprof", &[]);
     let top = go_pprof(&["-top", "-unit=ns", "-sample_index=delay"], &pprof);
     assert!(
-        top.contains(&format!("Total samples = {total}ns")) || total == 0,
+        top.contains(&format!("Total samples = {total}ns")),
         "{what}: pprof total is not the report's {total} ns:\n{top}"
     );
     let holders = export(path, "pprof", &["--side", "holders"]);
@@ -477,7 +489,35 @@ fn every_format_reads_back_on_the_condvar_semaphore_rwlock_and_deadlock_fixtures
     let running = Launch::fixture("abba").spawn();
     running.wait_for_stdout("abba: armed");
     running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
-    check_every_format(&running.kill(), "abba (killed while deadlocked)");
+    let run = running.kill();
+    check_every_format(&run, "abba (killed while deadlocked)");
+    // The two deadlocked threads' waits never end: both profiles have them, each on the lock
+    // the thread waits for, from the function that takes it.
+    let a = run.analyze();
+    assert!(report_unended_total(&a.log(0)) > 0, "no wait in progress");
+    let folded = std::fs::read_to_string(export(run.single_log(), "folded", &[])).expect("read");
+    for (thread, lock) in [("thread1", "mutex[1]"), ("thread2", "mutex[0]")] {
+        assert!(
+            folded_lines(&folded).iter().any(|(s, w)| {
+                *w > 0
+                    && s.split(';').any(|f| f == thread)
+                    && s.ends_with(&format!(" {lock}, still waiting at the end of the log]"))
+            }),
+            "abba: no unended wait of {thread} on {lock}:\n{folded}"
+        );
+    }
+    let pprof = export(run.single_log(), "pprof", &[]);
+    let raw = go_pprof(&["-raw"], &pprof);
+    let unended = raw
+        .lines()
+        .filter(|l| {
+            l.contains("ended:[not by the end of the log]") && l.contains("object_kind:[mutex]")
+        })
+        .count();
+    assert_eq!(
+        unended, 2,
+        "abba: one unended sample per deadlocked thread:\n{raw}"
+    );
 }
 
 /// The values of the Perfetto counter tracks whose names contain `name`, by track name, in

@@ -11,6 +11,9 @@
 //! - [`perfetto`]: Perfetto's native TrackEvent protobuf, strings interned.
 //! - [`html`]: one self-contained page with a timeline per thread and the objects table.
 //!
+//! Waits still going on when the log ended (a deadlock's) are in every format: as slices to the
+//! end of the log in the traces, as samples of their own in the profiles ([`samples`]).
+//!
 //! Two sides of a wait can be exported as stacks: the waiter's chain (where the thread waited,
 //! from the log's cumulative wait sites: every contended wait is in them) or the holder's chain
 //! (where the holder released the object that others waited for, from the contention records:
@@ -396,13 +399,18 @@ pub struct Sample {
     /// Waits (waiters side) or waiters made to wait (holders side).
     pub count: u64,
     pub delay_ns: u64,
+    /// A wait still going on when the log ended (waiters side), its delay up to the log's
+    /// last look at the waits in progress.
+    pub unended: bool,
 }
 
 /// The samples of one side of the log's waits, objects in id order.
 ///
 /// Waiters: one per (object, wait site), from the cumulative wait sites, plus one without a
 /// chain for what an object's counters count beyond its wait sites, so that the delays add up
-/// to the objects' wait totals. Holders: one per completed contention record, its delay the sum
+/// to the objects' wait totals; then one per wait still going on when the log ended (the log's
+/// last list of them), which the counters do not count: a deadlock's waits never end, and a
+/// profile without them would say that the deadlocked threads never waited. Holders: one per completed contention record, its delay the sum
 /// of its listed waiters' waits up to the release.
 pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
     let mut out = Vec::new();
@@ -420,6 +428,7 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                         tid: None,
                         count: site.count,
                         delay_ns: site.wait_total_ns,
+                        unended: false,
                     });
                 }
                 let total_ns = o.wait_total_ns();
@@ -435,6 +444,19 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                         tid: None,
                         count: total_count.saturating_sub(count),
                         delay_ns: total_ns - ns,
+                        unended: false,
+                    });
+                }
+            }
+            if let Some(open) = &model.open_waits {
+                for w in &open.waits {
+                    out.push(Sample {
+                        object_id: w.object_id,
+                        chain_id: w.chain_id,
+                        tid: None,
+                        count: 1,
+                        delay_ns: open.ns.saturating_sub(w.since_ns),
+                        unended: true,
                     });
                 }
             }
@@ -455,6 +477,7 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                     tid: Some(c.holder_tid),
                     count: u64::from(c.waiters_total.max(c.waiters.len() as u32)),
                     delay_ns: delay,
+                    unended: false,
                 });
             }
         }
