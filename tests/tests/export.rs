@@ -488,7 +488,9 @@ fn every_format_reads_back_on_the_condvar_semaphore_rwlock_and_deadlock_fixtures
     }
     let running = Launch::fixture("abba").spawn();
     running.wait_for_stdout("abba: armed");
-    running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
+    running.poll_log("a deadlock and its waits in progress", |log| {
+        log.deadlock_waits_listed()
+    });
     let run = running.kill();
     check_every_format(&run, "abba (killed while deadlocked)");
     // The two deadlocked threads' waits never end: both profiles have them, each on the lock

@@ -387,11 +387,13 @@ fn html_of_the_lock_condvar_semaphore_rwlock_and_deadlock_fixtures_renders_their
     ];
     for (fixture, objects) in fixtures {
         let run = if fixture == "abba" {
-            // It hangs by design: killed once the log has the deadlock, whose two waits never
-            // end.
+            // It hangs by design: killed once the log has the deadlock and the two waits in
+            // progress that never end.
             let running = Launch::fixture("abba").spawn();
             running.wait_for_stdout("abba: armed");
-            running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
+            running.poll_log("a deadlock and its waits in progress", |log| {
+                log.deadlock_waits_listed()
+            });
             running.kill()
         } else {
             run_both(fixture, &[])
