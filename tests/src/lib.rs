@@ -677,6 +677,21 @@ impl<'a> LogReport<'a> {
         arr(&self.0["deadlocks"])
     }
 
+    /// Whether the log has a deadlock and its last list of waits in progress has every wait of
+    /// the deadlock's cycle: the deadlock record is written when it is found, the waits in
+    /// progress only at the next flush, so a program killed as soon as the deadlock shows may
+    /// have a log without them.
+    pub fn deadlock_waits_listed(&self) -> bool {
+        let Some(d) = self.deadlocks().into_iter().next() else {
+            return false;
+        };
+        let open = arr(&self.0["open_waits"]["waits"]);
+        arr(&d["cycle"]).iter().all(|e| {
+            open.iter()
+                .any(|w| w["tid"] == e["tid"] && w["object_id"] == e["object_id"])
+        })
+    }
+
     /// Contention records, in the report's (`--sort`) order.
     pub fn records(&self) -> Vec<&'a Value> {
         arr(&self.0["contention_records"])

@@ -4,7 +4,7 @@
 use std::process::Command;
 
 use serde_json::Value;
-use waitshim_tests::{analyzer_path, line_of, run_both};
+use waitshim_tests::{analyzer_path, line_of, run_both, Launch};
 
 fn diff(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new(analyzer_path())
@@ -124,4 +124,109 @@ fn diff_of_a_log_with_itself_changes_nothing_and_bad_input_is_an_error() {
     let missing = run.dir.path().join("missing.log");
     let o = diff(&[log.as_os_str(), missing.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// The lines of the text's section `title` (up to the blank line that ends it), its heading
+/// included.
+fn section<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
+    text.lines()
+        .skip_while(|l| !l.starts_with(title))
+        .take_while(|l| !l.is_empty())
+        .collect()
+}
+
+/// The objects of `diff --json` whose key starts with `key`: their `contention`.
+fn contention(doc: &Value, key: &str) -> Vec<String> {
+    doc["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .filter(|o| o["key"].as_str().unwrap_or("").starts_with(key))
+        .map(|o| o["contention"].as_str().expect("contention").to_string())
+        .collect()
+}
+
+#[test]
+fn a_lock_contended_only_before_vanishes_and_one_contended_only_after_is_new() {
+    // which_lock makes exactly one of its two mutexes contended: lock_a with `a`, lock_b
+    // with `b`.
+    let before = run_both("which_lock", &["a"]);
+    let after = run_both("which_lock", &["b"]);
+    let (b, a) = (before.single_log(), after.single_log());
+
+    let o = diff(&[b.as_os_str(), a.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let new = section(&text, "NEW CONTENTION");
+    assert_eq!(new.len(), 2, "{text}");
+    assert_eq!(new[0], "NEW CONTENTION (1)", "{text}");
+    assert!(
+        new[1].starts_with("  mutex lock_b,") && new[1].contains(": 1 waits, "),
+        "{text}"
+    );
+    let gone = section(&text, "VANISHED CONTENTION");
+    assert_eq!(gone.len(), 2, "{text}");
+    assert_eq!(gone[0], "VANISHED CONTENTION (1)", "{text}");
+    assert!(
+        gone[1].starts_with("  mutex lock_a,") && gone[1].contains(": was 1 waits, "),
+        "{text}"
+    );
+
+    let o = diff(&[b.as_os_str(), a.as_os_str(), "--json".as_ref()]);
+    assert!(o.status.success());
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(contention(&doc, "mutex lock_b,"), ["new"], "{doc}");
+    assert_eq!(contention(&doc, "mutex lock_a,"), ["vanished"], "{doc}");
+    let lock = |key: &str| -> Value {
+        doc["objects"]
+            .as_array()
+            .expect("objects")
+            .iter()
+            .find(|o| o["key"].as_str().unwrap_or("").starts_with(key))
+            .cloned()
+            .expect("the lock")
+    };
+    assert_eq!(lock("mutex lock_b,")["before"]["waits"], 0);
+    assert_eq!(lock("mutex lock_b,")["after"]["waits"], 1);
+    assert_eq!(lock("mutex lock_a,")["before"]["waits"], 1);
+    assert_eq!(lock("mutex lock_a,")["after"]["waits"], 0);
+}
+
+#[test]
+fn a_deadlock_appears_against_a_clean_run_and_disappears_the_other_way() {
+    let clean = run_both("which_lock", &["a"]);
+    let running = Launch::fixture("abba").spawn();
+    running.wait_for_stdout("abba: armed");
+    // Its mutexes count as contended through the waits in progress: waited for too.
+    running.poll_log("a deadlock and its waits in progress", |log| {
+        log.deadlock_waits_listed()
+    });
+    let abba = running.kill();
+    let (c, d) = (clean.single_log(), abba.single_log());
+
+    let o = diff(&[c.as_os_str(), d.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("\ndeadlocks: 0 → 1 (+1)\n"), "{text}");
+    // The deadlocked threads' waits never end, yet they are contention the clean run did not
+    // have: both of abba's mutexes are new.
+    let new = section(&text, "NEW CONTENTION");
+    assert!(
+        ["mutex[0]", "mutex[1]"]
+            .iter()
+            .all(|m| new.iter().any(|l| l.starts_with(&format!("  mutex {m},")))),
+        "{text}"
+    );
+    let o = diff(&[c.as_os_str(), d.as_os_str(), "--json".as_ref()]);
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(doc["deadlocks"]["before"], 0, "{}", doc["deadlocks"]);
+    assert_eq!(doc["deadlocks"]["after"], 1, "{}", doc["deadlocks"]);
+    assert_eq!(doc["deadlocks"]["change"], 1, "{}", doc["deadlocks"]);
+    assert_eq!(contention(&doc, "mutex mutex[0],"), ["new"], "{doc}");
+    assert_eq!(contention(&doc, "mutex mutex[1],"), ["new"], "{doc}");
+
+    let o = diff(&[d.as_os_str(), c.as_os_str(), "--json".as_ref()]);
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(doc["deadlocks"]["change"], -1, "{}", doc["deadlocks"]);
+    assert_eq!(contention(&doc, "mutex mutex[0],"), ["vanished"], "{doc}");
 }

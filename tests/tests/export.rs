@@ -54,6 +54,16 @@ fn report_wait_total(log: &LogReport) -> u64 {
         .sum()
 }
 
+/// The time the threads still waiting when the log ended had waited by its last look at them
+/// (a deadlock's waits never end: the counters do not have them).
+fn report_unended_total(log: &LogReport) -> u64 {
+    log.0["open_waits"]["waits"].as_array().map_or(0, |w| {
+        w.iter()
+            .map(|w| w["waited_ns"].as_u64().expect("waited_ns"))
+            .sum()
+    })
+}
+
 /// A Debian program, installed when missing, one install at a time (the tests of this file run
 /// in parallel, and two apt-gets at once would fight over dpkg's lock).
 fn tool(program: &str, package: &str) -> PathBuf {
@@ -423,17 +433,19 @@ fn export_of_what_is_not_a_log_fails_with_a_message_and_writes_nothing() {
 }
 
 /// Every format of one run's log, each read back by its reader: the profiles' totals are the
-/// report's wait total, the traces nest and decode.
+/// report's wait total with the waits still going on at the end of the log, the traces nest
+/// and decode.
 fn check_every_format(run: &Run, what: &str) {
     let a = run.analyze();
     let log = a.log(0);
-    let total = report_wait_total(&log);
+    let total = report_wait_total(&log) + report_unended_total(&log);
+    assert!(total > 0, "{what}: no thread waited");
     let path = run.single_log();
 
     let pprof = export(path, "pprof", &[]);
     let top = go_pprof(&["-top", "-unit=ns", "-sample_index=delay"], &pprof);
     assert!(
-        top.contains(&format!("Total samples = {total}ns")) || total == 0,
+        top.contains(&format!("Total samples = {total}ns")),
         "{what}: pprof total is not the report's {total} ns:\n{top}"
     );
     let holders = export(path, "pprof", &["--side", "holders"]);
@@ -476,6 +488,148 @@ fn every_format_reads_back_on_the_condvar_semaphore_rwlock_and_deadlock_fixtures
     }
     let running = Launch::fixture("abba").spawn();
     running.wait_for_stdout("abba: armed");
-    running.poll_log("a deadlock", |log| !log.deadlocks().is_empty());
-    check_every_format(&running.kill(), "abba (killed while deadlocked)");
+    running.poll_log("a deadlock and its waits in progress", |log| {
+        log.deadlock_waits_listed()
+    });
+    let run = running.kill();
+    check_every_format(&run, "abba (killed while deadlocked)");
+    // The two deadlocked threads' waits never end: both profiles have them, each on the lock
+    // the thread waits for, from the function that takes it.
+    let a = run.analyze();
+    assert!(report_unended_total(&a.log(0)) > 0, "no wait in progress");
+    let folded = std::fs::read_to_string(export(run.single_log(), "folded", &[])).expect("read");
+    for (thread, lock) in [("thread1", "mutex[1]"), ("thread2", "mutex[0]")] {
+        assert!(
+            folded_lines(&folded).iter().any(|(s, w)| {
+                *w > 0
+                    && s.split(';').any(|f| f == thread)
+                    && s.ends_with(&format!(" {lock}, still waiting at the end of the log]"))
+            }),
+            "abba: no unended wait of {thread} on {lock}:\n{folded}"
+        );
+    }
+    let pprof = export(run.single_log(), "pprof", &[]);
+    let raw = go_pprof(&["-raw"], &pprof);
+    let unended = raw
+        .lines()
+        .filter(|l| {
+            l.contains("ended:[not by the end of the log]") && l.contains("object_kind:[mutex]")
+        })
+        .count();
+    assert_eq!(
+        unended, 2,
+        "abba: one unended sample per deadlocked thread:\n{raw}"
+    );
+}
+
+/// The values of the Perfetto counter tracks whose names contain `name`, by track name, in
+/// time order, from protoc's text of the trace.
+fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
+    // Each top-level packet as its lines, trimmed.
+    let mut packets: Vec<Vec<&str>> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("packet {") {
+            packets.push(Vec::new());
+        } else if let Some(p) = packets.last_mut() {
+            p.push(line.trim());
+        }
+    }
+    let field = |p: &[&str], key: &str| -> Option<String> {
+        p.iter()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim_matches('"').to_string())
+    };
+    let mut tracks: BTreeMap<u64, String> = BTreeMap::new();
+    for p in &packets {
+        if !p.contains(&"counter {") {
+            continue;
+        }
+        if let (Some(uuid), Some(n)) = (field(p, "uuid: "), field(p, "name: ")) {
+            if n.contains(name) {
+                tracks.insert(uuid.parse().expect("uuid"), n);
+            }
+        }
+    }
+    let mut values: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    for p in &packets {
+        let (Some(track), Some(v)) = (field(p, "track_uuid: "), field(p, "counter_value: ")) else {
+            continue;
+        };
+        if let Some(n) = tracks.get(&track.parse().expect("track_uuid")) {
+            let ts = field(p, "timestamp: ")
+                .expect("timestamp")
+                .parse()
+                .expect("ns");
+            values
+                .entry(n.clone())
+                .or_default()
+                .push((ts, v.parse().expect("value")));
+        }
+    }
+    values
+        .into_iter()
+        .map(|(n, mut v)| {
+            // Stable: the first value of a moment stays first.
+            v.sort_by_key(|&(ts, _)| ts);
+            (n, v.into_iter().map(|(_, v)| v).collect())
+        })
+        .collect()
+}
+
+/// The values of the Chrome counters whose names contain `name` (their `waiting` argument), by
+/// counter name, in time order.
+fn chrome_counters(file: &Path, name: &str) -> BTreeMap<String, Vec<i64>> {
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(file).expect("read")).expect("JSON");
+    let mut values: BTreeMap<String, Vec<(f64, i64)>> = BTreeMap::new();
+    for e in doc["traceEvents"].as_array().expect("events") {
+        let n = e["name"].as_str().unwrap_or_default();
+        if e["ph"] != "C" || !n.starts_with("Waiters on") || !n.contains(name) {
+            continue;
+        }
+        let v = e["args"]["waiting"].as_i64().expect("waiting");
+        values
+            .entry(n.to_string())
+            .or_default()
+            .push((e["ts"].as_f64().expect("ts"), v));
+    }
+    values
+        .into_iter()
+        .map(|(n, mut v)| {
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (n, v.into_iter().map(|(_, v)| v).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn the_convoy_locks_waiters_counter_rises_past_one_and_ends_at_zero_in_perfetto_and_chrome() {
+    // The convoy's 8 workers pile up behind the first holder's long hold: several wait at
+    // once, never more than the 7 others (the count is not fixed: the holder's sleep, not a
+    // barrier, lines them up).
+    let run = run_both("convoy", &[]);
+    let path = run.single_log();
+    let text = protoc_decode(&export(path, "perfetto", &[]));
+    let all = perfetto_counters(&text, "Waiters on");
+    assert!(
+        !all.is_empty() && all.len() <= 4,
+        "one waiters track per hottest object, at most 4: {all:?}"
+    );
+    let chrome = export(path, "chrome", &[]);
+    for (format, counters) in [
+        ("perfetto", perfetto_counters(&text, "convoy_lock")),
+        ("chrome", chrome_counters(&chrome, "convoy_lock")),
+    ] {
+        assert_eq!(counters.len(), 1, "{format}: {counters:?}");
+        let (name, values) = counters.iter().next().expect("a counter");
+        assert!(name.starts_with("Waiters on mutex#"), "{format}: {name}");
+        let max = values.iter().copied().max().expect("values");
+        assert!(
+            (2..=7).contains(&max),
+            "{format}: {name} peaks at {max}: {values:?}"
+        );
+        assert_eq!(values.first(), Some(&0), "{format}: {values:?}");
+        assert_eq!(values.last(), Some(&0), "{format}: {values:?}");
+        assert!(values.iter().all(|&v| v >= 0), "{format}: {values:?}");
+    }
 }

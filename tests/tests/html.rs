@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
-use waitshim_tests::{analyzer_path, debian_program, run_both, workspace_root, Run};
+use waitshim_tests::{analyzer_path, debian_program, run_both, workspace_root, Launch, Run};
 
 /// A Debian program, installed when missing, one install at a time.
 fn tool(program: &str, package: &str) -> PathBuf {
@@ -291,6 +291,14 @@ fn has_object_cell(dom: &str, tail: &str) -> bool {
     })
 }
 
+/// The text of the rendered DOM's objects-table cells that name objects.
+fn object_cells(dom: &str) -> Vec<&str> {
+    dom.split("<td class=\"obj\">")
+        .skip(1)
+        .map(|cell| cell.split("</td>").next().unwrap_or(""))
+        .collect()
+}
+
 /// Pixels within a few levels of `rgb`.
 fn count_near(pixels: &[[u8; 3]], rgb: [u8; 3]) -> usize {
     pixels
@@ -353,6 +361,64 @@ fn html_of_the_convoy_names_its_lock_and_marks_its_records() {
     );
     assert!(a.log(0).hwm() > 1, "the convoy piles threads up");
     assert!(!log["highwater"].as_array().expect("highwater").is_empty());
+}
+
+/// The red of a wait on a tracked object, as the page draws it.
+const TRACKED_WAIT: [u8; 3] = [0xd6, 0x27, 0x28];
+
+#[test]
+fn html_of_the_lock_condvar_semaphore_rwlock_and_deadlock_fixtures_renders_their_objects_and_waits()
+{
+    // Each fixture's objects, as the objects table names them: kind and global name (the ids
+    // depend on the order the objects were first used in).
+    let fixtures: [(&str, &[(&str, &str)]); 5] = [
+        ("convoy", &[("mutex#", " convoy_lock")]),
+        (
+            "cond_queue",
+            &[
+                ("mutex#", " lock"),
+                ("cond#", " not_full"),
+                ("cond#", " not_empty"),
+            ],
+        ),
+        ("sem_pool", &[("semaphore#", " pool")]),
+        ("rwlock_starve", &[("rwlock#", " lock")]),
+        ("abba", &[("mutex#", " mutex[0]"), ("mutex#", " mutex[1]")]),
+    ];
+    for (fixture, objects) in fixtures {
+        let run = if fixture == "abba" {
+            // It hangs by design: killed once the log has the deadlock and the two waits in
+            // progress that never end.
+            let running = Launch::fixture("abba").spawn();
+            running.wait_for_stdout("abba: armed");
+            running.poll_log("a deadlock and its waits in progress", |log| {
+                log.deadlock_waits_listed()
+            });
+            running.kill()
+        } else {
+            run_both(fixture, &[])
+        };
+        let page = export(run.single_log(), "html", "html");
+        let dom = chromium_run(&page, &["--dump-dom"]);
+        assert!(dom.contains("rendered 1 log(s), "), "{fixture}: {dom}");
+        let cells = object_cells(&dom);
+        for (kind, tail) in objects {
+            assert!(
+                cells
+                    .iter()
+                    .any(|c| c.starts_with(kind) && c.ends_with(tail)),
+                "{fixture}: no {kind}..{tail} in the objects table: {cells:?}"
+            );
+        }
+        let shot = page.with_file_name("shot.png");
+        chromium_run(&page, &[&format!("--screenshot={}", shot.display())]);
+        let (w, h, pixels) = png_pixels(&std::fs::read(&shot).expect("screenshot"));
+        assert_eq!((w, h), (1300, 800), "{fixture}");
+        // Not blank: each fixture has threads wait on its objects for a good part of the run
+        // (the deadlocked two until the end of the log).
+        let red = count_near(&pixels, TRACKED_WAIT);
+        assert!(red > 200, "{fixture}: only {red} pixels of tracked waits");
+    }
 }
 
 /// `diff --html`: the convoy with 3 and with 8 threads on one page, each run labelled, both

@@ -1,7 +1,9 @@
 //! Chrome's Trace Event Format (JSON object form), for chrome://tracing, Perfetto's legacy
 //! importer and speedscope: a process per log, a track per thread with its lifetime as a slice,
 //! its waits as slices inside it (`Wait: lock`, `Wait: condition`, ...; never overlapping on
-//! one thread, see [`super::timeline`]) and deadlocks and highwater rises as instants.
+//! one thread, see [`super::timeline`]) and deadlocks and highwater rises as instants; as
+//! counters, the highwater mark, the idle CPUs and the threads waiting on each of the hottest
+//! objects (`Waiters on mutex#2 convoy_lock`, [`super::waiters`]).
 //! Timestamps are microseconds since the first log's run start. Written event by event.
 
 use std::io::{self, Write};
@@ -10,6 +12,7 @@ use serde_json::{json, Map, Value};
 
 use super::slices;
 use super::timeline::{self, wait_name};
+use super::waiters::{self, Waiters};
 use super::{Exporter, Source};
 
 pub struct Chrome<W: Write> {
@@ -214,8 +217,20 @@ impl<W: Write> Exporter for Chrome<W> {
                                    "args": to_map(args)}))?;
             }
         }
+        // The waiters on the hottest objects: a counter each, 0 from the start.
+        let mut counted = Waiters::new(waiters::hottest(model, timeline::run_end(model)));
+        let counters: Vec<String> = counted
+            .objects()
+            .iter()
+            .map(|&o| format!("Waiters on {}", src.object_name(o)))
+            .collect();
+        for name in &counters {
+            self.event(&json!({"ph": "C", "name": name, "pid": pid,
+                               "ts": self.ts(model.start_ns()), "args": {"waiting": 0}}))?;
+        }
         let mut flows = 0u64;
         let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
+            counted.add(&w)?;
             let args = to_map(wait_args(src, &w));
             self.event(&json!({"ph": "X", "name": wait_name(model, w.object_id),
                                "cat": "wait", "pid": pid, "tid": tid,
@@ -234,6 +249,10 @@ impl<W: Write> Exporter for Chrome<W> {
             Ok(())
         })?;
         src.note(note);
+        counted.finish(|at, ns, n| {
+            self.event(&json!({"ph": "C", "name": counters[at], "pid": pid,
+                               "ts": self.ts(ns), "args": {"waiting": n}}))
+        })?;
         // The sampler's states, on a track of their own beside each thread's.
         let mut named = std::collections::HashSet::new();
         let chains = blocked_chains(src);

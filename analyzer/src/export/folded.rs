@@ -2,7 +2,8 @@
 //! weighted by wait time in nanoseconds, and an SVG flame graph drawn from them by inferno.
 //!
 //! A stack is a chain outermost first, ending in the object waited on (`[mutex#2 convoy_lock]`)
-//! so that the flame graph's tips name what the threads waited for. With several logs, each
+//! so that the flame graph's tips name what the threads waited for (`[mutex#2 m, still waiting
+//! at the end of the log]` for a wait the log ended in). With several logs, each
 //! stack starts with its process (`pid 1234`).
 
 use std::collections::BTreeMap;
@@ -66,7 +67,13 @@ impl<W: Write> Exporter for Folded<W> {
                 frames.push("(no chain in the log)".into());
             }
             frames.insert(0, format!("pid {}", src.pid));
-            frames.push(clean(&format!("[{}]", src.object_name(s.object_id))));
+            let object = src.object_name(s.object_id);
+            // A wait the log ended in has a leaf of its own: a deadlock stands out.
+            frames.push(clean(&if s.unended {
+                format!("[{object}, still waiting at the end of the log]")
+            } else {
+                format!("[{object}]")
+            }));
             let e = self.stacks.entry(frames.join(";")).or_insert(0);
             *e = e.saturating_add(s.delay_ns);
         }

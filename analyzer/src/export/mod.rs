@@ -1,13 +1,18 @@
 //! `waitshim-analyze export`: the run in the formats other tools open. Everything comes from the
 //! model of the log ([`crate::model`]), which is already bounded by the run's objects, threads,
 //! chains and contention records; each exporter writes its file as it walks the model, keeping
-//! at most one entry per distinct stack (profiles) or per thread (traces) besides.
+//! at most one entry per distinct stack (profiles) or per thread (traces) besides. The trace
+//! exporters' waiters counters ([`waiters`]) need the waits' begins and ends in time order: they
+//! sort them in a buffer of fixed size, spilling sorted runs to a temporary file beyond it.
 //!
 //! - [`pprof`]: gzipped `profile.proto`, values `contentions/count` and `delay/nanoseconds`.
 //! - [`folded`]: folded stacks weighted by wait time, and an SVG flame graph drawn from them.
 //! - [`chrome`]: Trace Event Format JSON, a track per thread.
 //! - [`perfetto`]: Perfetto's native TrackEvent protobuf, strings interned.
 //! - [`html`]: one self-contained page with a timeline per thread and the objects table.
+//!
+//! Waits still going on when the log ended (a deadlock's) are in every format: as slices to the
+//! end of the log in the traces, as samples of their own in the profiles ([`samples`]).
 //!
 //! Two sides of a wait can be exported as stacks: the waiter's chain (where the thread waited,
 //! from the log's cumulative wait sites: every contended wait is in them) or the holder's chain
@@ -21,6 +26,7 @@ pub mod perfetto;
 pub mod pprof;
 pub mod slices;
 pub mod timeline;
+pub mod waiters;
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
@@ -393,13 +399,18 @@ pub struct Sample {
     /// Waits (waiters side) or waiters made to wait (holders side).
     pub count: u64,
     pub delay_ns: u64,
+    /// A wait still going on when the log ended (waiters side), its delay up to the log's
+    /// last look at the waits in progress.
+    pub unended: bool,
 }
 
 /// The samples of one side of the log's waits, objects in id order.
 ///
 /// Waiters: one per (object, wait site), from the cumulative wait sites, plus one without a
 /// chain for what an object's counters count beyond its wait sites, so that the delays add up
-/// to the objects' wait totals. Holders: one per completed contention record, its delay the sum
+/// to the objects' wait totals; then one per wait still going on when the log ended (the log's
+/// last list of them), which the counters do not count: a deadlock's waits never end, and a
+/// profile without them would say that the deadlocked threads never waited. Holders: one per completed contention record, its delay the sum
 /// of its listed waiters' waits up to the release.
 pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
     let mut out = Vec::new();
@@ -417,6 +428,7 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                         tid: None,
                         count: site.count,
                         delay_ns: site.wait_total_ns,
+                        unended: false,
                     });
                 }
                 let total_ns = o.wait_total_ns();
@@ -432,6 +444,19 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                         tid: None,
                         count: total_count.saturating_sub(count),
                         delay_ns: total_ns - ns,
+                        unended: false,
+                    });
+                }
+            }
+            if let Some(open) = &model.open_waits {
+                for w in &open.waits {
+                    out.push(Sample {
+                        object_id: w.object_id,
+                        chain_id: w.chain_id,
+                        tid: None,
+                        count: 1,
+                        delay_ns: open.ns.saturating_sub(w.since_ns),
+                        unended: true,
                     });
                 }
             }
@@ -452,6 +477,7 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                     tid: Some(c.holder_tid),
                     count: u64::from(c.waiters_total.max(c.waiters.len() as u32)),
                     delay_ns: delay,
+                    unended: false,
                 });
             }
         }

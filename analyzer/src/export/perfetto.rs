@@ -9,6 +9,9 @@
 //! waited, its chain and the holder as arguments; deadlocks and highwater rises as instants.
 //! With per-wait events in the log, each wait another thread ended has a flow (an arrow) from a
 //! `Wake` instant on that thread's track to a `Woken` instant on the waiter's, at the wait's end.
+//! Counter tracks on the process's: the highwater mark, the idle CPUs, and for each of the
+//! [`waiters::HOTTEST`] objects threads waited on longest the number of threads waiting on it
+//! (`Waiters on mutex#2 convoy_lock`), from the same waits as the slices.
 //! Event names, argument names and argument values are interned: each distinct string is
 //! written once per trace.
 
@@ -20,6 +23,7 @@ use prost::Message;
 use super::chrome::{blocked_chains, state_args, wait_args, Arg};
 use super::slices;
 use super::timeline::{self, wait_name};
+use super::waiters::{self, Waiters};
 use super::{Exporter, Source};
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -209,6 +213,20 @@ impl<W: Write> Perfetto<W> {
         self.out.write_all(&buf)
     }
 
+    /// An integer value of a counter track.
+    fn counter(&mut self, ts: u64, track: u64, value: i64) -> io::Result<()> {
+        self.packet(TracePacket {
+            timestamp: Some(ts),
+            track_event: Some(TrackEvent {
+                r#type: Some(COUNTER),
+                track_uuid: Some(track),
+                counter_value: Some(value),
+                ..TrackEvent::default()
+            }),
+            ..TracePacket::default()
+        })
+    }
+
     /// A track event with its name and arguments interned.
     fn event(
         &mut self,
@@ -310,6 +328,11 @@ fn idle_uuid(pid: u32) -> u64 {
     (1 << 62) | (u64::from(pid) << 32)
 }
 
+/// The counter track of the waiters on the process's `at`th hottest object.
+fn waiters_uuid(pid: u32, at: usize) -> u64 {
+    (1 << 61) | (u64::from(pid) << 32) | at as u64
+}
+
 /// The process's highwater-mark counter track.
 fn highwater_uuid(pid: u32) -> u64 {
     (u64::from(pid) << 32) | 0xffff_fffe
@@ -352,16 +375,24 @@ impl<W: Write> Exporter for Perfetto<W> {
         rises.extend(model.highwater.iter().map(|h| (h.ns, h.hwm)));
         rises.sort_by_key(|&(ns, hwm)| (ns, hwm));
         for (ns, hwm) in rises {
+            self.counter(ns, huuid, i64::from(hwm))?;
+        }
+        // The waiters on the hottest objects: a counter track each, 0 from the start.
+        let mut counted = Waiters::new(waiters::hottest(model, timeline::run_end(model)));
+        for (at, &o) in counted.objects().iter().enumerate() {
+            let uuid = waiters_uuid(pid, at);
+            let name = format!("Waiters on {}", src.object_name(o));
             self.packet(TracePacket {
-                timestamp: Some(ns),
-                track_event: Some(TrackEvent {
-                    r#type: Some(COUNTER),
-                    track_uuid: Some(huuid),
-                    counter_value: Some(i64::from(hwm)),
-                    ..TrackEvent::default()
+                track_descriptor: Some(TrackDescriptor {
+                    uuid: Some(uuid),
+                    name: Some(name),
+                    parent_uuid: Some(puuid),
+                    counter: Some(CounterDescriptor {}),
+                    ..TrackDescriptor::default()
                 }),
                 ..TracePacket::default()
             })?;
+            self.counter(model.start_ns(), uuid, 0)?;
         }
         let tracks = timeline::tracks(model, src.ctx.summary);
         for t in &tracks {
@@ -399,6 +430,7 @@ impl<W: Write> Exporter for Perfetto<W> {
         let mut flows = 0u64;
         let first = src.ctx.summary;
         let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
+            counted.add(&w)?;
             let uuid = thread_uuid(pid, tid);
             let args = wait_args(src, &w);
             let name = wait_name(model, w.object_id);
@@ -437,6 +469,7 @@ impl<W: Write> Exporter for Perfetto<W> {
             Ok(())
         })?;
         src.note(note);
+        counted.finish(|at, ns, n| self.counter(ns, waiters_uuid(pid, at), n as i64))?;
         for t in &tracks {
             self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
         }

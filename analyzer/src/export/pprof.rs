@@ -5,7 +5,8 @@
 //! Stacks are innermost first, as pprof wants them; a location holds the functions inlined at
 //! its address, innermost first. Each sample carries the labels `object` (`mutex#2
 //! convoy_lock`), `object_kind` and `created_at`, and on the holders side `thread` (the
-//! holder); every log's samples carry `pid`.
+//! holder); every log's samples carry `pid`, and a wait still going on when the log ended (a
+//! deadlock's) carries `ended` = `not by the end of the log`.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -354,6 +355,7 @@ impl<W: Write> Exporter for Pprof<W> {
             self.string("created_at"),
             self.string("thread"),
             self.string("pid"),
+            self.string("ended"),
         ];
         for s in samples(model, self.side) {
             let mut stack = Vec::new();
@@ -385,6 +387,10 @@ impl<W: Write> Exporter for Pprof<W> {
                 labels.push((keys[3], self.string(&t), 0));
             }
             labels.push((keys[4], 0, i64::from(src.pid)));
+            if s.unended {
+                let v = self.string("not by the end of the log");
+                labels.push((keys[5], v, 0));
+            }
             let count = i64::try_from(s.count).unwrap_or(i64::MAX);
             let delay = i64::try_from(s.delay_ns).unwrap_or(i64::MAX);
             match self.samples.get(&(stack.clone(), labels.clone())) {

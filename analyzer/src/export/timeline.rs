@@ -82,7 +82,7 @@ pub fn wait_name(model: &Model, object_id: u64) -> &'static str {
 }
 
 /// Where the log's knowledge of the run ends.
-fn run_end(model: &Model) -> u64 {
+pub fn run_end(model: &Model) -> u64 {
     model
         .run_end
         .as_ref()
