@@ -167,38 +167,42 @@ fn policy(value: &Value) -> Result<Policy, PolicyError> {
             ))
         }
     };
-    let events = match top.get("events") {
-        None => None,
-        Some(Value::String(s)) => Some(crate::events::parse(s).map_err(|e| err("events", e))?),
-        Some(v) => {
-            return Err(err(
-                "events",
-                format!(
-                    "expected \"all\", \"off\" or \"ring:DURATION\", found {}",
-                    describe(v)
-                ),
-            ))
-        }
-    };
-    let sample_ns = match top.get("sample") {
-        None => None,
-        Some(Value::String(s)) => Some(crate::sample::parse(s).map_err(|e| err("sample", e))?),
-        Some(v) => {
-            return Err(err(
-                "sample",
-                format!(
-                    "expected \"off\" or an interval such as \"10ms\", found {}",
-                    describe(v)
-                ),
-            ))
-        }
-    };
+    let events = setting(
+        top,
+        "events",
+        "\"all\", \"off\" or \"ring:DURATION\"",
+        crate::events::parse,
+    )?;
+    let sample_ns = setting(
+        top,
+        "sample",
+        "\"off\" or an interval such as \"10ms\"",
+        crate::sample::parse,
+    )?;
     Ok(Policy {
         rules,
         stack_signal,
         events,
         sample_ns,
     })
+}
+
+/// A top-level setting written as a string (`events`, `sample`): absent, or what `parse` makes
+/// of it; anything but a string is refused, saying what was `expected`.
+fn setting<T>(
+    top: &Map<String, Value>,
+    name: &str,
+    expected: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<Option<T>, PolicyError> {
+    match top.get(name) {
+        None => Ok(None),
+        Some(Value::String(s)) => parse(s).map(Some).map_err(|e| err(name, e)),
+        Some(v) => Err(err(
+            name,
+            format!("expected {expected}, found {}", describe(v)),
+        )),
+    }
 }
 
 fn rule(value: &Value, path: &str) -> Result<Rule, PolicyError> {
