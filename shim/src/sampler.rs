@@ -169,20 +169,36 @@ pub fn after_fork_child() {
 
 /// Opens `path` read-only and moves it to the high numbers; None if it cannot be kept.
 fn open_high(path: &str) -> Option<i32> {
-    let c = std::ffi::CString::new(path).ok()?;
+    open_high_or_errno(path).ok()
+}
+
+/// [`open_high`], or why not: the `open` error (`ENOENT` for the file of a thread gone), or 0
+/// when the descriptor could not be moved or kept.
+fn open_high_or_errno(path: &str) -> Result<i32, i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
     // SAFETY: a NUL-terminated path; our own descriptor.
     let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
-        return None;
+        return Err(errno());
     }
-    let high = crate::log::move_high(fd)?;
+    let high = crate::log::move_high(fd).ok_or(0)?;
     if keep(high) {
-        Some(high)
+        Ok(high)
     } else {
         // SAFETY: ours, not kept.
         unsafe { libc::close(high) };
-        None
+        Err(0)
     }
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Whether an `open` error under `/proc/self/task/TID/` says the thread is gone (it ended
+/// between the listing of the directory and the open).
+fn gone(errno: i32) -> bool {
+    errno == libc::ENOENT || errno == libc::ESRCH
 }
 
 /// Reads a `/proc` file from its start into `buf`; the bytes read.
@@ -501,7 +517,7 @@ pub fn parse_cpus(text: &[u8]) -> Vec<(u64, u64)> {
 
 /// A new thread to follow: with kept descriptors (`keep`, and they could be kept), else in
 /// rotation.
-fn follow(tid: u32, keep: bool) -> Followed {
+fn follow(tid: u32, keep: bool) -> Option<Followed> {
     let mut f = Followed {
         tid,
         schedstat: -1,
@@ -526,18 +542,32 @@ fn follow(tid: u32, keep: bool) -> Followed {
         looked_ns: 0,
     };
     if keep {
-        let base = format!("/proc/self/task/{tid}/");
-        if let Some(schedstat) = open_high(&(base.clone() + "schedstat")) {
-            match open_high(&(base + "syscall")) {
-                Some(syscall) => {
-                    publish_schedstat(tid, schedstat);
-                    (f.schedstat, f.syscall, f.kept) = (schedstat, syscall, true);
-                }
-                None => release(schedstat),
+        match open_kept(tid) {
+            Ok((schedstat, syscall)) => {
+                (f.schedstat, f.syscall, f.kept) = (schedstat, syscall, true)
             }
+            Err(e) if gone(e) => return None,
+            // No descriptor to keep (the process is out of them): sampled in rotation.
+            Err(_) => {}
         }
     }
-    f
+    Some(f)
+}
+
+/// Opens and keeps thread `tid`'s `schedstat` and `syscall`; the `open` error otherwise.
+fn open_kept(tid: u32) -> Result<(i32, i32), i32> {
+    let base = format!("/proc/self/task/{tid}/");
+    let schedstat = open_high_or_errno(&(base.clone() + "schedstat"))?;
+    match open_high_or_errno(&(base + "syscall")) {
+        Ok(syscall) => {
+            publish_schedstat(tid, schedstat);
+            Ok((schedstat, syscall))
+        }
+        Err(e) => {
+            release(schedstat);
+            Err(e)
+        }
+    }
 }
 
 /// The descriptors open for a thread in rotation while the look reads it (-1: none), so that a
@@ -545,11 +575,11 @@ fn follow(tid: u32, keep: bool) -> Followed {
 static ROTATING: [AtomicI32; 2] = [const { AtomicI32::new(-1) }; 2];
 
 /// Opens `path` read-only as `ROTATING[slot]` for the thread in rotation being read (not
-/// moved: closed within the look).
-fn open_rotating(path: &str, slot: usize) -> Option<i32> {
-    let fd = open_plain(path)?;
+/// moved: closed within the look); the `open` error otherwise.
+fn open_rotating(path: &str, slot: usize) -> Result<i32, i32> {
+    let fd = open_plain(path).ok_or_else(errno)?;
     ROTATING[slot].store(fd, Ordering::Release);
-    Some(fd)
+    Ok(fd)
 }
 
 fn close_rotating() {
@@ -573,6 +603,16 @@ fn close_plain(fd: i32) -> i32 {
         unsafe { libc::close(fd) };
     }
     -1
+}
+
+/// Whether a look reads a thread in rotation.
+enum Turn {
+    /// Its files are open for this look.
+    Read,
+    /// Not its turn (or its files could not be opened now): a later look takes it.
+    NotDue,
+    /// It ended since the directory was listed.
+    Gone,
 }
 
 /// The threads in rotation a look takes, and room for ones first seen in it.
@@ -972,6 +1012,8 @@ impl Sampler {
             .collect();
         let mut window = self.rotation_window(last);
         let mut kept = self.kept();
+        let mut ended = Vec::new();
+        let mut no_room = false;
         for &tid in &tids {
             if tid == self.own_tid {
                 continue;
@@ -979,7 +1021,11 @@ impl Sampler {
             let i = match index.get(&tid) {
                 Some(&i) => i,
                 None => {
-                    let f = follow(tid, kept < MAX_FOLLOWED);
+                    let Some(f) = follow(tid, kept < MAX_FOLLOWED) else {
+                        // Ended since the listing: not followed, and not listed again.
+                        ended.push(tid);
+                        continue;
+                    };
                     kept += usize::from(f.kept);
                     self.followed.push(f);
                     seen.push(false);
@@ -988,10 +1034,31 @@ impl Sampler {
                 }
             };
             seen[i] = true;
-            if !self.followed[i].kept && !self.open_for_look(i, &mut window, now) {
-                // Not its turn (or gone: the next listing tells).
-                unsampled += 1;
-                continue;
+            if !self.followed[i].kept && kept < MAX_FOLLOWED && !no_room {
+                // A kept thread ended since this one went into rotation: it takes the place
+                // (tried once a look when the process is out of descriptors).
+                let f = &mut self.followed[i];
+                match open_kept(tid) {
+                    Ok((schedstat, syscall)) => {
+                        (f.schedstat, f.syscall, f.kept) = (schedstat, syscall, true);
+                        kept += 1;
+                    }
+                    Err(e) => no_room = !gone(e),
+                }
+            }
+            if !self.followed[i].kept {
+                match self.open_for_look(i, &mut window, now) {
+                    Turn::Read => {}
+                    Turn::NotDue => {
+                        unsampled += 1;
+                        continue;
+                    }
+                    Turn::Gone => {
+                        // Dropped below, as the threads the listing no longer has.
+                        seen[i] = false;
+                        continue;
+                    }
+                }
             }
             let f = &mut self.followed[i];
             if !f.registered {
@@ -1125,6 +1192,7 @@ impl Sampler {
         }
         // Threads gone since the last look: their descriptors go.
         let mut tids = tids;
+        tids.retain(|t| !ended.contains(t));
         let mut i = 0;
         while i < self.followed.len() {
             if seen[i] {
@@ -1206,7 +1274,7 @@ impl Sampler {
     /// Opens the files of followed thread `i`, in rotation, if this look takes it: plain
     /// descriptors, closed before the next thread's are opened and at the look's end (a
     /// moment at a low number, as when a kept one is opened). Whether it is to be read.
-    fn open_for_look(&mut self, i: usize, window: &mut Window, now: u64) -> bool {
+    fn open_for_look(&mut self, i: usize, window: &mut Window, now: u64) -> Turn {
         self.close_rotated();
         let f = &mut self.followed[i];
         let due = if window.tids.contains(&f.tid) {
@@ -1219,15 +1287,18 @@ impl Sampler {
             false
         };
         if !due {
-            return false;
+            return Turn::NotDue;
         }
         let base = format!("/proc/self/task/{}/", f.tid);
-        let Some(schedstat) = open_rotating(&(base.clone() + "schedstat"), 0) else {
-            return false;
-        };
-        let Some(syscall) = open_rotating(&(base + "syscall"), 1) else {
-            close_rotating();
-            return false;
+        let opened = open_rotating(&(base.clone() + "schedstat"), 0).and_then(|schedstat| {
+            open_rotating(&(base + "syscall"), 1).map(|syscall| (schedstat, syscall))
+        });
+        let (schedstat, syscall) = match opened {
+            Ok(fds) => fds,
+            Err(e) => {
+                close_rotating();
+                return if gone(e) { Turn::Gone } else { Turn::NotDue };
+            }
         };
         (f.schedstat, f.syscall) = (schedstat, syscall);
         self.rotating = Some(i);
@@ -1238,7 +1309,7 @@ impl Sampler {
         }
         f.looked_at = self.looks;
         f.looked_ns = now;
-        true
+        Turn::Read
     }
 
     /// Closes the descriptors opened for the thread in rotation being read, if any.
@@ -1337,6 +1408,21 @@ mod tests {
             last = s.paced(20_000);
         }
         assert_eq!(last, 10_000_000);
+    }
+
+    #[test]
+    fn a_thread_that_ended_before_its_files_were_opened_is_not_followed() {
+        // No thread has this tid (above the kernel's pid_max limit of 2^22).
+        assert!(follow(u32::MAX - 1, true).is_none());
+        assert!(follow(u32::MAX - 1, false).is_some_and(|f| !f.kept));
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let f = follow(me, true).expect("this thread is alive");
+        assert!(f.kept && f.schedstat >= 0 && f.syscall >= 0);
+        assert_eq!(schedstat_of(me), Some(f.schedstat));
+        forget_schedstat(me);
+        release(f.schedstat);
+        release(f.syscall);
     }
 
     #[test]

@@ -635,6 +635,32 @@ fn the_sampler_keeps_to_its_budget_with_many_threads_and_the_report_says_what_it
     assert!(task_cost(cost, "sampler").is_none(), "{cost}");
 }
 
+/// Threads that end while the sampler looks, every millisecond, at a program that starts and
+/// joins 4 at a time, 1,600 in all: one that ended between the listing of `/proc/self/task` and
+/// the opening of its files is gone, not a thread "beyond the 256" sampled in rotation (CI saw
+/// that note on a run of 201 threads).
+#[test]
+fn threads_that_end_as_the_sampler_looks_are_gone_not_in_rotation() {
+    let run = Launch::fixture("turnover")
+        .arg("400")
+        .env("WAITSHIM_SAMPLE", "1ms")
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "turnover: 1600 threads done\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.run()["threads_seen"], 1601);
+    let object = log.object_created_at(
+        "turnover.c",
+        waitshim_tests::line_of("turnover.c", "creation-site"),
+    );
+    assert_eq!(log.counter(object, "acquisitions"), 16_000, "{object}");
+    let states = &log.0["thread_states"];
+    assert!(u(&states["samples"]) >= 1, "{states}");
+    assert_eq!(u(&states["unsampled_threads"]), 0, "{states}");
+    assert!(log.warnings().is_empty(), "{}", log.warning_text());
+}
+
 /// A thousand threads idle in read() for the four seconds main computes: more than the
 /// sampler follows with kept descriptors (256, three descriptors each). It samples the others
 /// in rotation, 64 a look, those looked at longest ago (never, first) first, within its budget,
