@@ -32,9 +32,11 @@ trap on_exit EXIT
 step "system packages"
 ensure_compilers
 ensure_packages pigz tmux
-# The readers the export tests check each format with: go tool pprof, protoc, and a headless
-# Chromium for the HTML timeline (tests/tests/html.rs).
+# The readers the export tests check each format with: go tool pprof, protoc (with Perfetto's
+# own schema), and a headless Chromium for the HTML timeline (tests/tests/html.rs).
 ensure_packages golang-go protobuf-compiler chromium
+# pip, to fetch Perfetto's published trace schema from PyPI (scripts/perfetto-schema.py).
+ensure_packages python3-pip
 # The history test on PostgreSQL starts a throw-away cluster of its own (skipped, saying so,
 # when the server cannot be installed).
 ensure_packages postgresql || say "PostgreSQL could not be installed: its history test will be skipped"

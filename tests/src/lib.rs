@@ -914,3 +914,72 @@ pub fn debian_program(program: &str, package: &str) -> PathBuf {
     assert!(path.is_file(), "{} missing", path.display());
     path
 }
+
+/// A Perfetto trace decoded by `protoc --decode perfetto.protos.Trace` with Perfetto's own
+/// published schema (see [`perfetto_schema`]), not the exporter's declarations: its text.
+/// Fails the test if protoc cannot decode it.
+pub fn perfetto_decode(file: &Path) -> String {
+    static INSTALL: Mutex<()> = Mutex::new(());
+    let protoc = {
+        let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+        debian_program("protoc", "protobuf-compiler")
+    };
+    let o = Command::new(protoc)
+        .arg(format!(
+            "--descriptor_set_in={}",
+            perfetto_schema().display()
+        ))
+        .args(["--decode", "perfetto.protos.Trace"])
+        .stdin(fs::File::open(file).expect("open trace"))
+        .output()
+        .expect("run protoc");
+    assert!(
+        o.status.success(),
+        "protoc could not decode {} with Perfetto's schema: {}",
+        file.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).expect("utf-8")
+}
+
+/// Perfetto's published trace schema as a FileDescriptorSet, written once per target directory
+/// by `scripts/perfetto-schema.py` from Perfetto's Python package on PyPI (pip from Debian's
+/// python3-pip, installed when missing).
+pub fn perfetto_schema() -> &'static Path {
+    static SCHEMA: OnceLock<PathBuf> = OnceLock::new();
+    SCHEMA.get_or_init(|| {
+        let dir = target_dir().join("perfetto-schema");
+        let desc = dir.join("perfetto_trace-0.59.1.desc");
+        if desc.is_file() {
+            return desc;
+        }
+        fs::create_dir_all(&dir).expect("create target/perfetto-schema");
+        let pip = Command::new("python3")
+            .args(["-m", "pip", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !pip {
+            let status = Command::new("bash")
+                .arg("-c")
+                .arg(format!(
+                    "source '{}' && ensure_packages python3-pip",
+                    workspace_root().join("scripts/lib.sh").display()
+                ))
+                .status()
+                .expect("run scripts/lib.sh ensure_packages");
+            assert!(status.success(), "could not install python3-pip");
+        }
+        let o = Command::new("python3")
+            .arg(workspace_root().join("scripts/perfetto-schema.py"))
+            .arg(&desc)
+            .output()
+            .expect("run scripts/perfetto-schema.py");
+        assert!(
+            o.status.success() && desc.is_file(),
+            "scripts/perfetto-schema.py failed: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        desc
+    })
+}

@@ -2,10 +2,9 @@
 //! report, in the exports, and under the flight recorder.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
-use waitshim_tests::{workspace_root, Analysis, Launch, LogReport, Run};
+use waitshim_tests::{perfetto_decode, Analysis, Launch, LogReport, Run};
 
 fn handover(events: Option<&str>, args: &[&str]) -> Run {
     handover_with(events, None, args)
@@ -122,25 +121,12 @@ fn each_hand_over_names_the_thread_that_woke_the_waiter() {
     );
 }
 
-/// `protoc --decode perfetto.protos.Trace` with tests/proto/perfetto_trace.proto.
-fn protoc_decode(file: &Path) -> String {
-    let dir = workspace_root().join("tests/proto");
-    let o = Command::new("protoc")
-        .arg(format!("--proto_path={}", dir.display()))
-        .args(["--decode", "perfetto.protos.Trace", "perfetto_trace.proto"])
-        .stdin(std::fs::File::open(file).expect("open trace"))
-        .output()
-        .expect("run protoc (Debian protobuf-compiler; the export tests install it)");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8(o.stdout).expect("utf-8")
-}
-
 #[test]
 fn the_perfetto_trace_has_a_flow_from_each_waker_to_the_woken_thread() {
     let run = handover(None, &[]);
     let a = run.analyze();
     let log = a.log(0);
-    let text = protoc_decode(&export(run.single_log(), "perfetto"));
+    let text = perfetto_decode(&export(run.single_log(), "perfetto"));
     assert!(
         !text
             .lines()

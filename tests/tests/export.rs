@@ -1,6 +1,6 @@
 //! `waitshim-analyze export`: each format written from a fixture's log and read back by a reader
 //! that is not ours: `go tool pprof` for pprof, an XML parser for the flame graph, a JSON parser
-//! and a nesting check for the Chrome trace, `protoc --decode` for the Perfetto trace.
+//! and a nesting check for the Chrome trace, `protoc --decode` with Perfetto's published schema for the Perfetto trace.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 use waitshim_tests::{
-    analyzer_path, debian_program, run_both, workspace_root, Launch, LogReport, Run,
+    analyzer_path, debian_program, perfetto_decode, run_both, Launch, LogReport, Run,
 };
 
 /// Runs `waitshim-analyze export --format FORMAT ARGS -o DIR/out.FORMAT LOG`; the file written.
@@ -312,28 +312,8 @@ fn chrome_trace_of_a_deadlock_marks_it_on_both_threads() {
     assert_eq!(marks, 2, "one deadlock mark per thread of the cycle");
 
     let trace = export(run.single_log(), "perfetto", &[]);
-    let text = protoc_decode(&trace);
+    let text = perfetto_decode(&trace);
     assert!(text.contains("name: \"Deadlock\""), "{text}");
-}
-
-/// `protoc --decode perfetto.protos.Trace` with tests/proto/perfetto_trace.proto (Debian's
-/// protobuf-compiler, installed when missing): the decoded text.
-fn protoc_decode(file: &Path) -> String {
-    let protoc = tool("protoc", "protobuf-compiler");
-    let dir = workspace_root().join("tests/proto");
-    let input = std::fs::File::open(file).expect("open trace");
-    let o = Command::new(protoc)
-        .arg(format!("--proto_path={}", dir.display()))
-        .args(["--decode", "perfetto.protos.Trace", "perfetto_trace.proto"])
-        .stdin(input)
-        .output()
-        .expect("run protoc");
-    assert!(
-        o.status.success(),
-        "protoc could not decode the trace: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).expect("utf-8")
 }
 
 #[test]
@@ -347,7 +327,7 @@ fn perfetto_trace_decodes_with_protoc_into_interned_wait_slices() {
         let a = run.analyze();
         let log = a.log(0);
         let file = export(run.single_log(), "perfetto", &[]);
-        let text = protoc_decode(&file);
+        let text = perfetto_decode(&file);
         // A field under a number the schema does not have would show as a bare number.
         assert!(
             !text
@@ -468,7 +448,7 @@ fn check_every_format(run: &Run, what: &str) {
         "{what}"
     );
 
-    let text = protoc_decode(&export(path, "perfetto", &[]));
+    let text = perfetto_decode(&export(path, "perfetto", &[]));
     assert_eq!(
         text.matches("type: TYPE_SLICE_BEGIN").count(),
         text.matches("type: TYPE_SLICE_END").count(),
@@ -609,7 +589,7 @@ fn the_convoy_locks_waiters_counter_rises_past_one_and_ends_at_zero_in_perfetto_
     // barrier, lines them up).
     let run = run_both("convoy", &[]);
     let path = run.single_log();
-    let text = protoc_decode(&export(path, "perfetto", &[]));
+    let text = perfetto_decode(&export(path, "perfetto", &[]));
     let all = perfetto_counters(&text, "Waiters on");
     assert!(
         !all.is_empty() && all.len() <= 4,

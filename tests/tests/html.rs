@@ -7,7 +7,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
-use waitshim_tests::{analyzer_path, debian_program, run_both, workspace_root, Launch, Run};
+use waitshim_tests::{analyzer_path, debian_program, run_both, Launch, Run};
 
 /// A Debian program, installed when missing, one install at a time.
 fn tool(program: &str, package: &str) -> PathBuf {
@@ -140,16 +140,7 @@ fn chrome_trace_shows_each_threads_states_on_a_track_beside_it() {
 fn perfetto_trace_has_a_states_track_per_thread_and_an_idle_cpu_counter() {
     let run = thread_states();
     let file = export(run.single_log(), "perfetto", "pftrace");
-    let protoc = tool("protoc", "protobuf-compiler");
-    let dir = workspace_root().join("tests/proto");
-    let o = Command::new(protoc)
-        .arg(format!("--proto_path={}", dir.display()))
-        .args(["--decode", "perfetto.protos.Trace", "perfetto_trace.proto"])
-        .stdin(std::fs::File::open(&file).expect("open trace"))
-        .output()
-        .expect("run protoc");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let text = String::from_utf8(o.stdout).expect("utf-8");
+    let text = waitshim_tests::perfetto_decode(&file);
     assert!(
         !text
             .lines()
