@@ -148,6 +148,23 @@ fn pprof_of_the_convoy_loads_in_go_pprof_with_worker_at_the_locks_share() {
         tags.contains("created_at") && tags.contains("convoy.c:"),
         "{tags}"
     );
+    // Who waited, from the per-wait events: each of the 7 workers that queued behind the
+    // first holder, once.
+    let waiters = go_pprof(
+        &[
+            "-tags",
+            "-sample_index=contentions",
+            "-tagfocus=object=convoy_lock",
+            "-tagshow=thread",
+        ],
+        &file,
+    );
+    assert!(waiters.contains("thread: Total 7.0"), "{waiters}");
+    let once = waiters
+        .lines()
+        .filter(|l| l.trim_start().starts_with("1.0 (") && l.contains("): thread "))
+        .count();
+    assert_eq!(once, 7, "{waiters}");
 }
 
 #[test]

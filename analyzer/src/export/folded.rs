@@ -53,7 +53,7 @@ impl<W: Write> Exporter for Folded<W> {
             self.first_pid = Some(src.pid);
         }
         let model = src.ctx.model;
-        for s in samples(model, self.side) {
+        for s in samples(model, self.side, None) {
             if s.delay_ns == 0 {
                 continue;
             }

@@ -28,6 +28,7 @@ pub mod slices;
 pub mod timeline;
 pub mod waiters;
 
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -394,7 +395,8 @@ pub struct Sample {
     /// The waiter's chain (waiters side) or the holder's release chain (holders side); 0 when
     /// the log has none for these waits.
     pub chain_id: u32,
-    /// The holder (holders side).
+    /// The holder (holders side); the waiter (waiters side) where the log tells: from the
+    /// per-wait events, and for the waits still going on at its end.
     pub tid: Option<u32>,
     /// Waits (waiters side) or waiters made to wait (holders side).
     pub count: u64,
@@ -404,15 +406,89 @@ pub struct Sample {
     pub unended: bool,
 }
 
+/// The waits of each (object, wait site) by thread, from the log's per-wait events (read from
+/// the log again): what splits a wait site's sample by waiting thread. Memory: one entry per
+/// (object, site, thread) that waited.
+#[derive(Debug, Default)]
+pub struct WaitsByThread(HashMap<(u64, u32), BTreeMap<u32, (u64, u64)>>);
+
+impl WaitsByThread {
+    /// Those of the log `src` is of; empty when it has no per-wait events. A second read that
+    /// finds less than the first leaves a note on `src` (see [`read_again`]).
+    pub fn of(src: &Source<'_>) -> Self {
+        let mut by = Self::default();
+        if !src.ctx.model.events.any() {
+            return by;
+        }
+        let note = read_again(src.ctx.summary, "the per-wait events", |bytes, path| {
+            let summary = crate::source::read_from(bytes, path, |rec| {
+                if let waitshim_format::Record::WaitEvents(r) = rec {
+                    by.add_batch(&r);
+                }
+            })
+            .map_err(|e| e.why)?;
+            Ok(Ok::<_, std::convert::Infallible>(summary))
+        });
+        src.note(note.unwrap_or_else(|never| match never {}));
+        by
+    }
+
+    fn add_batch(&mut self, r: &waitshim_format::WaitEvents) {
+        let Ok(waits) = r.waits() else { return };
+        for w in waits {
+            let e = self
+                .0
+                .entry((w.object_id, w.chain_id))
+                .or_default()
+                .entry(r.tid)
+                .or_default();
+            e.0 = e.0.saturating_add(1);
+            e.1 = e.1.saturating_add(w.end_ns.saturating_sub(w.begin_ns));
+        }
+    }
+}
+
+/// A wait site's `count` waits of `ns` in all, split by the waits `threads` (tid → count, ns)
+/// gives each thread: (thread, count, ns) for each, and (None, …) for the rest if any. Left
+/// whole if the threads' waits add up to more than the site's.
+fn split_by_thread(
+    count: u64,
+    ns: u64,
+    threads: Option<&BTreeMap<u32, (u64, u64)>>,
+) -> Vec<(Option<u32>, u64, u64)> {
+    let mut out = Vec::new();
+    let (mut rest_count, mut rest_ns) = (count, ns);
+    if let Some(threads) = threads {
+        let (c, n) = threads.values().fold((0u64, 0u64), |(c, n), &(a, b)| {
+            (c.saturating_add(a), n.saturating_add(b))
+        });
+        if c <= count && n <= ns {
+            (rest_count, rest_ns) = (count - c, ns - n);
+            out.extend(threads.iter().map(|(&tid, &(c, n))| (Some(tid), c, n)));
+        }
+    }
+    if rest_count != 0 || rest_ns != 0 || out.is_empty() {
+        out.push((None, rest_count, rest_ns));
+    }
+    out
+}
+
 /// The samples of one side of the log's waits, objects in id order.
 ///
 /// Waiters: one per (object, wait site), from the cumulative wait sites, plus one without a
 /// chain for what an object's counters count beyond its wait sites, so that the delays add up
-/// to the objects' wait totals; then one per wait still going on when the log ended (the log's
+/// to the objects' wait totals. With `by_thread` (the log's per-wait events), a site's sample
+/// is split: one per thread with the waits its events give, and the rest (waits too brief to
+/// block, events the flight recorder dropped) without a thread; a site whose events add up to
+/// more than its counters (which never happens in a whole log) is left whole; then one per wait still going on when the log ended (the log's
 /// last list of them), which the counters do not count: a deadlock's waits never end, and a
 /// profile without them would say that the deadlocked threads never waited. Holders: one per completed contention record, its delay the sum
 /// of its listed waiters' waits up to the release.
-pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
+pub fn samples(
+    model: &crate::model::Model,
+    side: Side,
+    by_thread: Option<&WaitsByThread>,
+) -> Vec<Sample> {
     let mut out = Vec::new();
     match side {
         Side::Waiters => {
@@ -422,14 +498,19 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                 for site in o.wait_sites().values() {
                     count = count.saturating_add(site.count);
                     ns = ns.saturating_add(site.wait_total_ns);
-                    out.push(Sample {
-                        object_id,
-                        chain_id: site.chain_id,
-                        tid: None,
-                        count: site.count,
-                        delay_ns: site.wait_total_ns,
-                        unended: false,
-                    });
+                    let threads = by_thread.and_then(|b| b.0.get(&(object_id, site.chain_id)));
+                    for (tid, count, delay_ns) in
+                        split_by_thread(site.count, site.wait_total_ns, threads)
+                    {
+                        out.push(Sample {
+                            object_id,
+                            chain_id: site.chain_id,
+                            tid,
+                            count,
+                            delay_ns,
+                            unended: false,
+                        });
+                    }
                 }
                 let total_ns = o.wait_total_ns();
                 let total_count = o
@@ -453,7 +534,7 @@ pub fn samples(model: &crate::model::Model, side: Side) -> Vec<Sample> {
                     out.push(Sample {
                         object_id: w.object_id,
                         chain_id: w.chain_id,
-                        tid: None,
+                        tid: Some(w.tid),
                         count: 1,
                         delay_ns: open.ns.saturating_sub(w.since_ns),
                         unended: true,
@@ -515,6 +596,26 @@ mod tests {
         })
         .expect("no sink error");
         (seen, note)
+    }
+
+    #[test]
+    fn a_wait_sites_waits_split_by_thread_add_up_to_the_site() {
+        let threads: BTreeMap<u32, (u64, u64)> = [(11, (2, 200)), (12, (1, 100))].into();
+        assert_eq!(
+            split_by_thread(5, 500, Some(&threads)),
+            vec![(Some(11), 2, 200), (Some(12), 1, 100), (None, 2, 200)]
+        );
+        // Every wait accounted for by a thread: no rest.
+        assert_eq!(
+            split_by_thread(3, 300, Some(&threads)),
+            vec![(Some(11), 2, 200), (Some(12), 1, 100)]
+        );
+        // More in the events than in the counters (not from a whole log): the site whole.
+        assert_eq!(
+            split_by_thread(2, 500, Some(&threads)),
+            vec![(None, 2, 500)]
+        );
+        assert_eq!(split_by_thread(4, 0, None), vec![(None, 4, 0)]);
     }
 
     #[test]

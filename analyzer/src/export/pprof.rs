@@ -4,8 +4,10 @@
 //!
 //! Stacks are innermost first, as pprof wants them; a location holds the functions inlined at
 //! its address, innermost first. Each sample carries the labels `object` (`mutex#2
-//! convoy_lock`), `object_kind` and `created_at`, and on the holders side `thread` (the
-//! holder); every log's samples carry `pid`, and a wait still going on when the log ended (a
+//! convoy_lock`), `object_kind` and `created_at`, and `thread`: on the holders side the holder,
+//! on the waiters side the waiter where the log tells (its per-wait events, and the waits going
+//! on at its end; the rest of a wait site's waits have no thread label); every log's samples
+//! carry `pid`, and a wait still going on when the log ended (a
 //! deadlock's) carries `ended` = `not by the end of the log`.
 
 use std::collections::HashMap;
@@ -15,7 +17,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use super::{frame_name, samples, Exporter, Side, Source};
+use super::{frame_name, samples, Exporter, Side, Source, WaitsByThread};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct Profile {
@@ -357,7 +359,11 @@ impl<W: Write> Exporter for Pprof<W> {
             self.string("pid"),
             self.string("ended"),
         ];
-        for s in samples(model, self.side) {
+        let by_thread = match self.side {
+            Side::Waiters => Some(WaitsByThread::of(src)),
+            Side::Holders => None,
+        };
+        for s in samples(model, self.side, by_thread.as_ref()) {
             let mut stack = Vec::new();
             if let Some(addrs) = model.chains.get(&s.chain_id).filter(|_| s.chain_id != 0) {
                 for &a in addrs {
