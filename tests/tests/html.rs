@@ -328,6 +328,99 @@ fn html_timeline_renders_in_chromium_with_the_fixtures_objects_and_four_colours(
     }
 }
 
+/// A time as the page prints it (`fmt`: "0 ns", "12.5 µs", "3.40 ms", "1.250 s"), in ns.
+fn page_ns(text: &str) -> f64 {
+    let (n, unit) = text
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("not a time: {text:?}"));
+    let n: f64 = n.parse().unwrap_or_else(|_| panic!("not a time: {text:?}"));
+    n * match unit {
+        "ns" => 1.0,
+        "µs" => 1e3,
+        "ms" => 1e6,
+        "s" => 1e9,
+        _ => panic!("not a time: {text:?}"),
+    }
+}
+
+/// The page's range line, "showing A – B of S": (A, B, S) in ns.
+fn shown(line: &str) -> (f64, f64, f64) {
+    let rest = line
+        .trim()
+        .strip_prefix("showing ")
+        .unwrap_or_else(|| panic!("not a range: {line:?}"));
+    let (a, rest) = rest.split_once(" – ").expect("A – B");
+    let (b, span) = rest.split_once(" of ").expect("B of S");
+    (page_ns(a), page_ns(b), page_ns(span))
+}
+
+/// The user zooms and pans the convoy's timeline in a real Chromium, by the page's own
+/// controls: "+" halves the view around its middle, → moves it a quarter of its width later,
+/// 0 shows the whole run again, the wheel over the middle of the plot zooms in by a fifth around
+/// the moment under the pointer, and dragging 100 pixels to the left shows later moments.
+/// The events are dispatched by a script added to a copy of the page; the range line the page
+/// prints after each says what the view shows.
+#[test]
+fn html_timeline_zooms_and_pans_by_keys_wheel_and_drag_in_chromium() {
+    let run = run_both("convoy", &[]);
+    let page = export(run.single_log(), "html", "html");
+    let html = std::fs::read_to_string(&page).expect("read page");
+    let driver = r#"<pre id="zoomtest"></pre>
+<script>
+(function () {
+  var out = [], range = function () { return document.getElementById("range").textContent; };
+  var key = function (k) { window.dispatchEvent(new KeyboardEvent("keydown", { key: k })); };
+  var c = document.querySelector("canvas"), box = c.getBoundingClientRect();
+  var x = box.left + 230 + (c.width - 230) / 2, y = box.top + 30;
+  out.push(range());
+  key("+"); out.push(range());
+  key("ArrowRight"); out.push(range());
+  key("0"); out.push(range());
+  c.dispatchEvent(new WheelEvent("wheel", { deltaY: -100, clientX: x, clientY: y, bubbles: true, cancelable: true }));
+  out.push(range());
+  c.dispatchEvent(new MouseEvent("mousedown", { clientX: x, clientY: y, bubbles: true }));
+  window.dispatchEvent(new MouseEvent("mousemove", { clientX: x - 100, clientY: y }));
+  window.dispatchEvent(new MouseEvent("mouseup", { clientX: x - 100, clientY: y }));
+  out.push(range());
+  out.push(String(c.width - 230));
+  document.getElementById("zoomtest").textContent = out.join("\n");
+})();
+</script>
+</body>"#;
+    assert!(html.contains("</body>"), "no </body> in the page");
+    let driven = page.with_file_name("zoom.html");
+    std::fs::write(&driven, html.replacen("</body>", driver, 1)).expect("write page");
+    let dom = chromium_run(&driven, &["--dump-dom"]);
+    let start = dom.find("<pre id=\"zoomtest\">").expect("the driver ran") + 19;
+    let end = start + dom[start..].find("</pre>").expect("</pre>");
+    let lines: Vec<&str> = dom[start..end].lines().collect();
+    assert_eq!(lines.len(), 7, "{lines:?}");
+    let plot_w: f64 = lines[6].parse().expect("plot width");
+    let views: Vec<(f64, f64, f64)> = lines[..6].iter().map(|l| shown(l)).collect();
+    let span = views[0].2;
+    assert!(span > 100e6, "the convoy runs for over 100 ms: {lines:?}");
+    // The page prints 3 or 4 figures: within half a percent of the span.
+    let near = |got: (f64, f64, f64), want: (f64, f64), what: &str| {
+        let tol = span * 0.005;
+        assert!(
+            (got.0 - want.0).abs() <= tol && (got.1 - want.1).abs() <= tol && got.2 == span,
+            "{what}: shows {got:?}, expected {want:?} of {span}: {lines:?}"
+        );
+    };
+    near(views[0], (0.0, span), "at first");
+    near(views[1], (span / 4.0, span * 3.0 / 4.0), "after +");
+    near(views[2], (span * 3.0 / 8.0, span * 7.0 / 8.0), "after →");
+    near(views[3], (0.0, span), "after 0");
+    near(views[4], (span * 0.1, span * 0.9), "after the wheel");
+    let moved = 100.0 / plot_w * span * 0.8;
+    near(
+        views[5],
+        (span * 0.1 + moved, span * 0.9 + moved),
+        "after the drag",
+    );
+}
+
 #[test]
 fn html_of_the_convoy_names_its_lock_and_marks_its_records() {
     let run = run_both("convoy", &[]);
