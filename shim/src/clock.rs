@@ -24,6 +24,24 @@ pub fn thread_cpu_ns() -> u64 {
     read(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// The CPU time of thread `tid` of this process (the kernel's per-thread CPU clock, the same
+/// count as the first field of its `schedstat`, plus the slice it is running now): a system
+/// call of about 200 ns, a third of a `pread` of that file. None if it is gone.
+pub fn cpu_ns_of(tid: u32) -> Option<u64> {
+    // The clock id of a thread's CPU clock: the tid inverted, shifted past the three low bits
+    // that say per-thread (4) and the scheduler's count (2) (`MAKE_THREAD_CPUCLOCK`).
+    let clock = ((!(tid as libc::clockid_t)) << 3) | 4 | 2;
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; an unknown clock id is an error, not a fault.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 pub fn realtime_ns() -> u64 {
     read(libc::CLOCK_REALTIME)
 }

@@ -536,6 +536,7 @@ fn follow(tid: u32, keep: bool) -> Option<Followed> {
         sp_pc: (0, 0),
         last_chain: (0, 0, 0),
         written: false,
+        clock: None,
         registered: false,
         kept: false,
         looked_at: 0,
@@ -609,6 +610,8 @@ fn close_plain(fd: i32) -> i32 {
 enum Turn {
     /// Its files are open for this look.
     Read,
+    /// Its turn, but it has not run since its files were last read: where it was.
+    Unchanged,
     /// Not its turn (or its files could not be opened now): a later look takes it.
     NotDue,
     /// It ended since the directory was listed.
@@ -650,6 +653,8 @@ struct Followed {
     /// counter, a thread is at the same place in its code, and its stack is not scanned again.
     last_chain: (u64, u64, u32),
     written: bool,
+    /// Its CPU clock at the last look that read its files ([`crate::clock::cpu_ns_of`]).
+    clock: Option<u64>,
     /// The thread registered with the shim (it is in its live count).
     registered: bool,
     /// Its descriptors are kept (one of the first [`MAX_FOLLOWED`]); otherwise it is sampled
@@ -1049,6 +1054,11 @@ impl Sampler {
             if !self.followed[i].kept {
                 match self.open_for_look(i, &mut window, now) {
                     Turn::Read => {}
+                    Turn::Unchanged => {
+                        let f = &mut self.followed[i];
+                        blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
+                        continue;
+                    }
                     Turn::NotDue => {
                         unsampled += 1;
                         continue;
@@ -1064,6 +1074,15 @@ impl Sampler {
             if !f.registered {
                 f.registered = tr.is_registered(tid);
             }
+            // The thread's CPU clock first: a third of the cost of its schedstat, and the same
+            // answer to "did it run since the last look" (its run delay, the other figure, grows
+            // only as it gets a CPU). Unchanged: where it was, as below.
+            let clock = crate::clock::cpu_ns_of(tid);
+            if f.written && clock.is_some() && clock == f.clock {
+                blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
+                continue;
+            }
+            f.clock = clock;
             let Some((on_cpu, delay, slices)) =
                 pread_all(f.schedstat, &mut self.buf).and_then(parse_schedstat)
             else {
@@ -1289,19 +1308,24 @@ impl Sampler {
         if !due {
             return Turn::NotDue;
         }
-        let base = format!("/proc/self/task/{}/", f.tid);
-        let opened = open_rotating(&(base.clone() + "schedstat"), 0).and_then(|schedstat| {
-            open_rotating(&(base + "syscall"), 1).map(|syscall| (schedstat, syscall))
-        });
-        let (schedstat, syscall) = match opened {
-            Ok(fds) => fds,
-            Err(e) => {
-                close_rotating();
-                return if gone(e) { Turn::Gone } else { Turn::NotDue };
-            }
-        };
-        (f.schedstat, f.syscall) = (schedstat, syscall);
-        self.rotating = Some(i);
+        // Not run since it was last read: nothing to open (see the kept threads' check).
+        let clock = crate::clock::cpu_ns_of(f.tid);
+        let unchanged = f.written && clock.is_some() && clock == f.clock;
+        if !unchanged {
+            let base = format!("/proc/self/task/{}/", f.tid);
+            let opened = open_rotating(&(base.clone() + "schedstat"), 0).and_then(|schedstat| {
+                open_rotating(&(base + "syscall"), 1).map(|syscall| (schedstat, syscall))
+            });
+            let (schedstat, syscall) = match opened {
+                Ok(fds) => fds,
+                Err(e) => {
+                    close_rotating();
+                    return if gone(e) { Turn::Gone } else { Turn::NotDue };
+                }
+            };
+            (f.schedstat, f.syscall) = (schedstat, syscall);
+            self.rotating = Some(i);
+        }
         if f.looked_at != 0 {
             let r = &mut self.rotation;
             r.longest_gap_looks = r.longest_gap_looks.max(self.looks - f.looked_at);
@@ -1309,7 +1333,11 @@ impl Sampler {
         }
         f.looked_at = self.looks;
         f.looked_ns = now;
-        Turn::Read
+        if unchanged {
+            Turn::Unchanged
+        } else {
+            Turn::Read
+        }
     }
 
     /// Closes the descriptors opened for the thread in rotation being read, if any.
@@ -1408,6 +1436,42 @@ mod tests {
             last = s.paced(20_000);
         }
         assert_eq!(last, 10_000_000);
+    }
+
+    #[test]
+    fn a_blocked_threads_cpu_clock_is_its_schedstat_time_and_stays_still() {
+        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+        let (back_tx, back_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            back_rx.recv().unwrap();
+        });
+        let tid = rx.recv().unwrap();
+        // Asleep in recv (its syscall file says so) before it is measured.
+        let path = format!("/proc/self/task/{tid}/syscall");
+        while std::fs::read_to_string(&path).is_ok_and(|s| s.starts_with("running")) {
+            std::thread::yield_now();
+        }
+        let clock = crate::clock::cpu_ns_of(tid).expect("a live thread's clock");
+        let stat = std::fs::read(format!("/proc/self/task/{tid}/schedstat")).unwrap();
+        let (on_cpu, _, _) = parse_schedstat(&stat).unwrap();
+        assert_eq!(clock, on_cpu);
+        assert_eq!(crate::clock::cpu_ns_of(tid), Some(clock), "it did not run");
+        back_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert_eq!(
+            crate::clock::cpu_ns_of(u32::MAX - 1),
+            None,
+            "no such thread: no clock"
+        );
+        // SAFETY: gettid has no preconditions.
+        let me = unsafe { libc::gettid() } as u32;
+        let before = crate::clock::cpu_ns_of(me).unwrap();
+        let mut x = 0u64;
+        while crate::clock::cpu_ns_of(me).unwrap() == before {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
     }
 
     #[test]
