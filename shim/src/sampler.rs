@@ -1603,9 +1603,10 @@ intr 1 2 3\n";
 
     /// Measurement for the README (ignored by default): what a look costs per thread, reading
     /// `schedstat` and `syscall` with `pread` on kept descriptors against opening, reading and
-    /// closing them, as the threads in rotation are. 100 threads blocked in a channel's recv;
-    /// 40 pairs of looks, the two ways taking turns going first; the median of each, in ns of
-    /// the looking thread's CPU time per thread per look.
+    /// closing them, as the threads in rotation are, and against asking only the thread's CPU
+    /// clock, as for a thread that has not run since the last look. 100 threads blocked in a
+    /// channel's recv; 40 rounds, the three ways taking turns going first; the median of each,
+    /// in ns of the looking thread's CPU time per thread per look.
     /// `cargo test --release -p waitshim-shim --lib -- --ignored --nocapture look_cost`
     #[test]
     #[ignore]
@@ -1658,25 +1659,50 @@ intr 1 2 3\n";
             }
             crate::clock::thread_cpu_ns() - start
         };
-        let (mut kept_ns, mut opened_ns) = (Vec::new(), Vec::new());
+        // What a look at a thread that has not run since the last costs: its CPU clock only.
+        let clock_look = || {
+            let start = crate::clock::thread_cpu_ns();
+            for &t in &tids {
+                assert!(crate::clock::cpu_ns_of(t).is_some());
+            }
+            crate::clock::thread_cpu_ns() - start
+        };
+        let (mut kept_ns, mut opened_ns, mut clock_ns) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..40 {
-            if round % 2 == 0 {
-                kept_ns.push(pread_look(&mut buf));
-                opened_ns.push(open_look(&mut buf));
-            } else {
-                opened_ns.push(open_look(&mut buf));
-                kept_ns.push(pread_look(&mut buf));
+            match round % 3 {
+                0 => {
+                    kept_ns.push(pread_look(&mut buf));
+                    opened_ns.push(open_look(&mut buf));
+                    clock_ns.push(clock_look());
+                }
+                1 => {
+                    opened_ns.push(open_look(&mut buf));
+                    clock_ns.push(clock_look());
+                    kept_ns.push(pread_look(&mut buf));
+                }
+                _ => {
+                    clock_ns.push(clock_look());
+                    kept_ns.push(pread_look(&mut buf));
+                    opened_ns.push(open_look(&mut buf));
+                }
             }
         }
         let median = |v: &mut Vec<u64>| {
             v.sort_unstable();
             v[v.len() / 2] / THREADS as u64
         };
-        let (k, o) = (median(&mut kept_ns), median(&mut opened_ns));
+        let (k, o, c) = (
+            median(&mut kept_ns),
+            median(&mut opened_ns),
+            median(&mut clock_ns),
+        );
         println!(
-            "look cost per thread (schedstat + syscall), median of 40 paired looks at {THREADS} \
-             threads: pread on kept descriptors {k} ns, open/read/close {o} ns ({:.1}x)",
-            o as f64 / k.max(1) as f64
+            "look cost per thread, median of 40 looks at {THREADS} threads, the three ways \
+             taking turns: schedstat + syscall by pread on kept descriptors {k} ns, by \
+             open/read/close {o} ns ({:.1}x); the CPU clock alone (a thread that has not run) \
+             {c} ns ({:.1}x less than pread)",
+            o as f64 / k.max(1) as f64,
+            k as f64 / c.max(1) as f64
         );
         for &(a, b) in &kept {
             close_plain(a);
