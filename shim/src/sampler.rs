@@ -620,7 +620,8 @@ enum Turn {
 
 /// The threads in rotation a look takes, and room for ones first seen in it.
 struct Window {
-    tids: Vec<u32>,
+    /// A set: every thread of the look asks whether it is in it (all of them at the last look).
+    tids: std::collections::HashSet<u32>,
     room: usize,
 }
 
