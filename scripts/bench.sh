@@ -11,7 +11,8 @@
 #                contended wait, and waiter_chain only at min_waiters 4 (never, with 4
 #                threads: counters only); each against native
 #   policy-one   the uncontended loop with a policy that selects one other object
-#   sampler      fixtures/bench_idle_threads.c (100 threads blocked in read, 2 computing):
+#   sampler      fixtures/bench_idle_threads.c 4 (100 threads blocked in read, 2 computing
+#                about 2 s each):
 #                the shim with its sampler (every 10 ms) against the shim with
 #                WAITSHIM_SAMPLE=off, both columns under the shim (budget: 1 % of the run)
 #   events       fixtures/bench_contended.c with 16 threads on one mutex (BENCH_EVENTS_PAIRS
@@ -493,8 +494,8 @@ for scenario in $scenarios; do
         ;;
     sampler)
         # Both sides under the shim: the "native" column is the shim with the sampler off.
-        if measure sampler "$shim_env WAITSHIM_SAMPLE=off ./bench_idle_threads" \
-            "$shim_env ./bench_idle_threads"; then
+        if measure sampler "$shim_env WAITSHIM_SAMPLE=off ./bench_idle_threads 4" \
+            "$shim_env ./bench_idle_threads 4"; then
             check_logged sampler
             report sampler 1.01
         else
