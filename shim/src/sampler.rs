@@ -11,10 +11,10 @@
 //! Descriptors: the shim must not hold one the program can count on, so each is moved to the
 //! high numbers the log uses (`log::move_high`), and the threads followed with kept
 //! descriptors are capped by [`MAX_FOLLOWED`] and by what the descriptor limit leaves above
-//! those numbers. Threads past the cap are sampled in rotation, [`ROTATED_PER_LOOK`] per look,
-//! the ones looked at longest ago first: their files are opened, read and closed within the
-//! look (dearer per thread, so fewer of them per look), and the last look takes them all; a
-//! note at the end says how long a thread in rotation went between two looks. Opening a file
+//! those numbers. Threads past the cap are looked at as often, without kept descriptors: each
+//! look asks their CPU clocks, and opens, reads and closes the files of those that ran since
+//! the last (dearer per thread: the looks' cost paces the interval); a note at the end says
+//! how many there were and how often their files were opened. Opening a file
 //! takes the lowest free number for the moment until it is moved or closed (as the log's own
 //! growth does when it keeps no descriptor). In a forked child the descriptors are closed
 //! ([`after_fork_child`]).
@@ -63,10 +63,6 @@ pub fn interval_text(ns: u64) -> String {
 pub const SCANS_PER_LOOK: u32 = 16;
 /// Threads followed at most with kept descriptors (three each).
 pub const MAX_FOLLOWED: usize = 256;
-/// Threads beyond those looked at in each look, in rotation ([`Sampler::rotation_window`]):
-/// their files are opened, read and closed each time, so that every thread is sampled, the
-/// ones past [`MAX_FOLLOWED`] less often. The last look, at exit, takes them all.
-pub const ROTATED_PER_LOOK: usize = 64;
 /// A thread's `status` (its context switches) is read at most this often, and only when it ran:
 /// the file is several times dearer than `schedstat`.
 pub const STATUS_EVERY_NS: u64 = 100_000_000;
@@ -537,10 +533,10 @@ fn follow(tid: u32, keep: bool) -> Option<Followed> {
         last_chain: (0, 0, 0),
         written: false,
         clock: None,
+        clock_now: None,
         registered: false,
         kept: false,
         looked_at: 0,
-        looked_ns: 0,
     };
     if keep {
         match open_kept(tid) {
@@ -610,19 +606,12 @@ fn close_plain(fd: i32) -> i32 {
 enum Turn {
     /// Its files are open for this look.
     Read,
-    /// Its turn, but it has not run since its files were last read: where it was.
+    /// It has not run since its files were last read: where it was.
     Unchanged,
-    /// Not its turn (or its files could not be opened now): a later look takes it.
+    /// Its files could not be opened now (not for want of the thread): a later look tries.
     NotDue,
     /// It ended since the directory was listed.
     Gone,
-}
-
-/// The threads in rotation a look takes, and room for ones first seen in it.
-struct Window {
-    /// A set: every thread of the look asks whether it is in it (all of them at the last look).
-    tids: std::collections::HashSet<u32>,
-    room: usize,
 }
 
 /// One followed thread.
@@ -656,14 +645,23 @@ struct Followed {
     written: bool,
     /// Its CPU clock at the last look that read its files ([`crate::clock::cpu_ns_of`]).
     clock: Option<u64>,
+    /// Without kept descriptors: its CPU clock as this look found it.
+    clock_now: Option<u64>,
     /// The thread registered with the shim (it is in its live count).
     registered: bool,
     /// Its descriptors are kept (one of the first [`MAX_FOLLOWED`]); otherwise it is sampled
-    /// in rotation, its files open only during the look that takes it.
+    /// without kept descriptors, its files open only during the look that reads them.
     kept: bool,
-    /// The look that last took it (rotation), and when.
+    /// The last look that looked at it without kept descriptors (0: none yet).
     looked_at: u64,
-    looked_ns: u64,
+}
+
+impl Followed {
+    /// Whether the thread has not run since its files were last read, its CPU clock being
+    /// `clock` now: then it is where it was (to block elsewhere, or wake, it must run).
+    fn still(&self, clock: Option<u64>) -> bool {
+        self.written && clock.is_some() && clock == self.clock
+    }
 }
 
 /// The process's memory map, for scanning blocked threads' stacks: which addresses are code, and
@@ -856,14 +854,15 @@ pub struct Sampler {
     rotating: Option<usize>,
 }
 
-/// The rotation of the threads followed without kept descriptors, said in a note at the end.
+/// How the threads followed without kept descriptors were read, said in a note at the end.
 #[derive(Default)]
 struct Rotation {
-    /// Most threads in rotation at once.
+    /// Most such threads at once.
     most: usize,
-    /// The longest time, and the most looks, between two looks at one thread in rotation.
-    longest_gap_ns: u64,
-    longest_gap_looks: u64,
+    /// Looks at one that opened its files (it had run since it was last read), and looks that
+    /// found by its CPU clock that it had not.
+    opened: u64,
+    still: u64,
 }
 
 impl Sampler {
@@ -1016,7 +1015,7 @@ impl Sampler {
             .enumerate()
             .map(|(i, f)| (f.tid, i))
             .collect();
-        let mut window = self.rotation_window(last);
+        self.ask_rotated_clocks();
         let mut kept = self.kept();
         let mut ended = Vec::new();
         let mut no_room = false;
@@ -1053,7 +1052,7 @@ impl Sampler {
                 }
             }
             if !self.followed[i].kept {
-                match self.open_for_look(i, &mut window, now) {
+                match self.open_for_look(i) {
                     Turn::Read => {}
                     Turn::Unchanged => {
                         let f = &mut self.followed[i];
@@ -1079,7 +1078,7 @@ impl Sampler {
             // answer to "did it run since the last look" (its run delay, the other figure, grows
             // only as it gets a CPU). Unchanged: where it was, as below.
             let clock = crate::clock::cpu_ns_of(tid);
-            if f.written && clock.is_some() && clock == f.clock {
+            if f.still(clock) {
                 blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
                 continue;
             }
@@ -1269,76 +1268,50 @@ impl Sampler {
         self.followed.iter().filter(|f| f.kept).count()
     }
 
-    /// The threads in rotation this look takes: the [`ROTATED_PER_LOOK`] looked at longest
-    /// ago (never first), by tid; all of them at the last look. Threads first seen during the
-    /// look join it while it has room.
-    fn rotation_window(&mut self, all: bool) -> Window {
-        let mut waiting: Vec<(u64, u32)> = self
-            .followed
-            .iter()
-            .filter(|f| !f.kept)
-            .map(|f| (f.looked_at, f.tid))
-            .collect();
-        self.rotation.most = self.rotation.most.max(waiting.len());
-        let room = if all { usize::MAX } else { ROTATED_PER_LOOK };
-        if waiting.len() > room {
-            waiting.select_nth_unstable(room);
-            waiting.truncate(room);
+    /// Asks the CPU clock of each thread followed without kept descriptors that a look read
+    /// before (about 200 ns each): [`Self::open_for_look`] opens the files of those that ran.
+    fn ask_rotated_clocks(&mut self) {
+        let mut rotated = 0;
+        for f in self.followed.iter_mut().filter(|f| !f.kept) {
+            rotated += 1;
+            if f.looked_at != 0 {
+                f.clock_now = crate::clock::cpu_ns_of(f.tid);
+            }
         }
-        Window {
-            room: room - waiting.len(),
-            tids: waiting.into_iter().map(|(_, tid)| tid).collect(),
-        }
+        self.rotation.most = self.rotation.most.max(rotated);
     }
 
-    /// Opens the files of followed thread `i`, in rotation, if this look takes it: plain
-    /// descriptors, closed before the next thread's are opened and at the look's end (a
-    /// moment at a low number, as when a kept one is opened). Whether it is to be read.
-    fn open_for_look(&mut self, i: usize, window: &mut Window, now: u64) -> Turn {
+    /// Opens the files of followed thread `i`, one without kept descriptors, unless its CPU
+    /// clock says it has not run since a look last read them: plain descriptors, closed before
+    /// the next thread's are opened and at the look's end (a moment at a low number, as when
+    /// a kept one is opened). Whether it is to be read.
+    fn open_for_look(&mut self, i: usize) -> Turn {
         self.close_rotated();
+        let looks = self.looks;
         let f = &mut self.followed[i];
-        let due = if window.tids.contains(&f.tid) {
-            true
-        } else if f.looked_at == 0 && window.room > 0 {
-            // First seen in this look, with room left.
-            window.room -= 1;
-            true
-        } else {
-            false
+        // First seen: read at the first look that finds it. After that: not run since it was
+        // last read, where it was (nothing to open); run, read again.
+        if f.looked_at != 0 && f.still(f.clock_now) {
+            f.looked_at = looks;
+            self.rotation.still += 1;
+            return Turn::Unchanged;
+        }
+        let base = format!("/proc/self/task/{}/", f.tid);
+        let opened = open_rotating(&(base.clone() + "schedstat"), 0).and_then(|schedstat| {
+            open_rotating(&(base + "syscall"), 1).map(|syscall| (schedstat, syscall))
+        });
+        let (schedstat, syscall) = match opened {
+            Ok(fds) => fds,
+            Err(e) => {
+                close_rotating();
+                return if gone(e) { Turn::Gone } else { Turn::NotDue };
+            }
         };
-        if !due {
-            return Turn::NotDue;
-        }
-        // Not run since it was last read: nothing to open (see the kept threads' check).
-        let clock = crate::clock::cpu_ns_of(f.tid);
-        let unchanged = f.written && clock.is_some() && clock == f.clock;
-        if !unchanged {
-            let base = format!("/proc/self/task/{}/", f.tid);
-            let opened = open_rotating(&(base.clone() + "schedstat"), 0).and_then(|schedstat| {
-                open_rotating(&(base + "syscall"), 1).map(|syscall| (schedstat, syscall))
-            });
-            let (schedstat, syscall) = match opened {
-                Ok(fds) => fds,
-                Err(e) => {
-                    close_rotating();
-                    return if gone(e) { Turn::Gone } else { Turn::NotDue };
-                }
-            };
-            (f.schedstat, f.syscall) = (schedstat, syscall);
-            self.rotating = Some(i);
-        }
-        if f.looked_at != 0 {
-            let r = &mut self.rotation;
-            r.longest_gap_looks = r.longest_gap_looks.max(self.looks - f.looked_at);
-            r.longest_gap_ns = r.longest_gap_ns.max(now.saturating_sub(f.looked_ns));
-        }
-        f.looked_at = self.looks;
-        f.looked_ns = now;
-        if unchanged {
-            Turn::Unchanged
-        } else {
-            Turn::Read
-        }
+        (f.schedstat, f.syscall) = (schedstat, syscall);
+        f.looked_at = looks;
+        self.rotating = Some(i);
+        self.rotation.opened += 1;
+        Turn::Read
     }
 
     /// Closes the descriptors opened for the thread in rotation being read, if any.
@@ -1356,24 +1329,16 @@ impl Sampler {
         if r.most == 0 {
             return;
         }
-        let gap = if r.longest_gap_looks == 0 {
-            "none was looked at twice before the end".to_string()
-        } else {
-            format!(
-                "each was looked at again within {} looks ({} ms) at most",
-                r.longest_gap_looks,
-                r.longest_gap_ns / 1_000_000
-            )
-        };
         tr.log.write(
             &waitshim_format::Note {
                 ns: now_ns(),
                 level: waitshim_format::note_level::INFO,
                 text: format!(
                     "sampler: {} threads at most beyond the {MAX_FOLLOWED} it keeps descriptors \
-                     for were sampled in rotation, {ROTATED_PER_LOOK} per look ({} looks in \
-                     all): {gap}, and every one still there at the last look",
-                    r.most, self.looks
+                     for were sampled without them, at each of the {} looks: by their CPU clock \
+                     when they had not run since the last ({} times), by opening and reading \
+                     their files when they had ({} times)",
+                    r.most, self.looks, r.still, r.opened
                 ),
             }
             .into(),

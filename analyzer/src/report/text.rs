@@ -758,8 +758,9 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
         let _ = writeln!(
             out,
             "  {} threads at most were left out of one look (past those the sampler keeps \
-             descriptors for): sampled in rotation, the shim's note says how often (shims \
-             before the rotation did not sample them)",
+             descriptors for, and their files could not be opened then, or, in logs of older \
+             shims, not their turn in rotation): their states are known to within the time \
+             between two looks that read them",
             st.unsampled,
         );
     }
