@@ -901,18 +901,23 @@ pub fn run_semantics(name: &str, min_checks: usize) -> Run {
 pub fn debian_program(program: &str, package: &str) -> PathBuf {
     let path = Path::new("/usr/bin").join(program);
     if !path.is_file() {
-        let status = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "source '{}' && ensure_packages {package}",
-                workspace_root().join("scripts/lib.sh").display()
-            ))
-            .status()
-            .expect("run scripts/lib.sh ensure_packages");
-        assert!(status.success(), "could not install {package}");
+        install_package(package);
     }
     assert!(path.is_file(), "{} missing", path.display());
     path
+}
+
+/// Installs a Debian package with scripts/lib.sh's `ensure_packages` (apt-get update first).
+fn install_package(package: &str) {
+    let status = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source '{}' && ensure_packages {package}",
+            workspace_root().join("scripts/lib.sh").display()
+        ))
+        .status()
+        .expect("run scripts/lib.sh ensure_packages");
+    assert!(status.success(), "could not install {package}");
 }
 
 /// A Perfetto trace decoded by `protoc --decode perfetto.protos.Trace` with Perfetto's own
@@ -959,15 +964,7 @@ pub fn perfetto_schema() -> &'static Path {
             .output()
             .is_ok_and(|o| o.status.success());
         if !pip {
-            let status = Command::new("bash")
-                .arg("-c")
-                .arg(format!(
-                    "source '{}' && ensure_packages python3-pip",
-                    workspace_root().join("scripts/lib.sh").display()
-                ))
-                .status()
-                .expect("run scripts/lib.sh ensure_packages");
-            assert!(status.success(), "could not install python3-pip");
+            install_package("python3-pip");
         }
         let o = Command::new("python3")
             .arg(workspace_root().join("scripts/perfetto-schema.py"))
