@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use waitshim_tests::{
-    analyze, compile_c, compile_c_with, frame_text, line_of, run_both, Launch, Run,
+    analyze, compile_c, compile_c_with, frame_text, line_of, run_both, workspace_root, Launch, Run,
 };
 
 fn file_name(p: &Path) -> String {
@@ -209,6 +209,8 @@ const CONTEND_THEN_UNDERSCORE_EXIT: &str = r#"
 #include <stdio.h>
 #include <unistd.h>
 
+#include "blocked.h"
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *waiter(void *arg)
@@ -225,7 +227,7 @@ int main(void)
     pthread_mutex_lock(&lock);
     if (pthread_create(&t, NULL, waiter, NULL) != 0)
         return 1;
-    usleep(100 * 1000);
+    wait_for_sleepers_on(&lock, 1, 10); /* the waiter waits (fixtures/blocked.h) */
     pthread_mutex_unlock(&lock);
     pthread_join(t, NULL);
     printf("contended, now _exit(3)\n");
@@ -237,10 +239,12 @@ int main(void)
 #[test]
 fn program_ending_in_underscore_exit_3_keeps_its_status_and_the_report_says_so() {
     let build = tempfile::tempdir().expect("temp dir");
-    let exe = compile_c(
+    let fixtures = format!("-I{}", workspace_root().join("fixtures").display());
+    let exe = compile_c_with(
         build.path(),
         "underscore_exit",
         CONTEND_THEN_UNDERSCORE_EXIT,
+        &[&fixtures],
     );
     let native = Launch::program(&exe).native().run();
     assert_eq!(native.status.code(), Some(3));
