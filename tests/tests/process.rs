@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use waitshim_tests::{
-    analyze, compile_c, compile_c_with, frame_text, line_of, run_both, workspace_root, Launch, Run,
+    analyze, compile_c_with, frame_text, line_of, run_both, workspace_root, Launch, Run,
 };
 
 fn file_name(p: &Path) -> String {
