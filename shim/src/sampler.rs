@@ -1076,8 +1076,12 @@ impl Sampler {
             }
             // The thread's CPU clock first: a third of the cost of its schedstat, and the same
             // answer to "did it run since the last look" (its run delay, the other figure, grows
-            // only as it gets a CPU). Unchanged: where it was, as below.
-            let clock = crate::clock::cpu_ns_of(tid);
+            // only as it gets a CPU). Unchanged: where it was, as below. A thread without kept
+            // descriptors had its clock asked at the start of this look (`clock_now`).
+            let clock = match f.clock_now {
+                Some(now) if !f.kept => Some(now),
+                _ => crate::clock::cpu_ns_of(tid),
+            };
             if f.still(clock) {
                 blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
                 continue;
