@@ -828,7 +828,9 @@ wire_struct! {
     /// A thread's scheduler totals since it started, written by the thread itself as it ends
     /// (the sampler's last look at it may be up to an interval old, and once it is gone its
     /// `/proc` files are too): time on a CPU, time ready for one, timeslices (its `schedstat`),
-    /// and its voluntary and involuntary context switches.
+    /// and its voluntary and involuntary context switches. A thread the sampler followed
+    /// without a kept descriptor writes its CPU clock instead, and 0 for the time ready and the
+    /// timeslices (unknown: its samples' figures stand).
     pub struct ThreadTotals {
         pub tid: u32,
         pub ns: u64,

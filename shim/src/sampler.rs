@@ -19,7 +19,7 @@
 //! growth does when it keeps no descriptor). In a forked child the descriptors are closed
 //! ([`after_fork_child`]).
 
-use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
 use waitshim_format::syscalls::resource_kind;
 use waitshim_format::{
@@ -66,6 +66,9 @@ pub const MAX_FOLLOWED: usize = 256;
 /// A thread's `status` (its context switches) is read at most this often, and only when it ran:
 /// the file is several times dearer than `schedstat`.
 pub const STATUS_EVERY_NS: u64 = 100_000_000;
+/// The same for a thread without kept descriptors (past [`MAX_FOLLOWED`]): its `status` is
+/// opened, read and closed, so a thousand such threads that run would cost a few ms a second.
+pub const ROTATED_STATUS_EVERY_NS: u64 = 1_000_000_000;
 /// Idle CPU time is sampled this often (the kernel counts it in 10 ms ticks).
 pub const CPU_EVERY_NS: u64 = 100_000_000;
 /// The sampler's budget: its looks take at most 1/`BUDGET_SHARE` of one CPU, on average. A
@@ -86,6 +89,10 @@ pub fn paced_interval(asked_ns: u64, look_ns: u64) -> u64 {
 /// owns the sampler does not come along). -1: free.
 static FDS: [AtomicI32; 3 * MAX_FOLLOWED + 2] =
     [const { AtomicI32::new(-1) }; 3 * MAX_FOLLOWED + 2];
+
+/// Set while the sampler follows threads without kept descriptors (past [`MAX_FOLLOWED`]): a
+/// thread that ends without one then writes its totals from its own clock ([`thread_ending`]).
+static PAST_CAP: AtomicBool = AtomicBool::new(false);
 
 /// The `schedstat` descriptor of each thread followed, by tid (0: free), for the thread itself
 /// to read at its end ([`thread_ending`]). A thread's entry is published after its descriptor
@@ -161,6 +168,7 @@ pub fn after_fork_child() {
     }
     // Those of a thread in rotation the parent was reading as it forked: low numbers.
     close_rotating();
+    PAST_CAP.store(false, Ordering::Relaxed);
 }
 
 /// Opens `path` read-only and moves it to the high numbers; None if it cannot be kept.
@@ -236,15 +244,21 @@ pub fn thread_ending(tr: &Tracker, tid: u32) {
     // Only through the descriptor the sampler keeps for it, at the high numbers: opening one
     // here would hold, for a moment, the lowest free number, which another thread of the
     // program may be closing and reopening (closefrom) at the same time. A thread the sampler
-    // never followed (it lived less than an interval, or past the cap) keeps the figures of
-    // its last sample, if any.
-    let Some(fd) = schedstat_of(tid) else {
-        return;
-    };
-    let mut buf = [0u8; 128];
-    let sched = pread_all(fd, &mut buf).and_then(parse_schedstat);
-    let Some((on_cpu, delay, slices)) = sched else {
-        return;
+    // never followed (it lived less than an interval) keeps the figures of its last sample, if
+    // any. While the sampler follows threads past its cap (without kept descriptors), a thread
+    // without one writes what it has without a file: its CPU clock and switches (exact), its
+    // run-queue delay and timeslices 0 (unknown: its samples' figures stand).
+    let (on_cpu, delay, slices) = match schedstat_of(tid) {
+        Some(fd) => {
+            let mut buf = [0u8; 128];
+            let sched = pread_all(fd, &mut buf).and_then(parse_schedstat);
+            let Some(sched) = sched else {
+                return;
+            };
+            sched
+        }
+        None if PAST_CAP.load(Ordering::Relaxed) => (crate::clock::thread_cpu_ns(), 0, 0),
+        None => return,
     };
     // SAFETY: getrusage into a zeroed local of the right type.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -520,7 +534,8 @@ fn follow(tid: u32, keep: bool) -> Option<Followed> {
         syscall: -1,
         status: None,
         status_ns: 0,
-        switches: (0, 0),
+        status_cpu: 0,
+        switches: None,
         longest_slice_ns: 0,
         on_cpu: 0,
         delay: 0,
@@ -569,7 +584,7 @@ fn open_kept(tid: u32) -> Result<(i32, i32), i32> {
 
 /// The descriptors open for a thread in rotation while the look reads it (-1: none), so that a
 /// forked child closes them too ([`after_fork_child`]).
-static ROTATING: [AtomicI32; 2] = [const { AtomicI32::new(-1) }; 2];
+static ROTATING: [AtomicI32; 3] = [const { AtomicI32::new(-1) }; 3];
 
 /// Opens `path` read-only as `ROTATING[slot]` for the thread in rotation being read (not
 /// moved: closed within the look); the `open` error otherwise.
@@ -602,6 +617,36 @@ fn close_plain(fd: i32) -> i32 {
     -1
 }
 
+/// Reads followed thread `f`'s context switches from its `status`, `on_cpu` being its CPU time
+/// now: kept open for a thread with kept descriptors, opened for the moment otherwise (closed
+/// with its other files, [`close_rotating`]). The counts when they are new, to be written.
+fn read_switches(f: &mut Followed, buf: &mut [u8], now: u64, on_cpu: u64) -> Option<SwitchCount> {
+    f.status_ns = now;
+    f.status_cpu = on_cpu;
+    let path = format!("/proc/self/task/{}/status", f.tid);
+    let fd = if f.kept {
+        if f.status.is_none() {
+            f.status = open_high(&path);
+        }
+        f.status
+    } else {
+        open_rotating(&path, 2).ok()
+    };
+    let sw = fd
+        .and_then(|fd| pread_all(fd, buf))
+        .and_then(parse_switches)?;
+    if f.switches == Some(sw) {
+        return None;
+    }
+    f.switches = Some(sw);
+    Some(SwitchCount {
+        tid: f.tid,
+        voluntary: sw.0,
+        involuntary: sw.1,
+        longest_slice_ns: f.longest_slice_ns,
+    })
+}
+
 /// Whether a look reads a thread in rotation.
 enum Turn {
     /// Its files are open for this look.
@@ -622,8 +667,11 @@ struct Followed {
     /// Its `status`, opened the first time it is read.
     status: Option<i32>,
     status_ns: u64,
-    /// Context switches at the last read of `status`, and the longest timeslice estimated.
-    switches: (u64, u64),
+    /// Its CPU time when `status` was last read: a thread that ran since has newer counts.
+    status_cpu: u64,
+    /// Context switches at the last read of `status` (None: not read yet), and the longest
+    /// timeslice estimated.
+    switches: Option<(u64, u64)>,
     longest_slice_ns: u64,
     /// Cumulative schedstat at the last look.
     on_cpu: u64,
@@ -833,6 +881,8 @@ pub struct Sampler {
     task_dir: Option<i32>,
     stat: Option<i32>,
     followed: Vec<Followed>,
+    /// Where each tid is in `followed`, kept from look to look.
+    index: std::collections::HashMap<u32, usize, std::hash::BuildHasherDefault<TidHasher>>,
     own_tid: u32,
     cpus: Vec<(u64, u64)>,
     last_cpu_ns: u64,
@@ -853,6 +903,30 @@ pub struct Sampler {
     /// The thread in rotation whose files are open (see [`ROTATING`]).
     rotating: Option<usize>,
 }
+
+/// Hashes a tid with one multiplication by an odd constant (Fibonacci hashing): tids are
+/// distinct small integers, and SipHash, std's default, took a tenth of a steady look.
+#[derive(Default)]
+struct TidHasher(u64);
+
+impl std::hash::Hasher for TidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(FIBONACCI);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(FIBONACCI);
+    }
+}
+
+/// 2^64 divided by the golden ratio, made odd.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// How the threads followed without kept descriptors were read, said in a note at the end.
 #[derive(Default)]
@@ -880,6 +954,7 @@ impl Sampler {
             task_dir: None,
             stat: None,
             followed: Vec::new(),
+            index: Default::default(),
             own_tid,
             cpus: Vec::new(),
             last_cpu_ns: 0,
@@ -1009,12 +1084,6 @@ impl Sampler {
         let mut unsampled = 0u32;
         let mut seen = vec![false; self.followed.len()];
         self.looks += 1;
-        let mut index: std::collections::HashMap<u32, usize> = self
-            .followed
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.tid, i))
-            .collect();
         self.ask_rotated_clocks();
         let mut kept = self.kept();
         let mut ended = Vec::new();
@@ -1023,7 +1092,7 @@ impl Sampler {
             if tid == self.own_tid {
                 continue;
             }
-            let i = match index.get(&tid) {
+            let i = match self.index.get(&tid) {
                 Some(&i) => i,
                 None => {
                     let Some(f) = follow(tid, kept < MAX_FOLLOWED) else {
@@ -1034,7 +1103,7 @@ impl Sampler {
                     kept += usize::from(f.kept);
                     self.followed.push(f);
                     seen.push(false);
-                    index.insert(tid, self.followed.len() - 1);
+                    self.index.insert(tid, self.followed.len() - 1);
                     self.followed.len() - 1
                 }
             };
@@ -1141,27 +1210,13 @@ impl Sampler {
             if let Some(mean) = d_cpu.checked_div(d_slices) {
                 f.longest_slice_ns = f.longest_slice_ns.max(mean);
             }
-            if f.kept && d_cpu != 0 && (last || now.saturating_sub(f.status_ns) >= STATUS_EVERY_NS)
-            {
-                f.status_ns = now;
-                if f.status.is_none() {
-                    f.status = open_high(&format!("/proc/self/task/{tid}/status"));
-                }
-                if let Some(sw) = f
-                    .status
-                    .and_then(|fd| pread_all(fd, &mut self.buf))
-                    .and_then(parse_switches)
-                {
-                    if sw != f.switches {
-                        f.switches = sw;
-                        switches.push(SwitchCount {
-                            tid,
-                            voluntary: sw.0,
-                            involuntary: sw.1,
-                            longest_slice_ns: f.longest_slice_ns,
-                        });
-                    }
-                }
+            let every = if f.kept {
+                STATUS_EVERY_NS
+            } else {
+                ROTATED_STATUS_EVERY_NS
+            };
+            if d_cpu != 0 && (last || now.saturating_sub(f.status_ns) >= every) {
+                switches.extend(read_switches(f, &mut self.buf, now, on_cpu));
             }
             if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
                 let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
@@ -1199,6 +1254,19 @@ impl Sampler {
             blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
         }
         self.maps = maps;
+        if last {
+            // As the process ends, the counts of every thread that ran since its `status` was
+            // read (one whose counts were read as it ran, and that blocked before a later look):
+            // what the report has of a thread that does not end before the process.
+            self.close_rotated();
+            for (f, _) in self.followed.iter_mut().zip(&seen).filter(|(_, &s)| s) {
+                if f.written && f.on_cpu != f.status_cpu {
+                    let on_cpu = f.on_cpu;
+                    switches.extend(read_switches(f, &mut self.buf, now, on_cpu));
+                    close_rotating();
+                }
+            }
+        }
         // What the highwater's serialised rule counts as not ready to run besides the waits the
         // shim tracks (threads it registered: the others are not in its live count).
         let elsewhere = self
@@ -1210,6 +1278,7 @@ impl Sampler {
         tr.blocked_elsewhere
             .store(elsewhere.min(i32::MAX as usize) as i32, Ordering::Relaxed);
         self.close_rotated();
+        PAST_CAP.store(self.followed.iter().any(|f| !f.kept), Ordering::Relaxed);
         if last {
             self.say_rotation(tr);
         }
@@ -1223,6 +1292,10 @@ impl Sampler {
                 continue;
             }
             let f = self.followed.swap_remove(i);
+            self.index.remove(&f.tid);
+            if let Some(moved) = self.followed.get(i) {
+                self.index.insert(moved.tid, i);
+            }
             tids.retain(|&t| t != f.tid);
             seen.swap_remove(i);
             if f.kept {

@@ -690,6 +690,20 @@ fn with_a_thousand_threads_the_sampler_looks_at_every_one_and_says_how() {
         })
         .count();
     assert_eq!(readers, 1000, "{states}");
+    // Each reader blocked, and wrote its switches as it ended, with or without a kept
+    // descriptor.
+    let in_read = |t: &&Value| {
+        t["blocked_in"]
+            .as_array()
+            .and_then(|b| b.first())
+            .is_some_and(|b| b["name"] == "read")
+    };
+    for t in threads.iter().filter(in_read) {
+        assert!(
+            t["voluntary_switches"].as_u64().is_some_and(|v| v >= 1),
+            "{t}"
+        );
+    }
     // The note says how many were looked at without kept descriptors, and how.
     let note = log.0["warnings"]
         .as_array()
@@ -728,6 +742,42 @@ fn with_a_thousand_threads_the_sampler_looks_at_every_one_and_says_how() {
     assert!(
         cpu * 1000 <= at * 50,
         "the shim's thread took {cpu} ns of CPU in {at} ns: {cost}"
+    );
+}
+
+/// 400 readers still blocked in read() when the process ends, more than the 256 threads the
+/// sampler keeps descriptors for: no reader ends, so none writes its own totals, and what the
+/// report has is what the sampler read. Each reader is in the table with its context switches,
+/// at least one voluntary (it blocked in read), the ones sampled without kept descriptors too.
+#[test]
+fn readers_still_blocked_at_exit_past_the_kept_256_have_their_context_switches() {
+    let run = run_both("idle_crowd", &["400", "1", "leave"]);
+    assert_eq!(run.stdout_text(), "idle_crowd: 400 readers left blocked\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let states = &log.0["thread_states"];
+    let threads = states["threads"].as_array().expect("threads");
+    let readers: Vec<&Value> = threads
+        .iter()
+        .filter(|t| {
+            t["blocked_in"]
+                .as_array()
+                .and_then(|b| b.first())
+                .is_some_and(|b| b["name"] == "read")
+        })
+        .collect();
+    assert_eq!(readers.len(), 400, "{states}");
+    for r in readers {
+        assert!(
+            r["voluntary_switches"].as_u64().is_some_and(|v| v >= 1),
+            "a reader without its switches: {r}"
+        );
+        assert!(r["involuntary_switches"].is_u64(), "{r}");
+    }
+    assert!(
+        a.text.contains("threads at most beyond the 256"),
+        "{}",
+        a.text
     );
 }
 
