@@ -516,6 +516,42 @@ impl ContentionRecord {
 pub const MAX_WINDOWED_WAITS: usize = 2_000_000;
 /// (object, waker) pairs counted in [`EventsSeen::woken_by`] at most.
 pub const MAX_WOKEN_BY: usize = 100_000;
+/// Chunks (batches, one `WaitEvents` record each) of one thread's flight-recorder ring: the
+/// shim's `RING` (`shim/src/track/events.rs`), 1 KB each. A thread whose ring dropped waits
+/// and whose every chunk was kept had a full ring: it lost waits right before its oldest kept.
+pub const RING_CHUNKS: u64 = 64;
+/// Bytes of one thread's flight-recorder ring ([`RING_CHUNKS`] chunks of 1 KB).
+pub const RING_BYTES: u64 = RING_CHUNKS * 1024;
+
+/// One wait of a flight-recorder batch: which are within its window is known only at the end
+/// of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingWait {
+    pub begin_ns: u64,
+    pub end_ns: u64,
+    pub object_id: u64,
+    /// The thread that ended it, 0 when unknown.
+    pub waker: u32,
+    /// The thread that waited.
+    pub tid: u32,
+}
+
+/// How far back the flight recorder's kept waits go ([`EventsSeen::coverage`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Coverage {
+    /// From the earliest begin of a kept wait to the end of the log; `None` with no kept wait.
+    pub covers_ns: Option<u64>,
+    /// Of the threads whose ring was full and dropped waits (so it lost waits within the
+    /// window, right before its oldest kept one): the one whose kept waits go back the least,
+    /// `(tid, how far back)`. Every thread's waits are complete only for that last stretch.
+    pub shortest: Option<(u32, u64)>,
+    /// Threads whose ring was full and dropped waits.
+    pub rings_full: u64,
+    /// Flight-recorder waits past the [`MAX_WINDOWED_WAITS`] the analyzer keeps: the figures
+    /// are of the waits kept (the log's first), so `covers_ns` is exact and `shortest` is of
+    /// the threads whose batches came first.
+    pub waits_not_stored: u64,
+}
 
 /// What the log's per-wait events ([`WaitEvents`]) add up to.
 #[derive(Debug, Clone, Default)]
@@ -530,9 +566,13 @@ pub struct EventsSeen {
     pub dropped_by_shim: BTreeMap<u32, u64>,
     /// The flight recorder's window, 0 when every event was written.
     pub keep_ns: u64,
-    /// Waits of the flight recorder's batches, (end, object, waker): which are within its
-    /// window is known only at the end of the log.
-    pub windowed: Vec<(u64, u64, u32)>,
+    /// Waits of the flight recorder's batches, in log order.
+    pub windowed: Vec<RingWait>,
+    /// Where each flight-recorder batch starts in [`EventsSeen::windowed`] (a batch is one
+    /// thread's waits, in the order they ended).
+    pub batches: Vec<u32>,
+    /// Flight-recorder waits past [`MAX_WINDOWED_WAITS`], not stored.
+    pub windowed_cut: u64,
     /// Waits ended by another thread, by (object, that thread), of batches with no window.
     woken_by: BTreeMap<(u64, u32), u64>,
 }
@@ -551,27 +591,79 @@ impl EventsSeen {
 
     /// (waits kept, waits dropped): those the shim dropped plus those older than the window.
     pub fn kept_and_dropped(&self, end_of_log: u64) -> (u64, u64) {
-        let by_shim: u64 = self.dropped_by_shim.values().sum();
+        let by_shim = self
+            .dropped_by_shim
+            .values()
+            .fold(0u64, |a, &v| a.saturating_add(v));
         let old = self
             .windowed
             .iter()
-            .filter(|&&(end, _, _)| !Self::keeps(self.keep_ns, end, end_of_log))
+            .filter(|w| !Self::keeps(self.keep_ns, w.end_ns, end_of_log))
             .count() as u64;
-        (self.waits - old, by_shim + old)
+        (self.waits.saturating_sub(old), by_shim.saturating_add(old))
     }
 
     /// Waits ended by another thread, by (object, that thread): those kept.
     pub fn woken_by(&self, end_of_log: u64) -> BTreeMap<(u64, u32), u64> {
         let mut out = self.woken_by.clone();
-        for &(end, object, waker) in &self.windowed {
-            if waker != 0 && Self::keeps(self.keep_ns, end, end_of_log) {
-                let key = (object, waker);
+        for w in &self.windowed {
+            if w.waker != 0 && Self::keeps(self.keep_ns, w.end_ns, end_of_log) {
+                let key = (w.object_id, w.waker);
                 if out.len() < MAX_WOKEN_BY || out.contains_key(&key) {
                     *out.entry(key).or_default() += 1;
                 }
             }
         }
         out
+    }
+
+    /// How far back before `end_of_log` the flight recorder's kept waits go, over all threads
+    /// and for the thread whose full ring goes back the least; `None` unless the log has a
+    /// flight recorder (`ring:N`).
+    pub fn coverage(&self, end_of_log: u64) -> Option<Coverage> {
+        if self.keep_ns == 0 {
+            return None;
+        }
+        // Per thread: (kept batches, earliest begin of a kept wait).
+        let mut threads: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for (i, &start) in self.batches.iter().enumerate() {
+            let start = start as usize;
+            let end = self
+                .batches
+                .get(i + 1)
+                .map_or(self.windowed.len(), |&e| e as usize);
+            let Some(waits) = self.windowed.get(start..end) else {
+                continue;
+            };
+            let kept = waits
+                .iter()
+                .filter(|w| Self::keeps(self.keep_ns, w.end_ns, end_of_log));
+            let Some(first) = kept.clone().map(|w| w.begin_ns.min(w.end_ns)).min() else {
+                continue;
+            };
+            let tid = waits[0].tid;
+            let t = threads.entry(tid).or_insert((0, u64::MAX));
+            t.0 += 1;
+            t.1 = t.1.min(first);
+        }
+        let back = |begin: u64| end_of_log.saturating_sub(begin);
+        let covers_ns = threads.values().map(|t| t.1).min().map(back);
+        let full: Vec<(u32, u64)> = threads
+            .iter()
+            .filter(|(tid, t)| {
+                t.0 >= RING_CHUNKS && self.dropped_by_shim.get(tid).is_some_and(|&d| d > 0)
+            })
+            .map(|(&tid, t)| (tid, back(t.1)))
+            .collect();
+        Some(Coverage {
+            covers_ns,
+            shortest: full
+                .iter()
+                .copied()
+                .min_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0))),
+            rings_full: full.len() as u64,
+            waits_not_stored: self.windowed_cut,
+        })
     }
 
     fn add(&mut self, r: &WaitEvents) {
@@ -585,12 +677,23 @@ impl EventsSeen {
             return;
         };
         self.waits += waits.len() as u64;
+        if r.keep_ns > 0 && !waits.is_empty() {
+            if self.windowed.len() + waits.len() <= MAX_WINDOWED_WAITS {
+                self.batches.push(self.windowed.len() as u32);
+                self.windowed.extend(waits.iter().map(|w| RingWait {
+                    begin_ns: w.begin_ns,
+                    end_ns: w.end_ns,
+                    object_id: w.object_id,
+                    waker: w.waker,
+                    tid: r.tid,
+                }));
+            } else {
+                self.windowed_cut += waits.len() as u64;
+            }
+            return;
+        }
         for w in &waits {
-            if r.keep_ns > 0 {
-                if self.windowed.len() < MAX_WINDOWED_WAITS {
-                    self.windowed.push((w.end_ns, w.object_id, w.waker));
-                }
-            } else if w.waker != 0 {
+            if w.waker != 0 {
                 let key = (w.object_id, w.waker);
                 if self.woken_by.len() < MAX_WOKEN_BY || self.woken_by.contains_key(&key) {
                     *self.woken_by.entry(key).or_default() += 1;
@@ -1434,5 +1537,61 @@ impl Model {
             *n.entry(r.object_id).or_insert(0) += 1;
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod coverage_tests {
+    use super::*;
+    use waitshim_format::events::WaitSpan;
+
+    fn span(begin_ns: u64, end_ns: u64) -> WaitSpan {
+        WaitSpan {
+            begin_ns,
+            end_ns,
+            object_id: 1,
+            ..WaitSpan::default()
+        }
+    }
+
+    /// `n` flight-recorder batches (window 2000 ns) of thread `tid`, one wait each, the first
+    /// beginning at `from`, one every 10 ns; `dropped` before them.
+    fn batches(e: &mut EventsSeen, tid: u32, from: u64, n: u64, dropped: u64) {
+        for i in 0..n {
+            let b = from + i * 10;
+            e.add(&WaitEvents::pack(tid, b, dropped, 2_000, &[span(b, b + 5)]));
+        }
+    }
+
+    #[test]
+    fn a_full_ring_that_dropped_waits_bounds_what_every_thread_kept() {
+        let mut e = EventsSeen::default();
+        // Thread 1: a full ring that dropped waits, from 5000; thread 2: a full ring from
+        // 4400, dropped too; thread 3: few batches, from 4100, dropped one (a flush at its
+        // buffer): its ring was not full, so it lost nothing of the window to it.
+        batches(&mut e, 1, 5000, RING_CHUNKS, 7);
+        batches(&mut e, 2, 4400, RING_CHUNKS, 3);
+        batches(&mut e, 3, 4100, 3, 1);
+        let c = e.coverage(6000).expect("a flight recorder");
+        assert_eq!(c.covers_ns, Some(1900));
+        assert_eq!(c.shortest, Some((1, 1000)));
+        assert_eq!(c.rings_full, 2);
+        // Waits that ended before the window (2000 ns before 7005) are not kept: thread 3's
+        // go, and thread 2 keeps its 4 batches from 5000 on: no longer a full ring.
+        let c = e.coverage(7005).expect("a flight recorder");
+        assert_eq!(c.covers_ns, Some(2005));
+        assert_eq!(c.shortest, Some((1, 2005)));
+        assert_eq!(c.rings_full, 1);
+    }
+
+    #[test]
+    fn every_wait_written_has_no_coverage_and_no_kept_wait_has_none_to_say() {
+        let mut e = EventsSeen::default();
+        e.add(&WaitEvents::pack(1, 0, 0, 0, &[span(0, 5)]));
+        assert_eq!(e.coverage(10), None);
+        let mut e = EventsSeen::default();
+        batches(&mut e, 1, 0, 2, 0);
+        let c = e.coverage(1_000_000).expect("a flight recorder");
+        assert_eq!((c.covers_ns, c.shortest, c.rings_full), (None, None, 0));
     }
 }

@@ -1001,6 +1001,12 @@ struct PerWaitEventsJson {
     log_bytes: u64,
     bytes_per_wait: Option<f64>,
     window_ns: Option<u64>,
+    ring_bytes: Option<u64>,
+    covers_ns: Option<u64>,
+    rings_full: Option<u64>,
+    shortest_thread_covers_ns: Option<u64>,
+    shortest_thread_tid: Option<u32>,
+    coverage_waits_not_read: Option<u64>,
     damaged: u64,
     woken_by: Vec<WokenByJson>,
 }
@@ -1015,6 +1021,7 @@ struct WokenByJson {
 fn per_wait_events(m: &Model) -> PerWaitEventsJson {
     let e = &m.events;
     let (kept, dropped) = e.kept_and_dropped(m.end_of_log());
+    let cov = e.coverage(m.end_of_log());
     PerWaitEventsJson {
         records: e.records,
         waits: e.waits,
@@ -1023,6 +1030,12 @@ fn per_wait_events(m: &Model) -> PerWaitEventsJson {
         log_bytes: e.log_bytes,
         bytes_per_wait: (e.waits > 0).then(|| e.log_bytes as f64 / e.waits as f64),
         window_ns: (e.keep_ns > 0).then_some(e.keep_ns),
+        ring_bytes: cov.map(|_| crate::model::RING_BYTES),
+        covers_ns: cov.and_then(|c| c.covers_ns),
+        rings_full: cov.map(|c| c.rings_full),
+        shortest_thread_covers_ns: cov.and_then(|c| c.shortest.map(|s| s.1)),
+        shortest_thread_tid: cov.and_then(|c| c.shortest.map(|s| s.0)),
+        coverage_waits_not_read: cov.map(|c| c.waits_not_stored),
         damaged: e.damaged,
         woken_by: e
             .woken_by(m.end_of_log())

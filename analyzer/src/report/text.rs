@@ -1839,14 +1839,14 @@ fn woken_by(ctx: &mut Ctx<'_>, out: &mut String) {
         "\nWHO WOKE WHOM ({} kept{per}",
         count(kept, "wait event", "wait events")
     );
-    if e.keep_ns > 0 {
-        let _ = write!(head, "; flight recorder: the last {}", fmt_ns(e.keep_ns));
-    }
     if dropped > 0 {
         let _ = write!(head, "; {dropped} dropped");
     }
     head.push(')');
     let _ = writeln!(out, "{head}");
+    if let Some(c) = e.coverage(ctx.model.end_of_log()) {
+        flight_recorder(e.keep_ns, &c, out);
+    }
     let mut by_object: BTreeMap<u64, Vec<(u64, u32)>> = BTreeMap::new();
     for (&(object_id, tid), &n) in &e.woken_by(ctx.model.end_of_log()) {
         by_object.entry(object_id).or_default().push((n, tid));
@@ -1886,6 +1886,73 @@ fn woken_by(ctx: &mut Ctx<'_>, out: &mut String) {
             objects.len() - MAX_WOKEN_OBJECTS
         );
     }
+}
+
+/// What the flight recorder's kept waits cover: its window is what was asked, but each thread's
+/// ring holds 64 KB, and a thread that waits often fills it in far less.
+fn flight_recorder(keep_ns: u64, c: &crate::model::Coverage, out: &mut String) {
+    let mut s = format!(
+        "flight recorder: the last {} asked, {} KB per thread",
+        fmt_ns(keep_ns),
+        crate::model::RING_BYTES / 1024
+    );
+    match c.covers_ns {
+        Some(ns) => {
+            let _ = write!(
+                s,
+                ": the waits kept go back {} before the log's end",
+                fmt_ns(ns)
+            );
+        }
+        None => s.push_str(": no wait kept"),
+    }
+    match c.shortest {
+        Some((tid, ns)) => {
+            let _ = write!(
+                s,
+                "; {} filled and dropped older waits, thread {tid}'s going back the least: {} (every \
+                 thread's waits are complete for the last {} only)",
+                count(c.rings_full, "thread's ring", "threads' rings"),
+                fmt_ns(ns),
+                fmt_ns(ns)
+            );
+        }
+        None if c.covers_ns.is_some() => {
+            s.push_str("; no thread's ring filled: none dropped a wait of the window");
+        }
+        None => {}
+    }
+    if c.waits_not_stored > 0 {
+        let _ = write!(
+            s,
+            " (from the first {} waits of the log's flight-recorder batches; {} more not read \
+             for this)",
+            crate::model::MAX_WINDOWED_WAITS,
+            c.waits_not_stored
+        );
+    }
+    for line in wrap(&s, 96) {
+        let _ = writeln!(out, "  {line}");
+    }
+}
+
+/// `text` cut into lines of at most `width` characters at spaces (a longer word stays whole).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
 }
 
 fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
