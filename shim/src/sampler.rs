@@ -338,16 +338,12 @@ pub fn describe(nr: i32, arg0: u64) -> String {
             // One open of the set's fdinfo, when the thread enters its wait.
             let info =
                 std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
-            let watched: Vec<&str> = info
+            let watched: Vec<i32> = info
                 .lines()
                 .filter_map(|l| l.strip_prefix("tfd:"))
-                .filter_map(|l| l.split_ascii_whitespace().next())
-                .take(16)
+                .filter_map(|l| l.split_ascii_whitespace().next()?.parse().ok())
                 .collect();
-            if !watched.is_empty() {
-                out.push_str(" watching fds ");
-                out.push_str(&watched.join(","));
-            }
+            out.push_str(&watched_text(&watched));
         }
     } else if cfg!(target_arch = "x86_64") && nr == 202 {
         out = format!("untracked futex word {arg0:#x}");
@@ -359,6 +355,43 @@ pub fn describe(nr: i32, arg0: u64) -> String {
         };
     }
     out.chars().take(200).collect()
+}
+
+/// What an epoll set watches: each descriptor with what it is (a pipe, a file's path, a
+/// socket with its addresses), as many as fit in the 200 characters a description keeps, then
+/// how many more.
+fn watched_text(fds: &[i32]) -> String {
+    let mut out = String::new();
+    if fds.is_empty() {
+        return out;
+    }
+    out.push_str(if fds.len() == 1 {
+        " watching fd"
+    } else {
+        " watching fds"
+    });
+    for (i, &fd) in fds.iter().enumerate() {
+        let mut item = format!("{} {fd}", if i == 0 { "" } else { "," });
+        if let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+            let link = link.to_string_lossy();
+            item.push(' ');
+            match link
+                .starts_with("socket:[")
+                .then(|| socket_text(fd))
+                .flatten()
+            {
+                Some(s) => item.push_str(&s),
+                None => item.push_str(&link),
+            }
+        }
+        // The 200 less what the set's own name took ("anon_inode:[eventpoll]").
+        if out.len() + item.len() > 150 {
+            out.push_str(&format!(" and {} more", fds.len() - i));
+            break;
+        }
+        out.push_str(&item);
+    }
+    out
 }
 
 /// `stat`: the thread's state letter (`R` running, `S` asleep, `D` uninterruptible, `T`
@@ -1754,6 +1787,26 @@ intr 1 2 3\n";
         drop(stops);
         for h in handles {
             h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn an_epoll_sets_watched_descriptors_are_named_as_many_as_fit() {
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe into a local array of two.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let one = watched_text(&fds[..1]);
+        assert!(
+            one.starts_with(&format!(" watching fd {} pipe:[", fds[0])),
+            "{one}"
+        );
+        let many = watched_text(&[fds[0]; 40]);
+        assert!(many.starts_with(" watching fds "), "{many}");
+        assert!(many.ends_with(" more") && many.len() <= 180, "{many}");
+        assert_eq!(watched_text(&[]), "");
+        for fd in fds {
+            // SAFETY: ours.
+            unsafe { libc::close(fd) };
         }
     }
 

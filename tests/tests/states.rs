@@ -198,7 +198,8 @@ fn waits_outside_locks_are_named_by_their_call_and_resource() {
     check(
         "poller",
         &["epoll_wait", "epoll_pwait", "epoll_pwait2"],
-        &|w| w.starts_with("anon_inode:[eventpoll] watching fds "),
+        // The set watches one pipe: named with what it is.
+        &|w| w.starts_with("anon_inode:[eventpoll] watching fd ") && w.contains(" pipe:["),
     );
     check("flocker", &["flock"], &|w| {
         w.starts_with("/tmp/waitshim-blocked-io-")
