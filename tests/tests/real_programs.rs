@@ -197,6 +197,23 @@ fn memcached_under_a_bounded_load_ranks_its_hot_lock_first() {
         "{}",
         a.text
     );
+    // Outside locks: the thread that accepts connections waits in its event loop's epoll set,
+    // which the sampler names by what it watches: the listening socket on 127.0.0.1.
+    let resources = a.log(0).0["thread_states"]["resources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        resources.iter().any(|r| {
+            let what = r["what"].as_str().unwrap_or("");
+            r["name"].as_str().is_some_and(|n| n.starts_with("epoll"))
+                && what.starts_with("anon_inode:[eventpoll] watching fd")
+                && what.contains(" tcp 127.0.0.1:")
+                && what.contains(" listening")
+        }),
+        "{}",
+        a.text
+    );
 }
 
 /// The same memcached built from Debian's source with `-g` (scripts/build-memcached.sh), as a
