@@ -124,7 +124,12 @@ pub fn read_again<E>(
     let again = File::open(&first.path)
         .map_err(|e| format!("cannot open: {e}"))
         .and_then(|file| {
-            let mut bytes = io::BufReader::new(file).take(first.end_offset);
+            let progress = crate::source::progress::Progress::labelled(
+                crate::source::progress::again_label(&first.path, what),
+                first.end_offset,
+            );
+            let bytes = io::BufReader::with_capacity(1 << 18, file).take(first.end_offset);
+            let mut bytes = crate::source::progress::Counted::new(bytes, progress);
             read(&mut bytes, &first.path)
         });
     match again {
@@ -363,6 +368,14 @@ fn export_to<W: Write + 'static>(
         symbols: opts.symbols,
         ..Options::default()
     };
+    crate::source::progress::set_task(Some(match opts.format {
+        Format::Pprof => "writing pprof profile",
+        Format::Folded => "writing folded stacks",
+        Format::Flamegraph => "writing flame graph",
+        Format::Chrome => "writing chrome trace",
+        Format::Perfetto => "writing perfetto trace",
+        Format::Html => "writing HTML page",
+    }));
     let mut code = 0;
     let mut any = false;
     for path in paths {

@@ -163,7 +163,7 @@ fn open(path: &Path) -> Result<File, ReadError> {
 pub fn read_log(path: &Path, sink: impl FnMut(Record)) -> Result<ReadSummary, ReadError> {
     let file = open(path)?;
     let size = file.metadata().map_or(0, |m| m.len());
-    let progress = progress::Progress::new(path, size);
+    let progress = Some(progress::Progress::new(path, size));
     read_items(
         BufReader::with_capacity(1 << 18, file),
         path,

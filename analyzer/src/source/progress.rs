@@ -1,26 +1,57 @@
-//! Progress on stderr while a large log is read: nothing for a read that ends within a second;
-//! after that, on a terminal, one line redrawn in place (`reading LOG: [=====>    ] 412 of
-//! 980 MB, 230 MB/s`) and erased when done; elsewhere (a CI log), for a log of at least
-//! [`MIN_LOGGED_BYTES`], a line every [`LOGGED_EVERY`]. Never on stdout, so reports and exports
-//! written there stay as they are; small logs in tests print nothing.
+//! Progress on stderr while a large log is read, by the first read (`reading LOG`) and by every
+//! later pass over it (an export reads a log again for the per-wait events and the thread
+//! states: `writing perfetto trace from LOG (the per-wait events)`). Nothing is shown during the
+//! command's first [`QUIET_FOR`] (counted from the first pass's start, so a command of three
+//! short passes that ends within a second shows nothing, and one whose third pass starts after a
+//! second shows that pass); after that, on a terminal, one line redrawn in place (`reading LOG
+//! [=====>    ] 412 of 980 MB (42%), 230 MB/s`) and erased when the pass ends; elsewhere (a CI
+//! log), a line as soon as the second has passed and then one every [`LOGGED_EVERY`], whatever
+//! the log's size. Never on stdout, so reports and exports written there stay as they are.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// A read this long is silent.
+/// The command's first second is silent.
 const QUIET_FOR: Duration = Duration::from_secs(1);
 /// How often a terminal's line is redrawn.
 const REDRAW_EVERY: Duration = Duration::from_millis(200);
-/// Off a terminal, logs smaller than this are read silently whatever the time.
-pub const MIN_LOGGED_BYTES: u64 = 64 << 20;
-/// Off a terminal, how often a line is written.
+/// Off a terminal, how often a line is written after the first.
 const LOGGED_EVERY: Duration = Duration::from_secs(5);
-/// Records between two looks at the clock: a look costs tens of ns, a record a few hundred.
+/// Records (or reads) between two looks at the clock: a look costs tens of ns, a record a few
+/// hundred.
 const RECORDS_PER_LOOK: u32 = 4096;
 
+/// When the first pass of this command started: the quiet second counts from there.
+fn command_start() -> Instant {
+    static START: OnceLock<Instant> = OnceLock::new();
+    *START.get_or_init(Instant::now)
+}
+
+/// What the later passes over a log are for (`writing perfetto trace`), set by the command.
+static TASK: Mutex<Option<String>> = Mutex::new(None);
+
+/// Names what the passes over a log that follow its first read do (`writing perfetto trace`),
+/// for their progress lines; `None`: they say `reading LOG again`.
+pub fn set_task(task: Option<&str>) {
+    command_start();
+    let mut t = TASK.lock().unwrap_or_else(|e| e.into_inner());
+    *t = task.map(str::to_string);
+}
+
+/// The label of a later pass over the log at `path`, reading it for `what` (`the per-wait
+/// events`).
+pub fn again_label(path: &Path, what: &str) -> String {
+    let task = TASK.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match task {
+        Some(task) => format!("{task} from {} ({what})", path.display()),
+        None => format!("reading {} again ({what})", path.display()),
+    }
+}
+
 pub struct Progress {
-    name: String,
+    label: String,
     total: u64,
     start: Instant,
     last: Option<Instant>,
@@ -30,22 +61,23 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Progress of the read of `total` bytes of the log at `path`; `None` when nothing would
-    /// ever be shown (stderr is not a terminal and the log is small).
-    pub fn new(path: &Path, total: u64) -> Option<Progress> {
-        let terminal = std::io::stderr().is_terminal();
-        if !terminal && total < MIN_LOGGED_BYTES {
-            return None;
-        }
-        Some(Progress {
-            name: path.display().to_string(),
+    /// Progress of the first read of the `total` bytes of the log at `path`.
+    pub fn new(path: &Path, total: u64) -> Progress {
+        Self::labelled(format!("reading {}", path.display()), total)
+    }
+
+    /// Progress of a pass over `total` bytes, said as `label` (`reading big.log`).
+    pub fn labelled(label: String, total: u64) -> Progress {
+        command_start();
+        Progress {
+            label,
             total,
             start: Instant::now(),
             last: None,
-            terminal,
+            terminal: std::io::stderr().is_terminal(),
             countdown: RECORDS_PER_LOOK,
             drawn: false,
-        })
+        }
     }
 
     /// Called for each record: `offset` bytes of the log have been read.
@@ -61,8 +93,7 @@ impl Progress {
     #[cold]
     fn look(&mut self, offset: u64) {
         let now = Instant::now();
-        let elapsed = now.duration_since(self.start);
-        if elapsed < QUIET_FOR {
+        if now.duration_since(command_start()) < QUIET_FOR {
             return;
         }
         let every = if self.terminal {
@@ -74,7 +105,8 @@ impl Progress {
             return;
         }
         self.last = Some(now);
-        let line = line(&self.name, offset, self.total, elapsed, self.terminal);
+        let elapsed = now.duration_since(self.start);
+        let line = line(&self.label, offset, self.total, elapsed, self.terminal);
         let mut err = std::io::stderr().lock();
         let _ = if self.terminal {
             self.drawn = true;
@@ -87,7 +119,7 @@ impl Progress {
 }
 
 impl Drop for Progress {
-    /// Erases the terminal's line; a logged read ends with nothing more (the report follows).
+    /// Erases the terminal's line; a logged pass ends with nothing more (the report follows).
     fn drop(&mut self) {
         if self.drawn {
             let mut err = std::io::stderr().lock();
@@ -97,10 +129,46 @@ impl Drop for Progress {
     }
 }
 
+/// A byte stream whose reading shows its progress: what a later pass over a log reads through.
+pub struct Counted<R> {
+    inner: R,
+    done: u64,
+    next_look: u64,
+    progress: Progress,
+}
+
+/// Bytes read between two looks at the clock by [`Counted`]: a later pass spends microseconds
+/// on each record it writes out, so this is a few ms at most.
+const BYTES_PER_LOOK: u64 = 64 << 10;
+
+impl<R: Read> Counted<R> {
+    pub fn new(inner: R, progress: Progress) -> Self {
+        Counted {
+            inner,
+            done: 0,
+            next_look: BYTES_PER_LOOK,
+            progress,
+        }
+    }
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.done += n as u64;
+        // Reads come in chunks of any size: a look at the clock every [`BYTES_PER_LOOK`].
+        if self.done >= self.next_look {
+            self.next_look = self.done + BYTES_PER_LOOK;
+            self.progress.look(self.done);
+        }
+        Ok(n)
+    }
+}
+
 const MB: f64 = 1e6;
 
 /// `waitshim-analyze: reading LOG: 412 of 980 MB (42%), 230 MB/s`, with a bar on a terminal.
-pub fn line(name: &str, done: u64, total: u64, elapsed: Duration, bar: bool) -> String {
+pub fn line(label: &str, done: u64, total: u64, elapsed: Duration, bar: bool) -> String {
     let total = total.max(done).max(1);
     let share = done as f64 / total as f64;
     let rate = done as f64 / MB / elapsed.as_secs_f64().max(1e-3);
@@ -114,12 +182,12 @@ pub fn line(name: &str, done: u64, total: u64, elapsed: Duration, bar: bool) -> 
         const WIDTH: usize = 30;
         let filled = ((share * WIDTH as f64) as usize).min(WIDTH);
         format!(
-            "waitshim-analyze: reading {name} [{}{}] {figures}",
+            "waitshim-analyze: {label} [{}{}] {figures}",
             "=".repeat(filled),
             " ".repeat(WIDTH - filled)
         )
     } else {
-        format!("waitshim-analyze: reading {name}: {figures}")
+        format!("waitshim-analyze: {label}: {figures}")
     }
 }
 
@@ -131,15 +199,15 @@ mod tests {
     fn the_line_says_how_far_and_how_fast() {
         let s = Duration::from_secs(2);
         assert_eq!(
-            line("big.log", 400_000_000, 1_000_000_000, s, false),
+            line("reading big.log", 400_000_000, 1_000_000_000, s, false),
             "waitshim-analyze: reading big.log: 400 of 1000 MB (40%), 200 MB/s"
         );
         assert_eq!(
-            line("big.log", 500_000_000, 1_000_000_000, s, true),
+            line("reading big.log", 500_000_000, 1_000_000_000, s, true),
             "waitshim-analyze: reading big.log [===============               ] 500 of 1000 MB (50%), 250 MB/s"
         );
         // A file that grew past its size at the start: never past 100%.
-        assert!(line("g.log", 30, 10, s, true)
+        assert!(line("reading g.log", 30, 10, s, true)
             .contains("[==============================] 0 of 0 MB (100%)"));
     }
 }
