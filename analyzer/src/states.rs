@@ -63,6 +63,79 @@ pub struct ThreadStates {
     pub switches_known: bool,
     /// Its totals from its own end (`ThreadTotals`): samples after that add nothing past them.
     totals: Option<(u64, u64, u64)>,
+    /// Its state when the log ends ([`States::finish`]): ended, or as the sampler's last look
+    /// that listed it saw it.
+    pub end_state: Option<EndState>,
+}
+
+/// A thread's state at the end of the log: what the sampler's last look that listed it saw
+/// (an unlisted thread stayed as it was), or that it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndState {
+    /// Not blocked: on a CPU or ready for one (the kernel's state `R`, which does not tell
+    /// which), since the look at `since`.
+    Running { since: u64 },
+    /// In a wait the shim tracks, on object `object_id` (0: not in the log) of kind `kind`
+    /// ([`waitshim_format::ObjectKind`] as u8 plus 1, 0 unknown).
+    Tracked {
+        since: u64,
+        object_id: u64,
+        kind: u8,
+    },
+    /// Blocked elsewhere: in system call `syscall` (-1: outside one) on `what`.
+    Blocked {
+        since: u64,
+        syscall: i32,
+        what: String,
+    },
+    /// Stopped (job control or a tracer).
+    Stopped { since: u64 },
+    /// The thread ended at `at`.
+    Ended { at: u64 },
+}
+
+impl EndState {
+    /// `running`, `tracked_wait`, `blocked`, `stopped`, `ended` (JSON `state_at_end`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EndState::Running { .. } => "running",
+            EndState::Tracked { .. } => "tracked_wait",
+            EndState::Blocked { .. } => "blocked",
+            EndState::Stopped { .. } => "stopped",
+            EndState::Ended { .. } => "ended",
+        }
+    }
+
+    /// Since when it was in it (the look that first saw it), or when it ended.
+    pub fn since(&self) -> u64 {
+        match self {
+            EndState::Running { since }
+            | EndState::Tracked { since, .. }
+            | EndState::Blocked { since, .. }
+            | EndState::Stopped { since } => *since,
+            EndState::Ended { at } => *at,
+        }
+    }
+
+    fn of(current: &(u8, i32, String, u64, u64, u8)) -> Option<EndState> {
+        let (state, syscall, what, since, object_id, kind) = current;
+        let since = *since;
+        Some(match *state {
+            thread_state::RUNNING => EndState::Running { since },
+            thread_state::TRACKED_WAIT => EndState::Tracked {
+                since,
+                object_id: *object_id,
+                kind: *kind,
+            },
+            thread_state::BLOCKED => EndState::Blocked {
+                since,
+                syscall: *syscall,
+                what: what.clone(),
+            },
+            thread_state::STOPPED => EndState::Stopped { since },
+            _ => return None,
+        })
+    }
 }
 
 impl ThreadStates {
@@ -525,11 +598,15 @@ impl States {
         let t = self.threads.entry(tid).or_default();
         t.close(ns, &mut self.resources);
         t.exited = Some(ns);
+        t.end_state = Some(EndState::Ended { at: ns });
     }
 
     /// The log ends at `ns`: every state still open lasted until then; kinds most first.
     pub fn finish(&mut self, ns: u64) {
         for t in self.threads.values_mut() {
+            if t.exited.is_none() {
+                t.end_state = t.current.as_ref().and_then(EndState::of);
+            }
             t.close(ns, &mut self.resources);
             t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
         }
@@ -672,6 +749,53 @@ mod tests {
         );
         assert_eq!(t.tracked_ns, 35);
         assert_eq!(blocked_text(&t.blocked[0]), "read on pipe:[9]");
+    }
+
+    #[test]
+    fn the_state_at_the_end_is_the_last_look_or_the_threads_end() {
+        let mut s = States::default();
+        let mut waiter = entry(3, thread_state::TRACKED_WAIT, 202, 0, "");
+        waiter.object_id = 9;
+        waiter.waiting_kind = 1;
+        add(
+            &mut s,
+            sample(
+                100,
+                vec![
+                    entry(1, thread_state::RUNNING, -1, 5, ""),
+                    entry(2, thread_state::BLOCKED, 0, 5, "pipe:[4]"),
+                    waiter,
+                    entry(4, thread_state::RUNNING, -1, 5, ""),
+                ],
+            ),
+        );
+        // Thread 1 is seen again, still running; 2 and 3 are not listed: unchanged.
+        add(
+            &mut s,
+            sample(110, vec![entry(1, thread_state::RUNNING, -1, 5, "")]),
+        );
+        s.thread_exit(4, 115);
+        s.finish(200);
+        let end = |tid: u32| s.threads[&tid].end_state.clone();
+        assert_eq!(end(1), Some(EndState::Running { since: 100 }));
+        assert_eq!(
+            end(2),
+            Some(EndState::Blocked {
+                since: 100,
+                syscall: 0,
+                what: "pipe:[4]".into()
+            })
+        );
+        assert_eq!(
+            end(3),
+            Some(EndState::Tracked {
+                since: 100,
+                object_id: 9,
+                kind: 1
+            })
+        );
+        assert_eq!(end(4), Some(EndState::Ended { at: 115 }));
+        assert_eq!(end(4).unwrap().name(), "ended");
     }
 
     #[test]

@@ -174,3 +174,179 @@ fn with_every_wait_written_nothing_is_said_of_coverage() {
     assert!(!a.text.contains("flight recorder"), "{}", a.text);
     assert!(!a.text.contains("go back"), "{}", a.text);
 }
+
+/// A thread of `thread_states.threads` by name.
+fn state_named<'a>(log: &'a Value, name: &str) -> &'a Value {
+    log["thread_states"]["threads"]
+        .as_array()
+        .expect("thread_states.threads")
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no thread {name}: {}", log["thread_states"]))
+}
+
+/// The `idle_crowd` readers (unnamed threads) of `thread_states.threads`.
+fn readers(log: &Value) -> Vec<&Value> {
+    log["thread_states"]["threads"]
+        .as_array()
+        .expect("thread_states.threads")
+        .iter()
+        .filter(|t| t["name"] != "idle_crowd")
+        .collect()
+}
+
+/// The THREAD STATES section of a text report.
+fn states_section(text: &str) -> &str {
+    text.split("\nTHREAD STATES (")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no THREAD STATES:\n{text}"))
+}
+
+/// The THREAD STATES row of thread `tid` in the text report, by column: life, running,
+/// runnable, tracked, other, slices, switches, longest, at end (fixed widths), then the thread.
+fn state_row(text: &str, tid: u64) -> Vec<String> {
+    const WIDTHS: [usize; 9] = [9, 9, 9, 9, 9, 7, 11, 9, 7];
+    let section = states_section(text);
+    for line in section.lines().skip(2) {
+        let chars: Vec<char> = line.chars().collect();
+        let mut at = 2;
+        let mut cols = Vec::new();
+        for w in WIDTHS {
+            let end = (at + w).min(chars.len());
+            cols.push(
+                chars[at.min(end)..end]
+                    .iter()
+                    .collect::<String>()
+                    .trim()
+                    .to_string(),
+            );
+            at += w + 1;
+        }
+        let rest: String = chars[(at + 1).min(chars.len())..].iter().collect();
+        let thread = rest.split([' ', ':']).next().unwrap_or("");
+        if thread == tid.to_string() {
+            cols.push(rest);
+            return cols;
+        }
+    }
+    panic!("no row of {tid}:\n{section}")
+}
+
+/// Readers left blocked in `read` as the process ends, and main ending: each thread's state at
+/// the end is said, with its timeslices, in the JSON and in the text table.
+#[test]
+fn each_threads_state_at_the_end_and_its_timeslices_are_in_the_table() {
+    let run = Launch::fixture("idle_crowd")
+        .arg("4")
+        .arg("1")
+        .arg("leave")
+        .run();
+    run.assert_success();
+    let a = run.analyze();
+    let log = a.log(0).0;
+    let main = state_named(log, "idle_crowd");
+    assert_eq!(main["state_at_end"], "ended", "{main}");
+    assert_eq!(u(&main["pid"]), u64::from(run.pid), "{main}");
+    assert!(main["state_at_end_blocked_in"].is_null(), "{main}");
+    // It computed a second of CPU: more than one timeslice.
+    assert!(u(&main["timeslices"]) >= 2, "{main}");
+    let readers = readers(log);
+    assert_eq!(readers.len(), 4, "{}", log["thread_states"]);
+    for r in &readers {
+        assert_eq!(r["state_at_end"], "blocked", "{r}");
+        let call = &r["state_at_end_blocked_in"];
+        assert_eq!(call["name"], "read", "{r}");
+        assert!(
+            call["what"].as_str().unwrap_or("").starts_with("pipe:["),
+            "{r}"
+        );
+        // Blocked since the sampler's first look at it, long before the end.
+        let since = u(&r["state_at_end_since_ns"]);
+        assert!(since + 500_000_000 < u(&log["run"]["duration_ns"]), "{r}");
+        assert!(r["state_at_end_object_id"].is_null(), "{r}");
+        assert_eq!(u(&r["pid"]), u64::from(run.pid), "{r}");
+    }
+    // The text: `slices` and `at end` columns, as the JSON has them.
+    assert!(
+        a.text
+            .contains(&format!("THREAD STATES (process {}, ", run.pid)),
+        "{}",
+        a.text
+    );
+    for t in readers.iter().copied().chain([main]) {
+        let tid = u(&t["tid"]);
+        let cols = state_row(&a.text, tid);
+        assert_eq!(cols[5], u(&t["timeslices"]).to_string(), "{cols:?}");
+        let at_end = t["state_at_end"].as_str().unwrap();
+        assert!(cols.iter().any(|c| c == at_end), "{at_end}: {cols:?}");
+    }
+    // Readable in 100 columns: each row's figures and tid fit, the thread's name and what it
+    // waited on follow.
+    let section = states_section(&a.text);
+    for t in readers.iter().copied().chain([main]) {
+        let tid = u(&t["tid"]).to_string();
+        let line = section
+            .lines()
+            .find(|l| l.contains(&format!("  {tid}")))
+            .unwrap();
+        let upto_tid = line.find(&format!("  {tid}")).unwrap() + 2 + tid.len();
+        assert!(line[..upto_tid].chars().count() <= 100, "{line}");
+    }
+}
+
+/// While the program runs: main computing is `running`, the readers `blocked`; in a deadlock,
+/// each thread is in a `tracked_wait` on the mutex the cycle names.
+#[test]
+fn a_running_program_shows_running_blocked_and_tracked_threads() {
+    let running = Launch::fixture("idle_crowd").arg("4").arg("5").spawn();
+    // Names come later in the log: main is the thread whose tid is the pid.
+    let pid = u64::from(running.pid());
+    running.poll_log("main running and 4 readers blocked", |log| {
+        let threads = log.0["thread_states"]["threads"].as_array();
+        threads.is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t["tid"] == pid && t["state_at_end"] == "running")
+                && ts
+                    .iter()
+                    .filter(|t| t["tid"] != pid && t["state_at_end"] == "blocked")
+                    .count()
+                    == 4
+        })
+    });
+    // The log as the kill left it: its last samples saw the same (text and JSON alike).
+    let a = running.kill().analyze();
+    let cols = state_row(&a.text, pid);
+    assert_eq!(cols[8], "running", "{cols:?}");
+
+    let running = Launch::fixture("abba").spawn();
+    running.wait_for_stdout("abba: armed");
+    running.poll_log("both abba threads in a tracked wait", |log| {
+        !log.deadlocks().is_empty()
+            && log.0["thread_states"]["threads"]
+                .as_array()
+                .is_some_and(|ts| {
+                    ts.iter()
+                        .filter(|t| {
+                            t["name"].as_str().unwrap_or("").starts_with("abba-")
+                                && t["state_at_end"] == "tracked_wait"
+                        })
+                        .count()
+                        == 2
+                })
+    });
+    let a = running.kill().analyze();
+    let log = a.log(0);
+    let cycle = log.deadlocks()[0]["cycle"].as_array().unwrap().clone();
+    for step in &cycle {
+        let t = log.0["thread_states"]["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"] == step["tid"])
+            .unwrap_or_else(|| panic!("no states of {step}"));
+        assert_eq!(t["state_at_end"], "tracked_wait", "{t}");
+        assert_eq!(t["state_at_end_object_id"], step["object_id"], "{t}");
+        let cols = state_row(&a.text, u(&t["tid"]));
+        assert_eq!(cols[8], "tracked", "{cols:?}");
+    }
+}

@@ -768,6 +768,7 @@ struct LostToJson {
 
 #[derive(Serialize)]
 struct ThreadStatesJson {
+    pid: Option<u32>,
     tid: u32,
     name: Option<String>,
     life_ns: u64,
@@ -780,6 +781,18 @@ struct ThreadStatesJson {
     tracked_wait_ns: u64,
     other_wait_ns: u64,
     blocked_in: Vec<BlockedInJson>,
+    state_at_end: Option<&'static str>,
+    state_at_end_since_ns: Option<u64>,
+    state_at_end_object_id: Option<u64>,
+    state_at_end_blocked_in: Option<EndBlockedJson>,
+}
+
+/// THREAD_STATE's `state_at_end_blocked_in`.
+#[derive(Serialize)]
+struct EndBlockedJson {
+    syscall: i32,
+    name: Option<&'static str>,
+    what: String,
 }
 
 #[derive(Serialize)]
@@ -816,6 +829,7 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
         threads: crate::states::rows(m)
             .into_iter()
             .map(|r| ThreadStatesJson {
+                pid: m.run.as_ref().map(|run| run.pid),
                 tid: r.tid,
                 name: r.name.map(str::to_string),
                 life_ns: r.life_ns,
@@ -839,6 +853,22 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                         ns: b.ns,
                     })
                     .collect(),
+                state_at_end: r.s.end_state.as_ref().map(|e| e.name()),
+                state_at_end_since_ns: r.s.end_state.as_ref().map(|e| m.rel(e.since())),
+                state_at_end_object_id: match &r.s.end_state {
+                    Some(crate::states::EndState::Tracked { object_id, .. }) => Some(*object_id),
+                    _ => None,
+                },
+                state_at_end_blocked_in: match &r.s.end_state {
+                    Some(crate::states::EndState::Blocked { syscall, what, .. }) => {
+                        Some(EndBlockedJson {
+                            syscall: *syscall,
+                            name: crate::states::syscall_name(*syscall),
+                            what: what.clone(),
+                        })
+                    }
+                    _ => None,
+                },
             })
             .collect(),
         resources: crate::states::resource_rows(st)

@@ -699,27 +699,39 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
     }
     let rows = crate::states::rows(m);
     let interval = fmt_ns(st.interval_ns);
+    let process = m
+        .run
+        .as_ref()
+        .map_or(String::new(), |r| format!("process {}, ", r.pid));
     let _ = writeln!(
         out,
-        "\nTHREAD STATES ({} threads, sampled every {interval} by the shim's thread; running and \
-         runnable are the kernel's exact figures, the waits are sampled: each to within {interval} \
-         at either end; switches: voluntary/involuntary context switches; longest slice: \
-         estimated, the largest mean timeslice of an interval; those that spent most time not \
-         running first)",
+        "\nTHREAD STATES ({process}{} threads, sampled every {interval} by the shim's thread; \
+         running and runnable (ready, no CPU) are the kernel's exact figures, the waits are \
+         sampled: each to within {interval} at either end; slices: timeslices run; switches: \
+         voluntary/involuntary context switches; longest slice: estimated, the largest mean \
+         timeslice of an interval; at end: ended, or the state at the sampler's last look, \
+         running (on a CPU or ready for one), tracked (in a tracked wait), blocked (elsewhere) \
+         or stopped; those that spent most time not running first)",
         rows.len()
     );
     let _ = writeln!(
         out,
-        "  {:>10} {:>16} {:>16} {:>16} {:>16} {:>15} {:>13}  thread: blocked most in",
-        "life", "running", "runnable", "tracked waits", "other waits", "switches", "longest slice"
+        "  {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11} {:>9} {:<7}  thread: blocked most in",
+        "life",
+        "running",
+        "runnable",
+        "tracked",
+        "other",
+        "slices",
+        "switches",
+        "longest",
+        "at end"
     );
-    let cell = |ns: u64, life: u64| -> String {
+    let cell = |ns: u64| -> String {
         if ns == 0 {
             "-".into()
-        } else if life == 0 {
-            fmt_ns(ns)
         } else {
-            format!("{} {:>4}", fmt_ns(ns), percent(ns as f64 / life as f64))
+            fmt_ns(ns)
         }
     };
     let shown = ctx.opts.top.max(1);
@@ -738,16 +750,22 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
         } else {
             "-".into()
         };
+        let at_end = r.s.end_state.as_ref().map_or("-", |e| match e {
+            crate::states::EndState::Tracked { .. } => "tracked",
+            e => e.name(),
+        });
         let _ = writeln!(
             out,
-            "  {:>10} {:>16} {:>16} {:>16} {:>16} {:>15} {:>13}  {}{name}{most}",
+            "  {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>11} {:>9} {:<7}  {}{name}{most}",
             fmt_ns(r.life_ns),
-            cell(r.s.on_cpu_ns, r.life_ns),
-            cell(r.s.run_delay_ns, r.life_ns),
-            cell(r.s.tracked_ns, r.life_ns),
-            cell(r.s.other_ns(), r.life_ns),
+            cell(r.s.on_cpu_ns),
+            cell(r.s.run_delay_ns),
+            cell(r.s.tracked_ns),
+            cell(r.s.other_ns()),
+            r.s.timeslices,
             switches,
             longest,
+            at_end,
             r.tid,
         );
     }
