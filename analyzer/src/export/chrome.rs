@@ -120,8 +120,14 @@ pub(super) fn state_args(s: &slices::Slice, chains: &BlockedChains) -> Vec<(&'st
     if s.estimated {
         args.push(("split", Arg::Str(ESTIMATE.into())));
     }
+    if s.exact {
+        args.push(("times", Arg::Str(EXACT.into())));
+    }
     args
 }
+
+/// What an exact tracked-wait slice says of itself.
+pub(super) const EXACT: &str = "exact: the begin and end of the wait from the per-wait events";
 
 /// The site and the one-line text of each chain of a blocked thread in the log (at most 8 per
 /// resource, 1000 resources: [`crate::states`]), worked out before the slices are walked.
@@ -150,6 +156,12 @@ pub(super) fn blocked_chains(src: &mut Source<'_>) -> BlockedChains {
 /// What an estimated slice says of itself.
 pub(super) const ESTIMATE: &str = "proportional: the interval between two samples is split by \
 the kernel's running and runnable times in it; where in the interval each part lay is an estimate";
+
+/// Where the exact waits go for the states tracks, when the log has both per-wait events and
+/// thread states.
+pub(super) fn exact_store(model: &crate::model::Model) -> Option<super::exact::Store> {
+    (model.events.any() && slices::any(model)).then(super::exact::Store::new)
+}
 
 /// The chrome tid of a thread's states track (beside its own: slices of the two overlap).
 pub(super) fn states_tid(tid: u32) -> u64 {
@@ -229,8 +241,12 @@ impl<W: Write> Exporter for Chrome<W> {
                                "ts": self.ts(model.start_ns()), "args": {"waiting": 0}}))?;
         }
         let mut flows = 0u64;
+        let mut exact = exact_store(model);
         let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
             counted.add(&w)?;
+            if let Some(x) = &mut exact {
+                x.add(model, tid, &w);
+            }
             let args = to_map(wait_args(src, &w));
             self.event(&json!({"ph": "X", "name": wait_name(model, w.object_id),
                                "cat": "wait", "pid": pid, "tid": tid,
@@ -256,7 +272,8 @@ impl<W: Write> Exporter for Chrome<W> {
         // The sampler's states, on a track of their own beside each thread's.
         let mut named = std::collections::HashSet::new();
         let chains = blocked_chains(src);
-        slices::for_each(src, |ev| match ev {
+        let exact = exact.and_then(|x| x.finish());
+        slices::for_each_exact(src, exact, |ev| match ev {
             slices::Event::Slice(s) => {
                 let stid = states_tid(s.tid);
                 if named.insert(s.tid) {

@@ -259,30 +259,17 @@ impl<W: Write> Exporter for Html<W> {
             .collect();
         let sampled = slices::any(model);
         let chains = super::chrome::blocked_chains(src);
-        // The sampler's states.
-        let _ = slices::for_each(src, |ev| -> Result<(), ()> {
-            if let slices::Event::Slice(s) = ev {
-                let Some(&i) = index.get(&s.tid) else {
-                    return Ok(());
-                };
-                let colour = s.state.colour() as usize;
-                let detail = state_detail(&s.state, &chains).map(|d| strings.id(&d));
-                let row = &mut rows[i];
-                axis.spread(s.start, s.end, |b, ns| {
-                    row.buckets[b].ns[colour] += ns;
-                    if let Some(d) = detail {
-                        keep_most(&mut row.buckets[b].detail, d, ns);
-                    }
-                });
-            }
-            Ok(())
-        });
-        // The waits the contention records give: the object on hover; the colour too when the
-        // run was not sampled. The longest records are kept for the records row.
+        // The waits (exact with per-wait events, else from the contention records): the object
+        // on hover; the colour too when the run was not sampled (else the states below have
+        // them). The longest records are kept for the records row.
         let mut objects: HashMap<(u64, u32), u32> = HashMap::new();
         let mut longest: BinaryHeap<std::cmp::Reverse<(u64, u64)>> = BinaryHeap::new();
         let first = src.ctx.summary;
+        let mut exact = super::chrome::exact_store(model);
         let note = timeline::for_each_wait(model, first, |tid, w| -> Result<(), ()> {
+            if let Some(x) = &mut exact {
+                x.add(model, tid, &w);
+            }
             let Some(&i) = index.get(&tid) else {
                 return Ok(());
             };
@@ -315,6 +302,25 @@ impl<W: Write> Exporter for Html<W> {
             Ok(())
         });
         src.note(note.ok().flatten());
+        // The sampler's states, their tracked waits the exact ones where the log has them.
+        let exact = exact.and_then(|x| x.finish());
+        let _ = slices::for_each_exact(src, exact, |ev| -> Result<(), ()> {
+            if let slices::Event::Slice(s) = ev {
+                let Some(&i) = index.get(&s.tid) else {
+                    return Ok(());
+                };
+                let colour = s.state.colour() as usize;
+                let detail = state_detail(&s.state, &chains).map(|d| strings.id(&d));
+                let row = &mut rows[i];
+                axis.spread(s.start, s.end, |b, ns| {
+                    row.buckets[b].ns[colour] += ns;
+                    if let Some(d) = detail {
+                        keep_most(&mut row.buckets[b].detail, d, ns);
+                    }
+                });
+            }
+            Ok(())
+        });
         for r in model.records.values() {
             let (Some(start), Some(c)) = (r.opened_ns(), r.close.as_ref()) else {
                 continue;

@@ -20,6 +20,7 @@
 //! only the high-contention episodes the shim recorded).
 
 pub mod chrome;
+pub mod exact;
 pub mod folded;
 pub mod html;
 pub mod perfetto;

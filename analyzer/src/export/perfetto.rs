@@ -20,7 +20,7 @@ use std::io::{self, Write};
 
 use prost::Message;
 
-use super::chrome::{blocked_chains, state_args, wait_args, Arg};
+use super::chrome::{blocked_chains, exact_store, state_args, wait_args, Arg};
 use super::slices;
 use super::timeline::{self, wait_name};
 use super::waiters::{self, Waiters};
@@ -429,8 +429,12 @@ impl<W: Write> Exporter for Perfetto<W> {
         let known: std::collections::HashSet<u32> = tracks.iter().map(|t| t.tid).collect();
         let mut flows = 0u64;
         let first = src.ctx.summary;
+        let mut exact = exact_store(model);
         let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
             counted.add(&w)?;
+            if let Some(x) = &mut exact {
+                x.add(model, tid, &w);
+            }
             let uuid = thread_uuid(pid, tid);
             let args = wait_args(src, &w);
             let name = wait_name(model, w.object_id);
@@ -477,7 +481,8 @@ impl<W: Write> Exporter for Perfetto<W> {
         let mut described = std::collections::HashSet::new();
         let mut idle_described = false;
         let chains = blocked_chains(src);
-        slices::for_each(src, |ev| match ev {
+        let exact = exact.and_then(|x| x.finish());
+        slices::for_each_exact(src, exact, |ev| match ev {
             slices::Event::Slice(s) => {
                 let uuid = states_uuid(pid, s.tid);
                 if described.insert(s.tid) {

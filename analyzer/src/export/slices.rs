@@ -127,6 +127,8 @@ pub struct Slice {
     /// Part of an interval split in proportion to the kernel's figures (an estimate of where in
     /// the interval it lay), rather than a state seen at both ends.
     pub estimated: bool,
+    /// A tracked wait from the per-wait events: its begin and end are exact ([`super::exact`]).
+    pub exact: bool,
 }
 
 /// What the sampler's records give, in the order they are found.
@@ -203,6 +205,25 @@ pub fn for_each<E>(src: &Source<'_>, f: impl FnMut(Event) -> Result<(), E>) -> R
     })?;
     src.note(note);
     Ok(())
+}
+
+/// [`for_each`], with each thread's tracked waits taken from `waits` (the exact waits of the
+/// per-wait events, kept by [`super::exact::Store`]) where they are complete, and the sampled
+/// states filling the rest ([`super::exact::Merge`]); as sampled without them.
+pub fn for_each_exact<E>(
+    src: &Source<'_>,
+    waits: Option<super::exact::Waits>,
+    mut f: impl FnMut(Event) -> Result<(), E>,
+) -> Result<(), E> {
+    let Some(waits) = waits else {
+        return for_each(src, f);
+    };
+    let mut merge = super::exact::Merge::new(waits, super::exact::complete_from(src.ctx.model));
+    for_each(src, |ev| match ev {
+        Event::Slice(s) => merge.slice(s, &mut |p| f(Event::Slice(p))),
+        other => f(other),
+    })?;
+    merge.finish(&mut |p| f(Event::Slice(p)))
 }
 
 /// The slices of the log `bytes` (the log of `model`), each handed to `f`; what the read found,
@@ -299,6 +320,7 @@ fn fold<E>(
                                 end,
                                 state: st,
                                 estimated: est,
+                                exact: false,
                             },
                             &mut threads,
                             &mut f,
@@ -382,6 +404,7 @@ fn last_slices<E>(
                     end,
                     state,
                     estimated: false,
+                    exact: false,
                 },
                 threads,
                 f,
