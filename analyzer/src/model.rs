@@ -907,6 +907,17 @@ impl Model {
         self.threads.finish();
         let end = self.run_end.as_ref().map_or(self.last_ns, |e| e.ns);
         self.states.finish(end);
+        let objects = self.objects.values().filter_map(|o| {
+            let c = o.create.as_ref()?;
+            // A futex word the shim follows is 4 bytes; a thread's object (at its pthread_t)
+            // has no size that says which words are its own.
+            let size = match o.kind()? {
+                ObjectKind::Futex => 4,
+                _ => o.object_bytes()?,
+            };
+            Some((o.object_id, c.addr, size, c.ns, o.destroy_ns))
+        });
+        self.states.name_futex_words(objects);
     }
 
     /// Monotonic time the run started; 0 when the start record is missing.
@@ -1593,5 +1604,107 @@ mod coverage_tests {
         batches(&mut e, 1, 0, 2, 0);
         let c = e.coverage(1_000_000).expect("a flight recorder");
         assert_eq!((c.covers_ns, c.shortest, c.rings_full), (None, None, 0));
+    }
+}
+
+#[cfg(test)]
+mod futex_word_tests {
+    use super::*;
+    use waitshim_format::{thread_state, ObjectDestroy, ThreadSamples, ThreadState};
+
+    fn create(m: &mut Model, object_id: u64, addr: u64, kind: ObjectKind, ns: u64) {
+        m.add(Record::ObjectCreate(ObjectCreate {
+            object_id,
+            addr,
+            kind: kind as u8,
+            subtype: 0,
+            origin: waitshim_format::origin::INIT,
+            ns,
+            tid: 1,
+            chain_id: 0,
+        }));
+    }
+
+    /// Thread `tid` seen at `ns` blocked in `futex` on `word`, outside the shim's calls.
+    fn futex_wait(m: &mut Model, ns: u64, tid: u32, word: u64) {
+        m.add(Record::ThreadSamples(ThreadSamples {
+            ns,
+            interval_ns: 10,
+            unsampled: 0,
+            threads: vec![ThreadState {
+                tid,
+                state: thread_state::BLOCKED,
+                waiting_kind: 0,
+                on_cpu_ns: 0,
+                run_delay_ns: 0,
+                timeslices: 0,
+                syscall: crate::states::SYS_FUTEX,
+                arg0: word,
+                what: format!("untracked futex word {word:#x}"),
+                object_id: 0,
+            }],
+        }));
+    }
+
+    #[test]
+    fn an_untracked_futex_word_inside_an_object_is_that_object() {
+        let mut m = Model::new();
+        // A mutex (40 bytes) at 0x1000, destroyed at 50; another at the same address from 60;
+        // a condition variable (48 bytes) at 0x2000; a futex word the shim follows at 0x3000.
+        create(&mut m, 1, 0x1000, ObjectKind::Mutex, 10);
+        m.add(Record::ObjectDestroy(ObjectDestroy {
+            object_id: 1,
+            ns: 50,
+            tid: 1,
+        }));
+        create(&mut m, 2, 0x1000, ObjectKind::Mutex, 60);
+        create(&mut m, 3, 0x2000, ObjectKind::Cond, 10);
+        create(&mut m, 4, 0x3000, ObjectKind::Futex, 10);
+        // Seen at 20 on mutex 1's word; at 100 on the lock word of the mutex now at 0x1000
+        // (2), on the condition variable's word at +4, on the followed word, just past the
+        // condition variable, and on a word of no object.
+        futex_wait(&mut m, 20, 7, 0x1000);
+        futex_wait(&mut m, 100, 8, 0x1010);
+        futex_wait(&mut m, 100, 9, 0x2004);
+        futex_wait(&mut m, 100, 10, 0x3000);
+        futex_wait(&mut m, 100, 11, 0x2030);
+        futex_wait(&mut m, 100, 12, 0x9000);
+        m.finish();
+        let st = &m.states;
+        let on = |word: u64| st.futex_object(202, &format!("untracked futex word {word:#x}"));
+        assert_eq!(on(0x1000), Some((1, 0)));
+        assert_eq!(on(0x1010), Some((2, 0x10)));
+        assert_eq!(on(0x2004), Some((3, 4)));
+        assert_eq!(on(0x3000), Some((4, 0)));
+        assert_eq!(on(0x2030), None, "past the condition variable's 48 bytes");
+        assert_eq!(on(0x9000), None);
+        // Not a futex call, or not a word the sampler named.
+        assert_eq!(st.futex_object(0, "untracked futex word 0x1000"), None);
+        assert_eq!(st.futex_object(202, "pipe:[3]"), None);
+    }
+
+    #[test]
+    fn an_address_reused_after_the_wait_began_is_not_the_object_waited_on() {
+        let mut m = Model::new();
+        // The wait is seen at 20; the only object at its address is created at 30, first
+        // seen in a lock call after the wait began: still that memory's object (a static
+        // mutex the program's code waited on directly before the shim saw it).
+        futex_wait(&mut m, 20, 7, 0x1000);
+        create(&mut m, 5, 0x1000, ObjectKind::Mutex, 30);
+        // Another wait, seen at 200, on a mutex destroyed at 100: not it.
+        create(&mut m, 6, 0x5000, ObjectKind::Mutex, 10);
+        m.add(Record::ObjectDestroy(ObjectDestroy {
+            object_id: 6,
+            ns: 100,
+            tid: 1,
+        }));
+        futex_wait(&mut m, 200, 8, 0x5000);
+        m.finish();
+        let on = |word: u64| {
+            m.states
+                .futex_object(202, &format!("untracked futex word {word:#x}"))
+        };
+        assert_eq!(on(0x1000), Some((5, 0)));
+        assert_eq!(on(0x5000), None);
     }
 }

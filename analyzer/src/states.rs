@@ -66,6 +66,9 @@ pub struct ThreadStates {
     /// Its state when the log ends ([`States::finish`]): ended, or as the sampler's last look
     /// that listed it saw it.
     pub end_state: Option<EndState>,
+    /// The state it was in when it ended, until the next sample has counted the interval it
+    /// ended in for lost parallelism.
+    before_exit: Option<(u8, i32, String, u64, u64, u8)>,
 }
 
 /// A thread's state at the end of the log: what the sampler's last look that listed it saw
@@ -158,7 +161,7 @@ impl ThreadStates {
         match state {
             thread_state::TRACKED_WAIT => self.tracked_ns = self.tracked_ns.saturating_add(ns),
             thread_state::BLOCKED => {
-                resources.add(syscall, &what, ns);
+                resources.add(syscall, &what, since, ns);
                 if let Some(b) = self
                     .blocked
                     .iter_mut()
@@ -204,6 +207,8 @@ pub struct ResourceWaits {
     pub chains: Vec<(u32, u64)>,
     /// Waits whose chain was past the [`MAX_CHAINS_PER_RESOURCE`] kept.
     pub other_chains: u64,
+    /// When the first wait on it began (the look that saw it).
+    pub first_ns: Option<u64>,
 }
 
 impl Resources {
@@ -230,7 +235,7 @@ impl Resources {
         }
     }
 
-    fn add(&mut self, syscall: i32, what: &str, ns: u64) {
+    fn add(&mut self, syscall: i32, what: &str, since: u64, ns: u64) {
         let key = if self.by.len() < MAX_RESOURCES || self.by.contains_key(&(syscall, what.into()))
         {
             (syscall, what.to_string())
@@ -238,6 +243,7 @@ impl Resources {
             (-2, String::new())
         };
         let r = self.by.entry(key).or_default();
+        r.first_ns = Some(r.first_ns.map_or(since, |f| f.min(since)));
         r.ns = r.ns.saturating_add(ns);
         r.max_ns = r.max_ns.max(ns);
         r.waits += 1;
@@ -357,6 +363,11 @@ pub struct States {
     /// CPU time of threads that ended since the last sample, run after the sampler's last look
     /// at them: used in the next interval.
     pending_used_ns: u64,
+    /// Untracked futex words that lie inside an object of the log ([`States::name_futex_words`]):
+    /// word → (object id, the word's offset in it).
+    pub futex_objects: BTreeMap<u64, (u64, u64)>,
+    /// Whether a thread that ended keeps its last state for the interval it ended in.
+    exits_pending: bool,
 }
 
 impl States {
@@ -380,6 +391,18 @@ impl States {
             }
         }
         self.account_lost(&s, ncpus);
+        if self.exits_pending {
+            self.exits_pending = false;
+            for t in self.threads.values_mut() {
+                if t.before_exit.is_some() {
+                    if t.exited.is_some_and(|x| x <= s.ns) {
+                        t.before_exit = None;
+                    } else {
+                        self.exits_pending = true;
+                    }
+                }
+            }
+        }
         self.interval_ns = self.interval_ns.max(s.interval_ns);
         self.unsampled = self.unsampled.max(s.unsampled);
         for e in s.threads {
@@ -461,14 +484,11 @@ impl States {
             let until = t.exited.map_or(s.ns, |x| x.min(s.ns));
             let span = until.saturating_sub(last);
             let asleep = span.saturating_sub(cpu).saturating_sub(delay);
-            let before = t
-                .current
-                .as_ref()
+            // A thread that ended in the interval: the state it ended in.
+            let current = t.current.as_ref().or(t.before_exit.as_ref());
+            let before = current
                 .and_then(|(st, sys, what, _, obj, kind)| waited(*st, *sys, what, *obj, *kind));
-            let was_running = t
-                .current
-                .as_ref()
-                .is_some_and(|c| c.0 == thread_state::RUNNING);
+            let was_running = current.is_some_and(|c| c.0 == thread_state::RUNNING);
             let after = e.and_then(|e| {
                 let what = t
                     .current
@@ -596,6 +616,8 @@ impl States {
             return;
         }
         let t = self.threads.entry(tid).or_default();
+        t.before_exit = t.current.clone();
+        self.exits_pending |= t.before_exit.is_some();
         t.close(ns, &mut self.resources);
         t.exited = Some(ns);
         t.end_state = Some(EndState::Ended { at: ns });
@@ -672,6 +694,112 @@ pub fn syscall_name(nr: i32) -> Option<&'static str> {
         -1 => Some("(asleep outside a system call)"),
         -2 => Some("(other calls)"),
         _ => waitshim_format::syscalls::name(nr),
+    }
+}
+
+/// x86-64's `futex` system call (the numbers the sampler writes).
+pub const SYS_FUTEX: i32 = 202;
+/// Distinct untracked futex words matched against the log's objects at most.
+pub const MAX_FUTEX_WORDS: usize = 100_000;
+
+/// The address of the futex word a thread blocked on outside the shim's calls, when the sampler
+/// named it so (`untracked futex word 0x...`).
+pub fn futex_word(syscall: i32, what: &str) -> Option<u64> {
+    if syscall != SYS_FUTEX {
+        return None;
+    }
+    let hex = what.strip_prefix("untracked futex word 0x")?;
+    let end = hex
+        .find(|c: char| !c.is_ascii_hexdigit())
+        .unwrap_or(hex.len());
+    u64::from_str_radix(hex.get(..end)?, 16).ok()
+}
+
+/// An object of the log a futex word may lie in: `(object id, address, size, created, destroyed)`.
+pub type FutexCandidate = (u64, u64, u64, u64, Option<u64>);
+
+impl States {
+    /// The untracked futex words threads blocked on, each with when the first wait on it was
+    /// seen (None: not known, a word past the resources kept).
+    fn futex_words(&self) -> BTreeMap<u64, Option<u64>> {
+        let mut words: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        let mut note = |syscall: i32, what: &str, when: Option<u64>| {
+            let Some(w) = futex_word(syscall, what) else {
+                return;
+            };
+            if words.len() >= MAX_FUTEX_WORDS && !words.contains_key(&w) {
+                return;
+            }
+            let e = words.entry(w).or_insert(when);
+            *e = match (*e, when) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        };
+        for ((syscall, what), r) in &self.resources.by {
+            note(*syscall, what, r.first_ns);
+        }
+        for k in self.lost.by.keys() {
+            if let Waited::Blocked(syscall, what) = k {
+                note(*syscall, what, None);
+            }
+        }
+        for t in self.threads.values() {
+            for b in &t.blocked {
+                note(b.syscall, &b.what, None);
+            }
+            if let Some(EndState::Blocked {
+                syscall,
+                what,
+                since,
+            }) = &t.end_state
+            {
+                note(*syscall, what, Some(*since));
+            }
+        }
+        words
+    }
+
+    /// Names the untracked futex words that lie inside an object of the log
+    /// ([`States::futex_objects`]): a thread that waited on a mutex's word with a raw `futex`
+    /// call, outside the pthread functions the shim sees, waited on that mutex. Of the objects
+    /// whose bytes hold the word and that were not destroyed before its first wait was seen, the
+    /// one created last before it (an address reused by a later object is not the same object),
+    /// else the one created first after it (first seen in a lock call after the wait began).
+    pub fn name_futex_words(&mut self, objects: impl Iterator<Item = FutexCandidate>) {
+        let words = self.futex_words();
+        if words.is_empty() {
+            return;
+        }
+        // word → (better is greater, object id, offset)
+        let mut best: BTreeMap<u64, ((bool, u64), u64, u64)> = BTreeMap::new();
+        for (id, addr, size, created, destroyed) in objects {
+            if size == 0 {
+                continue;
+            }
+            for (&word, &when) in words.range(addr..addr.saturating_add(size)) {
+                if let (Some(d), Some(w)) = (destroyed, when) {
+                    if d < w {
+                        continue;
+                    }
+                }
+                let before = when.is_none_or(|w| created <= w);
+                let rank = (before, if before { created } else { u64::MAX - created });
+                let e = best.entry(word).or_insert((rank, id, word - addr));
+                if rank > e.0 || (rank == e.0 && id < e.1) {
+                    *e = (rank, id, word - addr);
+                }
+            }
+        }
+        self.futex_objects = best
+            .into_iter()
+            .map(|(w, (_, id, off))| (w, (id, off)))
+            .collect();
+    }
+
+    /// The object whose word a wait outside the shim's calls was on: (object id, offset).
+    pub fn futex_object(&self, syscall: i32, what: &str) -> Option<(u64, u64)> {
+        self.futex_objects.get(&futex_word(syscall, what)?).copied()
     }
 }
 
@@ -872,6 +1000,42 @@ mod tests {
                 (&Waited::Cpu, 60),
             ]
         );
+    }
+
+    #[test]
+    fn a_thread_that_ended_between_two_looks_lost_its_interval_to_what_it_waited_on() {
+        let mut s = States::default();
+        let mut futexer = entry(
+            2,
+            thread_state::BLOCKED,
+            202,
+            0,
+            "untracked futex word 0x10",
+        );
+        futexer.run_delay_ns = 0;
+        let mut main = entry(1, thread_state::BLOCKED, 257, 0, "");
+        main.run_delay_ns = 0;
+        // Two CPUs, both threads asleep from 0; the futexer ends at 100, main at 110, and the
+        // last look, at 120, is written after both exits and lists main running.
+        add(&mut s, sample(0, vec![main, futexer]));
+        s.thread_exit(2, 100);
+        s.thread_exit(1, 110);
+        add(&mut s, sample(120, vec![run(1, 0, 0)]));
+        assert_eq!(s.lost.capacity_ns, 240);
+        assert_eq!(
+            s.lost.ranked(),
+            vec![
+                (&Waited::Blocked(257, String::new()), 110),
+                (
+                    &Waited::Blocked(202, "untracked futex word 0x10".into()),
+                    100
+                ),
+            ]
+        );
+        // Counted once: a later interval adds nothing for them.
+        add(&mut s, sample(220, vec![]));
+        assert_eq!(s.lost.lost_ns, 210);
+        assert!(s.threads.values().all(|t| t.before_exit.is_none()));
     }
 
     #[test]

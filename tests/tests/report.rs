@@ -350,3 +350,94 @@ fn a_running_program_shows_running_blocked_and_tracked_threads() {
         assert_eq!(cols[8], "tracked", "{cols:?}");
     }
 }
+
+/// A thread sleeping in a raw `futex` call on a pthread mutex's lock word, outside any pthread
+/// call: the sampler sees an untracked futex word, and the report names the mutex it lies in,
+/// in the resources, the thread's row, lost parallelism and the JSON.
+#[test]
+fn an_untracked_futex_wait_on_a_mutexs_word_names_the_mutex() {
+    let running = Launch::fixture("futex_on_mutex").spawn();
+    running.wait_for_stdout("futex_on_mutex: armed");
+    let line = waitshim_tests::line_of("futex_on_mutex.c", "creation-site");
+    // The log shows the wait on the mutex (the sampler's look, the object's creation).
+    running.poll_log("the futexer's wait named by the mutex", |log| {
+        let objects = log.objects_created_at("futex_on_mutex.c", line);
+        let on_it = |list: &Value| {
+            list.as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|r| r["futex_object_id"] == objects[0]["object_id"])
+            })
+        };
+        let states = &log.0["thread_states"];
+        objects.len() == 1 && on_it(&states["resources"])
+    });
+    std::fs::write(running.dir().join("go"), b"x").expect("write the FIFO");
+    let run = running.wait();
+    run.assert_success();
+    assert_eq!(
+        run.stdout_text(),
+        "futex_on_mutex: armed\nfutex_on_mutex: done\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let mutex = log.object_created_at("futex_on_mutex.c", line);
+    let id = &mutex["object_id"];
+    let addr = mutex["addr"].as_str().expect("addr").to_string();
+    let states = &log.0["thread_states"];
+    let resource = states["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["futex_object_id"] == *id)
+        .unwrap_or_else(|| panic!("no resource on the mutex: {states}"));
+    assert_eq!(resource["name"], "futex", "{resource}");
+    assert_eq!(
+        resource["what"],
+        format!("untracked futex word {addr}"),
+        "{resource}"
+    );
+    assert_eq!(resource["threads"], 1, "{resource}");
+    let futexer = state_named(log.0, "futexer");
+    assert_eq!(
+        futexer["blocked_in"][0]["futex_object_id"], *id,
+        "{futexer}"
+    );
+    assert_eq!(futexer["tracked_wait_ns"], 0, "{futexer}");
+    // The shim saw no wait on the mutex itself.
+    assert!(log.records_on(mutex).is_empty(), "{mutex}");
+    // Lost parallelism names it too (main blocked on the FIFO meanwhile, the futexer on the
+    // word: the CPUs they left went unused; both asleep, the sampler writes no look until
+    // main wakes, and the interval they ended in counts what they were seen waiting on), in
+    // the summary's line as well.
+    let by = states["lost_parallelism"]["by"].as_array().unwrap();
+    let lost = by
+        .iter()
+        .find(|b| b["futex_object_id"] == *id)
+        .unwrap_or_else(|| panic!("no lost parallelism on the mutex: {states}\n{}", a.text));
+    assert_eq!(lost["syscall"], 202, "{lost}");
+    assert!(lost["object_id"].is_null(), "{lost}");
+    // The text: the resource and the thread's row.
+    let named = format!(
+        "futex on mutex#{id} m @{addr} created at futex_on_mutex.c:{line} (main), outside the \
+         shim's calls"
+    );
+    assert!(
+        one_line(&a.text).contains(&format!("% on {named}")),
+        "{named}\n{}",
+        a.text
+    );
+    let section = states_section(&a.text);
+    assert!(
+        section.contains(&format!("  {named}\n")),
+        "{named}\n{section}"
+    );
+    assert!(
+        section.contains(&format!("\"futexer\": {named} ")),
+        "{named}\n{section}"
+    );
+    assert!(
+        !a.text.contains(&format!("untracked futex word {addr}")),
+        "{}",
+        a.text
+    );
+}

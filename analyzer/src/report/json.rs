@@ -740,6 +740,8 @@ struct ResourceJson {
     /// Where the blocked threads were in their code, most waits first (see JSON.md).
     chains: Vec<ResourceChainJson>,
     other_chain_waits: u64,
+    /// The object of the log whose bytes hold the untracked futex word.
+    futex_object_id: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -763,6 +765,7 @@ struct LostToJson {
     object_id: Option<u64>,
     syscall: Option<i32>,
     what: Option<String>,
+    futex_object_id: Option<u64>,
     ns: u64,
 }
 
@@ -793,6 +796,7 @@ struct EndBlockedJson {
     syscall: i32,
     name: Option<&'static str>,
     what: String,
+    futex_object_id: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -800,6 +804,7 @@ struct BlockedInJson {
     syscall: i32,
     name: Option<&'static str>,
     what: String,
+    futex_object_id: Option<u64>,
     ns: u64,
 }
 
@@ -850,6 +855,7 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                         syscall: b.syscall,
                         name: crate::states::syscall_name(b.syscall),
                         what: b.what.clone(),
+                        futex_object_id: st.futex_object(b.syscall, &b.what).map(|o| o.0),
                         ns: b.ns,
                     })
                     .collect(),
@@ -865,6 +871,7 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                             syscall: *syscall,
                             name: crate::states::syscall_name(*syscall),
                             what: what.clone(),
+                            futex_object_id: st.futex_object(*syscall, what).map(|o| o.0),
                         })
                     }
                     _ => None,
@@ -888,6 +895,7 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                     .map(|&(chain, waits)| ResourceChainJson { chain, waits })
                     .collect(),
                 other_chain_waits: r.w.other_chains,
+                futex_object_id: st.futex_object(r.syscall, r.what).map(|o| o.0),
             })
             .collect(),
         lost_parallelism: LostJson {
@@ -905,11 +913,16 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                         Waited::Blocked(sys, w) => (None, Some(*sys), Some(w.clone())),
                         Waited::Cpu | Waited::Other => (None, None, None),
                     };
+                    let futex_object_id = match k {
+                        Waited::Blocked(sys, w) => st.futex_object(*sys, w).map(|o| o.0),
+                        _ => None,
+                    };
                     LostToJson {
                         runnable: *k == Waited::Cpu,
                         object_id,
                         syscall,
                         what,
+                        futex_object_id,
                         ns,
                     }
                 })

@@ -326,13 +326,7 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
     for (i, (what, n)) in ranked.iter().enumerate() {
         let label = match what {
             crate::states::Waited::Object(id) => ctx.object_label(*id),
-            crate::states::Waited::Blocked(sys, w) => {
-                crate::states::blocked_text(&crate::states::BlockedIn {
-                    syscall: *sys,
-                    what: w.clone(),
-                    ns: 0,
-                })
-            }
+            crate::states::Waited::Blocked(sys, w) => blocked_label(ctx, *sys, w),
             crate::states::Waited::Cpu => "ready threads waiting for a CPU".into(),
             crate::states::Waited::Other => "other waits".into(),
         };
@@ -624,6 +618,28 @@ fn percent(f: f64) -> String {
     }
 }
 
+/// What a thread blocked outside the shim's calls waited on: `read on pipe:[123]`; a futex word
+/// that lies inside an object of the log is that object (`futex on mutex#3 @0x... created at
+/// x.c:12, outside the shim's calls`), with the word's offset in it when not its first.
+fn blocked_label(ctx: &mut Ctx<'_>, syscall: i32, what: &str) -> String {
+    if let Some((id, offset)) = ctx.model.states.futex_object(syscall, what) {
+        let word = if offset == 0 {
+            String::new()
+        } else {
+            format!("word +{offset} of ")
+        };
+        return format!(
+            "futex on {word}{}, outside the shim's calls",
+            ctx.object_label(id).replace("  ", " ")
+        );
+    }
+    crate::states::blocked_text(&crate::states::BlockedIn {
+        syscall,
+        what: what.to_string(),
+        ns: 0,
+    })
+}
+
 /// The waits outside tracked objects by resource, over all threads, most waited first.
 fn resources(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
@@ -651,11 +667,7 @@ fn resources(ctx: &mut Ctx<'_>, out: &mut String) {
                 crate::states::MAX_RESOURCES
             )
         } else {
-            crate::states::blocked_text(&crate::states::BlockedIn {
-                syscall: r.syscall,
-                what: r.what.to_string(),
-                ns: r.w.ns,
-            })
+            blocked_label(ctx, r.syscall, r.what)
         };
         let _ = writeln!(
             out,
@@ -738,7 +750,11 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
     for r in rows.iter().take(shown) {
         let name = r.name.map_or(String::new(), |n| format!(" \"{n}\""));
         let most = r.s.blocked.first().map_or(String::new(), |b| {
-            format!(": {} {}", crate::states::blocked_text(b), fmt_ns(b.ns))
+            format!(
+                ": {} {}",
+                blocked_label(ctx, b.syscall, &b.what),
+                fmt_ns(b.ns)
+            )
         });
         let switches = if r.s.switches_known {
             format!("{}/{}", r.s.voluntary, r.s.involuntary)
