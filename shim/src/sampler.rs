@@ -299,6 +299,63 @@ pub fn parse_syscall(text: &[u8]) -> Option<(i32, u64)> {
     Some((nr, if nr < 0 { 0 } else { arg0 }))
 }
 
+/// `syscall` of a thread blocked in a system call: its second argument (0 if none).
+pub fn parse_second_arg(text: &[u8]) -> u64 {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.split_ascii_whitespace().nth(2))
+        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .unwrap_or(0)
+}
+
+/// The path a thread blocked in `open` or `openat` opens (the numbers are x86-64's: 2 and 257,
+/// the path their first and second argument), read from the process's own memory with
+/// `process_vm_readv`, which fails cleanly on an address that is not mapped; with " (a FIFO: it
+/// waits for the other end)" when it names one. None for other calls.
+fn opened_path(nr: i32, arg0: u64, arg1: u64) -> Option<String> {
+    let ptr = match nr {
+        2 if cfg!(target_arch = "x86_64") => arg0,
+        257 if cfg!(target_arch = "x86_64") => arg1,
+        _ => return None,
+    };
+    if ptr == 0 {
+        return None;
+    }
+    let mut buf = [0u8; 256];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Up to the end of the page the path starts in: a read across into an unmapped page fails
+    // whole.
+    let room = 4096 - (ptr as usize % 4096);
+    let remote = libc::iovec {
+        iov_base: ptr as *mut libc::c_void,
+        iov_len: buf.len().min(room),
+    };
+    // SAFETY: reads this process's memory through the kernel into a local buffer; an unmapped
+    // address gives an error, not a fault.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let n = usize::try_from(n).ok()?;
+    let bytes = &buf[..n];
+    let path = &bytes[..bytes.iter().position(|&b| b == 0)?];
+    let text = String::from_utf8_lossy(path).into_owned();
+    // A relative path under another directory than the current one: not looked up.
+    let here = nr == 2 || path.first() == Some(&b'/') || arg0 as i32 == libc::AT_FDCWD;
+    let c = std::ffi::CString::new(path).ok()?;
+    // SAFETY: stat into a zeroed local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path; `st` is ours.
+    let fifo = here
+        && unsafe { libc::stat(c.as_ptr(), &mut st) } == 0
+        && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
+    Some(if fifo {
+        format!("{text} (a FIFO: it waits for the other end)")
+    } else {
+        text
+    })
+}
+
 /// `syscall` of a thread blocked in a system call: its stack pointer and program counter (the
 /// last two of the nine fields), which a chain is scanned from.
 pub fn parse_stack_of(text: &[u8]) -> Option<(u64, u64)> {
@@ -316,14 +373,16 @@ pub fn takes_fd(nr: i32) -> bool {
     cfg!(target_arch = "x86_64") && waitshim_format::syscalls::takes_fd(nr)
 }
 
-/// What a thread blocked in system call `nr` with first argument `arg0` waits on (seed 004):
-/// the descriptor's file, pipe or socket (with its protocol and addresses: the shim is in the
+/// What a thread blocked in system call `nr` with first arguments `arg0` and `arg1` waits on
+/// (seed 004): the path it opens, the descriptor's file, pipe or socket (with its protocol and addresses: the shim is in the
 /// process, so the descriptor is its own to ask), the descriptors an epoll set watches, the
 /// child a `wait4` waits for, the word of a futex the shim does not track. Empty when nothing
 /// more than the call's name can be said. Called only when a thread enters the state.
-pub fn describe(nr: i32, arg0: u64) -> String {
+pub fn describe(nr: i32, arg0: u64, arg1: u64) -> String {
     let mut out = String::new();
-    if takes_fd(nr) {
+    if let Some(path) = opened_path(nr, arg0, arg1) {
+        out = path;
+    } else if takes_fd(nr) {
         let fd = arg0 as i32;
         let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
             .map(|p| p.to_string_lossy().into_owned())
@@ -1201,6 +1260,7 @@ impl Sampler {
                 blocked_chain(tr, f, now, &mut maps, &mut scans, &mut chains);
                 continue;
             }
+            let mut arg1 = 0;
             let sys = if tid == requester {
                 // Waiting for this look: its state is the one seen before (or running).
                 None
@@ -1210,6 +1270,7 @@ impl Sampler {
                     continue;
                 };
                 f.sp_pc = parse_stack_of(text).unwrap_or((0, 0));
+                arg1 = parse_second_arg(text);
                 parse_syscall(text)
             };
             let (kind, object_id) = if tid == requester {
@@ -1254,7 +1315,7 @@ impl Sampler {
             if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
                 let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
                 {
-                    with_run_state(describe(nr, arg0), tid)
+                    with_run_state(describe(nr, arg0, arg1), tid)
                 } else {
                     String::new()
                 };
@@ -1667,13 +1728,13 @@ intr 1 2 3\n";
             "{text}"
         );
         if cfg!(target_arch = "x86_64") {
-            let what = describe(43, l.as_raw_fd() as u64);
+            let what = describe(43, l.as_raw_fd() as u64, 0);
             assert!(
                 what.starts_with("socket:[") && what.ends_with("listening"),
                 "{what}"
             );
-            assert_eq!(describe(202, 0x1000), "untracked futex word 0x1000");
-            assert_eq!(describe(61, u64::MAX), "any child");
+            assert_eq!(describe(202, 0x1000, 0), "untracked futex word 0x1000");
+            assert_eq!(describe(61, u64::MAX, 0), "any child");
         }
     }
 
@@ -1788,6 +1849,45 @@ intr 1 2 3\n";
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_thread_blocked_opening_a_fifo_is_named_by_its_path() {
+        let dir = std::env::temp_dir().join(format!("waitshim-fifo-{}", std::process::id()));
+        let _ = std::fs::create_dir(&dir);
+        let fifo = dir.join("go");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        let opener = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            // Blocks in openat until a writer opens the other end.
+            std::fs::File::open(path).map(|_| ())
+        });
+        let tid = rx.recv().unwrap();
+        let file = format!("/proc/self/task/{tid}/syscall");
+        let text = loop {
+            let text = std::fs::read(&file).unwrap();
+            if parse_syscall(&text).is_some_and(|(nr, _)| nr == 257 || nr == 2) {
+                break text;
+            }
+            assert!(!opener.is_finished(), "the opener did not block");
+            std::thread::yield_now();
+        };
+        let (nr, arg0) = parse_syscall(&text).unwrap();
+        let what = describe(nr, arg0, parse_second_arg(&text));
+        assert_eq!(
+            what,
+            format!("{} (a FIFO: it waits for the other end)", fifo.display())
+        );
+        // A pointer to nowhere is not read.
+        assert_eq!(opened_path(257, libc::AT_FDCWD as u64, 8), None);
+        std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+        opener.join().unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
