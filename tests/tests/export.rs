@@ -548,15 +548,32 @@ fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
         }
     }
     let mut values: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
+    // Timestamps are on the sequence's incremental clock: each the difference from the one
+    // before (a negative one as its two's complement), from the clock snapshot's reading.
+    let mut clock: Option<u64> = None;
     for p in &packets {
+        if p.contains(&"clock_snapshot {") {
+            let at = p
+                .iter()
+                .position(|l| *l == "clock_id: 64")
+                .expect("the incremental clock in the snapshot");
+            let ts = p[at + 1].strip_prefix("timestamp: ").expect("its reading");
+            clock = Some(ts.parse().expect("ns"));
+            continue;
+        }
+        let ts = field(p, "timestamp: ").map(|d| {
+            let d: u64 = d.parse().expect("ns");
+            let t = clock
+                .expect("a clock snapshot before timestamps")
+                .wrapping_add(d);
+            clock = Some(t);
+            t
+        });
         let (Some(track), Some(v)) = (field(p, "track_uuid: "), field(p, "counter_value: ")) else {
             continue;
         };
         if let Some(n) = tracks.get(&track.parse().expect("track_uuid")) {
-            let ts = field(p, "timestamp: ")
-                .expect("timestamp")
-                .parse()
-                .expect("ns");
+            let ts = ts.expect("timestamp");
             values
                 .entry(n.clone())
                 .or_default()

@@ -65,6 +65,17 @@ pub(super) fn wait_args(src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'stat
     if let Some(chain) = src.chain_text(w.chain_id) {
         args.push(("chain", Arg::Str(chain)));
     }
+    args.extend(wait_detail_args(src, w));
+    args
+}
+
+/// The arguments of a wait that vary from one wait of a site to the next: the holder, the
+/// contention record, how it ended and who ended it.
+pub(super) fn wait_detail_args(
+    src: &mut Source<'_>,
+    w: &timeline::Wait,
+) -> Vec<(&'static str, Arg)> {
+    let mut args = Vec::new();
     if w.holder_tid != 0 {
         args.push(("holder", Arg::Str(src.thread_name(w.holder_tid))));
     }
@@ -106,7 +117,8 @@ pub(super) fn state_args(s: &slices::Slice, chains: &BlockedChains) -> Vec<(&'st
                 args.push(("chain", Arg::Str(text.clone())));
             }
         }
-        slices::State::Tracked(Some(k)) => {
+        // An exact wait's object is on the wait beside it, on the thread's own track.
+        slices::State::Tracked(Some(k)) if !s.exact => {
             if let Some(kind) = waitshim_format::ObjectKind::from_u8(*k) {
                 args.push(("object_kind", Arg::Str(format!("{kind:?}").to_lowercase())));
             }

@@ -20,7 +20,7 @@ use std::io::{self, Write};
 
 use prost::Message;
 
-use super::chrome::{blocked_chains, exact_store, state_args, wait_args, Arg};
+use super::chrome::{blocked_chains, exact_store, state_args, wait_detail_args, Arg};
 use super::slices;
 use super::timeline::{self, wait_name};
 use super::waiters::{self, Waiters};
@@ -28,6 +28,8 @@ use super::{Exporter, Source};
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TracePacket {
+    #[prost(message, optional, tag = "6")]
+    pub clock_snapshot: Option<ClockSnapshot>,
     #[prost(uint64, optional, tag = "8")]
     pub timestamp: Option<u64>,
     #[prost(uint32, optional, tag = "10")]
@@ -38,9 +40,46 @@ pub struct TracePacket {
     pub interned_data: Option<InternedData>,
     #[prost(uint32, optional, tag = "13")]
     pub sequence_flags: Option<u32>,
+    #[prost(message, optional, tag = "59")]
+    pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(message, optional, tag = "60")]
     pub track_descriptor: Option<TrackDescriptor>,
 }
+
+/// What every packet of the sequence has unless it says otherwise: here, the clock of its
+/// timestamp.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TracePacketDefaults {
+    #[prost(uint32, optional, tag = "58")]
+    pub timestamp_clock_id: Option<u32>,
+}
+
+/// Readings of clocks at one moment: ties the sequence's own clock to the trace's.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ClockSnapshot {
+    #[prost(message, repeated, tag = "1")]
+    pub clocks: Vec<Clock>,
+    /// `BuiltinClock`: the clock the trace's times are in.
+    #[prost(int32, optional, tag = "2")]
+    pub primary_trace_clock: Option<i32>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Clock {
+    #[prost(uint32, optional, tag = "1")]
+    pub clock_id: Option<u32>,
+    #[prost(uint64, optional, tag = "2")]
+    pub timestamp: Option<u64>,
+    #[prost(bool, optional, tag = "3")]
+    pub is_incremental: Option<bool>,
+}
+
+/// `BuiltinClock.BUILTIN_CLOCK_BOOTTIME`: the clock Perfetto takes a trace's times to be in when
+/// none is named; the log's monotonic times are given as such, as before.
+const TRACE_CLOCK: u32 = 6;
+/// The sequence's own clock (ids 64 to 127 are a sequence's): incremental, in ns, so that each
+/// packet's timestamp is the difference from the packet before it.
+const DELTA_CLOCK: u32 = 64;
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TrackDescriptor {
@@ -153,9 +192,10 @@ pub struct InternedString {
     pub str: Option<Vec<u8>>,
 }
 
-/// `TracePacket.SequenceFlags`.
+/// `TracePacket.SequenceFlags`: set on the first packet. (`SEQ_NEEDS_INCREMENTAL_STATE`, which
+/// only lets a reader skip packets of a sequence whose state it lost, is not written: this
+/// sequence's state is never lost, and the flag would cost 2 bytes a packet.)
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
-const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 /// The one packet sequence this writer uses.
 const SEQUENCE: u32 = 1;
 
@@ -183,6 +223,13 @@ pub struct Perfetto<W: Write> {
     arg_names: Interned,
     values: Interned,
     first: bool,
+    /// The time of the last timestamped packet (the incremental clock's reading), once the
+    /// clock is tied to the trace's.
+    clock: Option<u64>,
+    /// Track uuids handed out, by the track's key ([`process_uuid`], [`thread_uuid`], ...):
+    /// small numbers, 1 or 2 bytes in each event instead of 9.
+    uuids: HashMap<u64, u64>,
+    buf: Vec<u8>,
 }
 
 impl<W: Write> Perfetto<W> {
@@ -193,24 +240,80 @@ impl<W: Write> Perfetto<W> {
             arg_names: Interned::default(),
             values: Interned::default(),
             first: true,
+            clock: None,
+            uuids: HashMap::new(),
+            buf: Vec::new(),
         }
     }
 
+    /// The uuid of the track `key` names.
+    fn uuid(&mut self, key: u64) -> u64 {
+        let next = self.uuids.len() as u64 + 1;
+        *self.uuids.entry(key).or_insert(next)
+    }
+
+    /// Writes `p` on the one sequence. Timestamps are written on the sequence's incremental
+    /// clock ([`DELTA_CLOCK`]): each is the difference from the previous packet's, 1 to 3 bytes
+    /// where an absolute time takes 6. The first packet clears the sequence's state and makes
+    /// that clock the default; the first timestamped one is preceded by a clock snapshot tying
+    /// the clock to the trace's at that time. Packets are written as the log gives them, not
+    /// sorted (Perfetto sorts the whole file), so a time can be earlier than the one before
+    /// it: its difference is then negative, written as the two's complement in the uint64
+    /// field, which Perfetto's reader reads back as the signed difference it is (it adds the
+    /// timestamp to the clock's last value as an int64). A few in a thousand packets.
     fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
-        p.trusted_packet_sequence_id = Some(SEQUENCE);
         if self.first {
-            p.sequence_flags = Some(SEQ_INCREMENTAL_STATE_CLEARED);
             self.first = false;
-        } else if p.track_event.is_some() {
-            p.sequence_flags = Some(SEQ_NEEDS_INCREMENTAL_STATE);
+            self.write(TracePacket {
+                trusted_packet_sequence_id: Some(SEQUENCE),
+                sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+                trace_packet_defaults: Some(TracePacketDefaults {
+                    timestamp_clock_id: Some(DELTA_CLOCK),
+                }),
+                ..TracePacket::default()
+            })?;
         }
+        if let Some(ts) = p.timestamp {
+            let last = match self.clock {
+                Some(last) => last,
+                None => {
+                    self.write(TracePacket {
+                        trusted_packet_sequence_id: Some(SEQUENCE),
+                        clock_snapshot: Some(ClockSnapshot {
+                            clocks: vec![
+                                Clock {
+                                    clock_id: Some(TRACE_CLOCK),
+                                    timestamp: Some(ts),
+                                    is_incremental: None,
+                                },
+                                Clock {
+                                    clock_id: Some(DELTA_CLOCK),
+                                    timestamp: Some(ts),
+                                    is_incremental: Some(true),
+                                },
+                            ],
+                            primary_trace_clock: Some(TRACE_CLOCK as i32),
+                        }),
+                        ..TracePacket::default()
+                    })?;
+                    ts
+                }
+            };
+            p.timestamp = Some(ts.wrapping_sub(last));
+            self.clock = Some(ts);
+        }
+        p.trusted_packet_sequence_id = Some(SEQUENCE);
+        self.write(p)
+    }
+
+    fn write(&mut self, p: TracePacket) -> io::Result<()> {
         // Trace.packet is field 1, length-delimited.
         let len = p.encoded_len();
-        let mut buf = Vec::with_capacity(len + 11);
-        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut buf);
-        prost::encoding::encode_varint(len as u64, &mut buf);
-        p.encode(&mut buf).map_err(io::Error::other)?;
-        self.out.write_all(&buf)
+        self.buf.clear();
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut self.buf);
+        prost::encoding::encode_varint(len as u64, &mut self.buf);
+        p.encode(&mut self.buf).map_err(io::Error::other)?;
+        self.out.write_all(&self.buf)
     }
 
     /// An integer value of a counter track.
@@ -308,6 +411,45 @@ impl<W: Write> Perfetto<W> {
     }
 }
 
+/// The arguments of the waits, those that are the same for every wait of an (object, wait
+/// site) worked out once: the object's name, and where it was created, where the thread waited
+/// and its chain as one string (`created at convoy.c:43 (main); waited at convoy.c:25
+/// (worker); chain worker (convoy.c:25) <- start_thread <- clone3`), interned, so that each
+/// wait carries two small references to them instead of four. Memory: one entry per
+/// (object, site).
+#[derive(Default)]
+struct Sites(HashMap<(u64, u32), (String, Option<String>)>);
+
+impl Sites {
+    fn args(&mut self, src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'static str, Arg)> {
+        let (object, site) = self
+            .0
+            .entry((w.object_id, w.chain_id))
+            .or_insert_with(|| {
+                let mut parts = Vec::new();
+                if let Some(site) = src.creation_site(w.object_id) {
+                    parts.push(format!("created at {site}"));
+                }
+                if let Some(site) = src.chain_site(w.chain_id) {
+                    parts.push(format!("waited at {site}"));
+                }
+                if let Some(chain) = src.chain_text(w.chain_id) {
+                    parts.push(format!("chain {chain}"));
+                }
+                let site = (!parts.is_empty()).then(|| parts.join("; "));
+                (src.object_name(w.object_id), site)
+            })
+            .clone();
+        let mut args = vec![("object", Arg::Str(object))];
+        if let Some(site) = site {
+            args.push(("site", Arg::Str(site)));
+        }
+        // The rest, which vary from wait to wait.
+        args.extend(wait_detail_args(src, w));
+        args
+    }
+}
+
 /// Track uuids: a process's from its pid, a thread's from pid and tid (distinct from every
 /// process uuid: a tid is never 0).
 fn process_uuid(pid: u32) -> u64 {
@@ -347,7 +489,7 @@ impl<W: Write> Exporter for Perfetto<W> {
             .as_ref()
             .map(|r| crate::symbolize::basename(&r.exe).to_string())
             .unwrap_or_else(|| "process".into());
-        let puuid = process_uuid(pid);
+        let puuid = self.uuid(process_uuid(pid));
         self.packet(TracePacket {
             track_descriptor: Some(TrackDescriptor {
                 uuid: Some(puuid),
@@ -360,7 +502,7 @@ impl<W: Write> Exporter for Perfetto<W> {
             ..TracePacket::default()
         })?;
         // The highwater mark as a counter: 0 from the start, then each rise.
-        let huuid = highwater_uuid(pid);
+        let huuid = self.uuid(highwater_uuid(pid));
         self.packet(TracePacket {
             track_descriptor: Some(TrackDescriptor {
                 uuid: Some(huuid),
@@ -380,7 +522,7 @@ impl<W: Write> Exporter for Perfetto<W> {
         // The waiters on the hottest objects: a counter track each, 0 from the start.
         let mut counted = Waiters::new(waiters::hottest(model, timeline::run_end(model)));
         for (at, &o) in counted.objects().iter().enumerate() {
-            let uuid = waiters_uuid(pid, at);
+            let uuid = self.uuid(waiters_uuid(pid, at));
             let name = format!("Waiters on {}", src.object_name(o));
             self.packet(TracePacket {
                 track_descriptor: Some(TrackDescriptor {
@@ -396,7 +538,7 @@ impl<W: Write> Exporter for Perfetto<W> {
         }
         let tracks = timeline::tracks(model, src.ctx.summary);
         for t in &tracks {
-            let uuid = thread_uuid(pid, t.tid);
+            let uuid = self.uuid(thread_uuid(pid, t.tid));
             // Perfetto shows the tid beside the name itself.
             let mut name = t.name.clone().unwrap_or_else(|| "thread".into());
             if t.is_main {
@@ -430,34 +572,37 @@ impl<W: Write> Exporter for Perfetto<W> {
         let mut flows = 0u64;
         let first = src.ctx.summary;
         let mut exact = exact_store(model);
+        let mut sites = Sites::default();
         let note = timeline::for_each_wait(model, first, |tid, w| -> io::Result<()> {
             counted.add(&w)?;
             if let Some(x) = &mut exact {
                 x.add(model, tid, &w);
             }
-            let uuid = thread_uuid(pid, tid);
-            let args = wait_args(src, &w);
+            let uuid = self.uuid(thread_uuid(pid, tid));
+            let args = sites.args(src, &w);
             let name = wait_name(model, w.object_id);
             self.event(w.start, uuid, SLICE_BEGIN, Some(name), &args)?;
             self.event(w.end, uuid, SLICE_END, None, &[])?;
             // Who woke whom: an arrow from the waker, when it is a thread of this log.
             if w.waker_tid != 0 && known.contains(&w.waker_tid) {
+                let waker = self.uuid(thread_uuid(pid, w.waker_tid));
                 flows += 1;
                 let id = (u64::from(pid) << 32) | flows;
-                let object = src.object_name(w.object_id);
                 let woke = Arg::Str(src.thread_name(tid));
                 self.event_with(
                     w.end,
                     TrackEvent {
                         r#type: Some(INSTANT),
-                        track_uuid: Some(thread_uuid(pid, w.waker_tid)),
+                        track_uuid: Some(waker),
                         flow_ids: vec![id],
                         ..TrackEvent::default()
                     },
                     Some("Wake"),
-                    &[("woke", woke), ("object", Arg::Str(object.clone()))],
+                    // The object is the waiter's wait's, at the flow's other end.
+                    &[("woke", woke)],
                 )?;
-                let by = Arg::Str(src.thread_name(w.waker_tid));
+                // Its waker and object are the arguments of the wait that ends at this moment
+                // on this track: not written twice.
                 self.event_with(
                     w.end,
                     TrackEvent {
@@ -467,15 +612,19 @@ impl<W: Write> Exporter for Perfetto<W> {
                         ..TrackEvent::default()
                     },
                     Some("Woken"),
-                    &[("woken_by", by), ("object", Arg::Str(object))],
+                    &[],
                 )?;
             }
             Ok(())
         })?;
         src.note(note);
-        counted.finish(|at, ns, n| self.counter(ns, waiters_uuid(pid, at), n as i64))?;
+        counted.finish(|at, ns, n| {
+            let uuid = self.uuid(waiters_uuid(pid, at));
+            self.counter(ns, uuid, n as i64)
+        })?;
         for t in &tracks {
-            self.event(t.end, thread_uuid(pid, t.tid), SLICE_END, None, &[])?;
+            let uuid = self.uuid(thread_uuid(pid, t.tid));
+            self.event(t.end, uuid, SLICE_END, None, &[])?;
         }
         // The sampler's states, on a child track of each thread's (they overlap its waits).
         let mut described = std::collections::HashSet::new();
@@ -484,13 +633,14 @@ impl<W: Write> Exporter for Perfetto<W> {
         let exact = exact.and_then(|x| x.finish());
         slices::for_each_exact(src, exact, |ev| match ev {
             slices::Event::Slice(s) => {
-                let uuid = states_uuid(pid, s.tid);
+                let uuid = self.uuid(states_uuid(pid, s.tid));
+                let parent = self.uuid(thread_uuid(pid, s.tid));
                 if described.insert(s.tid) {
                     self.packet(TracePacket {
                         track_descriptor: Some(TrackDescriptor {
                             uuid: Some(uuid),
                             name: Some("States".into()),
-                            parent_uuid: Some(thread_uuid(pid, s.tid)),
+                            parent_uuid: Some(parent),
                             ..TrackDescriptor::default()
                         }),
                         ..TracePacket::default()
@@ -503,7 +653,7 @@ impl<W: Write> Exporter for Perfetto<W> {
             slices::Event::IdleCpus {
                 start, idle, cpus, ..
             } => {
-                let uuid = idle_uuid(pid);
+                let uuid = self.uuid(idle_uuid(pid));
                 if !idle_described {
                     idle_described = true;
                     self.packet(TracePacket {
