@@ -153,6 +153,10 @@ struct ExportArgs {
     /// Do not open the program's binaries: show chains as module+offset.
     #[arg(long)]
     no_symbols: bool,
+    /// perfetto: deflate the packets in batches (Perfetto's compressed_packets, read by its UI
+    /// and trace_processor), for a file several times smaller.
+    #[arg(long)]
+    compress: bool,
     /// Log files; several go into one export.
     #[arg(required = true, value_name = "FILE")]
     files: Vec<PathBuf>,
@@ -246,6 +250,7 @@ fn main() {
                 side: x.side,
                 output: x.output,
                 symbols: !x.no_symbols,
+                compress: x.compress,
             };
             waitshim_analyze::export::run(&x.files, &opts, err)
         }

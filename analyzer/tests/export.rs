@@ -28,6 +28,7 @@ fn export(log: &Path, format: Format, side: Side, ext: &str) -> (i32, String, Pa
         side,
         output: out.clone(),
         symbols: false,
+        compress: false,
     };
     let mut err = Vec::new();
     let code = run(&[log.to_path_buf()], &opts, &mut err);

@@ -136,3 +136,99 @@ fn perfetto_delta_timestamps_give_the_waits_the_chrome_trace_gives() {
     want.retain(|r| rel.contains(r));
     assert_eq!(want.len(), rel.len(), "begins {begins:?} against {rel:?}");
 }
+
+/// The packets of a trace file: each top-level `Trace.packet` (field 1) as its bytes.
+fn raw_packets(bytes: &[u8]) -> Vec<&[u8]> {
+    fn varint(b: &[u8], at: &mut usize) -> u64 {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = b[*at];
+            *at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                break;
+            }
+        }
+        v
+    }
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        assert_eq!(
+            varint(bytes, &mut at),
+            (1 << 3) | 2,
+            "Trace.packet, length-delimited"
+        );
+        let len = varint(bytes, &mut at) as usize;
+        out.push(&bytes[at..at + len]);
+        at += len;
+    }
+    out
+}
+
+#[test]
+fn a_compressed_perfetto_trace_holds_the_same_packets_deflated() {
+    let run = run_both("cond_queue", &[]);
+    let log = run.single_log();
+    let plain = export_beside(log, "perfetto", "plain.pftrace");
+    let packed = log.with_file_name("packed.pftrace");
+    let o = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["export", "--format", "perfetto", "--compress", "-o"])
+        .arg(&packed)
+        .arg(log)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Perfetto's schema knows the field: no bare field numbers.
+    let text = perfetto_decode(&packed);
+    assert!(text.contains("compressed_packets: "), "{text}");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit())),
+        "unknown fields"
+    );
+    // Each packet is one field 50 (bytes: tag 0x92 0x03), zlib; inflated and put together,
+    // they are the plain export, byte for byte.
+    let bytes = std::fs::read(&packed).unwrap();
+    let mut inner = Vec::new();
+    for p in raw_packets(&bytes) {
+        assert_eq!(&p[..2], &[0x92, 0x03], "a compressed_packets field");
+        let mut at = 2;
+        let mut len = 0usize;
+        for shift in (0..64).step_by(7) {
+            let b = p[at];
+            at += 1;
+            len |= usize::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                break;
+            }
+        }
+        assert_eq!(at + len, p.len(), "nothing else in the packet");
+        let mut z = flate2::read::ZlibDecoder::new(&p[at..]);
+        std::io::Read::read_to_end(&mut z, &mut inner).unwrap();
+    }
+    let plain = std::fs::read(plain).unwrap();
+    assert_eq!(inner.len(), plain.len());
+    assert!(
+        inner == plain,
+        "the inflated packets differ from the plain export"
+    );
+    assert!(
+        bytes.len() * 3 < plain.len(),
+        "{} of {}",
+        bytes.len(),
+        plain.len()
+    );
+    // The option is Perfetto's only.
+    let o = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["export", "--format", "chrome", "--compress", "-o"])
+        .arg(log.with_file_name("x.json"))
+        .arg(log)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--compress applies to --format perfetto only")
+    );
+}

@@ -96,6 +96,8 @@ pub struct ExportOptions {
     pub side: Side,
     pub output: PathBuf,
     pub symbols: bool,
+    /// `perfetto`: the packets deflated in batches (`TracePacket.compressed_packets`).
+    pub compress: bool,
 }
 
 /// One log's model with its symbolizer, as the exporters see it.
@@ -283,6 +285,9 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
     // Written beside the destination and renamed at the end: a failed export leaves no
     // half-written file under the name asked for.
     let out_path = &opts.output;
+    if opts.compress && opts.format != Format::Perfetto {
+        return Err("--compress applies to --format perfetto only".into());
+    }
     if out_path.as_os_str().is_empty() {
         return Err("no output file (-o FILE)".into());
     }
@@ -362,7 +367,7 @@ fn export_to<W: Write + 'static>(
         Format::Folded => Box::new(folded::Folded::new(out, opts.side, false)),
         Format::Flamegraph => Box::new(folded::Folded::new(out, opts.side, true)),
         Format::Chrome => Box::new(chrome::Chrome::new(out)?),
-        Format::Perfetto => Box::new(perfetto::Perfetto::new(out)),
+        Format::Perfetto => Box::new(perfetto::Perfetto::new(out).compressed(opts.compress)),
         Format::Html => Box::new(html::Html::new(out)),
     };
     let report_opts = Options {

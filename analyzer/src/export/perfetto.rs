@@ -38,6 +38,9 @@ pub struct TracePacket {
     pub track_event: Option<TrackEvent>,
     #[prost(message, optional, tag = "12")]
     pub interned_data: Option<InternedData>,
+    /// Packets (a `Trace`'s bytes), deflated (zlib).
+    #[prost(bytes = "vec", optional, tag = "50")]
+    pub compressed_packets: Option<Vec<u8>>,
     #[prost(uint32, optional, tag = "13")]
     pub sequence_flags: Option<u32>,
     #[prost(message, optional, tag = "59")]
@@ -230,7 +233,13 @@ pub struct Perfetto<W: Write> {
     /// small numbers, 1 or 2 bytes in each event instead of 9.
     uuids: HashMap<u64, u64>,
     buf: Vec<u8>,
+    /// With compression, the packets written since the last batch was deflated.
+    batch: Option<Vec<u8>>,
 }
+
+/// Bytes of packets deflated together: large enough for the deflate window to see the many
+/// alike packets, small enough to keep memory flat.
+const BATCH: usize = 1 << 20;
 
 impl<W: Write> Perfetto<W> {
     pub fn new(out: W) -> Self {
@@ -243,7 +252,37 @@ impl<W: Write> Perfetto<W> {
             clock: None,
             uuids: HashMap::new(),
             buf: Vec::new(),
+            batch: None,
         }
+    }
+
+    /// Deflates the packets in batches of [`BATCH`] bytes, each written as one packet's
+    /// `compressed_packets` (as Perfetto's own tracing service does when asked to compress):
+    /// Perfetto's readers inflate them and read the packets in their place.
+    pub fn compressed(mut self, on: bool) -> Self {
+        self.batch = on.then(Vec::new);
+        self
+    }
+
+    /// Writes the packets held for compression.
+    fn flush_batch(&mut self) -> io::Result<()> {
+        let Some(batch) = self.batch.as_mut().filter(|b| !b.is_empty()) else {
+            return Ok(());
+        };
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(batch)?;
+        let bytes = z.finish()?;
+        batch.clear();
+        let p = TracePacket {
+            compressed_packets: Some(bytes),
+            ..TracePacket::default()
+        };
+        let len = p.encoded_len();
+        self.buf.clear();
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut self.buf);
+        prost::encoding::encode_varint(len as u64, &mut self.buf);
+        p.encode(&mut self.buf).map_err(io::Error::other)?;
+        self.out.write_all(&self.buf)
     }
 
     /// The uuid of the track `key` names.
@@ -313,6 +352,13 @@ impl<W: Write> Perfetto<W> {
         prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut self.buf);
         prost::encoding::encode_varint(len as u64, &mut self.buf);
         p.encode(&mut self.buf).map_err(io::Error::other)?;
+        if let Some(batch) = &mut self.batch {
+            batch.extend_from_slice(&self.buf);
+            if batch.len() >= BATCH {
+                self.flush_batch()?;
+            }
+            return Ok(());
+        }
         self.out.write_all(&self.buf)
     }
 
@@ -683,6 +729,7 @@ impl<W: Write> Exporter for Perfetto<W> {
     }
 
     fn finish(mut self: Box<Self>) -> io::Result<()> {
+        self.flush_batch()?;
         self.out.flush()
     }
 }
