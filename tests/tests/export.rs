@@ -549,7 +549,8 @@ fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
     }
     let mut values: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
     // Timestamps are on the sequence's incremental clock: each the difference from the one
-    // before (a negative one as its two's complement), from the clock snapshot's reading.
+    // before, from the clock snapshot's reading; an earlier time than the one before is
+    // absolute, on the trace's clock (6), and leaves the incremental clock as it was.
     let mut clock: Option<u64> = None;
     for p in &packets {
         if p.contains(&"clock_snapshot {") {
@@ -563,9 +564,10 @@ fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
         }
         let ts = field(p, "timestamp: ").map(|d| {
             let d: u64 = d.parse().expect("ns");
-            let t = clock
-                .expect("a clock snapshot before timestamps")
-                .wrapping_add(d);
+            if p.contains(&"timestamp_clock_id: 6") {
+                return d;
+            }
+            let t = clock.expect("a clock snapshot before timestamps") + d;
             clock = Some(t);
             t
         });

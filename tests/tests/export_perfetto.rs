@@ -55,8 +55,16 @@ fn slices_named(text: &str, name: &str) -> Vec<(u64, u64, u64)> {
             continue;
         };
         let d: u64 = d.parse().unwrap();
-        let ts = clock.expect("a snapshot first").wrapping_add(d);
-        clock = Some(ts);
+        // An earlier time than the packet before's is absolute, on the trace's clock (6), and
+        // leaves the incremental one as it was: no difference is negative.
+        let ts = if p.contains(&"timestamp_clock_id: 6") {
+            d
+        } else {
+            assert!(d < 1 << 62, "a negative difference: {d}");
+            let ts = clock.expect("a snapshot first") + d;
+            clock = Some(ts);
+            ts
+        };
         let Some(track) = field(&p, "track_uuid: ") else {
             continue;
         };

@@ -43,6 +43,9 @@ pub struct TracePacket {
     pub compressed_packets: Option<Vec<u8>>,
     #[prost(uint32, optional, tag = "13")]
     pub sequence_flags: Option<u32>,
+    /// The clock of `timestamp` when not the sequence's default ([`TracePacketDefaults`]).
+    #[prost(uint32, optional, tag = "58")]
+    pub timestamp_clock_id: Option<u32>,
     #[prost(message, optional, tag = "59")]
     pub trace_packet_defaults: Option<TracePacketDefaults>,
     #[prost(message, optional, tag = "60")]
@@ -297,9 +300,10 @@ impl<W: Write> Perfetto<W> {
     /// that clock the default; the first timestamped one is preceded by a clock snapshot tying
     /// the clock to the trace's at that time. Packets are written as the log gives them, not
     /// sorted (Perfetto sorts the whole file), so a time can be earlier than the one before
-    /// it: its difference is then negative, written as the two's complement in the uint64
-    /// field, which Perfetto's reader reads back as the signed difference it is (it adds the
-    /// timestamp to the clock's last value as an int64). A few in a thousand packets.
+    /// it (a few in a thousand packets): such a packet is written on the trace's own clock
+    /// instead, its absolute time, which leaves the incremental clock where it was (the next
+    /// difference is from the last packet written on it). The field is unsigned: a negative
+    /// difference is not written.
     fn packet(&mut self, mut p: TracePacket) -> io::Result<()> {
         if self.first {
             self.first = false;
@@ -338,8 +342,12 @@ impl<W: Write> Perfetto<W> {
                     ts
                 }
             };
-            p.timestamp = Some(ts.wrapping_sub(last));
-            self.clock = Some(ts);
+            if ts >= last {
+                p.timestamp = Some(ts - last);
+                self.clock = Some(ts);
+            } else {
+                p.timestamp_clock_id = Some(TRACE_CLOCK);
+            }
         }
         p.trusted_packet_sequence_id = Some(SEQUENCE);
         self.write(p)
