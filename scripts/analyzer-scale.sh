@@ -10,7 +10,8 @@
 #     one mutex, every blocked wait written (SCALE_PAIRS per thread, default 115 M: about 60 s
 #     on 2 cores), the issue's "16-thread, 60-second lock-heavy run".
 # Each run is timed (NAME.secs). Per log, a line with its MB per minute of run, the waits it
-# holds and the slices the chrome trace draws, per second; per output, its MB per minute of run.
+# holds and the slices the chrome trace draws, per second; per output (perfetto -z: with
+# --compress), its MB per minute of run. The chrome and perfetto traces are deleted once measured.
 # Logs and outputs stay in WORKDIR (default: a new temporary directory, printed) for a second
 # look. Uses /usr/bin/time; CARGO_TARGET_DIR is honoured. Run it on a quiet machine: figures
 # taken while other work runs are slower.
@@ -69,10 +70,14 @@ for log in big.log t64.log l16.log; do
     for f in perfetto chrome pprof folded flamegraph html; do
         measure "$f" "$work/out.$f" "$analyze" export --format "$f" -o "$work/out.$f" "$work/$log"
     done
+    measure "perfetto -z" "$work/out.pz" "$analyze" export --format perfetto --compress \
+        -o "$work/out.pz" "$work/$log"
     # Events per second: the waits the log holds (the text report's WHO WOKE WHOM line) and the
     # slices the chrome trace draws (its complete events: thread states and waits).
     waits="$(sed -n 's/^WHO WOKE WHOM (\([0-9]*\) wait events.*/\1/p' "$work/out.txt")"
     slices="$(grep -o '"ph":"X"' "$work/out.chrome" | wc -l)"
+    # The traces of l16.log take tens of GB: not kept.
+    rm -f "$work/out.chrome" "$work/out.perfetto"
     awk -v b="$bytes" -v s="$secs" -v w="${waits:-0}" -v x="$slices" 'BEGIN {
         printf "  log: %.2f MB per minute of run; %d waits written (%.0f a second); %d slices in the chrome trace (%.0f a second)\n",
             b / 1e6 / s * 60, w, w / s, x, x / s }'

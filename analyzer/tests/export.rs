@@ -218,6 +218,22 @@ fn a_heavy_log_exports_in_every_format_in_seconds() {
     }
 }
 
+/// Past a million events a chrome trace is more than JSON viewers load: the export says so,
+/// once, and names the formats made for it; a smaller trace says nothing.
+#[test]
+fn a_chrome_trace_past_a_million_events_says_json_viewers_will_not_cope() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = heavy_log(16, 70_000).write(dir.path(), "heavy.log");
+    let (code, err, _) = export(&log, Format::Chrome, Side::Waiters, "json");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.matches("JSON viewers").count(), 1, "{err}");
+    assert!(err.contains("--format perfetto"), "{err}");
+    let small = heavy_log(16, 1_000).write(dir.path(), "small.log");
+    let (code, err, _) = export(&small, Format::Chrome, Side::Waiters, "json");
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("JSON viewers"), "{err}");
+}
+
 /// A sampled run of `threads` threads over `secs` seconds: a sample every 10 ms listing every
 /// thread, each in a state drawn from a fixed pseudo-random sequence (running, ready, in a
 /// tracked wait, blocked in read on a pipe), idle CPUs every 100 ms, and a contention record

@@ -19,7 +19,14 @@ pub struct Chrome<W: Write> {
     out: W,
     first: bool,
     base_ns: Option<u64>,
+    /// Events written, and whether the note that they are too many for JSON viewers was given.
+    events: u64,
+    told: bool,
 }
+
+/// Events past which JSON trace viewers (chrome://tracing, Perfetto's legacy importer) are
+/// known to fail or crawl: about a million.
+pub const MANY_EVENTS: u64 = 1_000_000;
 
 impl<W: Write> Chrome<W> {
     pub fn new(mut out: W) -> io::Result<Self> {
@@ -28,6 +35,8 @@ impl<W: Write> Chrome<W> {
             out,
             first: true,
             base_ns: None,
+            events: 0,
+            told: false,
         })
     }
 
@@ -36,6 +45,7 @@ impl<W: Write> Chrome<W> {
             self.out.write_all(b",\n")?;
         }
         self.first = false;
+        self.events += 1;
         serde_json::to_writer(&mut self.out, v).map_err(io::Error::other)
     }
 
@@ -312,6 +322,16 @@ impl<W: Write> Exporter for Chrome<W> {
                 )
             }
         })?;
+        if self.events > MANY_EVENTS && !self.told {
+            self.told = true;
+            src.notes.borrow_mut().push(format!(
+                "the chrome trace holds {} events so far: JSON viewers (chrome://tracing, \
+                 Perfetto's legacy JSON importer) fail or crawl past about {MANY_EVENTS}; \
+                 --format perfetto (with --compress) is made for this many, and \
+                 WAITSHIM_EVENTS=ring:30s keeps fewer waits",
+                self.events
+            ));
+        }
         Ok(())
     }
 
