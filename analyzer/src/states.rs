@@ -415,21 +415,24 @@ impl States {
             t.on_cpu_ns = t.on_cpu_ns.saturating_add(e.on_cpu_ns);
             t.run_delay_ns = t.run_delay_ns.saturating_add(e.run_delay_ns);
             t.timeslices = t.timeslices.saturating_add(u64::from(e.timeslices));
-            let same = t.current.as_ref().is_some_and(|(st, sys, _, _, obj, _)| {
+            let mut what = e.what;
+            if what.len() > MAX_WHAT {
+                let mut end = MAX_WHAT;
+                while !what.is_char_boundary(end) {
+                    end -= 1;
+                }
+                what.truncate(end);
+            }
+            // The shim names what a blocked thread waits on only when the wait begins: a new
+            // name in the same call is a new wait (another pipe, another path).
+            let same = t.current.as_ref().is_some_and(|(st, sys, was, _, obj, _)| {
                 *st == e.state
-                    && (e.state != thread_state::BLOCKED || *sys == e.syscall)
+                    && (e.state != thread_state::BLOCKED
+                        || (*sys == e.syscall && (what.is_empty() || *was == what)))
                     && *obj == e.object_id
             });
             if !same {
                 t.close(s.ns, &mut self.resources);
-                let mut what = e.what;
-                if what.len() > MAX_WHAT {
-                    let mut end = MAX_WHAT;
-                    while !what.is_char_boundary(end) {
-                        end -= 1;
-                    }
-                    what.truncate(end);
-                }
                 t.current = Some((e.state, e.syscall, what, s.ns, e.object_id, e.waiting_kind));
             }
         }
@@ -877,6 +880,29 @@ mod tests {
         );
         assert_eq!(t.tracked_ns, 35);
         assert_eq!(blocked_text(&t.blocked[0]), "read on pipe:[9]");
+    }
+
+    #[test]
+    fn a_new_name_in_the_same_call_is_a_new_wait_and_a_bare_entry_the_same_one() {
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(100, vec![entry(7, thread_state::BLOCKED, 257, 0, "/run/a")]),
+        );
+        // Listed again in the same call without a name (it ran, and is where it was).
+        add(
+            &mut s,
+            sample(110, vec![entry(7, thread_state::BLOCKED, 257, 1, "")]),
+        );
+        // Between two looks it opened /run/a and blocked opening /run/b.
+        add(
+            &mut s,
+            sample(130, vec![entry(7, thread_state::BLOCKED, 257, 1, "/run/b")]),
+        );
+        s.finish(150);
+        let t = &s.threads[&7];
+        let spans: Vec<(&str, u64)> = t.blocked.iter().map(|b| (b.what.as_str(), b.ns)).collect();
+        assert_eq!(spans, vec![("/run/a", 30), ("/run/b", 20)]);
     }
 
     #[test]

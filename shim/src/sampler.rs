@@ -310,8 +310,8 @@ pub fn parse_second_arg(text: &[u8]) -> u64 {
 
 /// The path a thread blocked in `open` or `openat` opens (the numbers are x86-64's: 2 and 257,
 /// the path their first and second argument), read from the process's own memory with
-/// `process_vm_readv`, which fails cleanly on an address that is not mapped; with " (a FIFO: it
-/// waits for the other end)" when it names one. None for other calls.
+/// `process_vm_readv`, which fails cleanly on an address that is not mapped. None for other
+/// calls.
 fn opened_path(nr: i32, arg0: u64, arg1: u64) -> Option<String> {
     let ptr = match nr {
         2 if cfg!(target_arch = "x86_64") => arg0,
@@ -326,34 +326,25 @@ fn opened_path(nr: i32, arg0: u64, arg1: u64) -> Option<String> {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // Up to the end of the page the path starts in: a read across into an unmapped page fails
-    // whole.
+    // The whole buffer's worth, or, when that crosses into an unmapped page (the call reads
+    // one piece whole or not at all), up to the end of the page the path starts in.
     let room = 4096 - (ptr as usize % 4096);
-    let remote = libc::iovec {
-        iov_base: ptr as *mut libc::c_void,
-        iov_len: buf.len().min(room),
+    let read = |len: usize| {
+        let remote = libc::iovec {
+            iov_base: ptr as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: reads this process's memory through the kernel into a local buffer; an
+        // unmapped address gives an error, not a fault.
+        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        usize::try_from(n).ok()
     };
-    // SAFETY: reads this process's memory through the kernel into a local buffer; an unmapped
-    // address gives an error, not a fault.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    let n = usize::try_from(n).ok()?;
+    let n = read(buf.len()).or_else(|| read(buf.len().min(room)))?;
     let bytes = &buf[..n];
     let path = &bytes[..bytes.iter().position(|&b| b == 0)?];
-    let text = String::from_utf8_lossy(path).into_owned();
-    // A relative path under another directory than the current one: not looked up.
-    let here = nr == 2 || path.first() == Some(&b'/') || arg0 as i32 == libc::AT_FDCWD;
-    let c = std::ffi::CString::new(path).ok()?;
-    // SAFETY: stat into a zeroed local.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path; `st` is ours.
-    let fifo = here
-        && unsafe { libc::stat(c.as_ptr(), &mut st) } == 0
-        && st.st_mode & libc::S_IFMT == libc::S_IFIFO;
-    Some(if fifo {
-        format!("{text} (a FIFO: it waits for the other end)")
-    } else {
-        text
-    })
+    // Not looked up (no `stat`): the file system the thread is stuck in (a network or FUSE
+    // mount) would hold the sampler too.
+    Some(String::from_utf8_lossy(path).into_owned())
 }
 
 /// `syscall` of a thread blocked in a system call: its stack pointer and program counter (the
@@ -1288,10 +1279,17 @@ impl Sampler {
             } else {
                 (0, 0)
             };
+            // For `openat` the first argument is the directory: the path's address tells one
+            // open from the next.
+            let key_arg = if cfg!(target_arch = "x86_64") && nr == 257 {
+                arg1
+            } else {
+                arg0
+            };
             let now_state = if tid == requester && f.written {
                 f.last
             } else {
-                (state, kind, nr, arg0, object_id)
+                (state, kind, nr, key_arg, object_id)
             };
             let (d_cpu, d_delay, d_slices) = (
                 on_cpu.saturating_sub(f.on_cpu),
@@ -1852,7 +1850,7 @@ intr 1 2 3\n";
     }
 
     #[test]
-    fn a_thread_blocked_opening_a_fifo_is_named_by_its_path() {
+    fn a_thread_blocked_opening_a_fifo_is_named_by_the_path_it_opens() {
         let dir = std::env::temp_dir().join(format!("waitshim-fifo-{}", std::process::id()));
         let _ = std::fs::create_dir(&dir);
         let fifo = dir.join("go");
@@ -1879,10 +1877,7 @@ intr 1 2 3\n";
         };
         let (nr, arg0) = parse_syscall(&text).unwrap();
         let what = describe(nr, arg0, parse_second_arg(&text));
-        assert_eq!(
-            what,
-            format!("{} (a FIFO: it waits for the other end)", fifo.display())
-        );
+        assert_eq!(what, fifo.display().to_string());
         // A pointer to nowhere is not read.
         assert_eq!(opened_path(257, libc::AT_FDCWD as u64, 8), None);
         std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();

@@ -84,13 +84,13 @@ fn an_export_past_a_second_shows_its_writing_pass_and_a_short_one_shows_nothing(
         &small_log.with_file_name("out.pftrace"),
         &[small_log],
     );
-    assert!(
-        took < Duration::from_secs(1),
-        "the small export took {took:?}"
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&o.stderr),
-        "",
-        "a short export is silent"
-    );
+    // Silent when it ended within its first second (a loaded machine may take longer: then
+    // progress is what it should show).
+    if took < Duration::from_secs(1) {
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            "",
+            "a short export is silent ({took:?})"
+        );
+    }
 }

@@ -662,6 +662,14 @@ fn threads_that_end_as_the_sampler_looks_are_gone_not_in_rotation() {
     assert!(log.warnings().is_empty(), "{}", log.warning_text());
 }
 
+/// Whether a THREAD_STATE's longest wait outside tracked objects was in read().
+fn blocked_most_in_read(t: &Value) -> bool {
+    t["blocked_in"]
+        .as_array()
+        .and_then(|b| b.first())
+        .is_some_and(|b| b["name"] == "read")
+}
+
 /// A thousand threads idle in read() for the four seconds main computes: more than the
 /// sampler follows with kept descriptors (256, three descriptors each). It still looks at every
 /// one at every look: it asks each one's CPU clock, and opens and reads the files of those that
@@ -681,25 +689,11 @@ fn with_a_thousand_threads_the_sampler_looks_at_every_one_and_says_how() {
     assert!(!a.text.contains("left out of one look"), "{}", a.text);
     // Every thread was sampled: each reader is in the table, blocked in read on the pipe.
     let threads = states["threads"].as_array().expect("threads");
-    let readers = threads
-        .iter()
-        .filter(|t| {
-            t["blocked_in"]
-                .as_array()
-                .and_then(|b| b.first())
-                .is_some_and(|b| b["name"] == "read")
-        })
-        .count();
+    let readers = threads.iter().filter(|t| blocked_most_in_read(t)).count();
     assert_eq!(readers, 1000, "{states}");
     // Each reader blocked, and wrote its switches as it ended, with or without a kept
     // descriptor.
-    let in_read = |t: &&Value| {
-        t["blocked_in"]
-            .as_array()
-            .and_then(|b| b.first())
-            .is_some_and(|b| b["name"] == "read")
-    };
-    for t in threads.iter().filter(in_read) {
+    for t in threads.iter().filter(|t| blocked_most_in_read(t)) {
         assert!(
             t["voluntary_switches"].as_u64().is_some_and(|v| v >= 1),
             "{t}"
@@ -758,15 +752,7 @@ fn readers_still_blocked_at_exit_past_the_kept_256_have_their_context_switches()
     let log = a.log(0);
     let states = &log.0["thread_states"];
     let threads = states["threads"].as_array().expect("threads");
-    let readers: Vec<&Value> = threads
-        .iter()
-        .filter(|t| {
-            t["blocked_in"]
-                .as_array()
-                .and_then(|b| b.first())
-                .is_some_and(|b| b["name"] == "read")
-        })
-        .collect();
+    let readers: Vec<&Value> = threads.iter().filter(|t| blocked_most_in_read(t)).collect();
     assert_eq!(readers.len(), 400, "{states}");
     for r in readers {
         assert!(

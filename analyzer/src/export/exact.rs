@@ -155,7 +155,8 @@ impl Store {
             encode_span(s, &mut bytes);
         }
         bytes.resize(BLOCK_BYTES, 0);
-        t.buf.clear();
+        // Its memory too: a thread that ended keeps none.
+        t.buf = Vec::new();
         t.first.get_or_insert(slot);
         t.slot = Some(next);
         self.file
@@ -313,9 +314,10 @@ pub struct Merge<S: Source> {
 }
 
 /// From when the exact waits of each thread of `model`'s log are complete: from the start
-/// when every event was written and the shim dropped none of the thread's; otherwise from
-/// the thread's first kept wait (a flight recorder's window, or a thread whose events the
-/// shim dropped).
+/// when every event was written and the shim dropped none of the thread's; under a flight
+/// recorder, from the thread's first kept wait (the window); never (`u64::MAX`: its sampled
+/// states throughout) for a thread whose events the shim dropped without one, as a drop (a
+/// flush meeting the thread's own write) can fall anywhere in its life.
 pub fn complete_from(model: &Model) -> impl Fn(u32, &mut Waits) -> u64 + 'static {
     let windowed = model.events.keep_ns != 0;
     let dropped: std::collections::HashSet<u32> = model
@@ -326,8 +328,10 @@ pub fn complete_from(model: &Model) -> impl Fn(u32, &mut Waits) -> u64 + 'static
         .map(|(&t, _)| t)
         .collect();
     move |tid, waits: &mut Waits| {
-        if windowed || dropped.contains(&tid) {
+        if windowed {
             waits.first_start(tid).unwrap_or(u64::MAX)
+        } else if dropped.contains(&tid) {
+            u64::MAX
         } else {
             0
         }

@@ -470,30 +470,24 @@ impl<W: Write> Perfetto<W> {
 /// and its chain as one string (`created at convoy.c:43 (main); waited at convoy.c:25
 /// (worker); chain worker (convoy.c:25) <- start_thread <- clone3`), interned, so that each
 /// wait carries two small references to them instead of four. Memory: one entry per
-/// (object, site).
+/// (object, site), at most [`MAX_SITES`].
 #[derive(Default)]
 struct Sites(HashMap<(u64, u32), (String, Option<String>)>);
 
 impl Sites {
     fn args(&mut self, src: &mut Source<'_>, w: &timeline::Wait) -> Vec<(&'static str, Arg)> {
-        let (object, site) = self
-            .0
-            .entry((w.object_id, w.chain_id))
-            .or_insert_with(|| {
-                let mut parts = Vec::new();
-                if let Some(site) = src.creation_site(w.object_id) {
-                    parts.push(format!("created at {site}"));
+        let key = (w.object_id, w.chain_id);
+        let (object, site) = match self.0.get(&key) {
+            Some(known) => known.clone(),
+            None => {
+                let made = Self::make(src, w);
+                // A log with more (object, site) pairs than kept: the rest worked out per wait.
+                if self.0.len() < MAX_SITES {
+                    self.0.insert(key, made.clone());
                 }
-                if let Some(site) = src.chain_site(w.chain_id) {
-                    parts.push(format!("waited at {site}"));
-                }
-                if let Some(chain) = src.chain_text(w.chain_id) {
-                    parts.push(format!("chain {chain}"));
-                }
-                let site = (!parts.is_empty()).then(|| parts.join("; "));
-                (src.object_name(w.object_id), site)
-            })
-            .clone();
+                made
+            }
+        };
         let mut args = vec![("object", Arg::Str(object))];
         if let Some(site) = site {
             args.push(("site", Arg::Str(site)));
@@ -502,7 +496,26 @@ impl Sites {
         args.extend(wait_detail_args(src, w));
         args
     }
+
+    /// The object's name, and its creation site, wait site and chain as one string.
+    fn make(src: &mut Source<'_>, w: &timeline::Wait) -> (String, Option<String>) {
+        let mut parts = Vec::new();
+        if let Some(site) = src.creation_site(w.object_id) {
+            parts.push(format!("created at {site}"));
+        }
+        if let Some(site) = src.chain_site(w.chain_id) {
+            parts.push(format!("waited at {site}"));
+        }
+        if let Some(chain) = src.chain_text(w.chain_id) {
+            parts.push(format!("chain {chain}"));
+        }
+        let site = (!parts.is_empty()).then(|| parts.join("; "));
+        (src.object_name(w.object_id), site)
+    }
 }
+
+/// (object, site) pairs whose arguments are kept ([`Sites`]).
+const MAX_SITES: usize = 100_000;
 
 /// Track uuids: a process's from its pid, a thread's from pid and tid (distinct from every
 /// process uuid: a tid is never 0).
