@@ -40,9 +40,15 @@ ensure_packages() {
         die "missing packages (${missing[*]}) and no apt-get to install them"
     say "installing missing system packages: ${missing[*]}"
     out="$(mktemp)"
-    if ! as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >"$out" 2>&1 ||
-        ! as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-            --no-install-recommends "${missing[@]}" >>"$out" 2>&1; then
+    # One install at a time: tests run in parallel and several may install at once (apt's own
+    # lock fails at once rather than waiting for another apt-get, unless told to wait: both).
+    local wait=(-o DPkg::Lock::Timeout=600)
+    if ! (
+        command -v flock >/dev/null 2>&1 && flock -w 900 9
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" update -q &&
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" install -y -q \
+                --no-install-recommends "${missing[@]}"
+    ) 9>"${TMPDIR:-/tmp}/waitshim-apt.lock" >"$out" 2>&1; then
         cat "$out" >&2
         rm -f "$out"
         printf 'error: could not install: %s\n' "${missing[*]}" >&2
