@@ -920,6 +920,67 @@ fn install_package(package: &str) {
     assert!(status.success(), "could not install {package}");
 }
 
+/// One top-level packet of a decoded Perfetto trace ([`perfetto_decode`]'s text): its lines,
+/// trimmed, and its time in ns, rebuilt from the sequence's incremental clock (None: a packet
+/// without a time, or the clock snapshot itself).
+pub struct PerfettoPacket<'a> {
+    pub lines: Vec<&'a str>,
+    pub ts: Option<u64>,
+}
+
+impl PerfettoPacket<'_> {
+    /// The value of the first line that starts with `key` (such as `"track_uuid: "`).
+    pub fn field(&self, key: &str) -> Option<&str> {
+        self.lines.iter().find_map(|l| l.strip_prefix(key))
+    }
+}
+
+/// The packets of a decoded Perfetto trace, with their times. Timestamps are on the sequence's
+/// incremental clock (64): each the difference from the one before, from the clock snapshot's
+/// reading; an earlier time than the one before is absolute, on the trace's clock (6), and
+/// leaves the incremental clock as it was, so no difference is negative (asserted).
+pub fn perfetto_packets(text: &str) -> Vec<PerfettoPacket<'_>> {
+    let mut out: Vec<PerfettoPacket<'_>> = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("packet {") {
+            out.push(PerfettoPacket {
+                lines: Vec::new(),
+                ts: None,
+            });
+        } else if let Some(p) = out.last_mut() {
+            p.lines.push(line.trim());
+        }
+    }
+    let mut clock: Option<u64> = None;
+    for p in &mut out {
+        if p.lines.contains(&"clock_snapshot {") {
+            let at = p
+                .lines
+                .iter()
+                .position(|l| *l == "clock_id: 64")
+                .expect("the incremental clock in the snapshot");
+            let reading = p.lines[at + 1]
+                .strip_prefix("timestamp: ")
+                .expect("its reading");
+            clock = Some(reading.parse().expect("ns"));
+            continue;
+        }
+        let Some(d) = p.field("timestamp: ") else {
+            continue;
+        };
+        let d: u64 = d.parse().expect("ns");
+        p.ts = Some(if p.lines.contains(&"timestamp_clock_id: 6") {
+            d
+        } else {
+            assert!(d < 1 << 62, "a negative difference: {d}");
+            let t = clock.expect("a clock snapshot before timestamps") + d;
+            clock = Some(t);
+            t
+        });
+    }
+    out
+}
+
 /// A Perfetto trace decoded by `protoc --decode perfetto.protos.Trace` with Perfetto's own
 /// published schema (see [`perfetto_schema`]), not the exporter's declarations: its text.
 /// Fails the test if protoc cannot decode it.

@@ -522,15 +522,7 @@ fn every_format_reads_back_on_the_condvar_semaphore_rwlock_and_deadlock_fixtures
 /// The values of the Perfetto counter tracks whose names contain `name`, by track name, in
 /// time order, from protoc's text of the trace.
 fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
-    // Each top-level packet as its lines, trimmed.
-    let mut packets: Vec<Vec<&str>> = Vec::new();
-    for line in text.lines() {
-        if line.starts_with("packet {") {
-            packets.push(Vec::new());
-        } else if let Some(p) = packets.last_mut() {
-            p.push(line.trim());
-        }
-    }
+    let packets = waitshim_tests::perfetto_packets(text);
     let field = |p: &[&str], key: &str| -> Option<String> {
         p.iter()
             .find_map(|l| l.strip_prefix(key))
@@ -538,44 +530,25 @@ fn perfetto_counters(text: &str, name: &str) -> BTreeMap<String, Vec<i64>> {
     };
     let mut tracks: BTreeMap<u64, String> = BTreeMap::new();
     for p in &packets {
-        if !p.contains(&"counter {") {
+        if !p.lines.contains(&"counter {") {
             continue;
         }
-        if let (Some(uuid), Some(n)) = (field(p, "uuid: "), field(p, "name: ")) {
+        if let (Some(uuid), Some(n)) = (field(&p.lines, "uuid: "), field(&p.lines, "name: ")) {
             if n.contains(name) {
                 tracks.insert(uuid.parse().expect("uuid"), n);
             }
         }
     }
     let mut values: BTreeMap<String, Vec<(u64, i64)>> = BTreeMap::new();
-    // Timestamps are on the sequence's incremental clock: each the difference from the one
-    // before, from the clock snapshot's reading; an earlier time than the one before is
-    // absolute, on the trace's clock (6), and leaves the incremental clock as it was.
-    let mut clock: Option<u64> = None;
     for p in &packets {
-        if p.contains(&"clock_snapshot {") {
-            let at = p
-                .iter()
-                .position(|l| *l == "clock_id: 64")
-                .expect("the incremental clock in the snapshot");
-            let ts = p[at + 1].strip_prefix("timestamp: ").expect("its reading");
-            clock = Some(ts.parse().expect("ns"));
-            continue;
-        }
-        let ts = field(p, "timestamp: ").map(|d| {
-            let d: u64 = d.parse().expect("ns");
-            if p.contains(&"timestamp_clock_id: 6") {
-                return d;
-            }
-            let t = clock.expect("a clock snapshot before timestamps") + d;
-            clock = Some(t);
-            t
-        });
-        let (Some(track), Some(v)) = (field(p, "track_uuid: "), field(p, "counter_value: ")) else {
+        let (Some(track), Some(v)) = (
+            field(&p.lines, "track_uuid: "),
+            field(&p.lines, "counter_value: "),
+        ) else {
             continue;
         };
         if let Some(n) = tracks.get(&track.parse().expect("track_uuid")) {
-            let ts = ts.expect("timestamp");
+            let ts = p.ts.expect("timestamp");
             values
                 .entry(n.clone())
                 .or_default()

@@ -6,20 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use waitshim_tests::{export_beside, perfetto_decode, run_both};
-
-/// Each top-level packet of protoc's text, as its trimmed lines.
-fn packets(text: &str) -> Vec<Vec<&str>> {
-    let mut out: Vec<Vec<&str>> = Vec::new();
-    for line in text.lines() {
-        if line.starts_with("packet {") {
-            out.push(Vec::new());
-        } else if let Some(p) = out.last_mut() {
-            p.push(line.trim());
-        }
-    }
-    out
-}
+use waitshim_tests::{export_beside, perfetto_decode, perfetto_packets, run_both};
 
 fn field<'a>(p: &[&'a str], key: &str) -> Option<&'a str> {
     p.iter().find_map(|l| l.strip_prefix(key))
@@ -29,11 +16,11 @@ fn field<'a>(p: &[&'a str], key: &str) -> Option<&'a str> {
 /// incremental clock.
 fn slices_named(text: &str, name: &str) -> Vec<(u64, u64, u64)> {
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
-    let mut clock: Option<u64> = None;
     // Per track, the slices open on it: (name iid, begin).
     let mut open: BTreeMap<u64, Vec<(Option<u64>, u64)>> = BTreeMap::new();
     let mut out = Vec::new();
-    for p in packets(text) {
+    for packet in perfetto_packets(text) {
+        let p = &packet.lines;
         // Interned event names: `iid: N` followed by `name: "..."`.
         for (i, l) in p.iter().enumerate() {
             if *l == "event_names {" {
@@ -42,30 +29,10 @@ fn slices_named(text: &str, name: &str) -> Vec<(u64, u64, u64)> {
                 names.insert(iid.parse().unwrap(), n.trim_matches('"').to_string());
             }
         }
-        if p.contains(&"clock_snapshot {") {
-            let at = p
-                .iter()
-                .position(|l| *l == "clock_id: 64")
-                .expect("clock 64");
-            let ts = field(&p[at + 1..at + 2], "timestamp: ").expect("reading");
-            clock = Some(ts.parse().unwrap());
-            continue;
-        }
-        let Some(d) = field(&p, "timestamp: ") else {
+        let Some(ts) = packet.ts else {
             continue;
         };
-        let d: u64 = d.parse().unwrap();
-        // An earlier time than the packet before's is absolute, on the trace's clock (6), and
-        // leaves the incremental one as it was: no difference is negative.
-        let ts = if p.contains(&"timestamp_clock_id: 6") {
-            d
-        } else {
-            assert!(d < 1 << 62, "a negative difference: {d}");
-            let ts = clock.expect("a snapshot first") + d;
-            clock = Some(ts);
-            ts
-        };
-        let Some(track) = field(&p, "track_uuid: ") else {
+        let Some(track) = field(p, "track_uuid: ") else {
             continue;
         };
         let track: u64 = track.parse().unwrap();
@@ -75,7 +42,7 @@ fn slices_named(text: &str, name: &str) -> Vec<(u64, u64, u64)> {
             .rev()
             .find_map(|l| l.strip_prefix("name_iid: "))
             .map(|v| v.parse::<u64>().unwrap());
-        match field(&p, "type: ") {
+        match field(p, "type: ") {
             Some("TYPE_SLICE_BEGIN") => open.entry(track).or_default().push((iid, ts)),
             Some("TYPE_SLICE_END") => {
                 let (iid, begin) = open
