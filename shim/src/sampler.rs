@@ -292,10 +292,7 @@ pub fn parse_syscall(text: &[u8]) -> Option<(i32, u64)> {
     }
     let mut it = s.split_ascii_whitespace();
     let nr: i32 = it.next()?.parse().ok()?;
-    let arg0 = it
-        .next()
-        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
-        .unwrap_or(0);
+    let arg0 = it.next().and_then(hex).unwrap_or(0);
     Some((nr, if nr < 0 { 0 } else { arg0 }))
 }
 
@@ -304,8 +301,13 @@ pub fn parse_second_arg(text: &[u8]) -> u64 {
     std::str::from_utf8(text)
         .ok()
         .and_then(|s| s.split_ascii_whitespace().nth(2))
-        .and_then(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).ok())
+        .and_then(hex)
         .unwrap_or(0)
+}
+
+/// A field of `syscall`: hexadecimal, `0x` first.
+fn hex(field: &str) -> Option<u64> {
+    u64::from_str_radix(field.trim_start_matches("0x"), 16).ok()
 }
 
 /// The path a thread blocked in `open` or `openat` opens (the numbers are x86-64's: 2 and 257,
@@ -352,7 +354,6 @@ fn opened_path(nr: i32, arg0: u64, arg1: u64) -> Option<String> {
 pub fn parse_stack_of(text: &[u8]) -> Option<(u64, u64)> {
     let s = std::str::from_utf8(text).ok()?;
     let f: Vec<&str> = s.split_ascii_whitespace().collect();
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
     match f.as_slice() {
         [nr, .., sp, pc] if f.len() == 9 && !nr.starts_with('-') => Some((hex(sp)?, hex(pc)?)),
         _ => None,
@@ -365,10 +366,10 @@ pub fn takes_fd(nr: i32) -> bool {
 }
 
 /// What a thread blocked in system call `nr` with first arguments `arg0` and `arg1` waits on
-/// (seed 004): the path it opens, the descriptor's file, pipe or socket (with its protocol and addresses: the shim is in the
-/// process, so the descriptor is its own to ask), the descriptors an epoll set watches, the
-/// child a `wait4` waits for, the word of a futex the shim does not track. Empty when nothing
-/// more than the call's name can be said. Called only when a thread enters the state.
+/// (seed 004): the path it opens, the descriptor's file, pipe or socket (with its protocol and
+/// addresses: the shim is in the process, so the descriptor is its own to ask), the
+/// descriptors an epoll set watches, the child a `wait4` waits for, the word of a futex the
+/// shim does not track. Empty when nothing more than the call's name can be said. Called only when a thread enters the state.
 pub fn describe(nr: i32, arg0: u64, arg1: u64) -> String {
     let mut out = String::new();
     if let Some(path) = opened_path(nr, arg0, arg1) {
