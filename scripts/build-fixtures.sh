@@ -9,9 +9,11 @@
 #   Rust:     rustc -O -g --edition 2021          fixtures/X.rs  -> OUTDIR/X
 #   library:  cc  -O1 -g -pthread -shared -fPIC   fixtures/dlopen_lib.c -> OUTDIR/libdlock.so
 #             cc  -O1 -g -pthread -shared -fPIC   fixtures/counting_interposer.c -> OUTDIR/libcounting.so
+#             cc  -O1 -g -pthread -shared -fPIC   fixtures/reentry_malloc.c -> OUTDIR/libreentry.so
 #   static:   cc  -O1 -g -pthread -static         fixtures/static_binary.c -> OUTDIR/static_binary
 #   Go-like:  cc  -O1 -g -pthread -DAS_GO         fixtures/raw_exit.c -> OUTDIR/raw_exit_go
-# (`dlopen` builds both dlopen_main and libdlock.so; `counting` builds libcounting.so.) CC and CXX override the
+# (`dlopen` builds both dlopen_main and libdlock.so; `counting` builds libcounting.so;
+# `reentry` builds libreentry.so.) CC and CXX override the
 # compilers, RUSTC the Rust one. Outputs newer than both their source and this script are kept.
 set -euo pipefail
 
@@ -37,6 +39,7 @@ if [ "${#names[@]}" -eq 0 ]; then
         n="$(basename "${f%.*}")"
         [ "$n" = dlopen_lib ] && continue
         [ "$n" = counting_interposer ] && n=counting
+        [ "$n" = reentry_malloc ] && n=reentry
         names+=("$n")
     done
     names+=(raw_exit_go)
@@ -71,6 +74,9 @@ for n in "${names[@]}"; do
         ;;
     static_binary)
         build "$src_dir/static_binary.c" "$out/static_binary" "$CC" "${CFLAGS_FIXTURE[@]}" -static || status=1
+        ;;
+    reentry | reentry_malloc | libreentry.so)
+        build "$src_dir/reentry_malloc.c" "$out/libreentry.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC || status=1
         ;;
     counting | counting_interposer | libcounting.so)
         build "$src_dir/counting_interposer.c" "$out/libcounting.so" "$CC" "${CFLAGS_FIXTURE[@]}" -shared -fPIC -ldl || status=1

@@ -32,6 +32,8 @@ trap on_exit EXIT
 step "system packages"
 ensure_compilers
 ensure_packages pigz tmux
+# The allocators programs bring, preloaded beside the shim (tests/tests/harm.rs).
+ensure_packages libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
 # The readers the export tests check each format with: go tool pprof, protoc (with Perfetto's
 # own schema), and a headless Chromium for the HTML timeline (tests/tests/html.rs).
 ensure_packages golang-go protobuf-compiler chromium

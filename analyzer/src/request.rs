@@ -2,16 +2,18 @@
 //! (the shim flushes its counters and pending records, then writes a `Snapshot` record) and
 //! reports on its log as it then stands.
 //!
-//! The request is the signal the process's shim listens on (`WAITSHIM_SIGNAL` in its
-//! environment, default [`waitshim_policy::signal::DEFAULT_REQUEST`]). The signal is sent only
-//! when the process has a handler for it: a real-time signal nobody handles would kill it.
+//! The request goes through the log's mailbox, a word in its file header
+//! (`waitshim_format::contract::mailbox`): this command adds to it and wakes the futex the
+//! shim's thread sleeps on. No signal is sent, so none of the program's signals, masks or
+//! handlers is touched. It needs write access to the log (the same user as the program, or
+//! root: what a signal would need too).
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use waitshim_format::contract::mailbox;
 use waitshim_format::{snapshot_source, Record, Snapshot};
-use waitshim_policy::signal::{self, SignalSpec};
 
 use crate::source::live::Follower;
 use crate::top::procfs;
@@ -44,23 +46,60 @@ impl std::fmt::Display for RequestError {
     }
 }
 
-/// The request signal of process `pid`, from its `WAITSHIM_SIGNAL` (`None` → default).
-pub fn request_signal(pid: i32, setting: Option<&str>) -> Result<i32, RequestError> {
-    let spec = setting.unwrap_or(signal::DEFAULT_REQUEST);
-    match signal::parse(spec, libc::SIGRTMIN(), libc::SIGRTMAX()) {
-        Ok(SignalSpec::Number(n)) => Ok(n),
-        Ok(SignalSpec::None) => Err(RequestError(format!(
-            "data requests are disabled for process {pid} (it runs with WAITSHIM_SIGNAL={spec})"
-        ))),
-        Err(why) => Err(RequestError(format!(
-            "process {pid} has an unusable WAITSHIM_SIGNAL, so its shim takes no requests: {why}"
-        ))),
-    }
+/// Whether a snapshot record answers a request: one through the mailbox, or one sent by `me`
+/// with the request signal (a shim that takes signals too).
+fn answers(s: &Snapshot, me: u32) -> bool {
+    s.source == snapshot_source::REQUEST
+        || (s.source == snapshot_source::SIGNAL && (s.requester_pid == 0 || s.requester_pid == me))
 }
 
-/// Whether a snapshot record answers a request sent by `me` with a signal.
-fn answers(s: &Snapshot, me: u32) -> bool {
-    s.source == snapshot_source::SIGNAL && (s.requester_pid == 0 || s.requester_pid == me)
+/// Puts a request in the mailbox of the log at `path` and wakes the shim's thread.
+fn post_request(path: &std::path::Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {} to post the request: {e}", path.display()))?;
+    let len = waitshim_format::FILE_HEADER_LEN;
+    // SAFETY: a shared read-write mapping of the first page of the log, unmapped below; the
+    // kernel checks the descriptor's access.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(format!(
+            "cannot map {}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: the header's 4-byte aligned mailbox word lies in the mapping; the shim only ever
+    // accesses it atomically.
+    let word = unsafe {
+        std::sync::atomic::AtomicU32::from_ptr(base.cast::<u8>().add(mailbox::OFFSET).cast())
+    };
+    word.fetch_add(mailbox::REQUEST, std::sync::atomic::Ordering::AcqRel);
+    // SAFETY: FUTEX_WAKE (shared: the shim's thread waits on the same file page) on our mapping
+    // of the word; then our mapping goes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+        );
+        libc::munmap(base, len);
+    }
+    Ok(())
 }
 
 /// A snapshot was written: its record and the log it is in.
@@ -78,22 +117,8 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
     if !procfs::has_shim(&maps) {
         return Err(err(procfs::FindError::NotTraced(pid)));
     }
-    let setting =
-        procfs::environ_var(pid, waitshim_format::contract::env::SIGNAL).map_err(|e| {
-            RequestError(format!(
-                "cannot read the environment of process {pid} to learn its request signal: {e}"
-            ))
-        })?;
-    let sig = request_signal(pid, setting.as_deref())?;
-    let sig_name = signal::name(sig, libc::SIGRTMIN(), libc::SIGRTMAX());
     let (log, file) = procfs::find_log(pid).map_err(err)?;
     let mut follower = Follower::from_file(file, &log).map_err(|e| RequestError(e.to_string()))?;
-    if procfs::catches_signal(pid, sig) == Some(false) {
-        return Err(RequestError(format!(
-            "process {pid} has no handler for its request signal {sig_name} ({sig}): its shim \
-             does not take data requests, and the signal would kill it; not sent"
-        )));
-    }
 
     // Everything already in the log is from before the request.
     let mut before = 0u64;
@@ -117,32 +142,17 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
         )));
     }
 
-    // The shim serves requests on its own thread (named `waitshim`): the signal goes to that
-    // thread alone, so that no thread of the program is interrupted. A process without it (no
-    // thread created yet) has nobody to serve the request: it is not sent.
-    let Some(service) = procfs::thread_named(pid, waitshim_format::contract::SHIM_THREAD_NAME)
-    else {
+    // The shim serves requests on its own thread (named `waitshim`). A process without it (no
+    // thread created yet) has nobody to serve the request.
+    if procfs::thread_named(pid, waitshim_format::contract::SHIM_THREAD_NAME).is_none() {
         return Err(RequestError(format!(
-            "process {pid} has no waitshim thread yet: the shim serves requests from its own \
-             thread, which starts with the program's first pthread_create (the log of a \
-             single-threaded program is complete at exit); not sent"
-        )));
-    };
-    // SAFETY: tgkill(2) with ids and a signal number; no memory is involved.
-    let sent = unsafe {
-        libc::syscall(
-            libc::SYS_tgkill,
-            libc::c_long::from(pid),
-            libc::c_long::from(service),
-            libc::c_long::from(sig),
-        )
-    };
-    if sent != 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(RequestError(format!(
-            "cannot send {sig_name} to process {pid}: {e}"
+            "process {pid} has no waitshim thread: the shim serves requests from its own \
+             thread, which starts with the program's first pthread_create, and ends if the \
+             program runs out of tasks (the log of a single-threaded program is complete at \
+             exit); not sent"
         )));
     }
+    post_request(&log).map_err(RequestError)?;
     let me = std::process::id();
     let deadline = Instant::now() + opts.timeout;
     loop {
@@ -171,8 +181,7 @@ pub fn request(opts: &RequestOptions) -> Result<Answer, RequestError> {
         }
         if Instant::now() >= deadline {
             return Err(RequestError(format!(
-                "process {pid} wrote no snapshot to {} within {:.1} s of the request \
-                 ({sig_name})",
+                "process {pid} wrote no snapshot to {} within {:.1} s of the request",
                 log.display(),
                 opts.timeout.as_secs_f64()
             )));
@@ -234,27 +243,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_signal_follows_waitshim_signal() {
-        let rtmax = libc::SIGRTMAX();
-        assert_eq!(request_signal(1, None).unwrap(), rtmax - 3);
-        assert_eq!(request_signal(1, Some("SIGUSR2")).unwrap(), libc::SIGUSR2);
-        let e = request_signal(42, Some("none")).unwrap_err().to_string();
-        assert!(
-            e.contains("data requests are disabled for process 42"),
-            "{e}"
-        );
-        let e = request_signal(42, Some("SIGSEGV")).unwrap_err().to_string();
-        assert!(e.contains("unusable WAITSHIM_SIGNAL"), "{e}");
-    }
-
-    #[test]
-    fn only_signal_snapshots_for_this_requester_answer() {
+    fn mailbox_snapshots_and_signal_snapshots_for_this_requester_answer() {
         let s = |source, requester_pid| Snapshot {
             seq: 1,
             ns: 1,
             source,
             requester_pid,
         };
+        assert!(answers(&s(snapshot_source::REQUEST, 0), 7));
         assert!(answers(&s(snapshot_source::SIGNAL, 0), 7));
         assert!(answers(&s(snapshot_source::SIGNAL, 7), 7));
         assert!(!answers(&s(snapshot_source::SIGNAL, 8), 7));

@@ -31,6 +31,25 @@ pub const LOG_PATTERN: &str = "waitshim.%p.log";
 /// The kernel name (`comm`) of the shim's own thread. At most 15 bytes, the kernel's limit.
 pub const SHIM_THREAD_NAME: &str = "waitshim";
 
+/// The data-request mailbox: a 32-bit word in the log's file header (bytes 12 to 16, zero as
+/// written), in the file the shim maps shared. `waitshim-analyze request PID` adds
+/// [`mailbox::REQUEST`] to it and wakes the futex on it; the shim's own thread sleeps on that
+/// futex, and its other wake-ups add [`mailbox::WAKE`]. No signal is involved: a program's own
+/// signals, handlers and masks stay its own.
+pub mod mailbox {
+    /// The word's offset in the log file.
+    pub const OFFSET: usize = 12;
+    /// Added by a requester: the low 16 bits count requests.
+    pub const REQUEST: u32 = 1;
+    /// Added by the shim to wake its thread: the high 16 bits.
+    pub const WAKE: u32 = 1 << 16;
+
+    /// The request count in a mailbox word.
+    pub fn requests(word: u32) -> u16 {
+        word as u16
+    }
+}
+
 /// [`crate::HolderStack::live`]: how the holder's stack was taken.
 pub mod holder_stack {
     /// Where the holder acquired the object (its acquisition chain).

@@ -204,6 +204,11 @@ pub mod end_reason {
     /// `exit_group` system call leave no end record at all.) Readers older than this value show
     /// it as an unknown reason.
     pub const SIGNAL: u8 = 4;
+    /// The program confined itself with a seccomp filter (through `prctl` or `syscall`): the
+    /// shim ended the log just before, since its own system calls might then be refused or kill
+    /// the process. The program ran on, untraced. Readers older than this value show it as an
+    /// unknown reason.
+    pub const CONFINED: u8 = 5;
 
     /// The name readers show for how a run ended; `"unknown"` for a newer code.
     pub fn name(reason: u8) -> &'static str {
@@ -212,6 +217,7 @@ pub mod end_reason {
             UNDERSCORE_EXIT => "_exit",
             EXEC => "exec",
             SIGNAL => "signal",
+            CONFINED => "confined",
             _ => "unknown",
         }
     }
@@ -225,12 +231,15 @@ pub mod note_level {
 
 /// Where a data request (a [`Snapshot`]) came from.
 pub mod snapshot_source {
-    /// The request signal (`WAITSHIM_SIGNAL`, sent by `waitshim-analyze request PID` or `kill`).
+    /// The request signal (`WAITSHIM_SIGNAL`, when set: sent with `kill`).
     pub const SIGNAL: u8 = 1;
     /// The program called `waitshim_snapshot()`.
     pub const API: u8 = 2;
     /// The shim's periodic flush (no request).
     pub const PERIODIC: u8 = 3;
+    /// A request through the log's mailbox (`waitshim-analyze request PID`:
+    /// [`crate::contract::mailbox`]).
+    pub const REQUEST: u8 = 4;
 
     /// The name readers show for a source; `"unknown"` for a newer code.
     pub fn name(source: u8) -> &'static str {
@@ -238,6 +247,7 @@ pub mod snapshot_source {
             SIGNAL => "signal",
             API => "api",
             PERIODIC => "periodic",
+            REQUEST => "request",
             _ => "unknown",
         }
     }

@@ -27,8 +27,10 @@ pub fn init() {
     waitshim_unwind::refresh();
 }
 
-/// The shim's code, whose frames open every chain captured inside it.
-fn own() -> std::ops::Range<u64> {
+/// The shim's code, whose frames open every chain captured inside it (known once [`init`] has
+/// run; learnt once: a scan of the loaded objects takes the loader's lock, which a child forked
+/// while the shim held it would wait for forever).
+pub fn own() -> std::ops::Range<u64> {
     OWN_LO.load(Ordering::Relaxed) as u64..OWN_HI.load(Ordering::Relaxed) as u64
 }
 

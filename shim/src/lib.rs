@@ -12,12 +12,15 @@
 
 // The interposed functions and the C API are left out of unit-test builds: exported from the
 // test program, they would interpose its own calls and start tracking it.
+mod alloc;
 #[cfg(not(test))]
 mod capi;
 mod chain;
 mod clock;
 mod config;
+mod confinement;
 mod diag;
+mod fdtable;
 #[cfg(not(test))]
 mod interpose;
 mod layout;
@@ -33,6 +36,9 @@ mod service;
 mod signals;
 mod stack;
 mod symbols;
+mod sys;
+#[cfg(not(test))]
+mod tls_dtors;
 mod track;
 mod wants;
 

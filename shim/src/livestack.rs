@@ -236,9 +236,9 @@ fn scan(sp: u64, pc: u64, depth: usize) -> Vec<u64> {
 /// call meanwhile gives stale frames: the first frames are then wrong, never unsafe to read
 /// (every read goes through the kernel).
 pub fn scan_in(maps: &[procmaps::Mapping], sp: u64, pc: u64, depth: usize) -> Vec<u64> {
-    let (lo, hi) = crate::modules::own_range();
+    let own_code = crate::chain::own();
     let code = procmaps::Code::of(maps);
-    let own = |a: u64| (lo as u64..hi as u64).contains(&a);
+    let own = |a: u64| own_code.contains(&a);
     let mut frames = vec![pc];
     let mut buf = vec![0u8; 4096];
     let mut at = sp & !7;
@@ -280,7 +280,7 @@ pub fn ask(pid: u32, holder: u32, mailbox: &StackBox, depth: usize) -> Option<(V
 
 fn by_signal(pid: u32, b: &StackBox, holder: u32) -> Option<Vec<u64>> {
     let sig = SIGNAL.load(Ordering::Relaxed);
-    if sig == 0 {
+    if sig == 0 || !crate::confinement::may_signal() {
         return None;
     }
     if !crate::signals::still_ours(sig, on_signal) {

@@ -28,13 +28,23 @@ const TAIL: usize = 64 << 10;
 const MIN_SIZE: usize = 2 * TAIL;
 
 pub struct Log {
-    /// The file's descriptor, moved out of the program's way (see [`move_high`]), -1 when no
-    /// number there was free (the mapping needs none). The program may still close it (daemons
-    /// close every descriptor they did not open) and reuse its number, so it is checked against
-    /// `id` before every use, and the file reopened by its path when it no longer matches.
+    /// A descriptor of the file in the program's table, -1 if none (the mapping needs none):
+    /// held only while the log is created, and when the shim's thread has to share the
+    /// program's table (then at the high numbers: see [`move_high`]). The program may still
+    /// close it (daemons close every descriptor they did not open) and reuse its number, so it
+    /// is checked against `id` before every use. Without one, a thread that must grow the file
+    /// opens it by its path for that call alone.
     fd: AtomicI32,
+    /// The shim's thread's descriptor of the file, in its own table (or the program's: see
+    /// `fd`), with which it grows the file ahead of the writers ([`Log::grow_ahead`]); -1 until
+    /// that thread runs.
+    shim_fd: AtomicI32,
     /// (st_dev, st_ino) of the log file.
     id: (u64, u64),
+    /// The most the file may take of its disk ([`DISK_SHARE`]).
+    disk_cap: usize,
+    /// The reservation was kept small by an address-space limit.
+    reserve_limited: bool,
     base: *mut u8,
     reserve: usize,
     cursor: AtomicUsize,
@@ -61,6 +71,25 @@ pub struct Log {
 unsafe impl Send for Log {}
 // SAFETY: as above.
 unsafe impl Sync for Log {}
+
+/// `full_errno` of a log whose file another process truncated (see [`Log::take_fault`]).
+const CUT_SHORT: i32 = 1_000_001;
+/// `full_errno` of a log that reached its share of the disk ([`DISK_SHARE`]).
+const DISK_SHARE_REACHED: i32 = 1_000_002;
+/// `full_errno` of a log that filled the address space reserved for it, which an address-space
+/// limit (`ulimit -v`) kept small ([`AS_SHARE`]).
+const RESERVE_FILLED: i32 = 1_000_003;
+
+/// The log takes at most 1/`DISK_SHARE` of the space that was free on its file system when it
+/// started: the program's own files must fit as they would without it.
+const DISK_SHARE: u64 = 4;
+/// Under an address-space limit (`ulimit -v`), the log's mapping reserves at most
+/// 1/`AS_SHARE` of it: the program's memory must fit as it would without it.
+const AS_SHARE: usize = 32;
+/// The file grows by an eighth of its size at a time, within these bounds: the disk space it
+/// takes ahead of what is written stays small.
+const GROW_MIN: usize = FIRST_SIZE;
+const GROW_MAX: usize = 64 << 20;
 
 /// Why the log could not be created.
 pub struct OpenFailure(pub String);
@@ -137,7 +166,9 @@ impl Log {
         }
         let mut base = libc::MAP_FAILED;
         let mut reserve = 0;
+        let as_cap = address_space_limit().map(|l| (l / AS_SHARE).max(MIN_SIZE * 8));
         for size in RESERVES {
+            let size = as_cap.map_or(size, |c| size.min(c & !(FIRST_SIZE - 1)).max(MIN_SIZE * 8));
             reserve = size;
             // SAFETY: reserving address space for a shared mapping of our own fd.
             base = unsafe {
@@ -161,10 +192,13 @@ impl Log {
             return Err(OpenFailure(format!("cannot map log {path}: {err}")));
         }
         let id = file_id(fd).unwrap_or((0, 0));
-        let fd = move_high(fd).unwrap_or(-1);
+        let disk_cap = disk_share(fd);
         let log = Log {
             fd: AtomicI32::new(fd),
+            shim_fd: AtomicI32::new(-1),
             id,
+            disk_cap,
+            reserve_limited: as_cap.is_some_and(|c| c <= reserve),
             base: base as *mut u8,
             reserve,
             cursor: AtomicUsize::new(waitshim_format::FILE_HEADER_LEN),
@@ -179,14 +213,19 @@ impl Log {
             path_c: absolute(&path),
             path,
         };
-        let first = FIRST_SIZE.min(size_limit());
+        let (cap, capped_by) = log.cap();
+        let first = FIRST_SIZE.min(cap);
         if first < MIN_SIZE || !log.ensure_len(first) {
             let why = match log.full_errno.load(Ordering::Relaxed) {
-                _ if first < MIN_SIZE => {
+                _ if first < MIN_SIZE && capped_by == libc::EFBIG => {
                     format!("the file size limit (ulimit -f) is {} bytes", size_limit())
                 }
+                _ if first < MIN_SIZE => {
+                    log.full_errno.store(capped_by, Ordering::Relaxed);
+                    log.full_reason()
+                }
                 0 => "cannot allocate its first bytes".to_string(),
-                e => std::io::Error::from_raw_os_error(e).to_string(),
+                _ => log.full_reason(),
             };
             // Nothing of it is left behind: no empty file, no descriptor, no mapping.
             // SAFETY: our own mapping, descriptor and the file this call created.
@@ -200,11 +239,53 @@ impl Log {
         let header = frame::file_header();
         // SAFETY: the first FIRST_SIZE bytes are backed by the file now.
         unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), log.base, header.len()) };
+        // The program's table keeps no descriptor of ours: the mapping needs none.
+        // SAFETY: the descriptor this call opened.
+        unsafe { libc::close(log.fd.swap(-1, Ordering::AcqRel)) };
         Ok(log)
+    }
+
+    /// On the shim's thread, as it starts: opens the file for the thread to grow it ahead of the
+    /// writers ([`Log::grow_ahead`]). `own_table`: the thread has a descriptor table of its own;
+    /// otherwise the descriptor goes to the high numbers of the program's table, where the
+    /// program's threads may use it too.
+    pub fn open_for_shim_thread(&self, own_table: bool) {
+        let Some(fd) = self.open_by_path() else {
+            return;
+        };
+        if own_table {
+            self.shim_fd.store(fd, Ordering::Release);
+        } else if let Some(high) = move_high(fd) {
+            self.shim_fd.store(high, Ordering::Release);
+            self.fd.store(high, Ordering::Release);
+        }
+    }
+
+    /// On the shim's thread: grows the file ahead of what is written, by a step, when less than
+    /// two steps are left, so that the program's threads seldom have to (they open the file for
+    /// the call when they do).
+    pub fn grow_ahead(&self) {
+        let fd = self.shim_fd.load(Ordering::Acquire);
+        if fd < 0 || self.full.load(Ordering::Relaxed) || self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let len = self.file_len.load(Ordering::Acquire);
+        let step = (len / 8).clamp(GROW_MIN, GROW_MAX);
+        let at = self.cursor.load(Ordering::Acquire);
+        // Never past the cap: reaching it is for a writer to find (and say), not this thread.
+        let want = (at + 2 * step).min(self.cap().0);
+        if want > len {
+            self.ensure_len_via(want, Some(fd));
+        }
     }
 
     /// Makes the file at least `need` bytes long. False if it cannot grow (disk full, quota).
     fn ensure_len(&self, need: usize) -> bool {
+        self.ensure_len_via(need, None)
+    }
+
+    /// [`Log::ensure_len`] through descriptor `fd` (None: the program's, or one opened for it).
+    fn ensure_len_via(&self, need: usize, fd: Option<i32>) -> bool {
         loop {
             let len = self.file_len.load(Ordering::Acquire);
             if len >= need {
@@ -220,16 +301,17 @@ impl Log {
             {
                 let len = self.file_len.load(Ordering::Acquire);
                 if len < need {
-                    let cap = self.reserve.min(size_limit());
-                    let target = need.max(len.saturating_mul(2)).max(FIRST_SIZE);
+                    let (cap, why) = self.cap();
+                    let step = (len / 8).clamp(GROW_MIN, GROW_MAX);
+                    let target = need.max(len + step);
                     let target = ((target + FIRST_SIZE - 1) & !(FIRST_SIZE - 1)).min(cap);
                     // Within the cap, at least what is needed now: a log close to the cap
                     // takes its last bytes rather than giving up a whole step early.
                     let target = if target < need { need.min(cap) } else { target };
                     if target < need {
-                        self.filled(libc::EFBIG);
+                        self.filled(why);
                     } else {
-                        match self.grow_file(len, target) {
+                        match self.grow_file(fd, len, target) {
                             Ok(()) => self.file_len.store(target, Ordering::Release),
                             Err(e) => self.filled(e),
                         }
@@ -241,6 +323,26 @@ impl Log {
                 unsafe { libc::sched_yield() };
             }
         }
+    }
+
+    /// The most the file may grow to, and the reason to give when it must stop there.
+    fn cap(&self) -> (usize, i32) {
+        let fsize = size_limit();
+        let (mut cap, mut why) = (
+            self.reserve,
+            if self.reserve_limited {
+                RESERVE_FILLED
+            } else {
+                libc::EFBIG
+            },
+        );
+        if fsize < cap {
+            (cap, why) = (fsize, libc::EFBIG);
+        }
+        if self.disk_cap < cap {
+            (cap, why) = (self.disk_cap, DISK_SHARE_REACHED);
+        }
+        (cap, why)
     }
 
     /// The log can grow no more (`errno` says why): later records are dropped and counted.
@@ -276,16 +378,25 @@ impl Log {
             libc::EFBIG => "the file size limit (ulimit -f) was reached".into(),
             libc::ENOSPC => "the disk is full".into(),
             libc::EDQUOT => "the disk quota is exhausted".into(),
+            CUT_SHORT => "another process cut the log file short".into(),
+            DISK_SHARE_REACHED => {
+                format!("it reached a 1/{DISK_SHARE} share of the disk space free when it started")
+            }
+            RESERVE_FILLED => format!(
+                "it filled the address space reserved for it: 1/{AS_SHARE} of the \
+                 address-space limit (ulimit -v)"
+            ),
             e => std::io::Error::from_raw_os_error(e).to_string(),
         }
     }
 
-    /// Extends the file to `to` bytes; the errno on failure.
-    fn grow_file(&self, from: usize, to: usize) -> Result<(), i32> {
-        let Some(fd) = self.own_fd() else {
-            return Err(libc::EBADF);
+    /// Extends the file to `to` bytes, through `fd` if given; the errno on failure.
+    fn grow_file(&self, fd: Option<i32>, from: usize, to: usize) -> Result<(), i32> {
+        let held = match fd {
+            Some(fd) => LogFd(fd, false),
+            None => self.own_fd().ok_or(libc::EBADF)?,
         };
-        let fd = fd.0;
+        let fd = held.0;
         // SAFETY: system calls on the log's fd (checked to be the log's).
         unsafe {
             let r = libc::fallocate(fd, 0, from as libc::off_t, (to - from) as libc::off_t);
@@ -307,46 +418,36 @@ impl Log {
         }
     }
 
-    /// The log's descriptor, if it still refers to the log file: reopened by path (never
-    /// following a symlink) when the program closed it, and kept if it can be moved out of the
-    /// program's way, else used only for the call at hand; None when that fails too.
+    /// A descriptor of the log file for one operation on a program's thread: the one kept in
+    /// the program's table if it is still the log's, else the file opened by its path for the
+    /// call alone; None when that fails too.
     fn own_fd(&self) -> Option<LogFd> {
         let fd = self.fd.load(Ordering::Acquire);
         if fd >= 0 && file_id(fd) == Some(self.id) {
             return Some(LogFd(fd, false));
         }
+        self.open_by_path().map(|fd| LogFd(fd, true))
+    }
+
+    /// The log file opened again by its path (never following a symlink), if it is still the
+    /// same file.
+    fn open_by_path(&self) -> Option<i32> {
         // SAFETY: valid C string; O_NOFOLLOW refuses a symlink put in the log's place.
-        let new = unsafe {
+        let fd = unsafe {
             libc::open(
                 self.path_c.as_ptr(),
                 libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             )
         };
-        if new < 0 {
+        if fd < 0 {
             return None;
         }
-        if file_id(new) != Some(self.id) {
+        if file_id(fd) != Some(self.id) {
             // SAFETY: closing the descriptor just opened.
-            unsafe { libc::close(new) };
+            unsafe { libc::close(fd) };
             return None;
         }
-        match move_high(new) {
-            Some(high) => {
-                self.fd.store(high, Ordering::Release);
-                Some(LogFd(high, false))
-            }
-            None => {
-                self.fd.store(-1, Ordering::Release);
-                // SAFETY: reopening by the same path as above, for this call only.
-                let again = unsafe {
-                    libc::open(
-                        self.path_c.as_ptr(),
-                        libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                    )
-                };
-                (again >= 0 && file_id(again) == Some(self.id)).then_some(LogFd(again, true))
-            }
-        }
+        Some(fd)
     }
 
     /// Appends one record. Lock-free; a full log drops the record and counts it.
@@ -397,6 +498,61 @@ impl Log {
         let tag = unsafe { &*(self.base.add(off) as *const AtomicU16) };
         tag.store(frame::FRAME_TAG, Ordering::Release);
         self.active.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// The data-request mailbox in the file header
+    /// ([`waitshim_format::contract::mailbox`]).
+    pub fn mailbox(&self) -> &AtomicU32 {
+        // SAFETY: the header's bytes 12..16 are mapped for the log's life, 4-byte aligned, and
+        // only ever accessed atomically (by the shim and by requesters mapping the same file).
+        unsafe {
+            AtomicU32::from_ptr(
+                self.base
+                    .add(waitshim_format::contract::mailbox::OFFSET)
+                    .cast(),
+            )
+        }
+    }
+
+    /// A write faulted at `addr` (SIGBUS, in a signal handler): if it lies in this log's
+    /// mapping, another process cut the file short (log rotation, `: > file`) and the pages past
+    /// its new end no longer exist. The whole range becomes private memory, so the write that
+    /// faulted, and any other in flight, completes where nothing reads it, and the log takes no
+    /// more records. True if the fault was the log's. Async-signal-safe: atomics and one system
+    /// call.
+    pub fn take_fault(&self, addr: usize) -> bool {
+        let base = self.base as usize;
+        if addr < base || addr >= base + self.reserve {
+            return false;
+        }
+        if self
+            .full_errno
+            .compare_exchange(0, CUT_SHORT, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.full_at
+                .store(self.cursor.load(Ordering::Acquire), Ordering::Relaxed);
+        }
+        self.full.store(true, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
+        // SAFETY: replaces our own mapping, at its own address and size, with private memory.
+        let r = unsafe {
+            crate::sys::call6(
+                libc::SYS_mmap,
+                [
+                    base,
+                    self.reserve,
+                    (libc::PROT_READ | libc::PROT_WRITE) as usize,
+                    (libc::MAP_PRIVATE
+                        | libc::MAP_ANONYMOUS
+                        | libc::MAP_FIXED
+                        | libc::MAP_NORESERVE) as usize,
+                    usize::MAX,
+                    0,
+                ],
+            )
+        };
+        !crate::sys::failed(r)
     }
 
     /// Forces what is written to stable storage (a deadlock report must survive the machine).
@@ -463,6 +619,30 @@ impl Log {
                 libc::close(fd);
             }
         }
+    }
+}
+
+/// The process's address-space limit (`RLIMIT_AS`, `ulimit -v`) in bytes, if it has one.
+fn address_space_limit() -> Option<usize> {
+    // SAFETY: getrlimit into a local struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(libc::RLIMIT_AS, &mut r) == 0 && r.rlim_cur != libc::RLIM_INFINITY)
+            .then(|| r.rlim_cur.min(usize::MAX as libc::rlim_t) as usize)
+    }
+}
+
+/// The log's share of its disk ([`DISK_SHARE`] of the space free now); unbounded when the file
+/// system does not say.
+fn disk_share(fd: libc::c_int) -> usize {
+    // SAFETY: fstatvfs into a local struct, on our own descriptor.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::fstatvfs(fd, &mut st) != 0 || st.f_blocks == 0 {
+            return usize::MAX;
+        }
+        let free = (st.f_bavail as u64).saturating_mul(st.f_frsize as u64);
+        (free / DISK_SHARE).min(usize::MAX as u64) as usize
     }
 }
 

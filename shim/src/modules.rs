@@ -2,6 +2,7 @@
 //! segments, written once each at start and after every `dlopen`.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;
 
 use waitshim_format::{Module, Segment};
@@ -9,6 +10,9 @@ use waitshim_format::{Module, Segment};
 /// Modules already written, by (base, path hash).
 pub struct Modules {
     seen: Mutex<(HashSet<(u64, u64)>, u32)>,
+    /// What the last scan found, for a forked child to write without a scan of its own (see
+    /// [`Modules::inherit`]); replaced whole by each scan, never changed in place.
+    last: AtomicPtr<Vec<Module>>,
 }
 
 const NT_GNU_BUILD_ID: u32 = 3;
@@ -112,6 +116,7 @@ impl Modules {
     pub fn new() -> Self {
         Modules {
             seen: Mutex::new((HashSet::new(), 0)),
+            last: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -126,6 +131,41 @@ impl Modules {
             )
         };
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self
+            .last
+            .swap(Box::into_raw(Box::new(found.clone())), Ordering::AcqRel);
+        if !old.is_null() {
+            // SAFETY: made by `Box::into_raw` above and swapped out, so no longer reachable;
+            // only a forked child reads `last`, and a child sees the pointer as it was at the
+            // fork, never one freed before.
+            drop(unsafe { Box::from_raw(old) });
+        }
+        self.write_new(&mut seen, found, log);
+    }
+
+    /// In a forked child: writes the modules the parent's last scan found, without scanning.
+    /// The loader's lock, which a scan takes, may have been held by another thread of the
+    /// parent at the fork: a scan would wait for it forever (glibc resets the loader's other
+    /// locks in the child, not this one). The objects a child has are its parent's.
+    pub fn inherit(&self, parent: &Modules, log: &crate::log::Log) {
+        let p = parent.last.load(Ordering::Acquire);
+        if p.is_null() {
+            return;
+        }
+        // SAFETY: a list published by the parent's scan, not freed before the fork (see `scan`).
+        let found = unsafe { &*p }.clone();
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        self.last
+            .store(Box::into_raw(Box::new(found.clone())), Ordering::Release);
+        self.write_new(&mut seen, found, log);
+    }
+
+    fn write_new(
+        &self,
+        seen: &mut (HashSet<(u64, u64)>, u32),
+        found: Vec<Module>,
+        log: &crate::log::Log,
+    ) {
         for mut m in found {
             if seen.0.insert((m.base, hash(&m.path))) {
                 seen.1 += 1;

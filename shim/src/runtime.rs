@@ -24,6 +24,9 @@ pub fn start() {
 }
 
 fn started(tr: &Tracker) {
+    if let Some(line) = crate::confinement::look_at_start() {
+        crate::diag::say(&tr.log, &line);
+    }
     crate::livestack::set_mailbox_of_caller(own_mailbox);
     crate::policy::init(&tr.log, tr.config.policy.as_deref());
     settle_events(tr);
@@ -85,8 +88,9 @@ fn own_mailbox() -> *const StackBox {
 }
 
 fn forked_child(tr: &Tracker) {
-    crate::service::after_fork_child();
+    // The sampler first: it asks whether the parent's shim thread had a table of its own.
     crate::sampler::after_fork_child();
+    crate::service::after_fork_child();
     crate::policy::after_fork_child(&tr.log);
 }
 

@@ -153,22 +153,42 @@ fn release(fd: i32) {
     }
 }
 
-/// In a forked child: the descriptors name the parent's threads; closed.
+/// In a forked child: the descriptors name the parent's threads. When the parent's shim thread
+/// had a table of its own, the child has none of them (its table is a copy of the program's,
+/// where those numbers are the program's): they are forgotten. Otherwise they are copies in
+/// the child's table, and closed.
 pub fn after_fork_child() {
+    let copied = !crate::fdtable::own();
     for (t, f) in SCHEDSTAT_OF.iter() {
         f.store(-1, Ordering::Relaxed);
         t.store(0, Ordering::Relaxed);
     }
     for slot in FDS.iter() {
         let fd = slot.swap(-1, Ordering::AcqRel);
-        if fd >= 0 {
+        if fd >= 0 && copied {
             // SAFETY: a descriptor the parent's sampler held, copied into this process.
             unsafe { libc::close(fd) };
         }
     }
     // Those of a thread in rotation the parent was reading as it forked: low numbers.
-    close_rotating();
+    if copied {
+        close_rotating();
+    } else {
+        for slot in &ROTATING {
+            slot.store(-1, Ordering::Relaxed);
+        }
+    }
     PAST_CAP.store(false, Ordering::Relaxed);
+}
+
+/// A descriptor the sampler just opened, where it may keep it: as it is in the shim's thread's
+/// own table, at the high numbers when it shares the program's (None when none is free there).
+fn out_of_the_way(fd: i32) -> Option<i32> {
+    if crate::fdtable::own() {
+        Some(fd)
+    } else {
+        crate::log::move_high(fd)
+    }
 }
 
 /// Opens `path` read-only and moves it to the high numbers; None if it cannot be kept.
@@ -185,7 +205,7 @@ fn open_high_or_errno(path: &str) -> Result<i32, i32> {
     if fd < 0 {
         return Err(errno());
     }
-    let high = crate::log::move_high(fd).ok_or(0)?;
+    let high = out_of_the_way(fd).ok_or(0)?;
     if keep(high) {
         Ok(high)
     } else {
@@ -236,7 +256,10 @@ pub fn parse_switches(text: &[u8]) -> Option<(u64, u64)> {
 /// The calling thread ends (from the shim's thread-exit path, before its exit record): its
 /// scheduler totals, which the sampler's last look, up to an interval old, does not have and
 /// cannot get once the thread is gone. One `pread` of its `schedstat` through the sampler's
-/// descriptor and one `getrusage`; nothing when the sampler is off or never followed it.
+/// descriptor and one `getrusage`; when the sampler's descriptors are in a table of its own
+/// (see `crate::fdtable`), the thread's CPU clock in place of the `pread` (run delay and
+/// timeslices then stand as the last look saw them); nothing when the sampler is off or never
+/// followed it.
 pub fn thread_ending(tr: &Tracker, tid: u32) {
     if interval() == 0 {
         return;
@@ -248,7 +271,10 @@ pub fn thread_ending(tr: &Tracker, tid: u32) {
     // any. While the sampler follows threads past its cap (without kept descriptors), a thread
     // without one writes what it has without a file: its CPU clock and switches (exact), its
     // run-queue delay and timeslices 0 (unknown: its samples' figures stand).
+    // The sampler's descriptors in the shim thread's own table are not this thread's to use:
+    // a thread the sampler follows writes its CPU clock then, as one past the cap does.
     let (on_cpu, delay, slices) = match schedstat_of(tid) {
+        Some(_) if crate::fdtable::own() => (crate::clock::thread_cpu_ns(), 0, 0),
         Some(fd) => {
             let mut buf = [0u8; 128];
             let sched = pread_all(fd, &mut buf).and_then(parse_schedstat);
@@ -370,31 +396,34 @@ pub fn takes_fd(nr: i32) -> bool {
 /// addresses: the shim is in the process, so the descriptor is its own to ask), the
 /// descriptors an epoll set watches, the child a `wait4` waits for, the word of a futex the
 /// shim does not track. Empty when nothing more than the call's name can be said. Called only when a thread enters the state.
-pub fn describe(nr: i32, arg0: u64, arg1: u64) -> String {
+///
+/// The descriptors are the program's, named through thread `tid`'s view in `/proc` (the
+/// sampler's thread has a table of its own: see `crate::fdtable`).
+pub fn describe(tid: u32, nr: i32, arg0: u64, arg1: u64) -> String {
     let mut out = String::new();
     if let Some(path) = opened_path(nr, arg0, arg1) {
         out = path;
     } else if takes_fd(nr) {
         let fd = arg0 as i32;
-        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        let link = std::fs::read_link(format!("/proc/self/task/{tid}/fd/{fd}"))
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
         out.push_str(&link);
         if link.starts_with("socket:[") {
-            if let Some(s) = socket_text(fd) {
+            if let Some(s) = program_socket_text(fd) {
                 out.push(' ');
                 out.push_str(&s);
             }
         } else if link == "anon_inode:[eventpoll]" {
             // One open of the set's fdinfo, when the thread enters its wait.
-            let info =
-                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let info = std::fs::read_to_string(format!("/proc/self/task/{tid}/fdinfo/{fd}"))
+                .unwrap_or_default();
             let watched: Vec<i32> = info
                 .lines()
                 .filter_map(|l| l.strip_prefix("tfd:"))
                 .filter_map(|l| l.split_ascii_whitespace().next()?.parse().ok())
                 .collect();
-            out.push_str(&watched_text(&watched));
+            out.push_str(&watched_text(tid, &watched));
         }
     } else if cfg!(target_arch = "x86_64") && nr == 202 {
         out = format!("untracked futex word {arg0:#x}");
@@ -411,7 +440,7 @@ pub fn describe(nr: i32, arg0: u64, arg1: u64) -> String {
 /// What an epoll set watches: each descriptor with what it is (a pipe, a file's path, a
 /// socket with its addresses), as many as fit in the 200 characters a description keeps, then
 /// how many more.
-fn watched_text(fds: &[i32]) -> String {
+fn watched_text(tid: u32, fds: &[i32]) -> String {
     let mut out = String::new();
     if fds.is_empty() {
         return out;
@@ -423,12 +452,12 @@ fn watched_text(fds: &[i32]) -> String {
     });
     for (i, &fd) in fds.iter().enumerate() {
         let mut item = format!("{} {fd}", if i == 0 { "" } else { "," });
-        if let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+        if let Ok(link) = std::fs::read_link(format!("/proc/self/task/{tid}/fd/{fd}")) {
             let link = link.to_string_lossy();
             item.push(' ');
             match link
                 .starts_with("socket:[")
-                .then(|| socket_text(fd))
+                .then(|| program_socket_text(fd))
                 .flatten()
             {
                 Some(s) => item.push_str(&s),
@@ -498,6 +527,19 @@ fn with_run_state(mut what: String, tid: u32) -> String {
 
 /// A socket's protocol and addresses: `tcp 127.0.0.1:8080 listening`, `tcp 127.0.0.1:41234 ->
 /// 127.0.0.1:8080`, `unix /run/x.sock`.
+/// [`socket_text`] of the program's descriptor `fd`: asked of a copy in the sampler's own table
+/// (`pidfd_getfd` on this process, closed after) when it has one, else of `fd` itself.
+fn program_socket_text(fd: i32) -> Option<String> {
+    if !crate::fdtable::own() {
+        return socket_text(fd);
+    }
+    let copy = crate::fdtable::copy_of_programs(fd)?;
+    let text = socket_text(copy);
+    // SAFETY: the copy this call made, in the sampler's own table.
+    unsafe { libc::close(copy) };
+    text
+}
+
 fn socket_text(fd: i32) -> Option<String> {
     let opt = |name: libc::c_int| -> Option<libc::c_int> {
         let mut v: libc::c_int = 0;
@@ -1078,7 +1120,7 @@ impl Sampler {
             if fd < 0 {
                 return None;
             }
-            let high = crate::log::move_high(fd)?;
+            let high = out_of_the_way(fd)?;
             if !keep(high) {
                 // SAFETY: ours, not kept.
                 unsafe { libc::close(high) };
@@ -1314,7 +1356,7 @@ impl Sampler {
             if !f.written || now_state != f.last || d_cpu != 0 || d_delay != 0 {
                 let what = if state == thread_state::BLOCKED && (now_state != f.last || !f.written)
                 {
-                    with_run_state(describe(nr, arg0, arg1), tid)
+                    with_run_state(describe(tid, nr, arg0, arg1), tid)
                 } else {
                     String::new()
                 };
@@ -1553,6 +1595,10 @@ impl Sampler {
 mod tests {
     use super::*;
 
+    fn me() -> u32 {
+        crate::track::threads::gettid()
+    }
+
     #[test]
     fn the_interval_stretches_only_when_looks_cost_more_than_the_budget() {
         // 10 ms asked: looks of 50 µs are 0.5 % of a CPU, kept; looks of 300 µs would be 3 %.
@@ -1727,13 +1773,16 @@ intr 1 2 3\n";
             "{text}"
         );
         if cfg!(target_arch = "x86_64") {
-            let what = describe(43, l.as_raw_fd() as u64, 0);
+            let what = describe(me(), 43, l.as_raw_fd() as u64, 0);
             assert!(
                 what.starts_with("socket:[") && what.ends_with("listening"),
                 "{what}"
             );
-            assert_eq!(describe(202, 0x1000, 0), "untracked futex word 0x1000");
-            assert_eq!(describe(61, u64::MAX, 0), "any child");
+            assert_eq!(
+                describe(me(), 202, 0x1000, 0),
+                "untracked futex word 0x1000"
+            );
+            assert_eq!(describe(me(), 61, u64::MAX, 0), "any child");
         }
     }
 
@@ -1877,7 +1926,7 @@ intr 1 2 3\n";
             std::thread::yield_now();
         };
         let (nr, arg0) = parse_syscall(&text).unwrap();
-        let what = describe(nr, arg0, parse_second_arg(&text));
+        let what = describe(me(), nr, arg0, parse_second_arg(&text));
         assert_eq!(what, fifo.display().to_string());
         // A pointer to nowhere is not read.
         assert_eq!(opened_path(257, libc::AT_FDCWD as u64, 8), None);
@@ -1891,15 +1940,15 @@ intr 1 2 3\n";
         let mut fds = [0i32; 2];
         // SAFETY: pipe into a local array of two.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        let one = watched_text(&fds[..1]);
+        let one = watched_text(me(), &fds[..1]);
         assert!(
             one.starts_with(&format!(" watching fd {} pipe:[", fds[0])),
             "{one}"
         );
-        let many = watched_text(&[fds[0]; 40]);
+        let many = watched_text(me(), &[fds[0]; 40]);
         assert!(many.starts_with(" watching fds "), "{many}");
         assert!(many.ends_with(" more") && many.len() <= 180, "{many}");
-        assert_eq!(watched_text(&[]), "");
+        assert_eq!(watched_text(me(), &[]), "");
         for fd in fds {
             // SAFETY: ours.
             unsafe { libc::close(fd) };

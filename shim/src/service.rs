@@ -8,16 +8,19 @@
 //! even when no lock was ever contended) and policy statistics, hot reload of the policy file,
 //! and the sampler.
 //!
-//! A data request (the signal `WAITSHIM_SIGNAL`, default `SIGRTMAX-3`) only counts the request
-//! and wakes this thread with a futex in the handler (no file descriptor: a program that closes
-//! every descriptor it did not open would close, or reuse, ours); everything else happens on this
-//! thread. The handler is
-//! installed only when the program has none for that signal. `waitshim-analyze request PID`
-//! sends the signal to this thread alone (by its name, `waitshim`), so no program thread is
-//! interrupted.
+//! A data request comes through the log's mailbox, a word in the file's header
+//! (`waitshim_format::contract::mailbox`): `waitshim-analyze request PID` adds to it and wakes
+//! the futex this thread sleeps on. No signal, no descriptor: a program's signals, masks and
+//! handlers stay its own (a program that blocks every signal and takes them with `sigwait` gets
+//! every one of them), and a program that closes every descriptor it did not open closes none of
+//! ours. A request signal is taken only when `WAITSHIM_SIGNAL` names one, for `kill`: the
+//! handler then counts the request and wakes this thread, and is installed only when the
+//! program has none for that signal.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use waitshim_format::contract::SHIM_THREAD_NAME;
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering,
+};
+use waitshim_format::contract::{mailbox, SHIM_THREAD_NAME};
 
 use waitshim_format::{shim_task, snapshot_source, ShimCost, Snapshot, TaskCost};
 
@@ -30,11 +33,15 @@ const STARTING: u8 = 1;
 const RUNNING: u8 = 2;
 /// Could not start (resources): the program runs on without periodic work.
 const FAILED: u8 = 3;
+/// Ended to give the program the task it could not create ([`step_back_for_tasks`]).
+const STEPPED_BACK: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(NOT_STARTED);
 /// The futex word the thread sleeps on; bumped to wake it.
 static WAKE: AtomicU32 = AtomicU32::new(0);
-/// Requests received by the handler, and served.
+/// Requests through the log's mailbox served (its request count when last served).
+static SERVED_MAILBOX: AtomicU16 = AtomicU16::new(0);
+/// Requests received by the signal handler, and served.
 static REQUESTS: AtomicU64 = AtomicU64::new(0);
 static SERVED: AtomicU64 = AtomicU64::new(0);
 static REQUESTER: AtomicU32 = AtomicU32::new(0);
@@ -60,11 +67,13 @@ const FLUSH_EVERY_NS: u64 = 1_000_000_000;
 const RELOAD_CHECK_NS: u64 = 500_000_000;
 const SLEEP_NS: u64 = 250_000_000;
 
-/// Sets up data requests (from the tracker's start): the wake-up pipe and the signal handler.
-/// `spec` is `WAITSHIM_SIGNAL` (None: the default).
+/// Sets up data requests by signal (from the tracker's start), when `WAITSHIM_SIGNAL` (`spec`)
+/// names one: its handler. Requests through the log's mailbox need no setting up.
 pub fn init(tr: &Tracker, spec: Option<&str>) {
     let (rtmin, rtmax) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-    let spec_text = spec.unwrap_or(waitshim_policy::signal::DEFAULT_REQUEST);
+    let Some(spec_text) = spec else {
+        return;
+    };
     let sig = match waitshim_policy::signal::parse(spec_text, rtmin, rtmax) {
         Ok(waitshim_policy::signal::SignalSpec::None) => return,
         Ok(waitshim_policy::signal::SignalSpec::Number(n)) => n,
@@ -86,35 +95,43 @@ pub fn init(tr: &Tracker, spec: Option<&str>) {
     }
 }
 
+/// Wakes this thread: on the mailbox it sleeps on while tracking is on, and on its own word
+/// before. Async-signal-safe.
 fn wake() {
     WAKE.fetch_add(1, Ordering::Release);
-    // SAFETY: FUTEX_WAKE on our own word; the futex system call is async-signal-safe.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WAKE.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        )
-    };
+    crate::sys::futex_wake(&WAKE, 1);
+    if let Some(tr) = tracker() {
+        let mailbox = tr.log.mailbox();
+        mailbox.fetch_add(mailbox::WAKE, Ordering::Release);
+        crate::sys::futex_wake_shared(mailbox);
+    }
 }
 
-/// Sleeps until woken or `ns` (less than a second) passed, unless a wake-up came since `seen`.
-fn sleep_from(seen: u32, ns: u64) {
+/// The words this thread sleeps on as it last read them: its own, and the log's mailbox.
+#[derive(Clone, Copy)]
+struct Seen {
+    own: u32,
+    mailbox: u32,
+}
+
+fn seen_now() -> Seen {
+    Seen {
+        own: WAKE.load(Ordering::Acquire),
+        mailbox: tracker().map_or(0, |tr| tr.log.mailbox().load(Ordering::Acquire)),
+    }
+}
+
+/// Sleeps until woken or `ns` (less than a second) passed, unless a wake-up or a request came
+/// since `seen`.
+fn sleep_from(seen: Seen, ns: u64) {
     let ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: ns.min(999_999_999) as libc::c_long,
     };
-    // SAFETY: FUTEX_WAIT on our own word with a relative timeout.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            WAKE.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            seen,
-            &ts as *const libc::timespec,
-        )
-    };
+    match tracker() {
+        Some(tr) => crate::sys::futex_wait_shared(tr.log.mailbox(), seen.mailbox, &ts),
+        None => crate::sys::futex_wait(&WAKE, seen.own, Some(&ts)),
+    }
 }
 
 /// The request signal's handler: async-signal-safe (atomics and write(2) only).
@@ -179,30 +196,38 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     // are found by their own names; `request` finds this one by it).
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
     SERVICE_TID.store(gettid(), Ordering::Release);
+    let own_table = crate::fdtable::separate();
+    if let Some(tr) = tracker() {
+        tr.log.open_for_shim_thread(own_table);
+    }
     let sig = REQUEST_SIGNAL.load(Ordering::Relaxed);
-    if sig > 0 {
-        // SAFETY: sigset operations on a local; unblocks only the request signal on this thread.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
+    // SAFETY: sigset operations on a local; unblocks on this thread only SIGBUS (this thread
+    // reads the log's mailbox: a log another process truncated faults, and the handler that
+    // takes care of it must run, not the kernel's default) and the request signal, if any.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGBUS);
+        if sig > 0 {
             libc::sigaddset(&mut set, sig);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
         }
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
     }
     let (mut tasks, flush, sampler) = periodic_tasks();
     let mut costs = Costs::default();
-    let mut seen = WAKE.load(Ordering::Acquire);
+    let mut seen = seen_now();
     loop {
         let now = now_ns();
         let next = tasks.iter().map(|t| t.due).min().unwrap_or(now + SLEEP_NS);
         sleep_from(seen, next.saturating_sub(now).clamp(1, SLEEP_NS));
-        seen = WAKE.load(Ordering::Acquire);
+        seen = seen_now();
         BUSY.store(true, Ordering::SeqCst);
-        if STOP.load(Ordering::SeqCst) {
+        if STOP.load(Ordering::SeqCst) || STATE.load(Ordering::Acquire) == STEPPED_BACK {
             BUSY.store(false, Ordering::SeqCst);
             return std::ptr::null_mut();
         }
         if let Some(tr) = tracker() {
+            tr.log.grow_ahead();
             let by = LAST_LOOK_BY.swap(0, Ordering::AcqRel);
             if by != 0 {
                 if let Some(s) = &sampler {
@@ -214,7 +239,7 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
             }
             let now = now_ns();
             // The CPU clock is a system call: read only around work there is.
-            if requests_pending() {
+            if requests_pending(tr) {
                 costs.timed(shim_task::REQUESTS, || serve_requests(tr));
                 // Everything was just written: the periodic flush can wait its full interval.
                 tasks[flush].due = now + FLUSH_EVERY_NS;
@@ -341,6 +366,7 @@ fn periodic_tasks() -> (Vec<Task>, usize, Option<SharedSampler>) {
         kind: shim_task::FLUSH,
         due: start + FLUSH_EVERY_NS,
         run: Box::new(move |tr, _, now, _| {
+            crate::confinement::refresh_tracer();
             tr.flush_periodic();
             crate::policy::write_stats(&tr.log, false);
             look_for_hang(tr, &mut hang_seen, now);
@@ -356,9 +382,14 @@ type SharedSampler = std::rc::Rc<std::cell::RefCell<crate::sampler::Sampler>>;
 /// Serves what was asked of this thread since it last looked: complete flushes (for a thread
 /// that must not allocate) and data requests. Whether it wrote everything.
 /// Whether a flush or a snapshot was asked for and not served yet (two atomic loads each).
-fn requests_pending() -> bool {
+fn requests_pending(tr: &Tracker) -> bool {
     FLUSHES_ASKED.load(Ordering::Acquire) != FLUSHES_DONE.load(Ordering::Relaxed)
         || REQUESTS.load(Ordering::Acquire) != SERVED.load(Ordering::Relaxed)
+        || mailbox_requests(tr) != SERVED_MAILBOX.load(Ordering::Relaxed)
+}
+
+fn mailbox_requests(tr: &Tracker) -> u16 {
+    mailbox::requests(tr.log.mailbox().load(Ordering::Acquire))
 }
 
 fn serve_requests(tr: &Tracker) -> bool {
@@ -368,6 +399,12 @@ fn serve_requests(tr: &Tracker) -> bool {
         tr.flush_all();
         crate::policy::write_stats(&tr.log, true);
         FLUSHES_DONE.store(asked, Ordering::Release);
+        wrote = true;
+    }
+    let asked = mailbox_requests(tr);
+    if asked != SERVED_MAILBOX.load(Ordering::Relaxed) {
+        SERVED_MAILBOX.store(asked, Ordering::Relaxed);
+        snapshot(tr, snapshot_source::REQUEST, 0);
         wrote = true;
     }
     let pending = REQUESTS.load(Ordering::Acquire);
@@ -455,6 +492,51 @@ pub fn flush_by_service(timeout_ns: u64) -> bool {
     true
 }
 
+/// The program could not create a thread or process for lack of tasks (`EAGAIN`: its
+/// `RLIMIT_NPROC`, a container's pids limit), and the shim's thread counts among its tasks: the
+/// thread ends, so that the program gets the task it would have had natively, and the shim runs
+/// on without it (no sampling, periodic flushes or data requests from then on; every counter
+/// still reaches the log at the end). Waits until the thread's task is gone. True if the thread
+/// stepped back, so that the caller tries again; false if there was none to end.
+pub fn step_back_for_tasks() -> bool {
+    if STATE
+        .compare_exchange(RUNNING, STEPPED_BACK, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    let tid = SERVICE_TID.load(Ordering::Acquire);
+    wake();
+    // SAFETY: plain system call.
+    let pid = unsafe { libc::getpid() };
+    let start = now_ns();
+    // Gone once the kernel no longer finds it: it released its task (and the count) by then.
+    while tid != 0 && now_ns().saturating_sub(start) < 1_000_000_000 {
+        // SAFETY: signal 0 to a thread of this process only asks whether it exists.
+        let r = unsafe {
+            crate::sys::call6(libc::SYS_tgkill, [pid as usize, tid as usize, 0, 0, 0, 0])
+        };
+        if r == -(libc::ESRCH as isize) {
+            break;
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000,
+        };
+        // SAFETY: nanosleep with a valid relative time.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+    }
+    if let Some(tr) = tracker() {
+        let _in = Inside::enter();
+        crate::diag::say(
+            &tr.log,
+            "the program ran out of tasks (RLIMIT_NPROC or a pids limit): the shim's thread \
+             ended to give it one; no sampling, periodic flushes or data requests from here on",
+        );
+    }
+    true
+}
+
 /// The process ends: the thread must not touch the log from now on. Waits (briefly) for work in
 /// progress.
 pub fn stop() {
@@ -500,6 +582,8 @@ fn last_look() {
 
 /// In a forked child: the parent's thread did not come along.
 pub fn after_fork_child() {
+    crate::fdtable::after_fork_child();
+    SERVED_MAILBOX.store(0, Ordering::Relaxed);
     REQUESTS.store(0, Ordering::Relaxed);
     SERVED.store(0, Ordering::Relaxed);
     SNAPSHOTS.store(0, Ordering::Relaxed);

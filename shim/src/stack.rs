@@ -10,6 +10,9 @@
 //! left its stack with, so that call chains taken on the spare stack are unwound from there (the
 //! unwinder does not follow a switch of stacks).
 //!
+//! A thread's stack bounds are the unwinder's (`waitshim_unwind::thread_stack`), found once
+//! without allocating.
+//!
 //! What stays on the thread's own stack is the fast paths and the few frames down to a
 //! `roomy` (measured by `fixtures/stack_headroom.c`: see tests/tests/harm.rs).
 
@@ -21,13 +24,23 @@ use crate::track::threads;
 const RED_ZONE: usize = 32 << 10;
 /// The spare stack's size.
 const SPARE: usize = 256 << 10;
+/// The lowest address a thread may use: not found yet.
+const UNKNOWN: usize = 0;
+/// Its bounds could not be found: the thread is taken to have room.
+const UNBOUNDED: usize = 1;
 
 /// Runs `f`, a slow path of the shim, where there is room for it (see the module comment).
 #[inline]
 pub fn roomy<R>(f: impl FnOnce() -> R) -> R {
-    match stacker::remaining_stack() {
-        Some(left) if left < RED_ZONE => switched(f),
-        _ => direct(f),
+    let mut low = threads::stack_low();
+    if low == UNKNOWN {
+        low = find_stack_low();
+        threads::set_stack_low(low);
+    }
+    if low != UNBOUNDED && (psm::stack_pointer() as usize).saturating_sub(low) < RED_ZONE {
+        switched(f)
+    } else {
+        direct(f)
     }
 }
 
@@ -48,9 +61,48 @@ fn switched<R>(f: impl FnOnce() -> R) -> R {
     if before.is_null() {
         threads::set_switched_from(&regs);
     }
-    let r = stacker::grow(SPARE, f);
+    let outer_low = threads::stack_low();
+    let r = on_spare_stack(f, outer_low);
     threads::set_switched_from(before);
     r
+}
+
+/// Runs `f` on a fresh stack of [`SPARE`] bytes above a guard page, mapped for the call (the
+/// pages come from the kernel, never from the program's heap). Without the memory, `f` runs
+/// where it is.
+fn on_spare_stack<R>(f: impl FnOnce() -> R, outer_low: usize) -> R {
+    let len = SPARE + 4096;
+    let Some(base) = crate::sys::map_anonymous(len, libc::MAP_NORESERVE) else {
+        return f();
+    };
+    // SAFETY: the lowest page of our own mapping becomes its guard.
+    unsafe {
+        crate::sys::call6(
+            libc::SYS_mprotect,
+            [base, 4096, libc::PROT_NONE as usize, 0, 0, 0],
+        )
+    };
+    let low = base + 4096;
+    threads::set_stack_low(low);
+    let mut f = Some(f);
+    // SAFETY: the stack is ours, mapped above, and outlives the call; `f` does not unwind across
+    // it (a panic is caught and resumed after the switch back).
+    let r = unsafe {
+        psm::on_stack(low as *mut u8, SPARE, || {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (f.take().unwrap())()))
+        })
+    };
+    threads::set_stack_low(outer_low);
+    // SAFETY: our own mapping, no longer in use.
+    unsafe { crate::sys::unmap(base, len) };
+    r.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// The lowest address the calling thread's stack may reach, [`UNBOUNDED`] if not known.
+#[cold]
+fn find_stack_low() -> usize {
+    let sp = psm::stack_pointer() as u64;
+    waitshim_unwind::thread_stack(sp).map_or(UNBOUNDED, |(lo, _)| lo as usize)
 }
 
 /// The registers of this instant of [`switched`], which its CFI row describes (as the

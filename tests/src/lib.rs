@@ -124,6 +124,7 @@ pub fn fixture(name: &str) -> PathBuf {
     let build_name = match name {
         "dlopen_main" | "libdlock.so" => "dlopen",
         "libcounting.so" => "counting",
+        "libreentry.so" => "reentry",
         n => n,
     };
     let once = BUILT
@@ -219,6 +220,8 @@ pub struct Launch {
     log: LogDest,
     timeout: Duration,
     limits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    stdin: bool,
+    user: Option<u32>,
 }
 
 impl Launch {
@@ -238,7 +241,24 @@ impl Launch {
             log: LogDest::FreshDir,
             timeout: RUN_TIMEOUT,
             limits: Vec::new(),
+            stdin: false,
+            user: None,
         }
+    }
+
+    /// Runs the program as user and group `uid` (the tests run as root), after the limits are
+    /// set: limits such as `RLIMIT_NPROC` do not hold for root. Its working directory is made
+    /// writable for it.
+    pub fn user(mut self, uid: u32) -> Self {
+        self.user = Some(uid);
+        self
+    }
+
+    /// The program's stdin is a pipe the test writes to ([`Running::send`]) instead of
+    /// `/dev/null`.
+    pub fn stdin_piped(mut self) -> Self {
+        self.stdin = true;
+        self
     }
 
     /// Ends the program (and fails the test) after `limit` instead of [`RUN_TIMEOUT`]: for
@@ -288,7 +308,11 @@ impl Launch {
         let mut cmd = Command::new(&self.program);
         cmd.args(&self.args)
             .current_dir(dir)
-            .stdin(Stdio::null())
+            .stdin(if self.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (k, _) in std::env::vars_os() {
@@ -309,10 +333,12 @@ impl Launch {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        if !self.limits.is_empty() {
+        if !self.limits.is_empty() || self.user.is_some() {
             let limits = self.limits.clone();
-            // SAFETY: between fork and exec the closure only calls getrlimit and setrlimit,
-            // which are async-signal-safe, on a copy of the limits made before the fork.
+            let user = self.user;
+            // SAFETY: between fork and exec the closure only calls getrlimit, setrlimit,
+            // setgroups, setgid and setuid, which are async-signal-safe, on copies made before
+            // the fork.
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                     for &(resource, value) in &limits {
@@ -322,6 +348,14 @@ impl Launch {
                         }
                         r.rlim_cur = value.min(r.rlim_max);
                         if libc::setrlimit(resource, &r) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    if let Some(uid) = user {
+                        if libc::setgroups(0, std::ptr::null()) != 0
+                            || libc::setgid(uid) != 0
+                            || libc::setuid(uid) != 0
+                        {
                             return Err(std::io::Error::last_os_error());
                         }
                     }
@@ -337,6 +371,11 @@ impl Launch {
             .prefix("waitshim-run-")
             .tempdir()
             .expect("temp dir");
+        if self.user.is_some() {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777))
+                .expect("chmod the run's directory");
+        }
         let mut child = self
             .command(dir.path())
             .spawn()
@@ -427,6 +466,20 @@ impl Running {
     /// The log files written so far, by name.
     pub fn logs(&self) -> Vec<PathBuf> {
         logs_in(self.dir())
+    }
+
+    /// Writes `text` to the program's stdin (launched with [`Launch::stdin_piped`]).
+    pub fn send(&mut self, text: &str) {
+        use std::io::Write;
+        let stdin = self
+            .child
+            .as_mut()
+            .and_then(|c| c.stdin.as_mut())
+            .expect("launched with stdin_piped");
+        stdin
+            .write_all(text.as_bytes())
+            .expect("write to the program's stdin");
+        stdin.flush().expect("flush the program's stdin");
     }
 
     /// What the program wrote on stdout so far.
@@ -899,12 +952,17 @@ pub fn run_semantics(name: &str, min_checks: usize) -> Run {
 
 /// The path of a Debian program, installing its package if it is missing.
 pub fn debian_program(program: &str, package: &str) -> PathBuf {
-    let path = Path::new("/usr/bin").join(program);
+    debian_file(&Path::new("/usr/bin").join(program), package)
+}
+
+/// `path`, a file of Debian package `package` (a library, say), installing the package if the
+/// file is missing.
+pub fn debian_file(path: &Path, package: &str) -> PathBuf {
     if !path.is_file() {
         install_package(package);
     }
     assert!(path.is_file(), "{} missing", path.display());
-    path
+    path.to_path_buf()
 }
 
 /// Installs a Debian package with scripts/lib.sh's `ensure_packages` (apt-get update first).

@@ -31,6 +31,7 @@ use std::ops::Range;
 
 use cache::Packed;
 use cfi::{Cfa, Row, Rule};
+pub use mem::thread_stack;
 use mem::Window;
 pub use modules::{around_unload, refresh, refresh_if_loaded};
 use modules::{Module, Table};

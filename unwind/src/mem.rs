@@ -11,7 +11,10 @@
 //! a program put at the bottom of a stack it handed over lies below). The bounds are worked
 //! out once per thread outside signal handlers and kept in initial-exec TLS (one `%fs` load, no
 //! `__tls_get_addr`, which may allocate):
-//! - a thread glibc created: `pthread_getattr_np`;
+//! - a thread glibc created: the stack block in its descriptor (`struct pthread`'s
+//!   `stackblock`, `stackblock_size` and `guardsize`), trusted only when it holds the thread's
+//!   stack pointer. Not `pthread_getattr_np`, which allocates from the program's heap: this runs
+//!   on a program thread, perhaps inside the program's own allocator;
 //! - the main thread: up to `__libc_stack_end` (all frames lie below it), down to
 //!   `RLIMIT_STACK` (at most 1 GiB) below it, where the kernel places no other mapping; the
 //!   stack mapping only grows, so it covers everything from any stack pointer the thread has
@@ -82,8 +85,19 @@ extern "C" {
     static __libc_stack_end: *const libc::c_void;
 }
 
-/// Works the calling thread's stack bounds out once. Not for signal handlers
-/// (`pthread_getattr_np` locks and allocates).
+/// The calling thread's stack bounds `(lo, hi)`: every address from a stack pointer of the
+/// thread up to `hi` is mapped, and the thread's stack pointer stays above `lo` (below its guard
+/// pages). None when they cannot be known. Learnt once per thread; not for signal handlers.
+pub fn thread_stack(sp: u64) -> Option<(u64, u64)> {
+    learn_bounds(sp);
+    (tls_get(STATE) == KNOWN).then(|| (tls_get(LO), tls_get(HI)))
+}
+
+/// Where glibc's `struct pthread` keeps `stackblock`, `stackblock_size` and `guardsize`
+/// (x86-64, glibc 2.26 to 2.41).
+const STACK_BLOCK_OFFSET: u64 = 0x690;
+
+/// Works the calling thread's stack bounds out once. Not for signal handlers.
 pub(crate) fn learn_bounds(sp: u64) {
     if tls_get(STATE) != UNKNOWN_YET {
         return;
@@ -120,22 +134,18 @@ fn bounds(sp: u64) -> (u64, u64, u64) {
             (0, 0, NONE)
         };
     }
-    // SAFETY: an attribute object initialised by pthread_getattr_np for this live thread,
-    // destroyed after use; the out-parameters are plain locals.
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return (0, 0, NONE);
+    // SAFETY: pthread_self is the calling thread's own descriptor, larger than the three words
+    // read, whose stack fields no other thread writes while it runs.
+    let (block, size, guard) = unsafe {
+        let th = libc::pthread_self() as u64 + STACK_BLOCK_OFFSET;
+        let word = |i: u64| std::ptr::read_volatile((th + 8 * i) as *const u64);
+        (word(0), word(1), word(2))
+    };
+    match block.checked_add(size) {
+        Some(hi) if size > 0 && guard < size && sp > block + guard && sp < hi => {
+            (block + guard, hi, KNOWN)
         }
-        let mut addr: *mut libc::c_void = std::ptr::null_mut();
-        let mut size: libc::size_t = 0;
-        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
-        libc::pthread_attr_destroy(&mut attr);
-        let lo = addr as u64;
-        match lo.checked_add(size as u64) {
-            Some(hi) if ok && size > 0 => (lo, hi, KNOWN),
-            _ => (0, 0, NONE),
-        }
+        _ => (0, 0, NONE),
     }
 }
 

@@ -152,6 +152,15 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
                 crate::ending::signal_name(e.exit_status)
             );
         }
+        Some(e) if e.reason == end_reason::CONFINED => {
+            let _ = writeln!(
+                out,
+                "ended:     tracing stopped at {}, where the program confined itself with a \
+                 seccomp filter (the shim's own system calls might have been refused or killed \
+                 it); the program ran on, untraced",
+                fmt_ns(e.ns.saturating_sub(m.run.as_ref().map_or(e.ns, |r| r.mono_ns)))
+            );
+        }
         // The shim sees the status only when the program calls exit itself, not when main returns.
         Some(e) if e.exit_status < 0 => {
             let _ = writeln!(out, "ended:     exit (status not recorded)");

@@ -339,6 +339,8 @@ impl Top {
         if let Some(e) = self.state.run_end() {
             return Status::Exited(if e.reason == end_reason::SIGNAL {
                 format!("killed by {}", crate::ending::signal_name(e.exit_status))
+            } else if e.reason == end_reason::CONFINED {
+                "tracing stopped (the program confined itself with seccomp)".to_string()
             } else if e.exit_status < 0 {
                 "exited (status not recorded)".to_string()
             } else if e.reason == end_reason::UNDERSCORE_EXIT {

@@ -6,6 +6,8 @@
 //! `syscall` is variadic. The exported trampoline below sends every other system call to glibc's
 //! `syscall` with one jump (registers and stack untouched: nothing else runs), and the futex
 //! calls to `c/syscall.c`, which reads the six arguments as glibc does and calls [`tracked`].
+//! So do `seccomp` calls: a program that confines itself ends tracing first
+//! (`track::confining`).
 //!
 //! What a wait and a wake mean for the tracker (which calls are waits, how they end, what a
 //! wake ends) is in `track::futex`: [`tracked`] picks the operation out of the arguments and
@@ -25,6 +27,7 @@ use crate::real::RealFn;
 use crate::track::futex::{self, WaitCall};
 
 const SYS_FUTEX: c_long = libc::SYS_futex;
+const SYS_SECCOMP: c_long = libc::SYS_seccomp;
 
 static SYSCALL: RealFn = RealFn::new(b"syscall\0");
 /// glibc's `syscall` for the trampoline; 0 until resolved, which sends every call to
@@ -67,11 +70,14 @@ pub unsafe extern "C" fn syscall() {
         "jz 2f",
         "cmp rdi, {futex}",
         "je 2f",
+        "cmp rdi, {seccomp}",
+        "je 2f",
         "jmp r11",
         "2:",
         "jmp {c}",
         real = sym REAL,
         futex = const SYS_FUTEX,
+        seccomp = const SYS_SECCOMP,
         c = sym waitshim_syscall,
     )
 }
@@ -92,6 +98,14 @@ fn forward(number: c_long, a: &[c_long; 6]) -> c_long {
 unsafe extern "C" fn tracked(number: c_long, args: *const [c_long; 6], caller: usize) -> c_long {
     // SAFETY: per the contract.
     let a = unsafe { &*args };
+    if number == SYS_SECCOMP {
+        // SECCOMP_SET_MODE_STRICT (0) or SECCOMP_SET_MODE_FILTER (1): the program confines
+        // itself, and tracing ends first (see `track::confining`).
+        if a[0] == 0 || a[0] == 1 {
+            crate::track::confining();
+        }
+        return forward(number, a);
+    }
     if number != SYS_FUTEX || crate::chain::own_code(caller) {
         return forward(number, a);
     }

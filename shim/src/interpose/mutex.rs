@@ -35,32 +35,33 @@ static CHAINED: AtomicBool = AtomicBool::new(false);
 
 /// Notes whether the next definitions of the mutex functions are the C library's own.
 pub fn resolve() {
-    let own = |name: &std::ffi::CStr| -> usize {
-        // SAFETY: dlopen with RTLD_NOLOAD only finds the C library already loaded; dlsym on its
-        // handle looks in it (and its dependencies) alone.
-        unsafe {
-            let h = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-            if h.is_null() {
-                return 0;
-            }
-            let f = libc::dlsym(h, name.as_ptr()) as usize;
-            libc::dlclose(h);
-            f
-        }
-    };
-    let differs = |slot: &real::RealFn, name: &std::ffi::CStr| {
-        let next = if slot.available() { slot.resolved() } else { 0 };
-        let glibc = own(name);
-        next != 0 && glibc != 0 && next != glibc
-    };
-    let chained = differs(&real::slot::pthread_mutex_lock, c"pthread_mutex_lock")
-        || differs(&real::slot::pthread_mutex_trylock, c"pthread_mutex_trylock")
-        || differs(
-            &real::slot::pthread_mutex_timedlock,
-            c"pthread_mutex_timedlock",
-        )
-        || differs(&real::slot::pthread_mutex_unlock, c"pthread_mutex_unlock");
+    let chained = [
+        &real::slot::pthread_mutex_lock,
+        &real::slot::pthread_mutex_trylock,
+        &real::slot::pthread_mutex_timedlock,
+        &real::slot::pthread_mutex_unlock,
+    ]
+    .into_iter()
+    .any(|slot| slot.available() && !in_c_library(slot.resolved()));
     CHAINED.store(chained, Ordering::Relaxed);
+}
+
+/// Whether the function at `addr` lies in the C library (`libc.so`, or `libpthread.so` before
+/// glibc 2.34). Asked with `dladdr`, which neither loads nor allocates: this runs at start-up,
+/// possibly from inside the first lock of an allocator that is still setting itself up.
+fn in_c_library(addr: usize) -> bool {
+    // SAFETY: dladdr fills in the structure for any address, mapped or not.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0
+        || info.dli_fname.is_null()
+    {
+        return true;
+    }
+    // SAFETY: dladdr's file name is a NUL-terminated string of the loader's.
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) }.to_bytes();
+    let file = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+    file.starts_with(b"libc.so") || file.starts_with(b"libpthread.so")
 }
 
 #[inline(always)]

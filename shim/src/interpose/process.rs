@@ -2,7 +2,9 @@
 //! destructor, so the log is finished here; unlike `exit`, no atexit handler of the program
 //! runs), `dlopen` (new modules for symbolization and for the unwinder), `dlclose` (the
 //! unwinder must stop reading an object before it is unmapped), and the `exec` family (the log
-//! ends with the program it was written for).
+//! ends with the program it was written for), `fork` (to give back the task the shim's thread
+//! holds when the program runs out of them), and `prctl` (a program that confines itself with
+//! seccomp ends tracing first).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -199,6 +201,49 @@ static START_MAIN: real::RealFn = real::RealFn::new(b"__libc_start_main\0");
 pub fn resolve() {
     START_MAIN.available();
     real_exec::slot::resolve();
+    real_process::slot::resolve();
+}
+
+mod real_process {
+    crate::real::real_fns! {
+        fork: fn() -> libc::pid_t;
+        prctl: fn(option: libc::c_int, a2: libc::c_ulong, a3: libc::c_ulong, a4: libc::c_ulong, a5: libc::c_ulong) -> libc::c_int;
+    }
+}
+
+/// `prctl`, as glibc's (variadic there: x86-64 passes the four further arguments in the same
+/// registers, which glibc reads whatever the caller passed, and so does this). A program that
+/// confines itself with `PR_SET_SECCOMP` ends tracing first (see `track::confining`).
+#[no_mangle]
+pub unsafe extern "C" fn prctl(
+    option: libc::c_int,
+    a2: libc::c_ulong,
+    a3: libc::c_ulong,
+    a4: libc::c_ulong,
+    a5: libc::c_ulong,
+) -> libc::c_int {
+    if option == libc::PR_SET_SECCOMP {
+        track::confining();
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real_process::prctl(option, a2, a3, a4, a5) }
+}
+
+/// `fork`, as glibc's; when it fails for lack of tasks while the shim's thread holds one, the
+/// thread steps back and the fork is tried again (see `service::step_back_for_tasks`).
+#[no_mangle]
+pub unsafe extern "C" fn fork() -> libc::pid_t {
+    // SAFETY: forwarding.
+    let pid = unsafe { real_process::fork() };
+    // SAFETY: errno is this thread's.
+    if pid < 0
+        && unsafe { *libc::__errno_location() } == libc::EAGAIN
+        && crate::service::step_back_for_tasks()
+    {
+        // SAFETY: forwarding, the task the shim's thread held free again.
+        return unsafe { real_process::fork() };
+    }
+    pid
 }
 
 unsafe extern "C" fn main_returns(

@@ -129,6 +129,15 @@ type ThreeArgs = extern "C" fn(c_int, *mut siginfo_t, *mut c_void);
 
 extern "C" fn trampoline(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     let Some(i) = index(sig) else { return };
+    // A write into the log's mapping after another process truncated the file: the shim's own
+    // fault, not the program's. The write completes elsewhere when the handler returns.
+    // SAFETY: the kernel passes a valid siginfo to a SA_SIGINFO handler.
+    if sig == libc::SIGBUS
+        && !info.is_null()
+        && crate::track::log_fault(unsafe { (*info).si_addr() } as usize)
+    {
+        return;
+    }
     let h = HANDLERS[i].load(Ordering::Acquire);
     if h == 0 && WATCHED.load(Ordering::Acquire) >> i & 1 != 0 {
         fatal(sig, i);

@@ -49,7 +49,11 @@ pub unsafe extern "C" fn pthread_create(
         created_ns,
     }));
     // SAFETY: forwarding, with our trampoline and its argument in place of the caller's.
-    let r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
+    let mut r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
+    if r == libc::EAGAIN && crate::service::step_back_for_tasks() {
+        // SAFETY: as above: the task the shim's thread held is free again.
+        r = unsafe { real::pthread_create(th, attr, trampoline, start as *mut c_void) };
+    }
     if r != 0 {
         // SAFETY: the thread was not created, so the Box is still ours.
         drop(unsafe { Box::from_raw(start) });

@@ -1,5 +1,7 @@
 //! The life cycle of tracking: start, fork, exec and the end of the process.
 
+use std::sync::atomic::AtomicUsize;
+
 use super::thread_registry::attach_thread;
 use super::*;
 
@@ -14,7 +16,9 @@ fn cmdline() -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
+/// A new tracker and its log; in a forked child, `parent` is the parent's tracker, whose
+/// module list the child's log starts with.
+fn build(config: Config, ppid: u32, parent: Option<&Tracker>) -> Result<&'static Tracker, String> {
     let pid = getpid();
     let log = Log::create(&config.log_pattern, pid).map_err(|e| e.0)?;
     let now = now_ns();
@@ -67,7 +71,10 @@ fn build(config: Config, ppid: u32) -> Result<&'static Tracker, String> {
         quiet_sums: Mutex::new(HashMap::new()),
         waits_were_open: AtomicBool::new(false),
     }));
-    tr.modules.scan(&tr.log);
+    match parent {
+        Some(p) => tr.modules.inherit(&p.modules, &tr.log),
+        None => tr.modules.scan(&tr.log),
+    }
     Ok(tr)
 }
 
@@ -81,6 +88,9 @@ pub fn init() {
         return;
     }
     let _in = Inside::enter();
+    // SAFETY: registering plain functions; done before anything else of the shim, also when
+    // tracking is off (the heap is used all the same).
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(fork_child)) };
     crate::diag::init();
     // Resolved even when tracing is off: the wrappers still forward, and no forward may reach
     // `dlsym` later (in a signal handler).
@@ -93,16 +103,15 @@ pub fn init() {
     }
     crate::real::init_single_threaded();
     threads::check_tid_offset();
+    threads::make_exit_key();
     chain::init();
     // SAFETY: plain system call.
     let ppid = unsafe { libc::getppid() } as u32;
-    match build(config, ppid) {
+    match build(config, ppid, None) {
         Ok(tr) => {
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             register_thread(tr, None);
             hooks::start(tr);
-            // SAFETY: registering a plain function as the fork child handler.
-            unsafe { libc::pthread_atfork(None, None, Some(fork_child)) };
             STATE.store(READY, Ordering::Release);
             // Paired with the fence in `hooks::register`: registered meanwhile (on another
             // thread), the layers above start here.
@@ -116,12 +125,40 @@ pub fn init() {
     }
 }
 
+/// A write faulted at `addr` (SIGBUS): true if it was a write into the log's mapping, which the
+/// log has taken care of ([`crate::log::Log::take_fault`]). Async-signal-safe.
+pub fn log_fault(addr: usize) -> bool {
+    let p = TRACKER.load(Ordering::Acquire);
+    // SAFETY: trackers are leaked once built and never freed.
+    !p.is_null() && unsafe { &*p }.log.take_fault(addr)
+}
+
+/// The mode the forking thread had before [`before_fork`] (forks run their handlers one at a
+/// time: glibc holds its fork-handler lock from the first to the last).
+static MODE_BEFORE_FORK: AtomicUsize = AtomicUsize::new(0);
+
+/// The process is about to fork: the shim's heap must be whole in the child, so its lock is
+/// taken here and given back after the fork. In between, the forking thread goes straight to the
+/// real functions: the program's own fork handlers may run then (an allocator locks all its
+/// mutexes before a fork), and tracking them could allocate, or wait for a lock of the shim
+/// held by a thread that waits for the heap.
+extern "C" fn before_fork() {
+    MODE_BEFORE_FORK.store(threads::enter_for_fork(), Ordering::Relaxed);
+    crate::alloc::lock_for_fork();
+}
+
+extern "C" fn after_fork() {
+    crate::alloc::unlock_after_fork();
+    threads::leave_after_fork(MODE_BEFORE_FORK.load(Ordering::Relaxed));
+}
+
 extern "C" fn fork_child() {
+    after_fork();
     let Some(old) = tracker() else { return };
     STATE.store(STARTING, Ordering::Release);
     let _in = Inside::enter();
     old.log.abandon();
-    match build(old.config.clone(), old.pid) {
+    match build(old.config.clone(), old.pid, Some(old)) {
         Ok(tr) => {
             TRACKER.store(tr as *const Tracker as *mut Tracker, Ordering::Release);
             let p = threads::own_record();
@@ -186,10 +223,12 @@ fn finish_here(reason: u8) {
     }
     end_log(tr, reason);
     if !tr.config.quiet {
-        let how = if reason == end_reason::UNDERSCORE_EXIT {
-            " (at _exit)"
-        } else {
-            ""
+        let how = match reason {
+            end_reason::UNDERSCORE_EXIT => " (at _exit)",
+            end_reason::CONFINED => {
+                " (tracing stopped where the program confined itself with a seccomp filter)"
+            }
+            _ => "",
         };
         let dropped = tr.log.dropped.load(Ordering::Relaxed);
         let what = if dropped > 0 {
@@ -206,6 +245,14 @@ fn finish_here(reason: u8) {
             tr.log.path
         ));
     }
+}
+
+/// The program is about to confine itself with a seccomp filter: tracing ends here, before the
+/// filter is in force, since the shim's own system calls (growing the log, the sampler's reads
+/// of `/proc`, unwinding through the kernel) might then be refused or kill the process. The log
+/// ends with a [`end_reason::CONFINED`] record; the program runs on untraced.
+pub fn confining() {
+    finish(end_reason::CONFINED);
 }
 
 /// A watched fatal signal `sig` is ending the process (called from its handler): the log ends

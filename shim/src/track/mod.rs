@@ -38,7 +38,9 @@ pub mod threads;
 mod unwaited;
 pub mod waits;
 
-pub use lifecycle::{before_exec, exec_failed, finish, finish_by_signal, init, library_loaded};
+pub use lifecycle::{
+    before_exec, confining, exec_failed, finish, finish_by_signal, init, library_loaded, log_fault,
+};
 pub use thread_registry::{
     adopt_current_thread, creating, register_thread, thread_exited, thread_named, thread_started,
     Birth,
@@ -63,7 +65,7 @@ use crate::log::Log;
 use crate::modules::Modules;
 use churn::{Churn, QuietSum};
 use objects::{ObjEntry, Padded};
-use threads::{Inside, ThreadRec, ThreadRef, EXIT_HOOK};
+use threads::{Inside, ThreadRec, ThreadRef};
 
 pub struct Tracker {
     pub log: Log,

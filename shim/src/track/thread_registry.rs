@@ -113,8 +113,7 @@ pub(super) fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option
     rec.pthread
         .store(unsafe { libc::pthread_self() } as usize, Ordering::Relaxed);
     threads::set_record(rec);
-    // Touching the hook registers its destructor: it runs when this thread ends.
-    EXIT_HOOK.with(|_| ());
+    threads::arm_exit_hook();
     tr.threads.insert(tid, ThreadRef(rec));
     let pthread = rec.pthread.load(Ordering::Relaxed);
     tr.by_pthread.insert(pthread, tid);

@@ -505,12 +505,14 @@ pub struct ThreadRef(pub &'static ThreadRec);
 /// lock/unlock pair. Initial-exec TLS is fine for a preloaded library: it is loaded at start-up,
 /// into the static TLS block.
 ///
-/// Four words: `FAST` is the thread's record while the shim may track its calls and null
+/// Seven words: `FAST` is the thread's record while the shim may track its calls and null
 /// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
 /// is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability state
 /// plus one while the shim runs its own work with cancellation disabled (see [`Inside`]), 0
 /// otherwise; `SWITCHED` points at the registers the thread's work left its own stack with,
-/// while it runs on the shim's spare stack (see `crate::stack`).
+/// while it runs on the shim's spare stack (see `crate::stack`); `STACK_LOW` is the lowest
+/// address of the stack it runs on; `TLS_DTORS` heads its list of Rust thread-local
+/// destructors (see `crate::tls_dtors`).
 mod raw {
     use std::arch::{asm, global_asm};
 
@@ -521,9 +523,9 @@ mod raw {
         ".globl waitshim_thread_words",
         ".hidden waitshim_thread_words",
         ".type waitshim_thread_words, @object",
-        ".size waitshim_thread_words, 40",
+        ".size waitshim_thread_words, 56",
         "waitshim_thread_words:",
-        ".zero 40",
+        ".zero 56",
         ".popsection",
     );
 
@@ -532,6 +534,8 @@ mod raw {
     pub const MODE: usize = 16;
     pub const CANCEL: usize = 24;
     pub const SWITCHED: usize = 32;
+    pub const STACK_LOW: usize = 40;
+    pub const TLS_DTORS: usize = 48;
 
     #[inline(always)]
     fn offset() -> usize {
@@ -586,6 +590,19 @@ fn set_mode(mode: usize) {
     raw::set(raw::FAST, fast);
 }
 
+/// Marks the forking thread as inside the shim from before a fork until after it, without
+/// touching its cancellability (fork handlers run no cancellation point of the shim's);
+/// returns the mode to give back to [`leave_after_fork`].
+pub fn enter_for_fork() -> usize {
+    let prev = raw::get(raw::MODE);
+    set_mode(MODE_INSIDE);
+    prev
+}
+
+pub fn leave_after_fork(prev: usize) {
+    set_mode(prev);
+}
+
 /// Points the thread at `rec` (null: forget it), keeping the current mode.
 pub fn set_record(rec: *const ThreadRec) {
     raw::set(raw::REC, rec as usize);
@@ -618,6 +635,26 @@ pub fn set_switched_from(regs: *const waitshim_unwind::Regs) {
     raw::set(raw::SWITCHED, regs as usize);
 }
 
+/// The lowest address the calling thread's current stack may use (see `crate::stack`); 0 until
+/// found.
+#[inline(always)]
+pub fn stack_low() -> usize {
+    raw::get(raw::STACK_LOW)
+}
+
+pub fn set_stack_low(low: usize) {
+    raw::set(raw::STACK_LOW, low);
+}
+
+/// The head of the calling thread's list of Rust thread-local destructors (0: none).
+pub fn tls_dtors() -> usize {
+    raw::get(raw::TLS_DTORS)
+}
+
+pub fn set_tls_dtors(head: usize) {
+    raw::set(raw::TLS_DTORS, head);
+}
+
 /// Whether the calling thread runs a signal handler of the program now.
 pub fn in_handler() -> bool {
     raw::get(raw::MODE) == MODE_HANDLER
@@ -634,18 +671,44 @@ pub fn left_handler_by_jump() {
     }
 }
 
-/// Runs the thread-exit hook when the thread ends, however it ends (return, `pthread_exit`,
-/// cancellation).
-pub struct ExitHook;
+/// The pthread key whose destructor runs the thread-exit hook when a thread ends, however it
+/// ends (return, `pthread_exit`, cancellation); `u32::MAX` until made. A key rather than a
+/// Rust `thread_local!` with a destructor: registering one of those allocates from the
+/// program's heap (`__cxa_thread_atexit_impl`), on the thread's first tracked call, which may be
+/// inside the program's allocator.
+static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
-impl Drop for ExitHook {
-    fn drop(&mut self) {
-        super::thread_exited();
+extern "C" fn exit_hook(_: *mut libc::c_void) {
+    super::thread_exited();
+    #[cfg(not(test))]
+    crate::tls_dtors::run();
+}
+
+/// Makes the exit hook's key (at start, when few keys exist: the first 32 keys' values are
+/// kept without allocating).
+pub fn make_exit_key() {
+    static MADE: std::sync::Once = std::sync::Once::new();
+    MADE.call_once(make_key);
+}
+
+fn make_key() {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: creating a key with a plain function as its destructor.
+    if unsafe { libc::pthread_key_create(&mut key, Some(exit_hook)) } == 0 {
+        EXIT_KEY.store(key, Ordering::Relaxed);
     }
 }
 
-thread_local! {
-    pub static EXIT_HOOK: ExitHook = const { ExitHook };
+/// Arms the exit hook for the calling thread.
+pub fn arm_exit_hook() {
+    if EXIT_KEY.load(Ordering::Relaxed) == u32::MAX {
+        make_exit_key();
+    }
+    let key = EXIT_KEY.load(Ordering::Relaxed);
+    if key != u32::MAX {
+        // SAFETY: our key; any non-null value makes glibc run the destructor at the thread's end.
+        unsafe { libc::pthread_setspecific(key, std::ptr::dangling::<libc::c_void>()) };
+    }
 }
 
 /// glibc's cancellability switch (the `libc` crate does not declare it).
@@ -839,5 +902,5 @@ pub unsafe fn tid_of(th: libc::pthread_t) -> u32 {
 
 pub fn gettid() -> u32 {
     // SAFETY: plain system call.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+    unsafe { crate::sys::call6(libc::SYS_gettid, [0; 6]) as u32 }
 }

@@ -1,0 +1,272 @@
+//! Do no harm, against programs that do hostile things to themselves (`fixtures/hostile.c`):
+//! their descriptors, signals, forks, limits, a log file cut short under them, and sandboxes.
+//! Each runs natively and under the shim; what the program sees must be the same.
+
+use std::process::Command;
+use std::time::Duration;
+
+use waitshim_tests::{analyzer_path, run_both, Launch, Run};
+
+/// Runs `hostile ARGS` natively, then under the shim: same stdout, both exit 0. Returns the run
+/// under the shim.
+fn both(args: &[&str]) -> Run {
+    run_both("hostile", args)
+}
+
+#[test]
+fn files_the_program_places_at_high_numbers_with_dup2_stay_untouched() {
+    // The shim kept its descriptors at 512 and above; the program's dup2 onto them was closed
+    // and read behind its back (15 closed, one offset moved).
+    let native_dir = tempfile::tempdir().expect("temp dir");
+    let shim_dir = tempfile::tempdir().expect("temp dir");
+    let native = Launch::fixture("hostile")
+        .native()
+        .arg("dup2-high")
+        .arg(native_dir.path())
+        .run();
+    native.assert_success();
+    let run = Launch::fixture("hostile")
+        .arg("dup2-high")
+        .arg(shim_dir.path())
+        .run();
+    run.assert_success();
+    assert_eq!(
+        run.stdout_text(),
+        "fds 512..600: closed 0, replaced 0, offset/size wrong 0\n"
+    );
+    assert_eq!(run.stdout_text(), native.stdout_text());
+}
+
+#[test]
+fn with_200_threads_the_program_opens_as_many_descriptors_as_natively() {
+    // The sampler kept descriptors per thread it followed: 509 instead of 1021.
+    let run = both(&["fd-budget", "1024", "200"]);
+    assert!(
+        run.stdout_text().starts_with("opened 10"),
+        "{}",
+        run.stdout_text()
+    );
+}
+
+#[test]
+fn under_a_limit_of_16_descriptors_every_open_gets_the_lowest_free_number() {
+    // The sampler's descriptors, opened for a moment, took the program's numbers.
+    let run = both(&["lowest-free", "2"]);
+    assert_eq!(run.stdout_text(), "early 0, wrong number 0\n");
+}
+
+#[test]
+fn signals_a_program_takes_with_sigtimedwait_all_reach_it() {
+    // The shim's thread left the request signal unblocked: the process-directed SIGRTMAX-3s
+    // were delivered to it.
+    let run = both(&["sigwait"]);
+    assert_eq!(
+        run.stdout_text(),
+        "received SIGRTMAX-3 200, SIGRTMAX-4 200, SIGUSR1 200\n"
+    );
+}
+
+#[test]
+fn a_data_request_leaves_the_programs_own_signal_handler_alone() {
+    // The request was SIGRTMAX-3: the program's own handler for it ran, and no snapshot came.
+    let native = Launch::fixture("hostile")
+        .native()
+        .arg("own-handler")
+        .stdin_piped()
+        .spawn();
+    let mut native = native;
+    native.wait_for_stdout("ready\n");
+    native.send("go\n");
+    let native = native.wait();
+    native.assert_success();
+
+    let mut running = Launch::fixture("hostile")
+        .arg("own-handler")
+        .stdin_piped()
+        .spawn();
+    running.wait_for_stdout("ready\n");
+    let request = Command::new(analyzer_path())
+        .args(["request", "--quiet", "--timeout", "10"])
+        .arg(running.pid().to_string())
+        .output()
+        .expect("run waitshim-analyze request");
+    let said = String::from_utf8_lossy(&request.stdout);
+    assert!(
+        request.status.success() && said.starts_with("snapshot 1 of pid "),
+        "request: {said} {}",
+        String::from_utf8_lossy(&request.stderr)
+    );
+    running.send("go\n");
+    let run = running.wait();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "ready\nhandler: 300 signals, all ours\n");
+    assert_eq!(run.stdout_text(), native.stdout_text());
+}
+
+#[test]
+fn children_forked_while_other_threads_contend_never_hang() {
+    // A child's fork handler waited forever for the loader's lock, held in the parent by the
+    // sampler's stack scan at the moment of the fork (1 to 7 of 480 children hung).
+    let run = both(&["fork-storm"]);
+    assert_eq!(run.stdout_text(), "children ok 480, hung or wrong 0\n");
+    // The moment it took chance to meet, made certain: a thread of the program holds the
+    // loader's lock while another forks.
+    let run = both(&["fork-in-loader"]);
+    assert_eq!(
+        run.stdout_text(),
+        "child forked while the loader's lock was held: exited\n"
+    );
+}
+
+/// The MiB the fixture got under an address-space limit of 2 GiB.
+fn mib_under_2g(launch: Launch) -> u64 {
+    let run = launch
+        .arg("address-space")
+        .rlimit(libc::RLIMIT_AS, 2 << 30)
+        .run();
+    run.assert_success();
+    let out = run.stdout_text();
+    out.strip_prefix("got ")
+        .and_then(|s| s.strip_suffix(" MiB\n"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"))
+}
+
+#[test]
+fn under_an_address_space_limit_the_program_gets_nearly_all_of_it() {
+    // The log's mapping reserved up to 1 GiB of the program's 2: it got 949 MiB of 2035.
+    let native = mib_under_2g(Launch::fixture("hostile").native());
+    let shim = mib_under_2g(Launch::fixture("hostile"));
+    assert!(
+        shim * 100 >= native * 95,
+        "under the shim {shim} MiB, natively {native} MiB: the log reserves 1/32 of the limit"
+    );
+}
+
+#[test]
+fn under_a_task_limit_the_shims_thread_gives_the_program_its_task() {
+    // The shim's own thread took one of the 8 tasks: the program's 7th pthread_create failed.
+    // A user of its own: the task limit counts every process of the user.
+    let uid = 43_000 + std::process::id() % 1000;
+    let launch = |l: Launch| {
+        l.arg("tasks")
+            .arg("7")
+            .rlimit(libc::RLIMIT_NPROC, 8)
+            .user(uid)
+            .timeout(Duration::from_secs(30))
+            .run()
+    };
+    let native = launch(Launch::fixture("hostile").native());
+    native.assert_success();
+    let run = launch(Launch::fixture("hostile").loud());
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "created 7 of 7 threads\n");
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    assert!(
+        run.stderr_text().contains(
+            "the program ran out of tasks (RLIMIT_NPROC or a pids limit): the shim's thread \
+             ended to give it one"
+        ),
+        "{}",
+        run.stderr_text()
+    );
+}
+
+#[test]
+fn a_log_another_process_truncates_stops_the_log_not_the_program() {
+    // The log is mapped: writing past the new end of the file raised SIGBUS, which killed the
+    // program.
+    let mut running = Launch::fixture("hostile")
+        .arg("truncated")
+        .loud()
+        .stdin_piped()
+        .spawn();
+    running.wait_for_stdout("ready\n");
+    let logs = running.logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&logs[0])
+        .and_then(|f| f.set_len(0))
+        .expect("truncate the log");
+    running.send("go\n");
+    let run = running.wait();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "ready\ncontended on\n");
+    assert!(
+        run.stderr_text()
+            .contains("another process cut the log file short"),
+        "{}",
+        run.stderr_text()
+    );
+}
+
+#[test]
+fn a_program_that_sandboxes_itself_with_seccomp_runs_on_and_its_log_says_where_tracing_stopped() {
+    // The shim's thread was killed (SIGSYS) at its next open of /proc, and the program with it.
+    for mode in ["kill-openat", "strict"] {
+        let run = Launch::fixture("hostile")
+            .arg("seccomp")
+            .arg(mode)
+            .loud()
+            .run();
+        run.assert_success();
+        assert_eq!(run.stdout_text(), "sandboxed\ndone\n", "{mode}");
+        assert!(
+            run.stderr_text().contains(
+                "log written (tracing stopped where the program confined itself with a seccomp \
+                 filter)"
+            ),
+            "{mode}: {}",
+            run.stderr_text()
+        );
+        let a = run.analyze();
+        assert_eq!(
+            a.log(0).run()["end"]["reason"],
+            "confined",
+            "{mode}: {}",
+            a.log(0).run()
+        );
+    }
+}
+
+#[test]
+fn the_log_leaves_room_on_a_small_disk_for_the_programs_own_files() {
+    // The log grew by doubling (8 MiB allocated for 5 MiB written): the program's 6 MiB of
+    // results on a 12 MiB disk failed with ENOSPC. It now takes at most a quarter of the space
+    // free when it starts.
+    let mnt = tempfile::tempdir().expect("temp dir");
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=12m", "tmpfs"])
+        .arg(mnt.path())
+        .status()
+        .expect("run mount");
+    assert!(
+        mounted.success(),
+        "mounting a tmpfs needs root, as the suite runs in CI"
+    );
+    struct Unmount<'a>(&'a std::path::Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.path());
+    let native = Launch::fixture("hostile")
+        .native()
+        .arg("fill-disk")
+        .arg(mnt.path().join("results.native"))
+        .arg("6")
+        .run();
+    native.assert_success();
+    std::fs::remove_file(mnt.path().join("results.native")).expect("remove native results");
+    let run = Launch::fixture("hostile")
+        .arg("fill-disk")
+        .arg(mnt.path().join("results.shim"))
+        .arg("6")
+        .log_to(mnt.path().join("waitshim.%p.log"))
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "results written: 6 MiB\n");
+    assert_eq!(run.stdout_text(), native.stdout_text());
+}
