@@ -669,7 +669,27 @@ fn not_a_file(path: &std::ffi::CStr) -> Option<&'static str> {
         st.st_mode & libc::S_IFMT
     };
     match mode {
-        libc::S_IFREG | libc::S_IFLNK => None,
+        libc::S_IFREG => None,
+        // A link to a file, or dangling: the next name (a link planted where a log will be
+        // written is never followed). A link to something else (`/dev/stdout`) names that.
+        libc::S_IFLNK => {
+            // SAFETY: stat into a local struct, following the link only to learn its kind.
+            let target = unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                if libc::stat(path.as_ptr(), &mut st) != 0 {
+                    return None;
+                }
+                st.st_mode & libc::S_IFMT
+            };
+            match target {
+                libc::S_IFREG => None,
+                libc::S_IFDIR => Some("a symbolic link to a directory"),
+                libc::S_IFIFO => Some("a symbolic link to a FIFO"),
+                libc::S_IFCHR | libc::S_IFBLK => Some("a symbolic link to a device"),
+                libc::S_IFSOCK => Some("a symbolic link to a socket"),
+                _ => Some("a symbolic link to what is not a regular file"),
+            }
+        }
         libc::S_IFDIR => Some("a directory"),
         libc::S_IFIFO => Some("a FIFO"),
         libc::S_IFCHR | libc::S_IFBLK => Some("a device"),

@@ -181,11 +181,15 @@ fn a_policy_path_that_is_not_a_file_is_refused_at_once() {
     }
 }
 
-/// WAITSHIM_LOG naming a device (or a FIFO, or a directory) is refused with one line: no file
-/// is created beside it (it made /dev/full.1, a regular file in /dev), and the program runs on.
+/// WAITSHIM_LOG naming a device (or a FIFO, or a directory, or a symbolic link to one) is
+/// refused with one line: no file is created beside it (it made /dev/full.1 and /dev/stdout.1,
+/// regular files in /dev), and the program runs on.
 #[test]
 fn a_log_path_naming_a_device_creates_nothing_beside_it() {
     let dir = tempfile::tempdir().expect("temp dir");
+    let links = tempfile::tempdir().expect("temp dir");
+    let to_null = links.path().join("null");
+    std::os::unix::fs::symlink("/dev/null", &to_null).expect("symlink");
     let before: Vec<_> = fs::read_dir("/dev")
         .expect("/dev")
         .flatten()
@@ -194,6 +198,9 @@ fn a_log_path_naming_a_device_creates_nothing_beside_it() {
     for (path, what) in [
         ("/dev/full".into(), "a device"),
         (dir.path().to_path_buf(), "a directory"),
+        // The program's stdout is the test's pipe.
+        ("/dev/stdout".into(), "a symbolic link to a FIFO"),
+        (to_null.clone(), "a symbolic link to a device"),
     ] {
         let path: std::path::PathBuf = path;
         let run = Launch::fixture("convoy").arg("2").log_to(&path).run();
@@ -214,11 +221,14 @@ fn a_log_path_naming_a_device_creates_nothing_beside_it() {
         .collect();
     let new: Vec<_> = after.iter().filter(|p| !before.contains(p)).collect();
     assert!(
-        !new.iter()
-            .any(|p| p.to_string_lossy().starts_with("/dev/full")),
+        !new.iter().any(|p| {
+            let p = p.to_string_lossy();
+            p.starts_with("/dev/full") || p.starts_with("/dev/stdout")
+        }),
         "created {new:?}"
     );
     assert_eq!(fs::read_dir(dir.path()).expect("dir").count(), 0);
+    assert_eq!(fs::read_dir(links.path()).expect("dir").count(), 1);
 }
 
 /// A log path too long for the file system: the stderr line keeps the reason at its end.

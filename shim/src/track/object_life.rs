@@ -230,10 +230,13 @@ impl Tracker {
         }
     }
 
-    /// Offers a dead entry for reuse.
+    /// Offers a dead entry for reuse: a contended one later (see `ObjEntry::reusable`).
     fn spare_entry(&self, obj: &'static ObjEntry) {
         if let Some(q) = self.spare.get(obj.kind as usize) {
-            let now = crate::clock::coarse_ns();
+            let mut now = crate::clock::coarse_ns();
+            if obj.flags() & objects::CONTENDED != 0 {
+                now += objects::CONTENDED_REUSE_AFTER_NS - REUSE_AFTER_NS;
+            }
             let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
             if q.len() < SPARE_MAX {
                 q.push_back((now, obj));

@@ -61,6 +61,10 @@ pub struct Contention {
     pub episode: Option<Episode>,
 }
 
+/// How long the entry of a destroyed contended object waits before it serves another object
+/// (see [`ObjEntry::reusable`]).
+pub const CONTENDED_REUSE_AFTER_NS: u64 = 1_000_000_000;
+
 /// Distinct wait sites kept per object; further ones are counted under chain 0.
 const MAX_SITES: usize = 64;
 
@@ -297,6 +301,18 @@ impl Busy {
                 a.store(0, Ordering::Relaxed);
             }
         }
+        if let Some(sites) = self.sites.get() {
+            for x in sites.iter() {
+                for a in [&x.count, &x.total, &x.max] {
+                    a.store(0, Ordering::Relaxed);
+                }
+                x.chain_id.store(SITE_EMPTY, Ordering::Release);
+            }
+        }
+        self.contention
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .episode = None;
     }
 }
 
@@ -426,11 +442,17 @@ impl ObjEntry {
             .map_or(0, |b| b.waiters.load(Ordering::Acquire))
     }
 
-    /// Whether the entry may serve another object once this one is destroyed: nothing but
-    /// threads' caches and the registry ever pointed at it (no wait, episode, policy state or
-    /// timed hold, which only contended objects have).
+    /// Whether the entry may serve another object once this one is destroyed: no episode is
+    /// open on it, no thread waits on it and no policy state was made for it. A contended one
+    /// serves again only after [`CONTENDED_REUSE_AFTER_NS`]: threads' caches check the address
+    /// and generation, waits left in threads' cells the generation (`waits`), and anything
+    /// that found it during a wait (a wait-for walk, a live-stack question) is done by then.
     pub fn reusable(&self) -> bool {
-        self.flags() & CONTENDED == 0 && self.busy_if().is_none_or(|b| b.policy.get().is_none())
+        let flags = self.flags();
+        flags & EPISODE == 0
+            && self
+                .busy_if()
+                .is_none_or(|b| b.policy.get().is_none() && b.waiters.load(Ordering::Acquire) == 0)
     }
 
     /// Makes a destroyed, reusable entry the entry of a new object at `addr`, with every count

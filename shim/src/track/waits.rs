@@ -207,12 +207,23 @@ impl Cell {
     }
 }
 
-fn key_of(e: &Ended) -> u64 {
-    u64::from(e.chain) | u64::from(e.shared) << 32 | u64::from(e.outcome) << 40
+/// A cell's key: the wait's chain, whether it was shared, its reason (below 256: the counter
+/// keys are), and the generation of the object's entry, so that a cell left from an object
+/// whose entry now serves another is never added to the new one (see [`fold`]).
+fn key_of(e: &Ended, generation: u16) -> u64 {
+    debug_assert!(e.outcome < 256);
+    u64::from(e.chain)
+        | u64::from(e.shared) << 32
+        | u64::from(e.outcome & 0xff) << 40
+        | u64::from(generation) << 48
 }
 
 fn split(key: u64) -> (u32, bool, u16) {
-    (key as u32, (key >> 32) & 1 != 0, (key >> 40) as u16)
+    (key as u32, (key >> 32) & 1 != 0, (key >> 40) as u16 & 0xff)
+}
+
+fn generation_of(key: u64) -> u16 {
+    (key >> 48) as u16
 }
 
 /// One thread's cells. Written only by the thread that owns them (plain loads and stores, no
@@ -228,7 +239,7 @@ pub struct Cells {
 impl Cells {
     /// Counts a finished wait on `obj` (owner thread only).
     pub fn note(&self, obj: &ObjEntry, e: Ended) {
-        let key = key_of(&e);
+        let key = key_of(&e, obj.generation.load(Ordering::Relaxed));
         let p = obj as *const ObjEntry as *mut ObjEntry;
         let h = (p as u64 ^ key.rotate_left(17)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 61;
         let c = &self.cells[h as usize % CELLS];
@@ -271,7 +282,7 @@ impl Cells {
         if e.outcome == to {
             return;
         }
-        let key = key_of(&e);
+        let key = key_of(&e, obj.generation.load(Ordering::Relaxed));
         let p = obj as *const ObjEntry as *mut ObjEntry;
         let cell = self.cells.iter().find(|c| {
             c.obj.load(Ordering::Relaxed) == p
@@ -347,7 +358,14 @@ impl Cells {
             }
         }
         for &(p, key, v) in &read[..n] {
-            into.entry(p).or_default().add(key, v);
+            // SAFETY: tracking entries are leaked and never freed.
+            let current = unsafe { &*(p as *const ObjEntry) }
+                .generation
+                .load(Ordering::Relaxed);
+            // Left from an earlier object of the entry: counted when that one ended.
+            if generation_of(key) == current {
+                into.entry(p).or_default().add(key, v);
+            }
         }
     }
 
@@ -372,8 +390,16 @@ fn fold(c: &Cell) {
     }
     // SAFETY: tracking entries are leaked and never freed.
     let obj = unsafe { &*p };
-    let (chain, shared, outcome) = split(c.key.load(Ordering::Relaxed));
+    let key = c.key.load(Ordering::Relaxed);
     c.begin();
+    if generation_of(key) != obj.generation.load(Ordering::Relaxed) {
+        // The entry serves another object now: these waits were the earlier one's, written
+        // with its last counters when it ended.
+        c.clear();
+        c.end();
+        return;
+    }
+    let (chain, shared, outcome) = split(key);
     if shared {
         obj.add(counter::READ_CONTENDED, v.count);
         obj.add(counter::READ_WAIT_TOTAL_NS, v.total);
@@ -537,5 +563,39 @@ mod tests {
         assert!(!rewait_is_spurious(false, 7, 7, never));
         // The mutex's count was not known (not cached in the thread's slot).
         assert!(!rewait_is_spurious(true, 0, 0, never));
+    }
+
+    #[test]
+    fn waits_left_in_a_cell_from_an_object_whose_entry_serves_another_are_not_added_to_it() {
+        use crate::track::objects::{leak_entry, ObjEntry, DEAD};
+        use waitshim_format::ObjectKind;
+        let obj = leak_entry(ObjEntry::new(0x1000, ObjectKind::Thread));
+        let cells = Cells::default();
+        let e = Ended {
+            chain: 3,
+            shared: false,
+            outcome: counter::ENDED_ACQUIRED,
+            waited_ns: 500,
+            reacquire_ns: None,
+        };
+        cells.note(obj, e);
+        // The object ends (its waits are gathered then) and its entry serves a new object.
+        let mut pending = HashMap::new();
+        cells.gather(&mut pending);
+        assert_eq!(pending.len(), 1, "the ending object's waits are gathered");
+        obj.set_flag(DEAD);
+        obj.reuse(0x2000);
+        let mut again = HashMap::new();
+        cells.gather(&mut again);
+        assert!(
+            again.is_empty(),
+            "the new object has no waits of the old one"
+        );
+        cells.fold_all();
+        assert_eq!(obj.busy().stats.contended.load(Ordering::Relaxed), 0);
+        // A wait on the new object counts for it.
+        cells.note(obj, e);
+        cells.fold_all();
+        assert_eq!(obj.busy().stats.contended.load(Ordering::Relaxed), 1);
     }
 }
