@@ -159,6 +159,7 @@ fn release(fd: i32) {
 /// the child's table, and closed.
 pub fn after_fork_child() {
     let copied = !crate::fdtable::own();
+    TASK_DIR.store(-1, Ordering::Relaxed);
     for (t, f) in SCHEDSTAT_OF.iter() {
         f.store(-1, Ordering::Relaxed);
         t.store(0, Ordering::Relaxed);
@@ -199,9 +200,7 @@ fn open_high(path: &str) -> Option<i32> {
 /// [`open_high`], or why not: the `open` error (`ENOENT` for the file of a thread gone), or 0
 /// when the descriptor could not be moved or kept.
 fn open_high_or_errno(path: &str) -> Result<i32, i32> {
-    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
-    // SAFETY: a NUL-terminated path; our own descriptor.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd = open_proc(path);
     if fd < 0 {
         return Err(errno());
     }
@@ -230,6 +229,24 @@ fn pread_all(fd: i32, buf: &mut [u8]) -> Option<&[u8]> {
     // SAFETY: reading into our own buffer.
     let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
     (n >= 0).then(|| &buf[..n as usize])
+}
+
+/// Why the process's own `/proc` files are no longer its to read, if they are not: a process
+/// that is not root and made itself undumpable (`PR_SET_DUMPABLE` 0, or a change of user or
+/// group, which does that) has them owned by root from then on. Two cheap system calls a look.
+fn proc_withdrawn() -> Option<String> {
+    // SAFETY: plain system calls.
+    let (dumpable, euid) = unsafe {
+        (
+            libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0),
+            libc::geteuid(),
+        )
+    };
+    (dumpable != 1 && euid != 0).then(|| {
+        "the process made itself undumpable (PR_SET_DUMPABLE 0, or a change of its user or \
+         group), so its /proc files are no longer its own to read"
+            .to_string()
+    })
 }
 
 /// `schedstat`: time on a CPU (ns), time ready and waiting for one (ns), timeslices.
@@ -728,10 +745,30 @@ fn close_rotating() {
 
 /// Opens `path` read-only for a moment (not kept, not moved).
 fn open_plain(path: &str) -> Option<i32> {
-    let c = std::ffi::CString::new(path).ok()?;
-    // SAFETY: a NUL-terminated path; our own descriptor, closed before the look ends.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let fd = open_proc(path);
     (fd >= 0).then_some(fd)
+}
+
+/// The sampler's descriptor of `/proc/self/task` (-1 until listed), which thread files are
+/// opened relative to: one lookup less each, and still there after the program `chroot`s
+/// somewhere without `/proc`.
+static TASK_DIR: AtomicI32 = AtomicI32::new(-1);
+
+/// Opens `path` read-only: a file under `/proc/self/task/` relative to [`TASK_DIR`] when it is
+/// open. The descriptor, or -1 with errno set.
+fn open_proc(path: &str) -> i32 {
+    let dir = TASK_DIR.load(Ordering::Relaxed);
+    let (at, rel) = match path.strip_prefix("/proc/self/task/") {
+        Some(rel) if dir >= 0 => (dir, rel),
+        _ => (libc::AT_FDCWD, path),
+    };
+    let Ok(c) = std::ffi::CString::new(rel) else {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::EINVAL };
+        return -1;
+    };
+    // SAFETY: a NUL-terminated path, relative to our own directory descriptor or absolute.
+    unsafe { libc::openat(at, c.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) }
 }
 
 /// Closes a descriptor [`open_plain`] gave, if any; -1.
@@ -1106,6 +1143,23 @@ impl Sampler {
         self.paced_ns
     }
 
+    /// The sampler cannot go on (`why`): it says so in the log, with when, so that the report
+    /// tells which span the thread states cover.
+    fn stop(&mut self, tr: &Tracker, now: u64, why: String) {
+        self.broken = true;
+        tr.log.write(
+            &waitshim_format::Note {
+                ns: now,
+                level: waitshim_format::note_level::WARNING,
+                text: format!(
+                    "the sampler stopped: {why}; thread states, idle CPUs and lost parallelism \
+                     cover the run up to here"
+                ),
+            }
+            .into(),
+        );
+    }
+
     /// The tids of the process's threads, from `/proc/self/task`.
     fn tids(&mut self) -> Option<Vec<u32>> {
         if self.task_dir.is_none() {
@@ -1127,6 +1181,7 @@ impl Sampler {
                 return None;
             }
             self.task_dir = Some(high);
+            TASK_DIR.store(high, Ordering::Relaxed);
         }
         let fd = self.task_dir?;
         // SAFETY: rewinding our own directory descriptor.
@@ -1184,13 +1239,18 @@ impl Sampler {
         }
         let last = requester != 0;
         let now = now_ns();
+        if let Some(why) = proc_withdrawn() {
+            self.stop(tr, now, why);
+            return;
+        }
         // The directory is listed again when a thread started or ended (the shim's count of
         // live threads moved) and every tenth look (threads the shim did not see created);
         // in between the last list serves, less the threads found gone.
         let live = tr.live.load(Ordering::Relaxed);
         if self.tids.is_empty() || live != self.listed_live || self.looks_since_list >= 10 {
             let Some(tids) = self.tids() else {
-                self.broken = true;
+                let e = std::io::Error::last_os_error();
+                self.stop(tr, now, format!("it cannot list /proc/self/task ({e})"));
                 return;
             };
             self.tids = tids;

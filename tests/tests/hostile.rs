@@ -300,3 +300,51 @@ fn memory_stays_bounded_however_many_threads_a_program_starts_and_joins() {
         "{few} KiB after 15 000 threads, {many} KiB after 60 000"
     );
 }
+
+/// The notes of the shim in a run's report.
+fn notes(run: &Run) -> String {
+    run.analyze().log(0).warning_text()
+}
+
+#[test]
+fn a_program_that_makes_itself_undumpable_is_told_where_its_thread_states_stop() {
+    // The sampler, no longer allowed to read the process's /proc files, said its 7 threads were
+    // "beyond the 256" it keeps descriptors for.
+    let uid = 44_000 + std::process::id() % 1000;
+    let run = Launch::fixture("hostile").arg("undumpable").user(uid).run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "undumpable, then slept\n");
+    let said = notes(&run);
+    assert!(
+        said.contains("the sampler stopped: the process made itself undumpable"),
+        "{said}"
+    );
+    assert!(!said.contains("beyond the 256"), "{said}");
+}
+
+#[test]
+fn after_a_chroot_without_proc_the_threads_are_still_sampled() {
+    // The sampler opened each thread's files by their /proc path: after the chroot none could
+    // be, and the sleeps that followed were not seen.
+    let empty = tempfile::tempdir().expect("temp dir");
+    let run = Launch::fixture("hostile")
+        .arg("chroot")
+        .arg(empty.path())
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "chrooted, then slept\n");
+    let a = run.analyze();
+    let states = &a.log(0).0["thread_states"]["threads"];
+    let slept: Vec<u64> = states
+        .as_array()
+        .expect("threads")
+        .iter()
+        .map(|t| t["other_wait_ns"].as_u64().unwrap_or(0))
+        .filter(|&ns| ns >= 400_000_000)
+        .collect();
+    assert_eq!(
+        slept.len(),
+        3,
+        "the 3 sleepers' waits were sampled: {states}"
+    );
+}
