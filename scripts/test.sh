@@ -34,6 +34,8 @@ ensure_compilers
 ensure_packages pigz tmux
 # The allocators programs bring, preloaded beside the shim (tests/tests/harm.rs).
 ensure_packages libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
+# A debugger for the test that runs a program under one (tests/tests/hostile.rs).
+ensure_packages gdb
 # The readers the export tests check each format with: go tool pprof, protoc (with Perfetto's
 # own schema), and a headless Chromium for the HTML timeline (tests/tests/html.rs).
 ensure_packages golang-go protobuf-compiler chromium

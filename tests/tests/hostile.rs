@@ -348,3 +348,44 @@ fn after_a_chroot_without_proc_the_threads_are_still_sampled() {
         "the 3 sleepers' waits were sampled: {states}"
     );
 }
+
+#[test]
+fn under_a_debugger_the_shim_sends_no_signal_of_its_own() {
+    // A policy asking for running holders' live stacks made the shim signal the holder: gdb
+    // stopped on that signal and its batch session ended, killing the program.
+    let gdb = waitshim_tests::debian_program("gdb", "gdb");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let policy = dir.path().join("policy.json");
+    std::fs::write(
+        &policy,
+        r#"{"rules":[{"match":{"kind":"mutex"},"actions":["holder_live_stack"]}]}"#,
+    )
+    .expect("write the policy");
+    let program = waitshim_tests::fixture("holder_sleeps");
+    let set =
+        |var: &str, value: &std::path::Path| format!("set environment {var}={}", value.display());
+    let out = Command::new(gdb)
+        .args(["-nx", "-batch", "-ex"])
+        .arg(set("LD_PRELOAD", waitshim_tests::shim_path()))
+        .arg("-ex")
+        .arg(set("WAITSHIM_POLICY", &policy))
+        .arg("-ex")
+        .arg(set("WAITSHIM_LOG", &dir.path().join("waitshim.%p.log")))
+        .args([
+            "-ex",
+            "set environment WAITSHIM_QUIET=1",
+            "-ex",
+            "run",
+            "--args",
+        ])
+        .arg(&program)
+        .arg("spin")
+        .output()
+        .expect("run gdb");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("holder_sleeps: done") && stdout.contains("exited normally"),
+        "gdb: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
