@@ -34,7 +34,7 @@ pub struct RunOptions {
     pub symbols: bool,
     /// Add the run to this job's history (in `db`).
     pub history_job: Option<String>,
-    pub db: Option<String>,
+    pub db: crate::gate::cli::DbArgs,
 }
 
 /// The shim installed beside the running analyzer.
