@@ -15,6 +15,7 @@ pub mod launch;
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;
+pub mod procgroup;
 pub mod report;
 pub mod request;
 pub mod source;

@@ -126,7 +126,9 @@ enum Command {
     #[command(subcommand)]
     History(gate::HistoryCommand),
     /// Run CMD under the shim, report on every log it (and its children) wrote, and exit with
-    /// its status, or the gate's with --check.
+    /// its status, or the gate's with --check. CMD runs in a process group of its own (given
+    /// the terminal when run has it); SIGINT, SIGTERM and SIGHUP sent to run are passed on to
+    /// it, and run reports once it ended.
     Run(gate::RunArgs),
 }
 

@@ -983,3 +983,139 @@ fn postgresql_statements_are_bounded_and_errors_keep_the_password_out() {
     );
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// Whether process `pid` has ended (gone, or a zombie no one reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .is_some_and(|i| stat[i + 1..].trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// Waits (at most `POLL_DEADLINE`) for process `pid` to end; if it does not, ends it and fails
+/// the test.
+fn assert_ends(pid: u32, what: &str) {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while !ended(pid) {
+        if Instant::now() >= deadline {
+            // SAFETY: kill(2) on the process this test's command started.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{what}: process {pid} still runs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `run --timeout` stops every process of the command, not only the first: a child left in
+/// the background ends with it, and one that ignores SIGTERM gets SIGKILL 5 s later.
+#[test]
+fn run_timeout_stops_the_commands_children_too() {
+    for (script, status, said) in [
+        (
+            "sleep 60 >/dev/null 2>&1 & echo $!; wait",
+            143,
+            "sending SIGTERM",
+        ),
+        (
+            "trap '' TERM; sleep 60 >/dev/null 2>&1 & echo $!; wait",
+            137,
+            "sending SIGKILL",
+        ),
+    ] {
+        let o = Launch::program(analyzer_path())
+            .native()
+            .timeout(Duration::from_secs(60))
+            .args(["run", "--no-report", "--timeout", "300ms", "--", "sh", "-c"])
+            .arg(script)
+            .run();
+        let (out, err) = (o.stdout_text(), o.stderr_text());
+        let child: u32 = out.lines().next().and_then(|l| l.parse().ok()).expect(&out);
+        assert_ends(child, script);
+        assert_eq!(o.status.code(), Some(status), "{script}: {err}");
+        assert!(err.contains(said), "{script}: {err}");
+    }
+}
+
+/// SIGTERM, SIGINT or SIGHUP sent to `run` (a CI runner cancelling the job) reaches the
+/// command and its children; `run` waits for them, reports on what they logged, and exits
+/// with the command's status.
+#[test]
+fn a_signal_to_run_reaches_the_command_and_the_report_still_comes() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = Command::new(analyzer_path())
+            .env("TMPDIR", dir.path())
+            .args(["run", "--", "sh", "-c"])
+            // The child prints its pid (the ready line), then becomes the sleep.
+            .arg(r#"sh -c 'echo $$; exec sleep 60 >/dev/null 2>&1'; echo not reached"#)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(run.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let child: u32 = line.trim().parse().expect(&line);
+        // SAFETY: kill(2) on the analyzer this test started.
+        unsafe { libc::kill(run.id() as libc::pid_t, sig) };
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let status = loop {
+            if let Some(s) = run.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = run.kill();
+                let _ = run.wait();
+                panic!("signal {sig}: run did not end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_ends(child, "the command's child");
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(128 + sig), "signal {sig}: {err}");
+        assert!(err.contains("received: passed on"), "signal {sig}: {err}");
+        assert!(!rest.lines().any(|l| l == "not reached"), "{rest}");
+        assert!(
+            rest.contains("waitshim report: "),
+            "signal {sig}: {rest}\n{err}"
+        );
+    }
+}
+
+/// Logs already in `--log-dir` (an earlier run's, here one with a lock-order inversion) are
+/// not this run's: `run --check -- true` passes, and they are left where they were.
+#[test]
+fn run_leaves_out_the_logs_already_in_its_log_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let earlier = Command::new(analyzer_path())
+        .args(["run", "--no-report", "--log-dir"])
+        .arg(&logs)
+        .arg("--")
+        .arg(fixture("lock_inversion"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&earlier), 0, "{:?}", text(&earlier));
+    let before = files_in(&logs);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let o = Command::new(analyzer_path())
+        .args(["run", "--check", "--log-dir"])
+        .arg(&logs)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{out}\n{err}");
+    assert!(err.contains("1 log(s) in"), "{err}");
+    assert!(err.contains("1 log(s) that were in"), "{err}");
+    assert!(!out.contains("lock_inversion"), "{out}");
+    let after = files_in(&logs);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.contains(&before[0]), "{after:?}");
+}

@@ -104,10 +104,12 @@ pub struct RunArgs {
     /// The shim to preload (default: libwaitshim.so beside waitshim-analyze).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
-    /// Directory for the logs (created if missing; default: a new one in $TMPDIR).
+    /// Directory for the logs (created if missing; default: a new one in $TMPDIR). Logs
+    /// already in it are an earlier run's: left out of the report and the gate, and left there.
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
-    /// Stop the command when it runs longer (SIGTERM, SIGKILL 5 s later): 30s, 500ms, 10m.
+    /// Stop the command when it runs longer: SIGTERM to every process of its process group,
+    /// SIGKILL 5 s later to those still running. 30s, 500ms, 10m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
     /// Also add the run to the history of this job (see `history add`).
