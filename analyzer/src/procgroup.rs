@@ -120,8 +120,10 @@ impl Group {
     /// Starts `cmd` as the leader of a new process group, with the terminal when `run` has it.
     pub fn spawn(cmd: &mut Command) -> io::Result<Group> {
         let terminal = foreground_terminal();
+        // The analyzer ignores SIGXFSZ; the command gets the disposition `run` was given.
+        let file_size_default = crate::file_size_signal_was_default();
         // SAFETY: between fork and exec the closure calls only async-signal-safe functions
-        // (setpgid, getpid, sigprocmask, tcsetpgrp).
+        // (setpgid, getpid, sigprocmask, tcsetpgrp, sigaction).
         unsafe {
             cmd.pre_exec(move || {
                 if libc::setpgid(0, 0) != 0 {
@@ -129,6 +131,11 @@ impl Group {
                 }
                 if let Some(fd) = terminal {
                     give_terminal(fd, libc::getpid());
+                }
+                if file_size_default {
+                    let mut dfl: libc::sigaction = std::mem::zeroed();
+                    dfl.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(libc::SIGXFSZ, &dfl, std::ptr::null_mut());
                 }
                 Ok(())
             });

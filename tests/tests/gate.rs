@@ -1119,3 +1119,25 @@ fn run_leaves_out_the_logs_already_in_its_log_directory() {
     assert_eq!(after.len(), 2, "{after:?}");
     assert!(after.contains(&before[0]), "{after:?}");
 }
+
+/// The analyzer ignores SIGXFSZ for its own writes; the command `run` starts gets it back: a
+/// write past `ulimit -f` kills it as it does natively.
+#[test]
+fn run_gives_the_command_the_file_size_signal_it_had() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"ulimit -f 1 && exec head -c 65536 /dev/zero > "$0""#;
+    let native = Command::new("sh")
+        .args(["-c", script])
+        .arg(dir.path().join("native"))
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(native.signal(), Some(libc::SIGXFSZ), "{native:?}");
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args(["run", "--no-report", "--", "sh", "-c", script])
+        .arg(dir.path().join("profiled"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 128 + libc::SIGXFSZ, "{:?}", text(&o));
+}
