@@ -1024,9 +1024,11 @@ fn run_timeout_stops_the_commands_children_too() {
             "sending SIGKILL",
         ),
     ] {
+        let dir = tempfile::tempdir().unwrap();
         let o = Launch::program(analyzer_path())
             .native()
             .timeout(Duration::from_secs(60))
+            .env("TMPDIR", dir.path())
             .args(["run", "--no-report", "--timeout", "300ms", "--", "sh", "-c"])
             .arg(script)
             .run();
