@@ -461,8 +461,7 @@ fn write_page(
     use crate::export::{html::Html, Exporter, Source};
     let mut notes = Vec::new();
     let cannot = |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", path.display());
-    let tmp = crate::export::temp_beside(path)?;
-    let file = std::fs::File::create(&tmp).map_err(|e| cannot("create a file beside", e))?;
+    let (tmp, file) = crate::export::tempout::TempOut::create(path)?;
     let out = std::io::BufWriter::with_capacity(1 << 16, file);
     let mut page = Box::new(Html::comparing(out, &["before", "after"], text));
     let written = analyses
@@ -482,11 +481,8 @@ fn write_page(
             Ok(())
         })
         .and_then(|_| page.finish())
-        .and_then(|_| std::fs::rename(&tmp, path));
-    written.map(|_| notes).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        cannot("write", e)
-    })
+        .and_then(|_| tmp.commit(path));
+    written.map(|_| notes).map_err(|e| cannot("write", e))
 }
 
 /// Compares the logs; the exit code (2 when either is not a log or the page cannot be

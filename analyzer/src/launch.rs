@@ -1,16 +1,20 @@
 //! `waitshim-analyze run -- CMD ARGS...`: runs a command under the shim, with its logs in a
-//! directory of their own, then reports on every log found there (the command's, and those of
-//! the processes it forked or exec'd, each named by its pid), and exits with the command's
-//! status, or with the gate's (see [`crate::gate`]) when asked to check.
+//! directory of their own, then reports on every log this run wrote there (the command's, and
+//! those of the processes it forked or exec'd, each named by its pid; logs already in a
+//! `--log-dir` are left out), and exits with the command's status, or with the gate's (see
+//! [`crate::gate`]) when asked to check.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::gate::{self, Format};
+use crate::procgroup::{Caught, Group};
 use crate::Options;
 
 #[derive(Debug, Clone, Default)]
@@ -20,7 +24,8 @@ pub struct RunOptions {
     pub shim: Option<PathBuf>,
     /// Where the logs go; by default a new directory under the temporary directory.
     pub log_dir: Option<PathBuf>,
-    /// Kill the command (SIGTERM, then SIGKILL 5 s later) when it runs longer.
+    /// Stop the command's processes (SIGTERM to its process group, then SIGKILL 5 s later)
+    /// when it runs longer.
     pub timeout: Option<Duration>,
     pub json: bool,
     /// Print no report (the gate's lines and the log directory only).
@@ -34,7 +39,7 @@ pub struct RunOptions {
     pub symbols: bool,
     /// Add the run to this job's history (in `db`).
     pub history_job: Option<String>,
-    pub db: Option<String>,
+    pub db: crate::gate::cli::DbArgs,
 }
 
 /// The shim installed beside the running analyzer.
@@ -81,7 +86,8 @@ pub fn logs_in(dir: &Path) -> Vec<PathBuf> {
     logs.into_iter().map(|(_, p)| p).collect()
 }
 
-/// Runs the command; `Err` is a message for an exit status of 2.
+/// Runs the command in a process group of its own (see [`crate::procgroup`]); `Err` is a
+/// message for an exit status of 2.
 fn launch(opts: &RunOptions, dir: &Path, shim: &Path, err: &mut dyn Write) -> Result<i32, String> {
     let Some((program, args)) = opts.cmd.split_first() else {
         return Err("no command given (waitshim-analyze run -- CMD ARGS...)".into());
@@ -91,23 +97,20 @@ fn launch(opts: &RunOptions, dir: &Path, shim: &Path, err: &mut dyn Write) -> Re
         preload.push(" ");
         preload.push(old);
     }
-    let mut child = Command::new(program)
-        .args(args)
-        .env("LD_PRELOAD", preload)
-        .env(
-            waitshim_format::contract::env::LOG,
-            dir.join(waitshim_format::contract::LOG_PATTERN),
-        )
-        .spawn()
+    let mut cmd = Command::new(program);
+    cmd.args(args).env("LD_PRELOAD", preload).env(
+        waitshim_format::contract::env::LOG,
+        dir.join(waitshim_format::contract::LOG_PATTERN),
+    );
+    // SIGINT, SIGTERM and SIGHUP sent to `run` (a CI runner cancelling the job, Ctrl-C when the
+    // command does not have the terminal) go to the command's processes; `run` stays to report
+    // on what they logged. Caught before the start, so that none is missed.
+    let _caught = Caught::install();
+    let group = Group::spawn(&mut cmd)
         .map_err(|e| format!("cannot run {}: {e}", program.to_string_lossy()))?;
-    // Ctrl-C reaches the command (same process group) and ends it; the launcher stays to report
-    // on what it left. Ignored only now: an ignored signal would stay ignored in the command.
-    // SAFETY: setting a signal's disposition to SIG_IGN, and back to what it was, below.
-    let old_int = unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-    let status = wait_for(opts, &mut child, program, err);
-    // SAFETY: as above.
-    unsafe { libc::signal(libc::SIGINT, old_int) };
-    let status = status?;
+    let status = group
+        .wait(opts.timeout, &program.to_string_lossy(), err)
+        .map_err(|e| format!("waiting for the command: {e}"))?;
     Ok(match (status.code(), status.signal()) {
         (Some(c), _) => c,
         (None, Some(sig)) => 128 + sig,
@@ -115,49 +118,13 @@ fn launch(opts: &RunOptions, dir: &Path, shim: &Path, err: &mut dyn Write) -> Re
     })
 }
 
-/// Waits for the command, stopping it after `opts.timeout`.
-fn wait_for(
-    opts: &RunOptions,
-    child: &mut std::process::Child,
-    program: &std::ffi::OsStr,
-    err: &mut dyn Write,
-) -> Result<std::process::ExitStatus, String> {
-    Ok(match opts.timeout {
-        None => child
-            .wait()
-            .map_err(|e| format!("waiting for the command: {e}"))?,
-        Some(limit) => {
-            let start = Instant::now();
-            let mut termed: Option<Instant> = None;
-            loop {
-                if let Some(s) = child
-                    .try_wait()
-                    .map_err(|e| format!("waiting for the command: {e}"))?
-                {
-                    break s;
-                }
-                let now = Instant::now();
-                match termed {
-                    None if now.duration_since(start) >= limit => {
-                        let _ = writeln!(
-                            err,
-                            "waitshim: {} still runs after {:?}: sending SIGTERM",
-                            program.to_string_lossy(),
-                            limit
-                        );
-                        // SAFETY: kill(2) on the pid of our own child, not yet reaped.
-                        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-                        termed = Some(now);
-                    }
-                    Some(t) if now.duration_since(t) >= Duration::from_secs(5) => {
-                        let _ = child.kill();
-                    }
-                    _ => {}
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    })
+/// The logs already in `dir` before the command starts (by device and inode): not this run's.
+fn earlier_logs(dir: &Path) -> HashSet<(u64, u64)> {
+    logs_in(dir)
+        .iter()
+        .filter_map(|p| std::fs::symlink_metadata(p).ok())
+        .map(|m| (m.dev(), m.ino()))
+        .collect()
 }
 
 /// `waitshim-analyze run`.
@@ -211,6 +178,8 @@ pub fn run(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         }
     };
     let _ = writeln!(err, "waitshim: logs in {}", dir.display());
+    // The shim never replaces a file: the logs of this run are those that were not there.
+    let earlier = earlier_logs(&dir);
     let status = match launch(opts, &dir, &shim, err) {
         Ok(s) => s,
         Err(msg) => {
@@ -222,13 +191,23 @@ pub fn run(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return crate::EXIT_BAD_INPUT;
         }
     };
-    let logs = logs_in(&dir);
+    let (logs, left_out): (Vec<PathBuf>, Vec<PathBuf>) = logs_in(&dir).into_iter().partition(|p| {
+        std::fs::symlink_metadata(p).is_ok_and(|m| !earlier.contains(&(m.dev(), m.ino())))
+    });
     let _ = writeln!(
         err,
         "waitshim: the command ended with status {status}; {} log(s) in {}",
         logs.len(),
         dir.display()
     );
+    if !left_out.is_empty() {
+        let _ = writeln!(
+            err,
+            "waitshim: {} log(s) that were in {} before this run left out (not read, not removed)",
+            left_out.len(),
+            dir.display()
+        );
+    }
     if logs.is_empty() {
         let _ = writeln!(
             err,

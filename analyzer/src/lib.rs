@@ -15,6 +15,7 @@ pub mod launch;
 pub mod lockorder;
 pub mod model;
 pub mod policycheck;
+pub mod procgroup;
 pub mod report;
 pub mod request;
 pub mod source;
@@ -28,6 +29,24 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use report::{Options, SortKey};
+
+/// Whether SIGXFSZ had its default action when the analyzer started.
+static FILE_SIZE_SIGNAL_WAS_DEFAULT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(true);
+
+/// Ignores SIGXFSZ: a write past the file size limit (`ulimit -f`) then fails with EFBIG, which
+/// each command reports (removing what it left half-written), instead of killing the analyzer.
+/// The command `run` starts gets the disposition back ([`file_size_signal_was_default`]).
+pub fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN, at start-up.
+    let old = unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+    FILE_SIZE_SIGNAL_WAS_DEFAULT.store(old == libc::SIG_DFL, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether SIGXFSZ had its default action before [`ignore_file_size_signal`].
+pub fn file_size_signal_was_default() -> bool {
+    FILE_SIZE_SIGNAL_WAS_DEFAULT.load(std::sync::atomic::Ordering::SeqCst)
+}
 
 /// Exit code when an input could not be read as a log.
 pub const EXIT_BAD_INPUT: i32 = 2;

@@ -126,7 +126,9 @@ enum Command {
     #[command(subcommand)]
     History(gate::HistoryCommand),
     /// Run CMD under the shim, report on every log it (and its children) wrote, and exit with
-    /// its status, or the gate's with --check.
+    /// its status, or the gate's with --check. CMD runs in a process group of its own (given
+    /// the terminal when run has it); SIGINT, SIGTERM and SIGHUP sent to run are passed on to
+    /// it, and run reports once it ended.
     Run(gate::RunArgs),
 }
 
@@ -147,7 +149,8 @@ struct ExportArgs {
     #[arg(long, value_name = "SIDE", default_value = "waiters",
           value_parser = |s: &str| s.parse::<waitshim_analyze::export::Side>())]
     side: waitshim_analyze::export::Side,
-    /// The file to write (replaced when the export succeeds; `-` is stdout).
+    /// The file to write (replaced when the export succeeds; `-` is stdout). A failed or
+    /// interrupted export removes what it had written (a hidden file beside OUT).
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: PathBuf,
     /// Do not open the program's binaries: show chains as module+offset.
@@ -214,6 +217,7 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 fn main() {
+    waitshim_analyze::ignore_file_size_signal();
     let cli = Cli::parse();
     let out = &mut std::io::stdout().lock();
     let err = &mut std::io::stderr().lock();

@@ -622,3 +622,111 @@ fn the_convoy_locks_waiters_counter_rises_past_one_and_ends_at_zero_in_perfetto_
         assert!(values.iter().all(|&v| v >= 0), "{format}: {values:?}");
     }
 }
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Under a file size limit (`ulimit -f`) too small for the export, the analyzer is not killed
+/// by SIGXFSZ: it says the file is too large, exits with status 2, and leaves no file (the
+/// hidden one it wrote first included).
+#[test]
+fn an_export_past_the_file_size_limit_fails_with_a_message_and_leaves_no_file() {
+    let run = Launch::fixture("convoy").arg("4").run();
+    run.assert_success();
+    let log = run.single_log();
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["chrome", "perfetto", "html"] {
+        let out = dir.path().join(format!("trace.{format}"));
+        // Without the limit it is larger than the limit below (512 or 1024 bytes, by shell).
+        let o = export_cmd(&[
+            "export",
+            "--format",
+            format,
+            "-o",
+            out.to_str().unwrap(),
+            log.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{format}: {o:?}");
+        let size = std::fs::metadata(&out).unwrap().len();
+        assert!(size > 4096, "{format}: only {size} bytes");
+        std::fs::remove_file(&out).unwrap();
+
+        let o = Command::new("sh")
+            .args(["-c", r#"ulimit -f 1 && exec "$0" "$@""#])
+            .arg(analyzer_path())
+            .args(["export", "--format", format, "-o"])
+            .arg(&out)
+            .arg(log)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{format}: {:?} {err}", o.status);
+        assert!(err.contains("File too large"), "{format}: {err}");
+        assert_eq!(
+            names_in(dir.path()),
+            Vec::<String>::new(),
+            "{format}: {err}"
+        );
+    }
+}
+
+/// SIGTERM or SIGINT while an export is being written (here it waits for its input, a FIFO
+/// nobody writes) ends the analyzer as before, and removes the file it had begun.
+#[test]
+fn an_export_ended_by_a_signal_removes_its_unfinished_file() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("waitshim.1.log");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Held open for writing (never written), so that the analyzer's read waits.
+        let _writer = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&fifo)
+            .unwrap();
+        let out_dir = dir.path().join("out");
+        std::fs::create_dir(&out_dir).unwrap();
+        let mut child = Command::new(analyzer_path())
+            .args(["export", "--format", "chrome", "-o"])
+            .arg(out_dir.join("trace.json"))
+            .arg(&fifo)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + waitshim_tests::POLL_DEADLINE;
+        while names_in(&out_dir).is_empty() {
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the export began no file");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // SAFETY: kill(2) on the analyzer this test started.
+        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("signal {sig}: the export did not end");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+        assert_eq!(names_in(&out_dir), Vec::<String>::new(), "signal {sig}");
+    }
+}

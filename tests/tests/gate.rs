@@ -1,6 +1,7 @@
 //! The CI commands: `check` (exit codes, expressions, annotations), `run` (the launcher),
 //! `baseline` and `history` (on SQLite, and on a PostgreSQL cluster the test starts itself).
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -503,6 +504,24 @@ impl Cluster {
         }
     }
 
+    /// `psql` on the cluster's socket, as the user the cluster runs as.
+    fn psql(&self) -> Command {
+        let exe = match self.bin.join("psql") {
+            p if p.is_file() => p,
+            _ => PathBuf::from("psql"),
+        };
+        let mut c = if self.as_nobody {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        c.args(["-X", "-At", "-U", "postgres", "-p", "5432", "-h"])
+            .arg(self.dir.path());
+        c
+    }
+
     fn start() -> Result<Cluster, String> {
         let bin = match Self::find_bin() {
             Some(b) => b,
@@ -660,4 +679,467 @@ fn run_history_job_adds_the_run() {
     let (out, _) = text(&o);
     assert!(out.starts_with("job launch: 1 run(s)"), "{out}");
     assert!(out.contains("gate_load: run lost_parallelism"), "{out}");
+}
+
+/// `waitshim-analyze ARGS...` run natively in a fresh working directory, ended (and the test
+/// failed) if it takes longer than `limit`.
+fn analyzer_within(limit: Duration, args: &[&OsStr]) -> Run {
+    Launch::program(analyzer_path())
+        .native()
+        .timeout(limit)
+        .args(args)
+        .run()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// A history database that is not a file SQLite may keep (an empty name, a device, a FIFO, a
+/// directory, `:memory:`) is refused with exit status 2 before anything is written beside it,
+/// and the read-only commands never create a database for a mistyped path.
+#[test]
+fn history_refuses_what_is_not_a_database_file_and_creates_nothing() {
+    let run = load(2);
+    let log = run.single_log().as_os_str();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.sqlite");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let subdir = dir.path().join("a-directory");
+    std::fs::create_dir(&subdir).unwrap();
+    let journal_before = Path::new("/dev/zero-journal").exists();
+    let refused: [(&OsStr, &str); 5] = [
+        (OsStr::new(""), "empty"),
+        (
+            OsStr::new("/dev/zero"),
+            "is a device, not a history database",
+        ),
+        (fifo.as_os_str(), "is a FIFO, not a history database"),
+        (subdir.as_os_str(), "is a directory, not a history database"),
+        (OsStr::new(":memory:"), "keeps nothing"),
+    ];
+    for (db, why) in refused {
+        for cmd in [&["add"][..], &["check", "--add"][..]] {
+            let mut args: Vec<&OsStr> = vec![OsStr::new("history")];
+            args.extend(cmd.iter().map(OsStr::new));
+            args.extend([
+                OsStr::new("--job"),
+                OsStr::new("j"),
+                OsStr::new("--db"),
+                db,
+                log,
+            ]);
+            let o = analyzer_within(Duration::from_secs(60), &args);
+            let err = o.stderr_text();
+            assert_eq!(o.status.code(), Some(2), "--db {db:?} {cmd:?}: {err}");
+            assert!(err.contains(why), "--db {db:?}: {err}");
+            assert!(!err.contains("added"), "--db {db:?}: {err}");
+            assert!(
+                files_in(o.dir.path()).is_empty(),
+                "--db {db:?} left {:?} in the working directory",
+                files_in(o.dir.path())
+            );
+        }
+    }
+    assert_eq!(
+        files_in(dir.path()),
+        ["a-directory", "fifo.sqlite"],
+        "files were created beside the refused paths"
+    );
+    assert!(files_in(&subdir).is_empty());
+    if !journal_before {
+        assert!(!Path::new("/dev/zero-journal").exists());
+    }
+
+    // Reading a history that is not there: an error naming the path, and nothing created.
+    let missing = dir.path().join("mistyped/history.sqlite");
+    for cmd in [&["show"][..], &["check"][..]] {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("history")];
+        args.extend(cmd.iter().map(OsStr::new));
+        args.extend([OsStr::new("--job"), OsStr::new("j"), OsStr::new("--db")]);
+        args.push(missing.as_os_str());
+        if cmd == ["check"] {
+            args.push(log);
+        }
+        let o = analyzer_within(Duration::from_secs(60), &args);
+        let err = o.stderr_text();
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains(&format!("no history database at {}", missing.display())),
+            "{cmd:?}: {err}"
+        );
+        assert!(!dir.path().join("mistyped").exists(), "{cmd:?} created it");
+    }
+    // Adding creates it, with its directory; then it reads.
+    let o = analyzer_within(
+        Duration::from_secs(60),
+        &[
+            OsStr::new("history"),
+            OsStr::new("add"),
+            OsStr::new("--job"),
+            OsStr::new("j"),
+            OsStr::new("--db"),
+            missing.as_os_str(),
+            log,
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", o.stderr_text());
+    let o = analyzer_within(
+        Duration::from_secs(60),
+        &[
+            OsStr::new("history"),
+            OsStr::new("show"),
+            OsStr::new("--job"),
+            OsStr::new("j"),
+            OsStr::new("--db"),
+            missing.as_os_str(),
+        ],
+    );
+    assert!(
+        o.stdout_text().starts_with("job j: 1 run(s)"),
+        "{}",
+        o.stdout_text()
+    );
+}
+
+/// Accepts TCP connections on 127.0.0.1 and never answers; stops when dropped.
+struct SilentServer {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SilentServer {
+    fn start() -> SilentServer {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in listener.incoming() {
+                if stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                held.extend(c.ok());
+            }
+        });
+        SilentServer {
+            addr,
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for SilentServer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Wakes the accept so that the thread sees the flag.
+        let _ = std::net::TcpStream::connect(self.addr);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A PostgreSQL server that accepts the connection and never answers: `history add` gives up
+/// after the connect timeout (10 s by default, or `--connect-timeout`), with exit status 2 and a
+/// message that says so, and no password of the URL or of a key=value string is printed.
+#[test]
+fn history_gives_up_on_a_server_that_never_answers_and_never_prints_a_password() {
+    let run = load(2);
+    let log = run.single_log().to_path_buf();
+    let server = SilentServer::start();
+    let port = server.addr.port().to_string();
+    let url = format!("postgres://ci:hunter2@127.0.0.1:{port}/waitshim");
+    let key_value = format!("host=127.0.0.1 port={port} user=ci password='hunter2' dbname=w");
+    let cases = [
+        (url.clone(), Some("1s"), "within 1s"),
+        (key_value.clone(), None, "within 10s"),
+    ];
+    let runs: Vec<_> = cases
+        .iter()
+        .map(|(db, timeout, _)| {
+            let mut l = Launch::program(analyzer_path())
+                .native()
+                .timeout(Duration::from_secs(40))
+                .args(["history", "add", "--job", "j", "--db", db]);
+            if let Some(t) = timeout {
+                l = l.arg("--connect-timeout").arg(t);
+            }
+            l.arg(&log).spawn()
+        })
+        .collect();
+    for (r, (db, _, within)) in runs.into_iter().zip(&cases) {
+        let o = r.wait();
+        let err = o.stderr_text();
+        assert_eq!(o.status.code(), Some(2), "{db}: {err}");
+        assert!(
+            err.contains(within) && err.contains("--connect-timeout"),
+            "{db}: {err}"
+        );
+        assert!(
+            !err.contains("hunter2") && err.contains("***"),
+            "{db}: {err}"
+        );
+        assert!(files_in(o.dir.path()).is_empty(), "{db}: a file was made");
+    }
+    // A server that is not there: the URL and the key=value string are named, without password.
+    for db in [
+        "postgresql://ci:hunter2@%2Fnonexistent%2Fsocket/w".to_string(),
+        "host=/nonexistent/socket user=ci password = hunter2 dbname=w".to_string(),
+    ] {
+        let o = analyzer_within(
+            Duration::from_secs(40),
+            &[
+                OsStr::new("history"),
+                OsStr::new("show"),
+                OsStr::new("--job"),
+                OsStr::new("j"),
+                OsStr::new("--db"),
+                OsStr::new(&db),
+            ],
+        );
+        let err = o.stderr_text();
+        assert_eq!(o.status.code(), Some(2), "{db}: {err}");
+        assert!(err.contains("PostgreSQL"), "{db}: {err}");
+        assert!(
+            !err.contains("hunter2") && err.contains("***"),
+            "{db}: {err}"
+        );
+        assert!(files_in(o.dir.path()).is_empty(), "{db}: a file was made");
+    }
+}
+
+/// On a real server: a statement the server holds (another session keeps the lock the schema
+/// migration takes) fails after `--statement-timeout` with exit status 2; an error the server
+/// reports after the connection (a table gone) names the URL without its password.
+#[test]
+fn postgresql_statements_are_bounded_and_errors_keep_the_password_out() {
+    let cluster = match Cluster::start() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("SKIPPED postgresql_statements_are_bounded...: no PostgreSQL server could be started: {e}");
+            return;
+        }
+    };
+    let url = cluster.url().replace("postgres@", "postgres:hunter2@");
+    let show = |extra: &[&str]| {
+        let mut args = vec!["history", "show", "--job", "j", "--db", &url];
+        args.extend_from_slice(extra);
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        analyzer_within(Duration::from_secs(40), &args)
+    };
+    let o = show(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", o.stderr_text());
+
+    let mut psql = cluster
+        .psql()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut stdin = psql.stdin.take().unwrap();
+    let mut lines = BufReader::new(psql.stdout.take().unwrap()).lines();
+    use std::io::Write as _;
+    writeln!(stdin, "SELECT 'locked' FROM pg_advisory_lock(7316501016);").unwrap();
+    let first = lines.next().and_then(Result::ok);
+    if first.as_deref() != Some("locked") {
+        let mut why = String::new();
+        let _ = std::io::Read::read_to_string(&mut psql.stderr.take().unwrap(), &mut why);
+        panic!("psql did not take the lock: {first:?} {why}");
+    }
+    let o = show(&["--statement-timeout", "1s"]);
+    let err = o.stderr_text();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("PostgreSQL")
+            && (err.contains("statement timeout") || err.contains("--statement-timeout")),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+
+    writeln!(stdin, "ALTER TABLE metrics RENAME TO metrics_gone;").unwrap();
+    drop(stdin);
+    assert!(psql.wait().unwrap().success());
+    let o = show(&[]);
+    let err = o.stderr_text();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("metrics") && err.contains("postgres:***@"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+/// Whether process `pid` has ended (gone, or a zombie no one reaped yet).
+fn ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rfind(')')
+            .is_some_and(|i| stat[i + 1..].trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+/// Waits (at most `POLL_DEADLINE`) for process `pid` to end; if it does not, ends it and fails
+/// the test.
+fn assert_ends(pid: u32, what: &str) {
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while !ended(pid) {
+        if Instant::now() >= deadline {
+            // SAFETY: kill(2) on the process this test's command started.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{what}: process {pid} still runs");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `run --timeout` stops every process of the command, not only the first: a child left in
+/// the background ends with it, and one that ignores SIGTERM gets SIGKILL 5 s later.
+#[test]
+fn run_timeout_stops_the_commands_children_too() {
+    for (script, status, said) in [
+        (
+            "sleep 60 >/dev/null 2>&1 & echo $!; wait",
+            143,
+            "sending SIGTERM",
+        ),
+        (
+            "trap '' TERM; sleep 60 >/dev/null 2>&1 & echo $!; wait",
+            137,
+            "sending SIGKILL",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let o = Launch::program(analyzer_path())
+            .native()
+            .timeout(Duration::from_secs(60))
+            .env("TMPDIR", dir.path())
+            .args(["run", "--no-report", "--timeout", "300ms", "--", "sh", "-c"])
+            .arg(script)
+            .run();
+        let (out, err) = (o.stdout_text(), o.stderr_text());
+        let child: u32 = out.lines().next().and_then(|l| l.parse().ok()).expect(&out);
+        assert_ends(child, script);
+        assert_eq!(o.status.code(), Some(status), "{script}: {err}");
+        assert!(err.contains(said), "{script}: {err}");
+    }
+}
+
+/// SIGTERM, SIGINT or SIGHUP sent to `run` (a CI runner cancelling the job) reaches the
+/// command and its children; `run` waits for them, reports on what they logged, and exits
+/// with the command's status.
+#[test]
+fn a_signal_to_run_reaches_the_command_and_the_report_still_comes() {
+    for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut run = Command::new(analyzer_path())
+            .env("TMPDIR", dir.path())
+            .args(["run", "--", "sh", "-c"])
+            // The child prints its pid (the ready line), then becomes the sleep.
+            .arg(r#"sh -c 'echo $$; exec sleep 60 >/dev/null 2>&1'; echo not reached"#)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = BufReader::new(run.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let child: u32 = line.trim().parse().expect(&line);
+        // SAFETY: kill(2) on the analyzer this test started.
+        unsafe { libc::kill(run.id() as libc::pid_t, sig) };
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let status = loop {
+            if let Some(s) = run.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = run.kill();
+                let _ = run.wait();
+                panic!("signal {sig}: run did not end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_ends(child, "the command's child");
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(128 + sig), "signal {sig}: {err}");
+        assert!(err.contains("received: passed on"), "signal {sig}: {err}");
+        assert!(!rest.lines().any(|l| l == "not reached"), "{rest}");
+        assert!(
+            rest.contains("waitshim report: "),
+            "signal {sig}: {rest}\n{err}"
+        );
+    }
+}
+
+/// Logs already in `--log-dir` (an earlier run's, here one with a lock-order inversion) are
+/// not this run's: `run --check -- true` passes, and they are left where they were.
+#[test]
+fn run_leaves_out_the_logs_already_in_its_log_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let earlier = Command::new(analyzer_path())
+        .args(["run", "--no-report", "--log-dir"])
+        .arg(&logs)
+        .arg("--")
+        .arg(fixture("lock_inversion"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&earlier), 0, "{:?}", text(&earlier));
+    let before = files_in(&logs);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let o = Command::new(analyzer_path())
+        .args(["run", "--check", "--log-dir"])
+        .arg(&logs)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{out}\n{err}");
+    assert!(err.contains("1 log(s) in"), "{err}");
+    assert!(err.contains("1 log(s) that were in"), "{err}");
+    assert!(!out.contains("lock_inversion"), "{out}");
+    let after = files_in(&logs);
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(after.contains(&before[0]), "{after:?}");
+}
+
+/// The analyzer ignores SIGXFSZ for its own writes; the command `run` starts gets it back: a
+/// write past `ulimit -f` kills it as it does natively.
+#[test]
+fn run_gives_the_command_the_file_size_signal_it_had() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"ulimit -f 1 && exec head -c 65536 /dev/zero > "$0""#;
+    let native = Command::new("sh")
+        .args(["-c", script])
+        .arg(dir.path().join("native"))
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(native.signal(), Some(libc::SIGXFSZ), "{native:?}");
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", dir.path())
+        .args(["run", "--no-report", "--", "sh", "-c", script])
+        .arg(dir.path().join("profiled"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 128 + libc::SIGXFSZ, "{:?}", text(&o));
 }

@@ -26,6 +26,7 @@ pub mod html;
 pub mod perfetto;
 pub mod pprof;
 pub mod slices;
+pub mod tempout;
 pub mod timeline;
 pub mod waiters;
 
@@ -314,20 +315,17 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
             Err(e) => Err(io_error("cannot write", out_path, &e)),
         };
     }
-    let tmp = temp_beside(out_path)?;
-    let file = File::create(&tmp).map_err(|e| io_error("cannot create", &tmp, &e))?;
+    let (tmp, file) = tempout::TempOut::create(out_path)?;
     let out = BufWriter::with_capacity(1 << 16, file);
-    let result = export_to(paths, opts, out, err);
-    match result {
-        Ok((code, any)) if any => {
-            std::fs::rename(&tmp, out_path).map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                io_error("cannot write", out_path, &e)
-            })?;
+    // On any way out but the rename, dropping `tmp` removes the file.
+    match export_to(paths, opts, out, err) {
+        Ok((code, true)) => {
+            tmp.commit(out_path)
+                .map_err(|e| io_error("cannot write", out_path, &e))?;
             Ok(code)
         }
-        Ok((code, _)) => {
-            let _ = std::fs::remove_file(&tmp);
+        Ok((code, false)) => {
+            drop(tmp);
             let _ = writeln!(
                 err,
                 "waitshim-analyze export: no log could be read; {} not written",
@@ -335,10 +333,7 @@ fn export(paths: &[PathBuf], opts: &ExportOptions, err: &mut dyn Write) -> Resul
             );
             Ok(code.max(EXIT_BAD_INPUT))
         }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(io_error("cannot write", out_path, &e))
-        }
+        Err(e) => Err(io_error("cannot write", out_path, &e)),
     }
 }
 

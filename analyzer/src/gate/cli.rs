@@ -22,7 +22,7 @@ fn parse_tolerance(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
         (n, 1e-3)
@@ -104,18 +104,19 @@ pub struct RunArgs {
     /// The shim to preload (default: libwaitshim.so beside waitshim-analyze).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
-    /// Directory for the logs (created if missing; default: a new one in $TMPDIR).
+    /// Directory for the logs (created if missing; default: a new one in $TMPDIR). Logs
+    /// already in it are an earlier run's: left out of the report and the gate, and left there.
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
-    /// Stop the command when it runs longer (SIGTERM, SIGKILL 5 s later): 30s, 500ms, 10m.
+    /// Stop the command when it runs longer: SIGTERM to every process of its process group,
+    /// SIGKILL 5 s later to those still running. 30s, 500ms, 10m.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
     /// Also add the run to the history of this job (see `history add`).
     #[arg(long, value_name = "NAME")]
     pub history_job: Option<String>,
-    /// History database for --history-job (see `history`).
-    #[arg(long, value_name = "FILE|URL")]
-    pub db: Option<String>,
+    #[command(flatten)]
+    pub db: DbArgs,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -126,14 +127,32 @@ pub struct RunArgs {
     pub cmd: Vec<OsString>,
 }
 
+/// Where a history is kept, and how long a PostgreSQL server is waited for.
+#[derive(Args, Debug, Clone, Default)]
+pub struct DbArgs {
+    /// The history database: a SQLite file (created with its directory by the commands that
+    /// add runs; it must be a regular file), a postgres://USER:PASSWORD@HOST/DB URL, or a
+    /// key=value connection string ('host=H user=U password=P dbname=D'). Passwords are never
+    /// printed. Default: $WAITSHIM_HISTORY, else .waitshim/history.sqlite.
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<String>,
+    /// PostgreSQL: give up when the server has not accepted the connection and answered its
+    /// start-up within this long (default 10s, or the connection string's connect_timeout).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// PostgreSQL: give up on a statement the server has not answered within this long; the
+    /// server is asked to cancel it at the same limit (default 10s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub statement_timeout: Option<Duration>,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct HistoryCommon {
     /// The job the runs belong to (a CI job's name).
     #[arg(long, value_name = "NAME")]
     pub job: String,
-    /// The database: a SQLite file, or postgres://... (default: see the README).
-    #[arg(long, value_name = "FILE|URL")]
-    pub db: Option<String>,
+    #[command(flatten)]
+    pub db: DbArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -148,7 +167,8 @@ pub enum HistoryCommand {
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
     },
-    /// Print each metric's trend over the job's runs, and by hour of day.
+    /// Print each metric's trend over the job's runs, and by hour of day (a database that does
+    /// not exist is an error: nothing is created).
     Show {
         #[command(flatten)]
         common: HistoryCommon,
@@ -163,7 +183,8 @@ pub enum HistoryCommand {
         /// Notifications as JSON lines on stdout too.
         #[arg(long)]
         json: bool,
-        /// Also store this run once compared.
+        /// Also store this run once compared (without it, a database that does not exist is an
+        /// error: nothing is created).
         #[arg(long)]
         add: bool,
         /// Runs of history compared with at most.

@@ -28,8 +28,10 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
+use std::time::Duration;
+
 use super::baseline::{self, Scaled};
-use super::cli::HistoryCommand;
+use super::cli::{DbArgs, HistoryCommand};
 use super::metrics::Figures;
 
 /// Reads a file the user named (a regular file, or a pipe: `--baseline <(...)`) as text, at
@@ -115,12 +117,219 @@ fn now_unix() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0))
 }
 
-/// Opens (creating and migrating) the database `db` names.
-pub fn open(db: &str) -> Result<Box<dyn Store>, String> {
+/// What a command does with a history database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Reads it only: a database that does not exist is an error, and nothing is created.
+    Read,
+    /// Adds runs: a SQLite file that does not exist is created, with its directory.
+    Write,
+}
+
+/// How long a PostgreSQL server is waited for when the user does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The keywords of a libpq key=value connection string (`host=db user=ci dbname=waitshim`).
+const PG_KEYWORDS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "user",
+    "password",
+    "dbname",
+    "options",
+    "application_name",
+    "sslmode",
+    "connect_timeout",
+    "tcp_user_timeout",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_retries",
+    "target_session_attrs",
+    "channel_binding",
+    "load_balance_hosts",
+];
+
+/// Whether `db` names a PostgreSQL database (a URL or a key=value string) rather than a file.
+pub fn is_postgres(db: &str) -> bool {
     if db.starts_with("postgres://") || db.starts_with("postgresql://") {
-        Ok(Box::new(Pg::open(db)?))
+        return true;
+    }
+    let first = db.trim_start().split('=').next().unwrap_or("");
+    db.contains('=') && PG_KEYWORDS.contains(&first.trim())
+}
+
+/// `db` with every password in it replaced by `***`: the password of a URL's user
+/// (`postgres://u:***@host`) and the value of a `password=` key (a key=value string, a URL's
+/// query). Every message naming a database goes through it.
+pub fn redact(db: &str) -> String {
+    let mut out = String::with_capacity(db.len());
+    let mut rest = db;
+    // URLs: scheme://user:password@host...
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail
+            .find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..authority_end];
+        match authority.rfind('@') {
+            Some(userinfo_end) => {
+                let userinfo = &authority[..userinfo_end];
+                match userinfo.find(':') {
+                    Some(colon) => {
+                        out.push_str(&userinfo[..=colon]);
+                        out.push_str("***");
+                    }
+                    None => out.push_str(userinfo),
+                }
+                out.push_str(&authority[userinfo_end..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[authority_end..];
+    }
+    out.push_str(rest);
+    redact_password_keys(&out)
+}
+
+/// Replaces the value of each `password=` key (at the start, after a space, `?` or `&`;
+/// the value quoted with `'` or ending at a space or `&`) by `***`.
+fn redact_password_keys(s: &str) -> String {
+    const KEY: &str = "password";
+    let lower = s.to_ascii_lowercase();
+    let bytes = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(found) = lower[i..].find(KEY) {
+        let k = i + found;
+        let starts_key = k == 0 || matches!(bytes[k - 1], b' ' | b'\t' | b'\n' | b'?' | b'&');
+        let mut j = k + KEY.len();
+        while j < bytes.len() && (bytes[j] == b' ' || bytes[j] == b'\t') {
+            j += 1;
+        }
+        if !starts_key || j >= bytes.len() || bytes[j] != b'=' {
+            out.push_str(&s[i..k + KEY.len()]);
+            i = k + KEY.len();
+            continue;
+        }
+        j += 1;
+        while j < bytes.len() && (bytes[j] == b' ' || bytes[j] == b'\t') {
+            j += 1;
+        }
+        out.push_str(&s[i..j]);
+        let mut end = j;
+        if end < bytes.len() && bytes[end] == b'\'' {
+            end += 1;
+            while end < bytes.len() && bytes[end] != b'\'' {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            end = (end + 1).min(bytes.len());
+        } else {
+            while end < bytes.len() && !bytes[end].is_ascii_whitespace() && bytes[end] != b'&' {
+                end += 1;
+            }
+        }
+        out.push_str("***");
+        i = end;
+    }
+    out.push_str(&s[i..]);
+    out
+}
+
+/// Opens (and migrates) the database `db` names; with [`Access::Write`] a SQLite file that
+/// does not exist is created.
+pub fn open(db: &DbArgs, access: Access) -> Result<Box<dyn Store>, String> {
+    let name = db.db.clone().unwrap_or_else(default_db);
+    let shown = redact(&name);
+    if name.is_empty() {
+        Err("--db is an empty string: give a SQLite file or a postgres:// URL".into())
+    } else if is_postgres(&name) {
+        match Pg::open(&name, db) {
+            Ok(p) => Ok(Box::new(p)),
+            Err(e) => Err(format!("{shown}: {}", hide_password(&name, &e))),
+        }
     } else {
-        Ok(Box::new(Lite::open(Path::new(db))?))
+        match Lite::open(Path::new(&name), access) {
+            Ok(l) => Ok(Box::new(l)),
+            Err(e) => Err(redact(&e)),
+        }
+    }
+}
+
+/// `message` with the password `db` holds (a URL's, or a key=value string's) taken out, wherever
+/// a library quoted it; short passwords are left to [`redact`]'s patterns, as replacing one or
+/// two letters everywhere would garble the message.
+fn hide_password(db: &str, message: &str) -> String {
+    let message = redact(message);
+    if !is_postgres(db) {
+        return message;
+    }
+    let password = db
+        .parse::<tokio_postgres::Config>()
+        .ok()
+        .and_then(|c| c.get_password().map(<[u8]>::to_vec))
+        .and_then(|p| String::from_utf8(p).ok());
+    match password {
+        Some(p) if p.len() >= 4 => message.replace(&p, "***"),
+        _ => message,
+    }
+}
+
+/// What the path of a SQLite database is, when not a regular file.
+fn not_a_file(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a directory")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Refuses, before SQLite opens anything (it would create `-journal` files beside it), a path
+/// that is not a regular file, or, for reading, that does not exist; for writing, creates the
+/// directory of a file that does not exist yet.
+fn check_sqlite_path(path: &Path, access: Access) -> Result<(), String> {
+    let shown = path.display();
+    match std::fs::metadata(path) {
+        Ok(meta) => match not_a_file(&meta) {
+            None => Ok(()),
+            Some(what) => Err(format!(
+                "{shown} is {what}, not a history database (a SQLite file): nothing was written"
+            )),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if std::fs::symlink_metadata(path).is_ok() {
+                return Err(format!(
+                    "{shown} is a symbolic link to nothing: nothing was written"
+                ));
+            }
+            if access == Access::Read {
+                return Err(format!(
+                    "no history database at {shown} (nothing was created: `history add` creates it)"
+                ));
+            }
+            if path.file_name().is_none() || path.as_os_str().to_string_lossy().ends_with('/') {
+                return Err(format!(
+                    "{shown} names a directory, not a history database file"
+                ));
+            }
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!("{shown}: {e}")),
     }
 }
 
@@ -133,23 +342,31 @@ fn lite_err(e: rusqlite::Error) -> String {
 }
 
 impl Lite {
-    fn open(path: &Path) -> Result<Lite, String> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    fn open(path: &Path, access: Access) -> Result<Lite, String> {
+        // `:memory:` would keep nothing (and it is no file's name to SQLite).
+        if path.as_os_str() == ":memory:" {
+            return Err(":memory: keeps nothing once the command ends: give a file".into());
         }
-        let mut conn = rusqlite::Connection::open(path)
-            .map_err(|e| format!("{}: {}", path.display(), lite_err(e)))?;
+        check_sqlite_path(path, access)?;
+        let at = |e: rusqlite::Error| format!("{}: {}", path.display(), lite_err(e));
+        // No SQLITE_OPEN_URI: `file:...` is a file's name, as the check above read it.
+        let mut flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if access == Access::Write {
+            flags |= rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let mut conn = rusqlite::Connection::open_with_flags(path, flags).map_err(at)?;
         // Concurrent writers wait for each other instead of failing.
         conn.busy_timeout(std::time::Duration::from_secs(60))
-            .map_err(lite_err)?;
+            .map_err(at)?;
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(|e| format!("{}: {}", path.display(), lite_err(e)))?;
+            .map_err(at)?;
         tx.execute_batch("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            .map_err(|e| format!("{}: {}", path.display(), lite_err(e)))?;
+            .map_err(at)?;
         let v: Option<i64> = tx
             .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))
-            .map_err(lite_err)?;
+            .map_err(at)?;
         let v = v.unwrap_or(0);
         if v > SCHEMA_VERSION {
             return Err(format!(
@@ -163,16 +380,15 @@ impl Lite {
             .skip(usize::try_from(v).unwrap_or(0))
         {
             tx.execute_batch(&m.replace("{ID}", "INTEGER PRIMARY KEY AUTOINCREMENT"))
-                .map_err(lite_err)?;
-            tx.execute("DELETE FROM schema_version", [])
-                .map_err(lite_err)?;
+                .map_err(at)?;
+            tx.execute("DELETE FROM schema_version", []).map_err(at)?;
             tx.execute(
                 "INSERT INTO schema_version (version) VALUES (?1)",
                 [i as i64 + 1],
             )
-            .map_err(lite_err)?;
+            .map_err(at)?;
         }
-        tx.commit().map_err(lite_err)?;
+        tx.commit().map_err(at)?;
         Ok(Lite { conn })
     }
 }
@@ -249,11 +465,16 @@ impl Store for Lite {
     }
 }
 
+/// A PostgreSQL connection driven by a runtime of its own, on this thread: every exchange with
+/// the server is bounded in time, as a server that accepted the connection and never answers
+/// would otherwise hold the command for ever.
 struct Pg {
-    client: postgres::Client,
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    statement_timeout: Duration,
 }
 
-fn pg_err(e: postgres::Error) -> String {
+fn pg_err(e: tokio_postgres::Error) -> String {
     // The error's own text is only "db error" for what the server said: say what it said.
     match e.as_db_error() {
         Some(db) => format!("PostgreSQL: {}: {}", db.severity(), db.message()),
@@ -264,104 +485,205 @@ fn pg_err(e: postgres::Error) -> String {
     }
 }
 
+/// `10s`, `1.5s`, `500ms`.
+fn show_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.as_secs() == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// `f`, a statement's exchange with the server, given at most `limit`.
+async fn within<T>(
+    limit: Duration,
+    f: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(r) => r.map_err(pg_err),
+        Err(_) => Err(format!(
+            "PostgreSQL: the server did not answer a statement within {} (--statement-timeout)",
+            show_duration(limit)
+        )),
+    }
+}
+
 impl Pg {
-    fn open(url: &str) -> Result<Pg, String> {
-        let mut client = postgres::Client::connect(url, postgres::NoTls).map_err(pg_err)?;
-        let mut tx = client.transaction().map_err(pg_err)?;
-        // One migrator at a time: the others wait here, then find the schema done.
-        tx.execute("SELECT pg_advisory_xact_lock(7316501016)", &[])
+    fn open(conn: &str, db: &DbArgs) -> Result<Pg, String> {
+        let mut config: tokio_postgres::Config = conn
+            .parse()
+            .map_err(|e| format!("not a PostgreSQL connection string: {e}"))?;
+        let connect_timeout = db
+            .connect_timeout
+            .or_else(|| config.get_connect_timeout().copied())
+            .unwrap_or(DEFAULT_TIMEOUT);
+        let statement_timeout = db.statement_timeout.unwrap_or(DEFAULT_TIMEOUT);
+        config.connect_timeout(connect_timeout);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the PostgreSQL client: {e}"))?;
+        let (client, connection) = runtime
+            .block_on(async {
+                tokio::time::timeout(connect_timeout, config.connect(tokio_postgres::NoTls)).await
+            })
+            .map_err(|_| {
+                format!(
+                    "PostgreSQL: no connection within {}: the server did not accept it or did not answer (--connect-timeout)",
+                    show_duration(connect_timeout)
+                )
+            })?
             .map_err(pg_err)?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            .map_err(pg_err)?;
-        let v: Option<i32> = tx
-            .query_one("SELECT MAX(version) FROM schema_version", &[])
-            .map_err(pg_err)?
-            .get(0);
-        let v = i64::from(v.unwrap_or(0));
-        if v > SCHEMA_VERSION {
-            return Err(format!(
-                "schema version {v} is newer than this analyzer's ({SCHEMA_VERSION})"
-            ));
-        }
-        for (i, m) in MIGRATIONS
-            .iter()
-            .enumerate()
-            .skip(usize::try_from(v).unwrap_or(0))
-        {
-            tx.batch_execute(&m.replace("{ID}", "BIGSERIAL PRIMARY KEY"))
-                .map_err(pg_err)?;
-            tx.execute("DELETE FROM schema_version", &[])
-                .map_err(pg_err)?;
-            tx.execute(
-                "INSERT INTO schema_version (version) VALUES ($1)",
-                &[&(i as i32 + 1)],
+        // Polled whenever the client waits for an answer (this runtime runs only then).
+        runtime.spawn(connection);
+        let mut pg = Pg {
+            runtime,
+            client,
+            statement_timeout,
+        };
+        pg.migrate()?;
+        Ok(pg)
+    }
+
+    fn migrate(&mut self) -> Result<(), String> {
+        let limit = self.statement_timeout;
+        let client = &mut self.client;
+        self.runtime.block_on(async move {
+            // The server cancels a statement at the same limit, for when this client is gone.
+            within(
+                limit,
+                client.batch_execute(&format!(
+                    "SET statement_timeout = {}",
+                    limit.as_millis().max(1)
+                )),
             )
-            .map_err(pg_err)?;
-        }
-        tx.commit().map_err(pg_err)?;
-        Ok(Pg { client })
+            .await?;
+            let tx = within(limit, client.transaction()).await?;
+            // One migrator at a time: the others wait here, then find the schema done.
+            within(
+                limit,
+                tx.execute("SELECT pg_advisory_xact_lock(7316501016)", &[]),
+            )
+            .await?;
+            within(
+                limit,
+                tx.batch_execute(
+                    "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
+                ),
+            )
+            .await?;
+            let v: Option<i32> = within(
+                limit,
+                tx.query_one("SELECT MAX(version) FROM schema_version", &[]),
+            )
+            .await?
+            .get(0);
+            let v = i64::from(v.unwrap_or(0));
+            if v > SCHEMA_VERSION {
+                return Err(format!(
+                    "schema version {v} is newer than this analyzer's ({SCHEMA_VERSION})"
+                ));
+            }
+            for (i, m) in MIGRATIONS
+                .iter()
+                .enumerate()
+                .skip(usize::try_from(v).unwrap_or(0))
+            {
+                within(
+                    limit,
+                    tx.batch_execute(&m.replace("{ID}", "BIGSERIAL PRIMARY KEY")),
+                )
+                .await?;
+                within(limit, tx.execute("DELETE FROM schema_version", &[])).await?;
+                within(
+                    limit,
+                    tx.execute(
+                        "INSERT INTO schema_version (version) VALUES ($1)",
+                        &[&(i as i32 + 1)],
+                    ),
+                )
+                .await?;
+            }
+            within(limit, tx.commit()).await
+        })
     }
 }
 
 impl Store for Pg {
     fn add(&mut self, job: &str, run: &StoredRun) -> Result<i64, String> {
-        let mut tx = self.client.transaction().map_err(pg_err)?;
-        let hour = i32::try_from(run.hour).unwrap_or(0);
-        let logs = i32::try_from(run.logs).unwrap_or(i32::MAX);
-        let id: i64 = tx
-            .query_one(
-                "INSERT INTO runs (job, added_at, started_at, hour, program, logs) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
-                &[&job, &run.added_at, &run.started_at, &hour, &run.program, &logs],
+        let limit = self.statement_timeout;
+        let client = &mut self.client;
+        self.runtime.block_on(async move {
+            let tx = within(limit, client.transaction()).await?;
+            let hour = i32::try_from(run.hour).unwrap_or(0);
+            let logs = i32::try_from(run.logs).unwrap_or(i32::MAX);
+            let id: i64 = within(
+                limit,
+                tx.query_one(
+                    "INSERT INTO runs (job, added_at, started_at, hour, program, logs) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                    &[&job, &run.added_at, &run.started_at, &hour, &run.program, &logs],
+                ),
             )
-            .map_err(pg_err)?
+            .await?
             .get(0);
-        let st = tx
-            .prepare("INSERT INTO metrics (run_id, scope, name, value) VALUES ($1, $2, $3, $4)")
-            .map_err(pg_err)?;
-        for ((scope, name), v) in &run.metrics {
-            tx.execute(&st, &[&id, scope, name, v]).map_err(pg_err)?;
-        }
-        tx.commit().map_err(pg_err)?;
-        Ok(id)
+            let st = within(
+                limit,
+                tx.prepare("INSERT INTO metrics (run_id, scope, name, value) VALUES ($1, $2, $3, $4)"),
+            )
+            .await?;
+            for ((scope, name), v) in &run.metrics {
+                within(limit, tx.execute(&st, &[&id, scope, name, v])).await?;
+            }
+            within(limit, tx.commit()).await?;
+            Ok(id)
+        })
     }
 
     fn last(&mut self, job: &str, n: usize) -> Result<Vec<StoredRun>, String> {
         let n = i64::try_from(n).unwrap_or(i64::MAX);
-        let rows = self
-            .client
-            .query(
-                "SELECT id, added_at, started_at, hour, program, logs FROM runs WHERE job = $1 ORDER BY id DESC LIMIT $2",
-                &[&job, &n],
+        let limit = self.statement_timeout;
+        let client = &mut self.client;
+        self.runtime.block_on(async move {
+            let rows = within(
+                limit,
+                client.query(
+                    "SELECT id, added_at, started_at, hour, program, logs FROM runs WHERE job = $1 ORDER BY id DESC LIMIT $2",
+                    &[&job, &n],
+                ),
             )
-            .map_err(pg_err)?;
-        let mut runs: Vec<StoredRun> = rows
-            .iter()
-            .map(|r| StoredRun {
-                id: r.get(0),
-                added_at: r.get(1),
-                started_at: r.get(2),
-                hour: i64::from(r.get::<_, i32>(3)),
-                program: r.get(4),
-                logs: i64::from(r.get::<_, i32>(5)),
-                metrics: BTreeMap::new(),
-            })
-            .collect();
-        runs.reverse();
-        let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
-        let rows = self
-            .client
-            .query(
-                "SELECT run_id, scope, name, value FROM metrics WHERE run_id = ANY($1)",
-                &[&ids],
+            .await?;
+            let mut runs: Vec<StoredRun> = rows
+                .iter()
+                .map(|r| StoredRun {
+                    id: r.get(0),
+                    added_at: r.get(1),
+                    started_at: r.get(2),
+                    hour: i64::from(r.get::<_, i32>(3)),
+                    program: r.get(4),
+                    logs: i64::from(r.get::<_, i32>(5)),
+                    metrics: BTreeMap::new(),
+                })
+                .collect();
+            runs.reverse();
+            let ids: Vec<i64> = runs.iter().map(|r| r.id).collect();
+            let rows = within(
+                limit,
+                client.query(
+                    "SELECT run_id, scope, name, value FROM metrics WHERE run_id = ANY($1)",
+                    &[&ids],
+                ),
             )
-            .map_err(pg_err)?;
-        for r in rows {
-            let id: i64 = r.get(0);
-            if let Some(run) = runs.iter_mut().find(|x| x.id == id) {
-                run.metrics.insert((r.get(1), r.get(2)), r.get(3));
+            .await?;
+            for r in rows {
+                let id: i64 = r.get(0);
+                if let Some(run) = runs.iter_mut().find(|x| x.id == id) {
+                    run.metrics.insert((r.get(1), r.get(2)), r.get(3));
+                }
             }
-        }
-        Ok(runs)
+            Ok(runs)
+        })
     }
 }
 
@@ -502,20 +824,26 @@ fn show_value(metric: &str, v: f64) -> String {
 }
 
 fn with_db<T>(
-    db: &Option<String>,
+    db: &DbArgs,
+    access: Access,
     err: &mut dyn Write,
     f: impl FnOnce(&mut dyn Store, &mut dyn Write) -> Result<T, String>,
 ) -> Result<T, i32> {
-    let db = db.clone().unwrap_or_else(default_db);
-    let mut store = match open(&db) {
+    let mut store = match open(db, access) {
         Ok(s) => s,
         Err(e) => {
             let _ = writeln!(err, "waitshim-analyze history: {e}");
             return Err(crate::EXIT_BAD_INPUT);
         }
     };
+    let name = db.db.clone().unwrap_or_else(default_db);
     f(store.as_mut(), err).map_err(|e| {
-        let _ = writeln!(err, "waitshim-analyze history: {db}: {e}");
+        let _ = writeln!(
+            err,
+            "waitshim-analyze history: {}: {}",
+            redact(&name),
+            hide_password(&name, &e)
+        );
         crate::EXIT_BAD_INPUT
     })
 }
@@ -530,18 +858,12 @@ fn read_run(logs: &[PathBuf], symbols: bool, err: &mut dyn Write) -> Result<Stor
 }
 
 /// Adds the run these logs make to `job`'s history in `db`.
-pub fn add(
-    job: &str,
-    db: &Option<String>,
-    logs: &[PathBuf],
-    symbols: bool,
-    err: &mut dyn Write,
-) -> i32 {
+pub fn add(job: &str, db: &DbArgs, logs: &[PathBuf], symbols: bool, err: &mut dyn Write) -> i32 {
     let run = match read_run(logs, symbols, err) {
         Ok(r) => r,
         Err(c) => return c,
     };
-    match with_db(db, err, |s, err| {
+    match with_db(db, Access::Write, err, |s, err| {
         let id = s.add(job, &run)?;
         let _ = writeln!(
             err,
@@ -576,7 +898,8 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
                 Err(c) => return c,
             };
             let job = common.job.clone();
-            let result = with_db(&common.db, err, |s, err| {
+            let access = if add { Access::Write } else { Access::Read };
+            let result = with_db(&common.db, access, err, |s, err| {
                 let history = s.last(&job, window.max(1))?;
                 let alerts = judge(&history, &run);
                 if history.len() < MIN_HISTORY {
@@ -634,7 +957,7 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
         }
         HistoryCommand::Show { common, last } => {
             let job = common.job.clone();
-            let r = with_db(&common.db, err, |s, _| {
+            let r = with_db(&common.db, Access::Read, err, |s, _| {
                 let runs = s.last(&job, last.max(1))?;
                 show(&job, &runs, out);
                 Ok(())
@@ -718,9 +1041,60 @@ mod tests {
     }
 
     #[test]
+    fn passwords_are_redacted_in_urls_and_key_value_strings() {
+        let cases = [
+            (
+                "postgres://ci:s3cret@db:5432/w",
+                "postgres://ci:***@db:5432/w",
+            ),
+            ("postgresql://ci@db/w", "postgresql://ci@db/w"),
+            (
+                "postgresql://ci:p@ss:w@db/w?sslmode=disable",
+                "postgresql://ci:***@db/w?sslmode=disable",
+            ),
+            (
+                "postgresql://db/w?user=ci&password=s3cret&x=1",
+                "postgresql://db/w?user=ci&password=***&x=1",
+            ),
+            (
+                "host=db password=s3cret dbname=w",
+                "host=db password=*** dbname=w",
+            ),
+            (
+                "host=db PASSWORD = 'a b\\' c' dbname=w",
+                "host=db PASSWORD = *** dbname=w",
+            ),
+            ("password=", "password=***"),
+            (
+                "mypassword=x ./history.sqlite",
+                "mypassword=x ./history.sqlite",
+            ),
+            (
+                "error at postgres://u:pw@h/d: refused",
+                "error at postgres://u:***@h/d: refused",
+            ),
+        ];
+        for (given, shown) in cases {
+            assert_eq!(redact(given), shown, "{given}");
+        }
+        assert!(is_postgres("host=db dbname=w"));
+        assert!(is_postgres(" user=ci password=x"));
+        assert!(!is_postgres("history=1.sqlite"));
+        assert!(!is_postgres(".waitshim/history.sqlite"));
+        let msg = hide_password(
+            "user=ci password=longsecret host=h",
+            "server said longsecret",
+        );
+        assert_eq!(msg, "server said ***");
+    }
+
+    #[test]
     fn sqlite_round_trip_and_migration_is_idempotent() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("sub/h.sqlite").display().to_string();
+        let db = DbArgs {
+            db: Some(dir.path().join("sub/h.sqlite").display().to_string()),
+            ..DbArgs::default()
+        };
         let mut run = StoredRun {
             started_at: 3_600 * 5,
             hour: 5,
@@ -730,12 +1104,16 @@ mod tests {
         };
         run.metrics.insert(("p: run".into(), "hwm".into()), 2.0);
         for _ in 0..3 {
-            open(&db).unwrap().add("job", &run).unwrap();
+            open(&db, Access::Write).unwrap().add("job", &run).unwrap();
         }
-        let runs = open(&db).unwrap().last("job", 2).unwrap();
+        let runs = open(&db, Access::Read).unwrap().last("job", 2).unwrap();
         assert_eq!(runs.len(), 2);
         assert!(runs[0].id < runs[1].id);
         assert_eq!(runs[1].metrics, run.metrics);
-        assert!(open(&db).unwrap().last("other", 5).unwrap().is_empty());
+        assert!(open(&db, Access::Read)
+            .unwrap()
+            .last("other", 5)
+            .unwrap()
+            .is_empty());
     }
 }
