@@ -32,6 +32,7 @@ mod procmaps;
 mod real;
 mod runtime;
 mod sampler;
+mod seccomp;
 mod service;
 mod signals;
 mod stack;

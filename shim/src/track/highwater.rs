@@ -94,9 +94,12 @@ pub fn all_blocked(tracked: i32, elsewhere: i32, live: i32) -> bool {
 /// object's episodes.
 pub fn decide(f: &Facts) -> (bool, Verdict) {
     let raise = f.global_kind && f.waiters > f.global;
-    let blocked = if f.held { f.all_blocked } else { f.none_running };
-    let serialised =
-        f.global_kind && !raise && f.waiters > 0 && f.waiters == f.global && blocked;
+    let blocked = if f.held {
+        f.all_blocked
+    } else {
+        f.none_running
+    };
+    let serialised = f.global_kind && !raise && f.waiters > 0 && f.waiters == f.global && blocked;
     let verdict = if f.episode_open {
         Verdict::Join
     } else if raise {
