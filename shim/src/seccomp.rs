@@ -213,7 +213,7 @@ fn run(filter: &[libc::sock_filter], nr: u32, args: &[u64; 6]) -> Option<u32> {
     }
     let word = |k: u32| -> Option<u32> {
         let k = k as usize;
-        (k % 4 == 0 && k + 4 <= DATA_LEN)
+        (k.is_multiple_of(4) && k + 4 <= DATA_LEN)
             .then(|| u32::from_ne_bytes([data[k], data[k + 1], data[k + 2], data[k + 3]]))
     };
     let (mut a, mut x) = (0u32, 0u32);

@@ -139,8 +139,8 @@ fn entry_for(
 fn still_there(e: &SiteEntry) -> bool {
     let n = usize::from(e.n);
     let mut slots = [0u64; chain::MAX_DEPTH];
-    for k in 1..n {
-        slots[k] = e.sp as u64 + u64::from(e.offsets[k]) * 8;
+    for (slot, &off) in slots.iter_mut().zip(&e.offsets).take(n).skip(1) {
+        *slot = e.sp as u64 + u64::from(off) * 8;
     }
     let mut frames = [0u64; chain::MAX_DEPTH];
     frames[0] = e.first;

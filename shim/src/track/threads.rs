@@ -193,6 +193,7 @@ pub struct ThreadRec {
     pub reads: [AtomicPtr<ObjEntry>; READS_HELD],
 }
 
+#[derive(Default)]
 pub struct Local {
     pub held: Timed,
     /// (chain hash, chain id): saves the global intern table for repeated chains.
@@ -202,17 +203,6 @@ pub struct Local {
     pub site_cache: Option<Box<[super::chain_cache::SiteEntry; super::chain_cache::SITE_ENTRIES]>>,
     /// The last condition variable wait that returned woken, until the next one begins.
     pub woken: Option<super::waits::Woken>,
-}
-
-impl Default for Local {
-    fn default() -> Self {
-        Local {
-            held: Timed::default(),
-            chain_cache: [(0, 0); 32],
-            site_cache: None,
-            woken: None,
-        }
-    }
 }
 
 // SAFETY: fields read by other threads are atomics; `local` is only touched by the thread that
