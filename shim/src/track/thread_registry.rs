@@ -208,6 +208,37 @@ pub fn adopt_current_thread() -> Option<&'static ThreadRec> {
     Some(register_thread(tr, None))
 }
 
+/// Writes the calling thread's kernel name, when the program did not name it through
+/// `pthread_setname_np`: names set with `prctl(PR_SET_NAME)` bypass it, and a thread the program
+/// never named has the name it inherited (the main thread: the program's). Read at the thread's
+/// end, the final one.
+fn name_from_kernel(tr: &Tracker, rec: &ThreadRec, now: u64) {
+    if rec.named.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(comm) = threads::own_kernel_name() {
+        tr.log.write(
+            &ThreadName {
+                tid: rec.tid(),
+                ns: now,
+                name: comm.trim_end().into(),
+            }
+            .into(),
+        );
+    }
+}
+
+/// The process ends on the calling thread (`exit`, `_exit`, a return from `main`): its name, as
+/// at a thread's end. No thread-exit hook runs for it (pthread key destructors run only when a
+/// thread ends, not when the process does).
+pub fn process_ending_on_this_thread(tr: &Tracker) {
+    let p = threads::own_record();
+    if !p.is_null() {
+        // SAFETY: records are leaked; this is the owning thread.
+        name_from_kernel(tr, unsafe { &*p }, now_ns());
+    }
+}
+
 /// The calling thread ends: add its counts, record its name and exit, and stop tracking it.
 pub fn thread_exited() {
     crate::stack::roomy(thread_exited_here)
@@ -236,18 +267,7 @@ fn thread_exited_here() {
         }
         let tid = rec.tid();
         let now = now_ns();
-        // Names set with prctl(PR_SET_NAME) bypass pthread_setname_np: read the final one.
-        let named = rec.named.load(Ordering::Relaxed);
-        if let Some(comm) = (!named).then(threads::own_kernel_name).flatten() {
-            tr.log.write(
-                &ThreadName {
-                    tid,
-                    ns: now,
-                    name: comm.trim_end().into(),
-                }
-                .into(),
-            );
-        }
+        name_from_kernel(tr, rec, now);
         // A thread being joined: its exit ends the join's episode, as the one the joiner waited
         // for. Where it "released" is always the thread's exit, so no chain is unwound for it.
         let pthread = rec.pthread.load(Ordering::Relaxed);
