@@ -592,7 +592,10 @@ fn request_sends_no_signal_and_a_signal_asks_only_when_the_user_chose_one() {
     let run = running.kill();
     let report = run.analyze();
     let snapshots = &report.log(0).0["snapshots"];
-    assert_eq!(snapshots["total"], 1, "only the request's snapshot: {snapshots}");
+    assert_eq!(
+        snapshots["total"], 1,
+        "only the request's snapshot: {snapshots}"
+    );
 
     // With WAITSHIM_SIGNAL=SIGUSR2, in a program with no handler for it, the shim takes that
     // signal, writes a snapshot, and the program lives on.
