@@ -71,6 +71,10 @@ pub struct Path {
     pub hops: u64,
     /// Part of the path's time was split by the sampler's states, which are estimates.
     pub estimated: bool,
+    /// The threads seen holding each lock, each with how many times it released the lock to a
+    /// waiter: those that took it after waiting, and those that released it to a waiter
+    /// (what-if spreads the holds nobody waited for over them).
+    pub holders: HashMap<u64, Vec<(u32, u64)>>,
 }
 
 impl Path {
@@ -106,6 +110,8 @@ const PER_BLOCK: usize = 256;
 /// the first), the waits.
 const BLOCK_BYTES: usize = 12 + PER_BLOCK * STEP_BYTES;
 const NO_BLOCK: u64 = u64::MAX;
+/// Holders kept per lock: what-if spreads a lock's unseen holds over the first ones seen.
+const MAX_HOLDERS: usize = 64;
 
 fn encode(s: &Step, out: &mut Vec<u8>) {
     out.extend_from_slice(&s.begin.to_le_bytes());
@@ -273,6 +279,7 @@ pub fn critical_path(model: &Model, first: &ReadSummary) -> io::Result<Option<Pa
         return Ok(None);
     }
     let mut steps = Steps::new();
+    let mut holders: HashMap<u64, Vec<(u32, u64)>> = HashMap::new();
     let mut failed = Ok(());
     let note = timeline::for_each_wait(model, first, |tid, w: Wait| {
         if w.unended || w.end <= w.start {
@@ -287,6 +294,16 @@ pub fn critical_path(model: &Model, first: &ReadSummary) -> io::Result<Option<Pa
             reason: w.reason,
             acquired: took_it(kind, w.reason),
         };
+        if step.acquired {
+            let seen = holders.entry(w.object_id).or_default();
+            for (t, released) in [(tid, 0), (w.waker_tid, 1)] {
+                if let Some(h) = seen.iter_mut().find(|h| h.0 == t) {
+                    h.1 += released;
+                } else if t != 0 && seen.len() < MAX_HOLDERS {
+                    seen.push((t, released));
+                }
+            }
+        }
         if failed.is_ok() {
             failed = steps.add(tid, step);
         }
@@ -296,7 +313,7 @@ pub fn critical_path(model: &Model, first: &ReadSummary) -> io::Result<Option<Pa
     note?;
     let (pieces, idle) = sampled(model, first)?;
     let (file, heads) = steps.into_parts();
-    Ok(walk(model, file.as_ref(), heads, &pieces, &idle))
+    Ok(walk(model, file.as_ref(), heads, &pieces, &idle).map(|p| Path { holders, ..p }))
 }
 
 /// The sampler's pieces of each thread, and the idle CPUs.
@@ -557,6 +574,7 @@ fn finish(acc: Account, start: u64, end: u64, hops: u64) -> Path {
         by,
         hops,
         estimated: acc.estimated,
+        holders: HashMap::new(),
     }
 }
 
@@ -571,7 +589,7 @@ mod tests {
             object_id: i,
             waker: (i % 7) as u32,
             reason: counter::ENDED_ACQUIRED,
-            acquired: i % 2 == 0,
+            acquired: i.is_multiple_of(2),
         }
     }
 

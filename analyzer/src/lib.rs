@@ -24,6 +24,7 @@ pub mod states;
 pub mod symbolize;
 pub mod table;
 pub mod top;
+pub mod whatif;
 pub mod whynolog;
 
 use std::io::Write;

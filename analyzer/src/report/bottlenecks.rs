@@ -198,6 +198,18 @@ fn idle(ctx: &mut Ctx<'_>, p: &Path) -> Vec<Idle> {
     idle
 }
 
+/// The objects whose critical sections are listed as bottlenecks, most first.
+pub fn held_objects(p: &Path) -> Vec<u64> {
+    let limit = (MIN_SHARE * p.length_ns() as f64) as u64;
+    p.by.iter()
+        .filter_map(|(c, ns)| match c {
+            Cause::Held(o) if *ns >= limit => Some(*o),
+            _ => None,
+        })
+        .take(SHOWN)
+        .collect()
+}
+
 /// The summary's line naming what held the run back most, when the run has a critical path.
 pub fn headline(ctx: &mut Ctx<'_>) -> Option<String> {
     let p = ctx.critical().cloned()?;
@@ -255,6 +267,7 @@ pub fn render(ctx: &mut Ctx<'_>, out: &mut String) {
         p.hops
     );
     let items = gather(ctx, &p);
+    let basis = crate::whatif::Basis::of(ctx);
     for (rank, item) in items
         .iter()
         .filter(|i| i.ns as f64 >= MIN_SHARE * length as f64)
@@ -270,6 +283,18 @@ pub fn render(ctx: &mut Ctx<'_>, out: &mut String) {
             fmt_ns(item.ns)
         );
         let _ = writeln!(out, "                          {means}");
+        if let (Key::Held(o), Some(b)) = (&item.key, &basis) {
+            let [half, none] = [0.5, 0.0].map(|f| b.predict(&[(*o, f)].into()));
+            let _ = writeln!(
+                out,
+                "                          what if: half as long, the run would take ~{} ({:.2}x); \
+                 none, ~{} ({:.2}x) (estimates: waitshim-analyze whatif)",
+                fmt_ns(half.predicted_ns),
+                half.speedup(),
+                fmt_ns(none.predicted_ns),
+                none.speedup()
+            );
+        }
     }
     let idle = idle(ctx, &p);
     if !idle.is_empty() {

@@ -1323,11 +1323,45 @@ struct CriticalJson {
     hops: u64,
     estimated: bool,
     by: Vec<CauseJson>,
+    /// For each lock listed as a bottleneck: the run's predicted time with its critical
+    /// sections half as long and free (`crate::whatif`, estimates).
+    whatif: Vec<WhatIfJson>,
 }
 
-fn critical(m: &Model, p: &crate::critical::Path) -> CriticalJson {
+#[derive(Serialize)]
+struct WhatIfJson {
+    object_id: u64,
+    factor: f64,
+    predicted_duration_ns: u64,
+    predicted_speedup: f64,
+    bound: crate::whatif::Bound,
+}
+
+fn critical(
+    m: &Model,
+    p: &crate::critical::Path,
+    basis: Option<&crate::whatif::Basis>,
+) -> CriticalJson {
     use crate::critical::Cause;
+    let whatif = basis.map_or_else(Vec::new, |b| {
+        super::bottlenecks::held_objects(p)
+            .into_iter()
+            .flat_map(|o| {
+                [0.5, 0.0].map(|f| {
+                    let x = b.predict(&[(o, f)].into());
+                    WhatIfJson {
+                        object_id: o,
+                        factor: f,
+                        predicted_duration_ns: x.predicted_ns,
+                        predicted_speedup: x.speedup(),
+                        bound: x.bound,
+                    }
+                })
+            })
+            .collect()
+    });
     CriticalJson {
+        whatif,
         start_ns: m.rel(p.start_ns),
         end_ns: m.rel(p.end_ns),
         length_ns: p.length_ns(),
@@ -1676,7 +1710,8 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             })
             .collect()
     });
-    let critical_path = x.critical().map(|p| critical(m, p));
+    let basis = crate::whatif::Basis::of(&x);
+    let critical_path = x.critical().map(|p| critical(m, p, basis.as_ref()));
     LogJson {
         critical_path,
         file: x.summary.path.display().to_string(),
