@@ -981,6 +981,33 @@ impl Model {
         self.highwater.iter().max_by_key(|h| h.hwm)
     }
 
+    /// The highest the run's highwater mark rose during record `r`'s episode: a rise on its
+    /// object from the episode's opening to its close (to the log's end while still open). The
+    /// shim names the reason that opened an episode only; a later wait that joined it can raise
+    /// the mark, and that record is then the one that did.
+    pub fn raised_highwater(&self, r: &ContentionRecord) -> Option<u32> {
+        let from = match (&r.open, &r.close) {
+            (Some(o), _) => o.ns,
+            (None, Some(c)) => c.ns.saturating_sub(c.elapsed_ns),
+            (None, None) => return None,
+        };
+        let to = r.close.as_ref().map_or(self.last_ns, |c| c.ns);
+        self.highwater
+            .iter()
+            .filter(|h| h.object_id == r.object_id && (from..=to).contains(&h.ns))
+            .map(|h| h.hwm)
+            .max()
+    }
+
+    /// Why record `r` is a record, as the reports name it: `exceeded` when the run's highwater
+    /// mark rose during its episode (whatever opened it), else the reason that opened it.
+    pub fn record_reason(&self, r: &ContentionRecord) -> Option<&'static str> {
+        if self.raised_highwater(r).is_some() {
+            return contention_reason::name(contention_reason::EXCEEDED);
+        }
+        r.reason()
+    }
+
     /// How the recorded cycle `d` broke, if it did: then it was no deadlock after all.
     pub fn broken(&self, d: &Deadlock) -> Option<&DeadlockBroken> {
         self.deadlocks_broken.get(&d.ns)

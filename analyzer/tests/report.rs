@@ -359,7 +359,7 @@ fn record_without_close_is_still_open() {
         "{r}"
     );
     assert!(
-        r.contains("holder: thread 101 \"worker-101\" (had not released it)"),
+        r.contains("holder: thread 101 \"worker-101\" (had not released it when the log ended)"),
         "{r}"
     );
     assert!(r.contains("ended:     no exit record"));
@@ -623,35 +623,50 @@ fn commonality_skips_thread_entry_frames_of_libc() {
 #[test]
 fn an_opener_that_turned_out_to_be_the_holder_is_not_listed_as_a_waiter() {
     // The shim opened the episode for thread 101's arrival (taken for a waiter), then cancelled
-    // that wait: 101 completed the round and closed the episode as its holder.
+    // that wait: 101 completed the round and closed the episode. Its close counts no waiter but
+    // the one that ended it: level 0.
     let mut b = convoy_log();
     b.object(ObjectKind::Barrier, 5, 0x7000_0000_5000, 1);
-    b.open(9, 5, 1, 2800 * MS, (101, 10));
-    b.close(9, 5, 1, 2810 * MS, 10 * MS, &[], 0);
+    let peak = contention_reason::OBJECT_PEAK;
+    b.open_as(9, 5, 1, 2800 * MS, (101, 10), peak, 0);
+    b.close(9, 5, 0, 2810 * MS, 10 * MS, &[], 0);
     // On a mutex, the opener waited for real: the lock was released as its wait began, before
     // the episode was marked on it, so it took the lock and its own release closed the record.
-    b.open(10, 4, 1, 2820 * MS, (101, 10));
-    b.close(10, 4, 1, 2825 * MS, 5 * MS, &[], 0);
+    b.open_as(10, 4, 1, 2820 * MS, (101, 10), peak, 102);
+    b.close(10, 4, 0, 2825 * MS, 5 * MS, &[], 0);
     b.end(3000 * MS, 7);
     let r = text(&b, &sorted("elapsed"));
-    let rec = &r[pos(&r, "when thread 101")..];
-    let rec = &rec[..rec.find("\n[").unwrap_or(rec.len())];
+    let rec = &r[pos(&r, "object: barrier#5")..];
+    let rec = &rec[..rec.find("\n\n").unwrap_or(rec.len())];
     assert!(
-        rec.starts_with("when thread 101 arrived (it then completed the round: the holder)"),
+        rec.contains("when thread 101 arrived\n")
+            && rec.contains(
+                "no thread waited in this episode (HWM 0): thread 101's arrival, counted as a \
+                 wait, completed the round"
+            ),
         "{rec}"
     );
+    assert!(rec.contains("completed by: thread 101"), "{rec}");
     assert!(rec.contains("waiters (0):"), "{rec}");
     assert!(
-        rec.contains("arrived at the same instant as the holder"),
+        !rec.contains("waited at:") && !rec.contains("\n    holder"),
         "{rec}"
     );
-    assert!(!rec.contains("waited at:"), "{rec}");
-    let mutex = &r[pos(
-        &r,
-        "when thread 101 waited (it then took the object, and its release closed the record)",
-    )..];
-    let mutex = &mutex[..mutex.find("\n[").unwrap_or(mutex.len())];
-    assert!(!mutex.contains("same instant"), "{mutex}");
+    let mutex = &r[pos(&r, "object: mutex#4")..];
+    let mutex = &mutex[..mutex.find("\n\n").unwrap_or(mutex.len())];
+    // One waiter when it opened (the object's most: its table says 1), none by the close.
+    assert!(
+        mutex.contains("(1 waiting, the most it had had so far) when thread 101 waited\n"),
+        "{mutex}"
+    );
+    assert!(
+        mutex.contains(
+            "no thread waited behind another in this episode (HWM 0): the object was let go as \
+             thread 101's wait began, and thread 101 took it itself"
+        ),
+        "{mutex}"
+    );
+    assert!(!mutex.contains("round"), "{mutex}");
 }
 
 #[test]
@@ -739,4 +754,139 @@ fn an_end_reason_from_a_newer_shim_is_shown_as_unknown() {
     });
     let j = json(&b, &Options::default());
     assert_eq!(j["run"]["end"]["reason"], "unknown");
+}
+
+/// The record of one object of `text` (from its `object:` line to the blank line after it).
+fn record_of<'a>(text: &'a str, object: &str) -> &'a str {
+    let at = pos(text, &format!("object: {object}"));
+    let rec = &text[at..];
+    &rec[..rec.find("\n\n").unwrap_or(rec.len())]
+}
+
+/// A condition variable, a semaphore and a barrier have no holder: the thread whose act ended
+/// an episode is named by that act, and an episode still open when the log ended names nobody
+/// (the shim's holder field holds 0, or for a semaphore the last thread that took it).
+#[test]
+fn records_of_objects_nobody_holds_name_the_act_that_ended_them_not_a_holder() {
+    let mut b = convoy_log();
+    let peak = contention_reason::OBJECT_PEAK;
+    b.object(ObjectKind::Cond, 5, 0x7000_0000_5000, 1);
+    b.object(ObjectKind::Cond, 6, 0x7000_0000_6000, 1);
+    b.object(ObjectKind::Semaphore, 7, 0x7000_0000_7000, 1);
+    // cond#5: signalled by 101 at chain 30.
+    b.open_as(10, 5, 1, 2800 * MS, (102, 11), peak, 0);
+    b.close(10, 5, 1, 2810 * MS, 10 * MS, &[(102, 11)], 0);
+    // cond#6 and sem#7: still waited on when the log ended.
+    b.open_as(11, 6, 1, 2900 * MS, (103, 11), peak, 0);
+    b.open_as(12, 7, 1, 2900 * MS, (104, 11), peak, 105);
+    b.end(3000 * MS, 7);
+    let r = text(&b, &sorted("hwm"));
+    let closed = record_of(&r, "cond#5");
+    assert!(
+        closed.contains(
+            "signalled by: thread 101 \"worker-101\" (a condition variable has no holder: the \
+             episode ended at this signal or broadcast), at:\n      #0 convoy+0x4000"
+        ),
+        "{closed}"
+    );
+    let open = record_of(&r, "cond#6");
+    assert!(
+        open.contains(
+            "not signalled when the log ended (a condition variable has no holder: its waiters \
+             wait for a signal)"
+        ),
+        "{open}"
+    );
+    let sem = record_of(&r, "semaphore#7");
+    assert!(sem.contains("not posted when the log ended"), "{sem}");
+    for rec in [closed, open, sem] {
+        assert!(
+            !rec.contains("\n    holder") && !rec.contains("thread 0"),
+            "{rec}"
+        );
+        assert!(!rec.contains("thread 105"), "{rec}");
+    }
+    // The JSON gives no holder to an open record of an object nobody holds.
+    let j = json(&b, &sorted("hwm"));
+    let rec = |id: u64| {
+        j["contention_records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["record_id"] == id)
+            .unwrap_or_else(|| panic!("record {id}"))
+            .clone()
+    };
+    assert_eq!(rec(10)["holder_tid"], 101);
+    assert_eq!(rec(11)["holder_tid"], Value::Null);
+    assert_eq!(rec(12)["holder_tid"], Value::Null);
+}
+
+/// A record the shim opened because the program was serialised says what the shim counted:
+/// on a condition variable every thread blocked, on a mutex every thread but its holder, never
+/// that no other thread could run.
+#[test]
+fn a_serialised_record_says_what_the_shim_counted_for_the_kind() {
+    let mut b = convoy_log();
+    let serialised = contention_reason::SERIALISED;
+    b.object(ObjectKind::Cond, 5, 0x7000_0000_5000, 1);
+    b.open_as(10, 5, 2, 2800 * MS, (102, 11), serialised, 0);
+    b.close(10, 5, 2, 2810 * MS, 10 * MS, &[(102, 11), (103, 11)], 0);
+    b.open_as(11, 4, 2, 2850 * MS, (104, 11), serialised, 101);
+    b.close(11, 4, 2, 2860 * MS, 10 * MS, &[(104, 11), (105, 11)], 0);
+    b.end(3000 * MS, 7);
+    let r = text(&b, &sorted("hwm"));
+    assert!(!r.contains("could run"), "{r}");
+    let cond = record_of(&r, "cond#5");
+    assert!(
+        cond.contains(
+            "(2 waiting, as many as the run's highwater mark, with every thread blocked as the \
+             shim counted them (in waits it tracks, or in a system call at the sampler's last \
+             look): serialised here)"
+        ),
+        "{cond}"
+    );
+    let mutex = record_of(&r, "mutex#4");
+    assert!(
+        mutex.contains("with every thread but its holder blocked as the shim counted them"),
+        "{mutex}"
+    );
+}
+
+/// An episode opened at an object's own peak that a later wait took above the run's highwater
+/// mark is the record that raised the mark: labelled so in the text and the JSON. A rise on the
+/// same object after its close belongs to no record of it.
+#[test]
+fn the_record_during_which_the_mark_rose_is_the_one_that_exceeded_it() {
+    let mut b = convoy_log();
+    let peak = contention_reason::OBJECT_PEAK;
+    b.open_as(10, 4, 1, 2800 * MS, (102, 11), peak, 101);
+    b.push(Highwater {
+        ns: T0 + 2805 * MS,
+        hwm: 8,
+        object_id: 4,
+        tid: 103,
+    });
+    b.close(10, 4, 8, 2810 * MS, 10 * MS, &[(102, 11), (103, 11)], 0);
+    b.open_as(11, 4, 1, 2900 * MS, (102, 11), peak, 101);
+    b.close(11, 4, 1, 2910 * MS, 10 * MS, &[(102, 11)], 0);
+    b.end(3000 * MS, 8);
+    let r = text(&b, &sorted("hwm"));
+    assert!(
+        r.contains(
+            "(its waiters rose above the run's highwater mark, to 8) when thread 102 waited"
+        ),
+        "{r}"
+    );
+    let j = json(&b, &sorted("hwm"));
+    let reason = |id: u64| {
+        j["contention_records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["record_id"] == id)
+            .map(|r| r["reason"].clone())
+    };
+    assert_eq!(reason(10), Some(Value::from("exceeded")));
+    assert_eq!(reason(11), Some(Value::from("object_peak")));
 }

@@ -74,7 +74,8 @@ pub mod mutex_kind {
 pub mod contention_reason {
     /// The waiter count on the object rose above the global highwater mark.
     pub const EXCEEDED: u8 = 1;
-    /// The waiter count reached the highwater mark while no other thread could run.
+    /// The waiter count reached the highwater mark while every thread but the holder (every
+    /// thread, on an object nobody holds) was blocked, as the shim counted them.
     pub const SERIALISED: u8 = 2;
     /// The object's waiter count reached its own highest so far (below the global mark).
     pub const OBJECT_PEAK: u8 = 3;
@@ -490,7 +491,8 @@ wire_struct! {
         pub ns: u64,
         /// Highest number of simultaneous waiters during the episode.
         pub level: u32,
-        /// The elapsed-time counter: from reaching the level to the disengagement.
+        /// The elapsed-time counter: from the wait that opened the episode to the disengagement
+        /// that ended it (the level can rise in between).
         pub elapsed_ns: u64,
         /// Distinct threads that tried to engage the object during the episode (holder included).
         pub threads_tried: u32,

@@ -487,3 +487,35 @@ fn objects_destroyed_and_made_again_keep_their_own_counts_even_when_the_program_
             .collect::<Vec<_>>()
     );
 }
+
+/// `first` has 2 threads waiting at once, then `second` 3: the episode on `second` opens at its
+/// first waiter (its own peak, below the mark of 2) and the third waiter raises the run's mark
+/// to 3 within it. That record is the one that raised the mark: the JSON says `exceeded`, the
+/// text how high, whatever opened it.
+#[test]
+fn the_record_that_raised_the_highwater_mark_is_labelled_exceeded() {
+    let run = run_both("peak_then_mark", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "peak_then_mark: 2 then 3 threads through\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let f = "peak_then_mark.c";
+    let second = log.object_created_at(f, line_of(f, "init-second"));
+    assert_eq!(log.hwm(), 3, "{}", log.0["highwater"]);
+    assert_eq!(log.0["highwater"]["object_id"], second["object_id"]);
+    let records = log.records_on(second);
+    let raised: Vec<&&Value> = records.iter().filter(|r| r["level"] == 3).collect();
+    assert_eq!(raised.len(), 1, "{records:?}");
+    assert_eq!(raised[0]["reason"], "exceeded", "{}", raised[0]);
+    let at = a
+        .text
+        .find(&format!("object: mutex#{} second ", second["object_id"]))
+        .expect("a record of second");
+    let opened = a.text[at..].lines().nth(1).unwrap_or_default();
+    assert!(
+        opened.contains("(its waiters rose above the run's highwater mark, to 3)"),
+        "{opened}"
+    );
+}

@@ -258,7 +258,7 @@ fn barrier_racers_each_hold_the_records_of_the_rounds_glibc_made_them_complete()
     let all = waitshim_tests::analyze(&[run.single_log()], &["--top", "1000"]);
     let said = all
         .text
-        .matches("(none named: the thread that waited arrived at the same instant as the holder)")
+        .matches("'s arrival, counted as a wait, completed the round")
         .count();
     assert_eq!(
         said, unnamed,

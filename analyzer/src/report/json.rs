@@ -363,18 +363,25 @@ struct RecordJson {
 }
 
 fn record(m: &Model, r: &ContentionRecord) -> RecordJson {
+    use crate::report::record_words::WaitedFor;
+    // An open record's holder is the one the shim saw at the opening: only objects a thread
+    // holds (and a joined thread) have one; the others wait for an act nobody had done yet.
+    let waited = WaitedFor::of(m.objects.get(&r.object_id).and_then(|o| o.kind()));
+    let holder_tid = r
+        .holder_tid()
+        .filter(|_| r.close.is_some() || matches!(waited, WaitedFor::Holder | WaitedFor::Exit));
     RecordJson {
         record_id: r.record_id,
         object_id: r.object_id,
         state: if r.still_open() { "open" } else { "complete" },
         level: r.level(),
-        reason: r.reason(),
+        reason: m.record_reason(r),
         opened_at_ns: r.opened_ns().map(|ns| m.rel(ns)),
         closed_at_ns: r.close.as_ref().map(|c| m.rel(c.ns)),
         elapsed_ns: r.elapsed_ns(m.last_ns),
         elapsed_is_lower_bound: r.still_open(),
         threads_tried: r.close.as_ref().map(|c| c.threads_tried),
-        holder_tid: r.holder_tid(),
+        holder_tid,
         holder_chain: r.close.as_ref().map(|c| c.holder_chain),
         opened_by: r.open.as_ref().map(|o| OpenedByJson {
             tid: o.waiter_tid,

@@ -3,6 +3,7 @@
 
 pub mod bottlenecks;
 pub mod json;
+pub mod record_words;
 pub mod text;
 
 use std::collections::HashMap;

@@ -10,6 +10,7 @@ use waitshim_format::contract::holder_stack;
 
 use waitshim_format::{counter, end_reason, Counters, Deadlock, DeadlockBroken, ObjectKind};
 
+use super::record_words::{self, WaitedFor};
 use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
@@ -1197,24 +1198,19 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
     let _ = writeln!(out, "\n{head}");
     let label = ctx.object_label(r.object_id);
     let _ = writeln!(out, "    object: {label}");
-    let barrier = m
-        .objects
-        .get(&r.object_id)
-        .and_then(|o| o.kind())
-        .is_some_and(|k| k == waitshim_format::ObjectKind::Barrier);
+    let waited = WaitedFor::of(m.objects.get(&r.object_id).and_then(|o| o.kind()));
+    let barrier = waited == WaitedFor::Round;
+    // No thread waited behind another by the close (or, still open, at the opening).
+    let none_waited = r.level() == 0;
     if let Some(o) = &r.open {
-        let why = match r.reason() {
-            Some("exceeded") => "waiters rose above the highwater mark",
-            Some("object_peak") => "its waiters reached the most it ever had",
-            Some(_) => "no other thread could run: the program was serialised on this object",
-            None => "unknown reason",
-        };
-        let what = match (r.opener_was_holder(), barrier) {
-            (true, true) => "arrived (it then completed the round: the holder)",
+        let why = record_words::opened_why(r.reason(), waited, o.level, m.raised_highwater(r));
+        let what = match (r.opener_was_holder() && !none_waited, barrier) {
+            (true, true) => "arrived (its arrival then completed the round)",
             // The object was released as its wait began, before the episode was marked on it:
             // the waiter took it, and its own release closed the record.
             (true, false) => "waited (it then took the object, and its release closed the record)",
-            (false, _) => "waited",
+            (false, true) => "arrived",
+            (false, false) => "waited",
         };
         let _ = writeln!(
             out,
@@ -1222,17 +1218,20 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
             fmt_ns(m.rel(o.ns)),
             o.waiter_tid
         );
+        if none_waited {
+            let _ = writeln!(
+                out,
+                "    {}",
+                record_words::no_waiter(waited, o.waiter_tid, r.opener_was_holder())
+            );
+        }
     }
-    if let Some(holder) = r.holder_tid() {
-        let who = ctx.thread_label(holder);
-        match &r.close {
-            Some(c) => {
-                let _ = writeln!(out, "    holder: {who}, released it at:");
-                chain(ctx, c.holder_chain, "      ", out);
-            }
-            None => {
-                let _ = writeln!(out, "    holder: {who} (had not released it)");
-            }
+    if let Some(tid) = r.holder_tid() {
+        let who = ctx.thread_label(tid);
+        let (line, show_chain) = record_words::ended_by(waited, r.close.is_some(), tid, &who);
+        let _ = writeln!(out, "    {line}");
+        if let (true, Some(c)) = (show_chain, &r.close) {
+            chain(ctx, c.holder_chain, "      ", out);
         }
     }
     // Identical waiter chains are shown once, with how many threads waited there.
@@ -1263,14 +1262,6 @@ fn record(ctx: &mut Ctx<'_>, rank: usize, r: &ContentionRecord, out: &mut String
         );
     } else {
         let _ = writeln!(out, "    waiters ({total}):");
-    }
-    if total == 0 && r.opener_was_holder() && barrier {
-        // A barrier round whose waiter arrived at the same instant as the holder: the shim took
-        // it for the last arrival, and glibc decided the other way (see the shim's barrier.rs).
-        let _ = writeln!(
-            out,
-            "      (none named: the thread that waited arrived at the same instant as the holder)"
-        );
     }
     for (chain_id, tids) in seen.iter().take(MAX_WAITER_CHAINS) {
         let list: Vec<String> = tids.iter().map(u32::to_string).collect();

@@ -173,6 +173,30 @@ impl LogBuilder {
         })
     }
 
+    /// An opening for `reason` ([`contention_reason`]), with the holder the shim saw then.
+    #[allow(clippy::too_many_arguments)]
+    pub fn open_as(
+        &mut self,
+        record_id: u64,
+        object_id: u64,
+        level: u32,
+        at: u64,
+        waiter: (u32, u32),
+        reason: u8,
+        holder_tid: u32,
+    ) -> &mut Self {
+        self.push(ContentionOpen {
+            record_id,
+            object_id,
+            ns: T0 + at,
+            level,
+            reason,
+            holder_tid,
+            waiter_tid: waiter.0,
+            waiter_chain: waiter.1,
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn close(
         &mut self,
