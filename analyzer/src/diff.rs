@@ -6,7 +6,7 @@
 //! program's own frames of the waiting chain. Each metric is given before → after with its
 //! change; the objects whose waiting changed most come first.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -132,6 +132,17 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
         out.incomplete = Some(missing.join("; "));
     }
     let records = m.records_per_object();
+    // Waits still in progress at the end, by object: they count at their sites, as in the
+    // object's figures.
+    let mut open: HashMap<u64, Vec<(u32, u64)>> = HashMap::new();
+    if let Some(o) = &m.open_waits {
+        for w in &o.waits {
+            let waited = o.ns.saturating_sub(w.since_ns);
+            open.entry(w.object_id)
+                .or_default()
+                .push((w.chain_id, waited));
+        }
+    }
     for c in crate::findings::costs(m) {
         let key = object_key(&mut ctx, c.object_id);
         let o = m.objects.get(&c.object_id);
@@ -163,6 +174,12 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
                 site.0 += s.count;
                 site.1 = site.1.saturating_add(s.wait_total_ns);
             }
+        }
+        for &(chain_id, waited) in open.get(&c.object_id).into_iter().flatten() {
+            let chain = chain_key(&mut ctx, chain_id);
+            let site = out.sites.entry((key.clone(), chain)).or_default();
+            site.0 += 1;
+            site.1 = site.1.saturating_add(waited);
         }
     }
     if let Some(h) = m.final_highwater() {

@@ -8,7 +8,7 @@
 //! idling on their condition variables for the whole run, or a main thread joining its workers,
 //! would otherwise head every report above the lock that cost something.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::model::Model;
 
@@ -28,10 +28,41 @@ pub struct Cost {
     pub max_waiters: u64,
     /// `wait_ns` as a fraction of the time every thread of the run lived (0 when unknown).
     pub share: f64,
-    /// The call chain that waited longest in total, with its waits and total.
-    pub top_site: Option<(u32, u64, u64)>,
+    /// The call site that waited longest in total (waits still in progress included).
+    pub top_site: Option<Site>,
+    /// The object's other call sites, summed: how many, their waits and their time.
+    pub other_sites: (usize, u64, u64),
     /// Which of the three groups the object is in.
     pub group: Group,
+}
+
+/// The waits for an object from one call chain: those that ended, as the shim summed them per
+/// site, and those still in progress when the log ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Site {
+    pub chain_id: u32,
+    /// All its waits, those still in progress included.
+    pub waits: u64,
+    pub wait_ns: u64,
+    /// Of which still in progress, and their time so far.
+    pub open_waits: u64,
+    pub open_ns: u64,
+}
+
+impl Cost {
+    /// The waits and time of the object no call site accounts for (waits the log has no site
+    /// of): what is left of the object's figures after its sites.
+    pub fn unsited(&self) -> (u64, u64) {
+        let (mut waits, mut ns) = (self.other_sites.1, self.other_sites.2);
+        if let Some(t) = &self.top_site {
+            waits = waits.saturating_add(t.waits);
+            ns = ns.saturating_add(t.wait_ns);
+        }
+        (
+            self.waits.saturating_sub(waits),
+            self.wait_ns.saturating_sub(ns),
+        )
+    }
 }
 
 /// What a wait for an object is, for the report's grouping (see the module's documentation).
@@ -84,6 +115,8 @@ pub fn any_wait(m: &Model) -> bool {
 /// Every object threads waited for, by group, most costly first (ties by object id).
 pub fn costs(m: &Model) -> Vec<Cost> {
     let mut open: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+    // The waits in progress by object and call chain: each belongs to its site.
+    let mut open_sites: HashMap<u64, BTreeMap<u32, (u64, u64)>> = HashMap::new();
     if let Some(o) = &m.open_waits {
         for w in &o.waits {
             let waited = o.ns.saturating_sub(w.since_ns);
@@ -91,6 +124,13 @@ pub fn costs(m: &Model) -> Vec<Cost> {
             e.0 = e.0.saturating_add(waited);
             e.1 += 1;
             e.2 = e.2.max(waited);
+            let s = open_sites
+                .entry(w.object_id)
+                .or_default()
+                .entry(w.chain_id)
+                .or_default();
+            s.0 += 1;
+            s.1 = s.1.saturating_add(waited);
         }
     }
     let total = thread_time(m);
@@ -109,15 +149,43 @@ pub fn costs(m: &Model) -> Vec<Cost> {
             if wait_ns == 0 && waits == 0 {
                 return None;
             }
-            let top_site = o
+            let mut sites: BTreeMap<u32, Site> = o
                 .wait_sites()
                 .values()
-                .max_by(|a, b| {
-                    a.wait_total_ns
-                        .cmp(&b.wait_total_ns)
-                        .then(b.chain_id.cmp(&a.chain_id))
+                .map(|s| {
+                    let site = Site {
+                        chain_id: s.chain_id,
+                        waits: s.count,
+                        wait_ns: s.wait_total_ns,
+                        ..Site::default()
+                    };
+                    (s.chain_id, site)
                 })
-                .map(|s| (s.chain_id, s.count, s.wait_total_ns));
+                .collect();
+            for (&chain_id, &(n, ns)) in open_sites.get(&o.object_id).into_iter().flatten() {
+                let s = sites.entry(chain_id).or_insert(Site {
+                    chain_id,
+                    ..Site::default()
+                });
+                s.waits += n;
+                s.wait_ns = s.wait_ns.saturating_add(ns);
+                s.open_waits += n;
+                s.open_ns = s.open_ns.saturating_add(ns);
+            }
+            let top_site = sites
+                .values()
+                .max_by(|a, b| a.wait_ns.cmp(&b.wait_ns).then(b.chain_id.cmp(&a.chain_id)))
+                .copied();
+            let other_sites = sites
+                .values()
+                .filter(|s| Some(s.chain_id) != top_site.map(|t| t.chain_id))
+                .fold((0, 0u64, 0u64), |(n, w, ns), s| {
+                    (
+                        n + 1,
+                        w.saturating_add(s.waits),
+                        ns.saturating_add(s.wait_ns),
+                    )
+                });
             Some(Cost {
                 object_id: o.object_id,
                 wait_ns,
@@ -134,6 +202,7 @@ pub fn costs(m: &Model) -> Vec<Cost> {
                     0.0
                 },
                 top_site,
+                other_sites,
                 group: Group::of(o.kind()),
             })
         })
@@ -146,6 +215,30 @@ pub fn costs(m: &Model) -> Vec<Cost> {
             .then(a.object_id.cmp(&b.object_id))
     });
     out
+}
+
+/// Which rows of [`costs`] a report of `top` rows shows: every group's largest first, then the
+/// others in order until `top` rows are shown. A cut across the groups in order would show only
+/// locks whenever more than `top` objects were contended, hiding seconds of waiting for another
+/// thread to act behind microseconds of lock waits.
+pub fn shown(costs: &[Cost], top: usize) -> Vec<bool> {
+    let firsts: Vec<bool> = costs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| i == 0 || costs[i - 1].group != c.group)
+        .collect();
+    let mut budget = top.saturating_sub(firsts.iter().filter(|&&f| f).count());
+    firsts
+        .into_iter()
+        .map(|first| {
+            if first {
+                return true;
+            }
+            let take = budget > 0;
+            budget = budget.saturating_sub(1);
+            take
+        })
+        .collect()
 }
 
 /// A thread that waits for another to act (a condition variable, a semaphore, a barrier) while
@@ -270,4 +363,71 @@ pub fn collected_by_object(m: &Model) -> Vec<(u64, Collected)> {
             .then(a_id.cmp(b_id))
     });
     objects
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(object_id: u64, group: Group, wait_ns: u64) -> Cost {
+        Cost {
+            object_id,
+            wait_ns,
+            open_ns: 0,
+            waits: 1,
+            max_wait_ns: wait_ns,
+            max_waiters: 1,
+            share: 0.0,
+            top_site: None,
+            other_sites: (0, 0, 0),
+            group,
+        }
+    }
+
+    #[test]
+    fn every_group_shows_its_largest_row_however_many_locks_come_first() {
+        // 30 locks of microseconds, then a condition variable and a join of seconds.
+        let mut costs: Vec<Cost> = (0..30)
+            .map(|i| cost(i, Group::Lock, 30_000 - i * 100))
+            .collect();
+        costs.push(cost(100, Group::Event, 5_490_000_000));
+        costs.push(cost(101, Group::Event, 1_000_000));
+        costs.push(cost(200, Group::Join, 2_000_000_000));
+        let shown = shown(&costs, 20);
+        assert_eq!(shown.iter().filter(|&&s| s).count(), 20);
+        // The largest of each group, and the locks fill the rest in order.
+        assert!(shown[0] && shown[30] && shown[32]);
+        assert!(!shown[31]);
+        assert_eq!(shown[..30].iter().filter(|&&s| s).count(), 18);
+        assert!(shown[..18].iter().all(|&s| s));
+    }
+
+    #[test]
+    fn a_cut_smaller_than_the_groups_still_shows_each_groups_largest() {
+        let costs = vec![
+            cost(1, Group::Lock, 10),
+            cost(2, Group::Lock, 5),
+            cost(3, Group::Event, 10),
+            cost(4, Group::Join, 10),
+        ];
+        assert_eq!(shown(&costs, 1), vec![true, false, true, true]);
+        assert_eq!(shown(&costs, 4), vec![true, true, true, true]);
+    }
+
+    #[test]
+    fn what_no_site_accounts_for_is_the_objects_figures_less_its_sites() {
+        let mut c = cost(1, Group::Event, 10_050);
+        c.waits = 7;
+        c.top_site = Some(Site {
+            chain_id: 5,
+            waits: 1,
+            wait_ns: 10_000,
+            open_waits: 1,
+            open_ns: 10_000,
+        });
+        c.other_sites = (1, 6, 50);
+        assert_eq!(c.unsited(), (0, 0));
+        c.other_sites = (1, 4, 40);
+        assert_eq!(c.unsited(), (2, 10));
+    }
 }

@@ -890,3 +890,112 @@ fn the_record_during_which_the_mark_rose_is_the_one_that_exceeded_it() {
     assert_eq!(reason(10), Some(Value::from("exceeded")));
     assert_eq!(reason(11), Some(Value::from("object_peak")));
 }
+
+/// WHERE THE WAITING WENT of `text`, to the next section.
+fn waiting_went(text: &str) -> &str {
+    let at = pos(text, "WHERE THE WAITING WENT");
+    let s = &text[at..];
+    &s[..s.find("\n\n").unwrap_or(s.len())]
+}
+
+/// A wait still in progress when the log ended belongs to its site: the site line counts it,
+/// and the object's sites add up to the object's line.
+#[test]
+fn a_wait_still_in_progress_is_on_its_sites_line_and_the_sites_add_up() {
+    let mut b = convoy_log();
+    b.object(ObjectKind::Cond, 5, 0x7000_0000_5000, 1);
+    b.counters(5, 7, 7, 40 * MS);
+    for (chain_id, count, ns) in [(11, 6, 30 * MS), (12, 1, 10 * MS)] {
+        b.push(WaitSite {
+            object_id: 5,
+            chain_id,
+            count,
+            wait_total_ns: ns,
+            wait_max_ns: ns,
+        });
+    }
+    b.push(OpenWaits {
+        ns: T0 + 2995 * MS,
+        waits: vec![OpenWait {
+            tid: 104,
+            object_id: 5,
+            since_ns: T0 + 995 * MS,
+            chain_id: 11,
+            holder_tid: 0,
+        }],
+    });
+    b.end(3000 * MS, 7);
+    let r = text(&b, &Options::default());
+    let went = waiting_went(&r);
+    // 7 finished waits (40 ms) and one of 2 s still in progress.
+    let row = &went[pos(went, "cond#5")..];
+    assert!(
+        row.starts_with("cond#5 @0x700000005000  created at convoy+0x500 (still waiting: 2.00 s)"),
+        "{went}"
+    );
+    assert!(
+        went.contains("2.04 s ") && went.contains("        8 "),
+        "the object: 8 waits, 2.04 s:\n{went}"
+    );
+    assert!(
+        row.contains("at convoy+0x2020: 7 waits, 2.03 s (1 still in progress: 2.00 s)"),
+        "{row}"
+    );
+    assert!(row.contains("at 1 other site: 1 wait, 10.0 ms"), "{row}");
+    assert!(!row.contains("does not give"), "{row}");
+}
+
+/// More contended locks than `--top` rows, and seconds of waiting on a condition variable: the
+/// condition variable still has its row, and each group says what it left out.
+#[test]
+fn a_cut_of_waiting_went_keeps_every_groups_largest_row() {
+    let mut b = convoy_log();
+    for id in 10..40u64 {
+        b.mutex(id, 0x7000_0001_0000 + id * 64, 1);
+        b.counters(id, 10, 2, 20_000 + id);
+    }
+    b.object(ObjectKind::Cond, 5, 0x7000_0000_5000, 1);
+    b.counters(5, 3, 3, 5_490 * MS);
+    b.end(3000 * MS, 7);
+    let r = text(&b, &Options::default());
+    let went = waiting_went(&r);
+    assert!(went.contains("cond#5"), "{went}");
+    let rows = went.lines().filter(|l| l.contains(" @0x")).count();
+    assert_eq!(rows, 20, "{went}");
+    // The locks: mutex#1..#3 and 30 more, 19 shown.
+    assert!(
+        went.contains("  ... 14 more objects in this group, "),
+        "{went}"
+    );
+    assert!(
+        went.contains("(--top N shows more rows; the JSON report has every object)"),
+        "{went}"
+    );
+}
+
+/// `diff` compares objects and their sites: a wait still in progress at the end counts at its
+/// site as it counts in its object, so that the sites of an object add up to it.
+#[test]
+fn diff_counts_a_wait_in_progress_at_its_site() {
+    let mut b = convoy_log();
+    b.push(OpenWaits {
+        ns: T0 + 2995 * MS,
+        waits: vec![OpenWait {
+            tid: 104,
+            object_id: 1,
+            since_ns: T0 + 2895 * MS,
+            chain_id: 10,
+            holder_tid: 101,
+        }],
+    });
+    b.end(3000 * MS, 7);
+    let a = analyze_bytes(&b.bytes, Path::new("test.log")).expect("a log");
+    let f = waitshim_analyze::diff::figures(&a, &Options::default());
+    // The three mutexes were created at one site: one key. mutex#1's 400 waits at chain 10, and
+    // the one in progress there.
+    let (key, object) = f.objects.iter().next().expect("the mutexes");
+    assert_eq!(object.objects, 3, "{object:?}");
+    let sites: Vec<_> = f.sites.iter().filter(|((k, _), _)| k == key).collect();
+    assert_eq!(sites.len(), 1, "{sites:?}");
+    assert_eq!(*sites[0].1, (401, 3100 * MS));
+}

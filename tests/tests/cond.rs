@@ -281,6 +281,124 @@ fn a_consumer_keeping_the_mutex_while_it_works_gets_useful_wakeups_not_spurious_
     );
 }
 
+/// The text of the record of object `id` in `text` (the first, from its `object:` line to the
+/// blank line after it).
+fn record_text<'a>(text: &'a str, id: &Value) -> &'a str {
+    let head = text
+        .find(&format!("object: cond#{id} "))
+        .or_else(|| text.find(&format!("object: mutex#{id} ")))
+        .unwrap_or_else(|| panic!("no record of object {id}:\n{text}"));
+    let rec = &text[head..];
+    &rec[..rec.find("\n\n").unwrap_or(rec.len())]
+}
+
+/// The row of object `id` in WHERE THE WAITING WENT, with its site lines.
+fn waiting_went_row<'a>(text: &'a str, kind: &str, id: &Value) -> &'a str {
+    let went = text
+        .split("WHERE THE WAITING WENT")
+        .nth(1)
+        .expect("a WHERE THE WAITING WENT section");
+    let went = &went[..went.find("\n\n").unwrap_or(went.len())];
+    let row = went
+        .lines()
+        .position(|l| l.contains(&format!("{kind}#{id} ")))
+        .unwrap_or_else(|| panic!("no row of {kind}#{id}:\n{went}"));
+    let start = went.lines().take(row).map(|l| l.len() + 1).sum::<usize>();
+    let rest = &went[start..];
+    // The row, and the site lines under it (indented past the columns).
+    let len = rest
+        .lines()
+        .enumerate()
+        .take_while(|(i, l)| *i == 0 || l.starts_with(&" ".repeat(40)))
+        .map(|(_, l)| l.len() + 1)
+        .sum::<usize>();
+    &rest[..len.min(rest.len())]
+}
+
+/// A worker waits four times at one site on `work` and is still in its fourth wait when the
+/// program ends; a sleeper waits on `never` all along. The site's line counts the wait still in
+/// progress as the object's line does; a condition variable's records name the thread that
+/// signalled it, and one never signalled names nobody: a condition variable has no holder.
+#[test]
+fn a_wait_in_progress_counts_at_its_site_and_a_condition_variable_has_no_holder() {
+    let run = run_both("cond_left_waiting", &[]);
+    assert_eq!(
+        run.stdout_text(),
+        "cond_left_waiting: 3 rounds signalled, 2 threads left waiting\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    let f = "cond_left_waiting.c";
+    let work = log.object_created_at(f, line_of(f, "init-work"));
+    let never = log.object_created_at(f, line_of(f, "init-never"));
+    // WHERE THE WAITING WENT: `work` waited 4 times, all at one site, one still in progress.
+    let row = waiting_went_row(&a.text, "cond", &work["object_id"]);
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(columns[3], "4", "the object's waits:\n{row}");
+    let at = format!("at {f}:{} (worker): 4 waits, ", line_of(f, "work-wait"));
+    assert!(row.contains(&at), "{at:?} not in:\n{row}");
+    assert!(row.contains("(1 still in progress: "), "{row}");
+    assert!(!row.contains("other site"), "{row}");
+    let row = waiting_went_row(&a.text, "cond", &never["object_id"]);
+    let at = format!("at {f}:{} (sleeper): 1 wait, ", line_of(f, "never-wait"));
+    assert!(
+        row.contains(&at) && row.contains("(1 still in progress: "),
+        "{row}"
+    );
+
+    // Records: main signalled `work`; nobody signalled `never`, and nobody holds either.
+    let signalled = record_text(&a.text, &work["object_id"]);
+    assert!(
+        signalled.contains(&format!("signalled by: thread {} ", run.pid))
+            && signalled.contains("(a condition variable has no holder: the episode ended at"),
+        "{signalled}"
+    );
+    let open = record_text(&a.text, &never["object_id"]);
+    assert!(
+        open.contains("not signalled when the log ended (a condition variable has no holder"),
+        "{open}"
+    );
+    for rec in [signalled, open] {
+        assert!(
+            !rec.contains("\n    holder") && !rec.contains("thread 0"),
+            "{rec}"
+        );
+    }
+    let records = log.records_on(never);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["state"], "open");
+    assert_eq!(records[0]["holder_tid"], Value::Null);
+    let work_records = log.records_on(work);
+    assert!(!work_records.is_empty());
+    for r in work_records {
+        // The fourth wait's episode, if it opened, was never signalled.
+        let holder = if r["state"] == "open" {
+            Value::Null
+        } else {
+            Value::from(run.pid)
+        };
+        assert_eq!(r["holder_tid"], holder, "{r}");
+    }
+
+    // One row a group: the lock, the condition variable waited on longest, and the join when
+    // main's join found the thread still running (not forced).
+    let top1 = waitshim_tests::analyze(&[run.single_log()], &["--top", "1"]);
+    let went = top1
+        .text
+        .split("WHERE THE WAITING WENT")
+        .nth(1)
+        .expect("a WHERE THE WAITING WENT section");
+    let went = &went[..went.find("\n\n").unwrap_or(went.len())];
+    let rows: Vec<&str> = went.lines().filter(|l| l.contains(" @0x")).collect();
+    assert!(rows.len() == 2 || rows.len() == 3, "{went}");
+    assert!(rows[0].contains("mutex#"), "{went}");
+    assert!(
+        rows[1].contains(&format!("cond#{} never ", never["object_id"])),
+        "{went}"
+    );
+    assert!(rows.get(2).is_none_or(|r| r.contains("thread#")), "{went}");
+}
+
 #[test]
 fn a_wait_without_the_mutex_ends_in_error_and_the_report_names_the_errno() {
     let run = run_both("cond_error", &[]);

@@ -409,7 +409,7 @@ impl<W: Write> Exporter for Html<W> {
             let created = src
                 .creation_site(c.object_id)
                 .map(|s| format!("{} {s}", src.ctx.site_words(c.object_id)));
-            let site = c.top_site.and_then(|(chain, _, _)| src.chain_site(chain));
+            let site = c.top_site.and_then(|s| src.chain_site(s.chain_id));
             let hold = model
                 .objects
                 .get(&c.object_id)

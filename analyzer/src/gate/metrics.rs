@@ -224,7 +224,7 @@ impl Figures {
             let created = ctx.creation_site(id).map(|f| Place::of(&f));
             let wait_site = cost
                 .and_then(|c| c.top_site)
-                .and_then(|(chain, _, _)| ctx.sym.site(m, chain))
+                .and_then(|site| ctx.sym.site(m, site.chain_id))
                 .map(|f| Place::of(&f));
             let label = ctx.object_label(id);
             objects.insert(

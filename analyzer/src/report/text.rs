@@ -571,8 +571,11 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
         "  {:>10} {:>7} {:>9} {:>10} {:>5}  object, and where it was waited for most",
         "waited", "share", "waits", "longest", "most"
     );
-    for (i, c) in costs.iter().take(top).enumerate() {
-        if i == 0 || costs[i - 1].group != c.group {
+    let shown = crate::findings::shown(&costs, top);
+    let mut cut = false;
+    for (i, c) in costs.iter().enumerate() {
+        let first = i == 0 || costs[i - 1].group != c.group;
+        if first {
             let heading = match c.group {
                 Group::Lock => "locks: waiting for what another thread holds:",
                 Group::Event => {
@@ -585,44 +588,102 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
                 let _ = writeln!(out, "  {heading}");
             }
         }
-        let label = ctx.object_label(c.object_id);
-        let still = if c.open_ns > 0 {
-            format!(" (still waiting: {})", fmt_ns(c.open_ns))
+        if shown[i] {
+            waiting_went_row(ctx, c, out);
+        }
+        let last = costs.get(i + 1).is_none_or(|n| n.group != c.group);
+        if last {
+            // What this group's rows left out: each group's lines add up to its share.
+            let (n, ns) = costs[..=i]
+                .iter()
+                .zip(&shown[..=i])
+                .rev()
+                .take_while(|(o, _)| o.group == c.group)
+                .filter(|(_, &s)| !s)
+                .fold((0usize, 0u64), |(n, ns), (o, _)| {
+                    (n + 1, ns.saturating_add(o.wait_ns))
+                });
+            if n > 0 {
+                cut = true;
+                let _ = writeln!(
+                    out,
+                    "  ... {n} more object{} in this group, {} in all",
+                    if n == 1 { "" } else { "s" },
+                    fmt_ns(ns)
+                );
+            }
+        }
+    }
+    if cut {
+        let _ = writeln!(
+            out,
+            "  (--top N shows more rows; the JSON report has every object)"
+        );
+    }
+}
+
+/// One object of WHERE THE WAITING WENT: its figures, then where it was waited for most, the
+/// rest of its sites summed, and the waits no site of the log accounts for, so that the site
+/// lines add up to the object's.
+fn waiting_went_row(ctx: &mut Ctx<'_>, c: &crate::findings::Cost, out: &mut String) {
+    let m = ctx.model;
+    let label = ctx.object_label(c.object_id);
+    let still = if c.open_ns > 0 {
+        format!(" (still waiting: {})", fmt_ns(c.open_ns))
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "  {:>10} {:>7} {:>9} {:>10} {:>5}  {label}{still}",
+        fmt_ns(c.wait_ns),
+        percent(c.share),
+        c.waits,
+        fmt_ns(c.max_wait_ns),
+        c.max_waiters
+    );
+    let waits = |n: u64| format!("{n} wait{}", if n == 1 { "" } else { "s" });
+    if let Some(t) = &c.top_site {
+        let site = ctx
+            .sym
+            .site(m, t.chain_id)
+            .map_or_else(|| "a site without a call chain".to_string(), |f| f.site());
+        let open = if t.open_waits > 0 {
+            format!(
+                " ({} still in progress: {})",
+                t.open_waits,
+                fmt_ns(t.open_ns)
+            )
         } else {
             String::new()
         };
         let _ = writeln!(
             out,
-            "  {:>10} {:>7} {:>9} {:>10} {:>5}  {label}{still}",
-            fmt_ns(c.wait_ns),
-            percent(c.share),
-            c.waits,
-            fmt_ns(c.max_wait_ns),
-            c.max_waiters
+            "  {:>46}  at {site}: {}, {}{open}",
+            "",
+            waits(t.waits),
+            fmt_ns(t.wait_ns)
         );
-        if let Some((chain_id, count, wait)) = c.top_site {
-            let site = ctx
-                .sym
-                .site(m, chain_id)
-                .map_or_else(|| "a site without a call chain".to_string(), |f| f.site());
-            let _ = writeln!(
-                out,
-                "  {:>46}  at {site}: {count} waits, {}",
-                "",
-                fmt_ns(wait)
-            );
-        }
     }
-    if costs.len() > top {
-        let rest: u64 = costs[top..]
-            .iter()
-            .map(|c| c.wait_ns)
-            .fold(0, u64::saturating_add);
+    let (n, w, ns) = c.other_sites;
+    if n > 0 {
         let _ = writeln!(
             out,
-            "  ... {} more objects waited for, {} in all (--top N shows more; the JSON report has all)",
-            costs.len() - top,
-            fmt_ns(rest)
+            "  {:>46}  at {n} other site{}: {}, {}",
+            "",
+            if n == 1 { "" } else { "s" },
+            waits(w),
+            fmt_ns(ns)
+        );
+    }
+    let (w, ns) = c.unsited();
+    if c.top_site.is_some() && (w > 0 || ns > 0) {
+        let _ = writeln!(
+            out,
+            "  {:>46}  at sites the log does not give: {}, {}",
+            "",
+            waits(w),
+            fmt_ns(ns)
         );
     }
 }
