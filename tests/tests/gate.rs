@@ -436,6 +436,45 @@ fn history_scenario(db: &str) {
     );
 }
 
+/// With 3 runs stored, `history check` judges nothing: it says so, and does not claim that no
+/// figure regressed against those 3 runs; a window smaller than the 5 runs needed says that no
+/// run will ever be judged with it.
+#[test]
+fn history_check_with_too_few_runs_says_the_run_was_not_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("history.sqlite");
+    let db = db.to_str().unwrap();
+    let run = load(2);
+    for _ in 0..3 {
+        let o = analyzer(
+            &["history", "add", "--job", "few", "--db", db],
+            &[run.single_log()],
+        );
+        assert_eq!(code(&o), 0, "{:?}", text(&o));
+    }
+    let o = analyzer(
+        &["history", "check", "--job", "few", "--db", db],
+        &[run.single_log()],
+    );
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    let (_, err) = text(&o);
+    assert_eq!(
+        err.trim_end(),
+        "waitshim history: job few: not judged: 3 earlier run(s), 5 needed before a run is judged"
+    );
+    let o = analyzer(
+        &[
+            "history", "check", "--job", "few", "--window", "3", "--db", db,
+        ],
+        &[run.single_log()],
+    );
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("(--window 3 compares with fewer: no run will be judged)"),
+        "{err}"
+    );
+}
+
 #[test]
 fn history_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();

@@ -877,6 +877,36 @@ pub fn add(job: &str, db: &DbArgs, logs: &[PathBuf], symbols: bool, err: &mut dy
     }
 }
 
+/// What `history check` says of a run with `figures` figures, compared with `runs` earlier runs
+/// of the last `window`, that raised `alerts` (each has its own line): nothing when it alerted;
+/// that it was not judged when fewer than [`MIN_HISTORY`] runs came before it (and that none
+/// will be, when the window itself is smaller); else that nothing regressed.
+pub fn verdict(
+    job: &str,
+    figures: usize,
+    runs: usize,
+    window: usize,
+    alerts: usize,
+) -> Option<String> {
+    if alerts > 0 {
+        return None;
+    }
+    if runs < MIN_HISTORY {
+        let never = if window < MIN_HISTORY {
+            format!(" (--window {window} compares with fewer: no run will be judged)")
+        } else {
+            String::new()
+        };
+        return Some(format!(
+            "waitshim history: job {job}: not judged: {runs} earlier run(s), \
+             {MIN_HISTORY} needed before a run is judged{never}"
+        ));
+    }
+    Some(format!(
+        "waitshim history: job {job}: no regression ({figures} figures against {runs} run(s))"
+    ))
+}
+
 /// `waitshim-analyze history ...`.
 pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     match c {
@@ -902,13 +932,6 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
             let result = with_db(&common.db, access, err, |s, err| {
                 let history = s.last(&job, window.max(1))?;
                 let alerts = judge(&history, &run);
-                if history.len() < MIN_HISTORY {
-                    let _ = writeln!(
-                        err,
-                        "waitshim history: job {job}: {} earlier run(s), {MIN_HISTORY} needed before a run is judged",
-                        history.len()
-                    );
-                }
                 for a in &alerts {
                     let _ = writeln!(
                         err,
@@ -936,13 +959,10 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
                         let _ = writeln!(out, "{line}");
                     }
                 }
-                if alerts.is_empty() {
-                    let _ = writeln!(
-                        err,
-                        "waitshim history: job {job}: no regression ({} figures against {} run(s))",
-                        run.metrics.len(),
-                        history.len()
-                    );
+                if let Some(line) =
+                    verdict(&job, run.metrics.len(), history.len(), window, alerts.len())
+                {
+                    let _ = writeln!(err, "{line}");
                 }
                 if add {
                     s.add(&job, &run)?;
@@ -1020,6 +1040,25 @@ pub fn show(job: &str, runs: &[StoredRun], out: &mut dyn Write) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_with_too_little_history_is_said_not_judged_never_free_of_regression() {
+        let short = verdict("ci", 12, 3, 20, 0).expect("a line");
+        assert_eq!(
+            short,
+            "waitshim history: job ci: not judged: 3 earlier run(s), 5 needed before a run is judged"
+        );
+        assert!(!short.contains("no regression"), "{short}");
+        assert_eq!(
+            verdict("ci", 12, 5, 20, 0).as_deref(),
+            Some("waitshim history: job ci: no regression (12 figures against 5 run(s))")
+        );
+        // A window smaller than the history needed judges nothing, ever: said.
+        let never = verdict("ci", 12, 3, 3, 0).expect("a line");
+        assert!(never.ends_with("(--window 3 compares with fewer: no run will be judged)"));
+        // Regressions have their own lines.
+        assert_eq!(verdict("ci", 12, 9, 20, 2), None);
+    }
 
     #[test]
     fn the_rule_needs_history_and_ignores_noise() {
