@@ -511,7 +511,9 @@ pub fn step_back_for_tasks() -> bool {
     let pid = unsafe { libc::getpid() };
     let start = now_ns();
     // Gone once the kernel no longer finds it: it released its task (and the count) by then.
-    while tid != 0 && now_ns().saturating_sub(start) < 1_000_000_000 {
+    // On a loaded machine the thread may take a while to be scheduled and end: up to 5 s, the
+    // program's pthread_create waiting meanwhile (it would fail otherwise).
+    while tid != 0 && now_ns().saturating_sub(start) < 5_000_000_000 {
         // SAFETY: signal 0 to a thread of this process only asks whether it exists.
         let r = unsafe {
             crate::sys::call6(libc::SYS_tgkill, [pid as usize, tid as usize, 0, 0, 0, 0])

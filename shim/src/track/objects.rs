@@ -83,6 +83,12 @@ pub const TIME_ALL: u8 = 32;
 /// Mean timed hold from which every hold of an object is timed: two clock reads add well under
 /// 1 % to it.
 pub const TIME_ALL_HOLDS_NS: u64 = 20_000;
+/// A hold that made a thread wait lasted [`TIME_ALL_HOLDS_NS`] or more: every hold is timed
+/// from then on, whatever the sampled ones' mean. The holds others wait for are the ones that
+/// count; a thread that takes the lock before anyone waits and holds it long (a producer
+/// working inside its queue's lock) is otherwise measured only from the waiter's arrival,
+/// while the short holds of the others keep the sampled mean low.
+pub const LONG_WAITED: u8 = 64;
 
 /// `ObjEntry::id` of an object destroyed before it was written to the log: counted with the
 /// short-lived objects of its creation chain, never to be written on its own.
@@ -769,6 +775,9 @@ impl ObjEntry {
             None => (now.saturating_sub(since), true),
         };
         raise(&b.stats.hold_max, ns);
+        if ns >= TIME_ALL_HOLDS_NS && self.flags() & LONG_WAITED == 0 {
+            self.set_flag(LONG_WAITED | TIME_ALL);
+        }
         self.add(counter::HOLDS_WAITED_FOR, 1);
         self.add(counter::HOLDS_WAITED_FOR_TOTAL_NS, ns);
         if from_arrival {
@@ -783,7 +792,7 @@ impl ObjEntry {
         let total = s.hold_total.fetch_add(hold_ns, Ordering::Relaxed) + hold_ns;
         raise(&s.hold_max, hold_ns);
         let samples = s.hold_samples.fetch_add(1, Ordering::Relaxed) + 1;
-        let long = total / samples >= TIME_ALL_HOLDS_NS;
+        let long = total / samples >= TIME_ALL_HOLDS_NS || self.flags() & LONG_WAITED != 0;
         if long != (self.flags() & TIME_ALL != 0) {
             if long {
                 self.set_flag(TIME_ALL);
@@ -975,6 +984,31 @@ mod tests {
         assert!(o.waited_for(), "the hold it gave up on still made it wait");
         assert_eq!(o.waited_hold_released(1000, None), Some((700, true)));
         assert_eq!(o.waited_hold_released(2000, None), None);
+    }
+
+    #[test]
+    fn a_long_hold_that_made_a_thread_wait_has_every_later_hold_timed() {
+        let o = lock();
+        // Short sampled holds (another thread's), then a long one measured from the arrival of
+        // its waiter (its holder took the lock before anyone waited).
+        o.held(1_000);
+        came(&o, 300);
+        let long = 300 + TIME_ALL_HOLDS_NS;
+        assert_eq!(
+            o.waited_hold_released(long, None),
+            Some((TIME_ALL_HOLDS_NS, true))
+        );
+        assert_ne!(o.flags() & TIME_ALL, 0, "every hold timed from here");
+        // The short sampled holds do not switch it off again.
+        for _ in 0..10 {
+            o.held(500);
+        }
+        assert_ne!(o.flags() & TIME_ALL, 0);
+        // A short hold that made a thread wait does not switch it on.
+        let o = lock();
+        came(&o, 300);
+        assert!(o.waited_hold_released(400, None).is_some());
+        assert_eq!(o.flags() & (TIME_ALL | LONG_WAITED), 0);
     }
 
     #[test]
