@@ -280,6 +280,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         [
             "threads",
             "thread_states",
+            "critical_path",
             "shim_cost",
             "policy",
             "wait_events",
@@ -287,8 +288,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
             "waiter_chains",
             "holder_stacks",
             "snapshots",
-            "collected_by_object",
-            "chains"
+            "collected_by_object"
         ]
     );
     assert!(

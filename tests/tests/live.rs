@@ -550,6 +550,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "own") == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
+        sa.sa_flags = SA_RESTART; /* the read of stdin goes on */
         sa.sa_handler = on_usr2;
         sigaction(SIGUSR2, &sa, NULL);
         sa.sa_handler = on_rt;
