@@ -578,8 +578,26 @@ fn walk(
             Some(o) => (t - s.end).min(longest_hold(model, o).unwrap_or(u64::MAX)),
             None => 0,
         };
-        own_time(&mut acc, tid, s.end, t - inside, None, s.object_id, pieces, idle);
-        own_time(&mut acc, tid, t - inside, t, held, s.object_id, pieces, idle);
+        own_time(
+            &mut acc,
+            tid,
+            s.end,
+            t - inside,
+            None,
+            s.object_id,
+            pieces,
+            idle,
+        );
+        own_time(
+            &mut acc,
+            tid,
+            t - inside,
+            t,
+            held,
+            s.object_id,
+            pieces,
+            idle,
+        );
         if s.waker != 0 && s.waker != tid && model.threads.contains_key(&s.waker) {
             // Not on the path: the thread that ended the wait is, up to the moment it did.
             hops += 1;

@@ -226,10 +226,7 @@ type CauseRow = (String, u64, u64, f64, f64);
 
 /// The causes of both critical paths, the largest change in share first, with the paths'
 /// lengths before and after.
-fn critical_rows(
-    b: &RunFigures,
-    a: &RunFigures,
-) -> Option<(u64, u64, Vec<CauseRow>)> {
+fn critical_rows(b: &RunFigures, a: &RunFigures) -> Option<(u64, u64, Vec<CauseRow>)> {
     let ((lb, bb), (la, ba)) = (b.critical.as_ref()?, a.critical.as_ref()?);
     let mut keys: Vec<&String> = bb.keys().chain(ba.keys()).collect();
     keys.sort();
