@@ -454,6 +454,7 @@ fn history_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ci/history.sqlite");
     history_scenario(db.to_str().unwrap());
+    notify_and_show(dir.path(), db.to_str().unwrap());
     // The schema is versioned.
     let o = analyzer(
         &[
@@ -482,6 +483,91 @@ fn history_on_sqlite() {
         &[],
     );
     assert_eq!(code(&o), 2, "{:?}", text(&o));
+}
+
+/// After [`history_scenario`]: a regression runs the `--notify` command with the event's JSON
+/// on its stdin, a run like the others does not, a hook that fails is said; `history show`
+/// prints every scope stored, the figures kept for trends, by hour and by day of week. (Idle CPU
+/// time is kept too, from the sampler's second look at the CPUs on: these runs are too short.)
+fn notify_and_show(dir: &Path, db: &str) {
+    let job = format!("gate-{}", std::process::id());
+    let event = dir.join("event.json");
+    let said = dir.join("event-name");
+    let hook = format!(
+        "cat > '{}' && printf '%s' \"$WAITSHIM_EVENT\" > '{}'",
+        event.display(),
+        said.display()
+    );
+    let check = |log: &Path, hook: &str| {
+        analyzer(
+            &[
+                "history", "check", "--job", &job, "--db", db, "--notify", hook,
+            ],
+            &[log],
+        )
+    };
+    let grown = load(6);
+    let o = check(grown.single_log(), &hook);
+    let (_, err) = text(&o);
+    assert_eq!(code(&o), 1, "{err}");
+    assert!(
+        err.contains("--notify: the regression was passed on"),
+        "{err}"
+    );
+    let e: Value =
+        serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).expect("the event is JSON");
+    assert_eq!(e["event"], "waitshim-regression");
+    assert_eq!(e["job"], job.as_str());
+    assert_eq!(e["run"]["program"], "gate_load");
+    let site = format!("gate_load.c:{}", line_of("gate_load.c", "creation-site"));
+    let alerts = e["alerts"].as_array().unwrap();
+    assert!(
+        alerts
+            .iter()
+            .any(|a| a["scope"].as_str().unwrap().contains(&site)
+                && a["value"].as_f64() > a["threshold"].as_f64()),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&said).unwrap(),
+        "waitshim-regression"
+    );
+
+    // A run like the others: no regression, no notification.
+    std::fs::remove_file(&event).unwrap();
+    let like = load(2);
+    let o = check(like.single_log(), &hook);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    assert!(!event.exists(), "the hook ran without a regression");
+
+    // A hook that fails is said; the regression still fails the check.
+    let o = check(grown.single_log(), "cat >/dev/null; exit 3");
+    let (_, err) = text(&o);
+    assert_eq!(code(&o), 1, "{err}");
+    assert!(err.contains("was not passed on"), "{err}");
+
+    let o = analyzer(
+        &[
+            "history", "show", "--last", "1000", "--job", &job, "--db", db,
+        ],
+        &[],
+    );
+    let (out, _) = text(&o);
+    assert_eq!(code(&o), 0);
+    for want in [
+        "gate_load: run:\n",
+        &format!("gate_load: mutex {site} (main):\n"),
+        "  contended_ratio: ",
+        "  wait_total_ns (not judged): ",
+        "  wait_all_ns (not judged): ",
+        "  duration_ns (not judged): ",
+        "  running_ns (not judged): ",
+        "  lost_parallelism_ns (not judged): ",
+        "    by hour of day (UTC): ",
+        "    by day of week (UTC): ",
+    ] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
 }
 
 /// A throw-away PostgreSQL cluster in a temporary directory, on a Unix socket; stopped on drop.
@@ -692,7 +778,10 @@ fn run_history_job_adds_the_run() {
     let o = analyzer(&["history", "show", "--job", "launch", "--db", db], &[]);
     let (out, _) = text(&o);
     assert!(out.starts_with("job launch: 1 run(s)"), "{out}");
-    assert!(out.contains("gate_load: run lost_parallelism"), "{out}");
+    assert!(
+        out.contains("gate_load: run:\n") && out.contains("\n  lost_parallelism: "),
+        "{out}"
+    );
 }
 
 /// `waitshim-analyze ARGS...` run natively in a fresh working directory, ended (and the test

@@ -189,8 +189,9 @@ pub enum HistoryCommand {
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
     },
-    /// Print each metric's trend over the job's runs, and by hour of day (a database that does
-    /// not exist is an error: nothing is created).
+    /// Print every figure stored for the job (the run's, then each creation site's): its value
+    /// in each run, and its mean by hour of day and by day of week (UTC). A database that does
+    /// not exist is an error: nothing is created.
     Show {
         #[command(flatten)]
         common: HistoryCommon,
@@ -198,7 +199,8 @@ pub enum HistoryCommand {
         #[arg(long, default_value_t = 30)]
         last: usize,
     },
-    /// Compare a run with the job's history; exit 1 and a notification when a figure moved.
+    /// Compare a run with the job's history; exit 1 and a notification when a figure moved, 2
+    /// when the history or a log cannot be read.
     Check {
         #[command(flatten)]
         common: HistoryCommon,
@@ -212,6 +214,11 @@ pub enum HistoryCommand {
         /// Runs of history compared with at most.
         #[arg(long, default_value_t = 20)]
         window: usize,
+        /// On a regression, run CMD (with `sh -c`) with the event as JSON on its stdin
+        /// (`{"event": "waitshim-regression", "job", "run", "alerts": [...]}`) and
+        /// WAITSHIM_EVENT set; it may run 60 s. Its output goes to stderr.
+        #[arg(long, value_name = "CMD")]
+        notify: Option<String>,
         /// Do not open the program's binaries.
         #[arg(long)]
         no_symbols: bool,

@@ -142,6 +142,25 @@ pub struct Figures {
     /// From the shim's sampler, when the run was sampled: the program's CPU capacity, what of it
     /// went unused while threads waited, and that by object (README, Thread states).
     pub sampled_lost: Option<SampledLost>,
+    /// The sampler's thread-state and CPU totals, when the run was sampled.
+    pub states: Option<StateTotals>,
+}
+
+/// What the sampler saw, summed over the threads (and the CPUs) of one log.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateTotals {
+    /// Time on a CPU.
+    pub running_ns: u64,
+    /// Time ready to run, waiting for a CPU.
+    pub runnable_ns: u64,
+    /// Time in the waits the shim tracks (locks, condition variables, ...).
+    pub tracked_wait_ns: u64,
+    /// Time blocked elsewhere (I/O, sleeps, untracked futexes).
+    pub blocked_ns: u64,
+    /// The machine's CPUs' idle time over the sampled span, summed over the CPUs.
+    pub idle_cpu_ns: u64,
+    /// That span times the CPUs: what `idle_cpu_ns` is a share of.
+    pub cpu_capacity_ns: u64,
 }
 
 /// Lost parallelism as the sampler measured it.
@@ -302,7 +321,25 @@ impl Figures {
                     })
                     .collect(),
             }),
+            states: m.states.any().then(|| {
+                let mut t = StateTotals::default();
+                for s in m.states.threads.values().filter(|s| s.sampled) {
+                    t.running_ns = t.running_ns.saturating_add(s.on_cpu_ns);
+                    t.runnable_ns = t.runnable_ns.saturating_add(s.run_delay_ns);
+                    t.tracked_wait_ns = t.tracked_wait_ns.saturating_add(s.tracked_ns);
+                    t.blocked_ns = t.blocked_ns.saturating_add(s.other_ns());
+                }
+                t.idle_cpu_ns = m.states.idle_ns;
+                t.cpu_capacity_ns = m.states.cpu_sampled_ns.saturating_mul(m.states.cpus as u64);
+                t
+            }),
         }
+    }
+
+    /// Time threads waited for objects of every kind (locks, condition variables, semaphores,
+    /// barriers, joins).
+    pub fn wait_all_ns(&self) -> u64 {
+        Sums::of(self.objects.values()).wait_ns
     }
 
     /// The program's name, for grouping the logs of one program.
