@@ -745,3 +745,64 @@ fn the_readme_gitlab_job_runs_as_the_runner_runs_it() {
     .unwrap();
     assert_eq!(items, serde_json::json!([]));
 }
+
+/// Stands for the tests that need a tool the machine may lack (objcopy here): run by
+/// [`under_ci_a_missing_dependency_fails_the_test_instead_of_skipping_it`] only.
+#[test]
+#[ignore = "run by under_ci_a_missing_dependency_fails_the_test_instead_of_skipping_it"]
+fn needs_objcopy() {
+    let found = Command::new("objcopy")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        waitshim_tests::skip_or_fail("needs_objcopy", "`objcopy` is not installed");
+        return;
+    }
+    println!("objcopy found");
+}
+
+/// A test whose dependency is missing says SKIPPED and passes on a developer's machine, and
+/// fails under CI=true (as CI runs the suite), so that a CI machine that lost a tool does not
+/// pass silently: this test runs [`needs_objcopy`] with a PATH that has every program of
+/// /usr/bin but objcopy.
+#[test]
+fn under_ci_a_missing_dependency_fails_the_test_instead_of_skipping_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for e in std::fs::read_dir("/usr/bin").unwrap() {
+        let e = e.unwrap();
+        if e.file_name() != "objcopy" {
+            let _ = std::os::unix::fs::symlink(e.path(), bin.join(e.file_name()));
+        }
+    }
+    let probe = |ci: Option<&str>| -> (Option<i32>, String) {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args(["--ignored", "--exact", "needs_objcopy", "--nocapture"])
+            .env("PATH", &bin)
+            .env_remove("CI");
+        if let Some(v) = ci {
+            c.env("CI", v);
+        }
+        let o = c.output().unwrap();
+        let (out, err) = text(&o);
+        (o.status.code(), format!("{out}{err}"))
+    };
+    let (code, said) = probe(None);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("SKIPPED needs_objcopy: `objcopy` is not installed"),
+        "{said}"
+    );
+    for ci in ["true", "1"] {
+        let (code, said) = probe(Some(ci));
+        assert_ne!(code, Some(0), "CI={ci}: {said}");
+        assert!(
+            said.contains("under CI=true a missing dependency fails the run"),
+            "{said}"
+        );
+    }
+    let (code, said) = probe(Some("false"));
+    assert_eq!(code, Some(0), "CI=false: {said}");
+}

@@ -705,7 +705,10 @@ fn history_on_postgresql() {
     let cluster = match Cluster::start() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("SKIPPED history_on_postgresql: no PostgreSQL server could be started: {e}");
+            waitshim_tests::skip_or_fail(
+                "history_on_postgresql",
+                &format!("no PostgreSQL server could be started: {e}"),
+            );
             return;
         }
     };
@@ -1033,7 +1036,10 @@ fn postgresql_statements_are_bounded_and_errors_keep_the_password_out() {
     let cluster = match Cluster::start() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("SKIPPED postgresql_statements_are_bounded...: no PostgreSQL server could be started: {e}");
+            waitshim_tests::skip_or_fail(
+                "postgresql_statements_are_bounded_and_errors_keep_the_password_out",
+                &format!("no PostgreSQL server could be started: {e}"),
+            );
             return;
         }
     };
