@@ -5,6 +5,7 @@
 //! for a snapshot of its data. Logs come from anywhere: any input gives an error or a report,
 //! in memory that grows with the run's objects, threads and chains, never with its events.
 
+pub mod critical;
 pub mod crossproc;
 pub mod diff;
 pub mod ending;
@@ -23,6 +24,7 @@ pub mod states;
 pub mod symbolize;
 pub mod table;
 pub mod top;
+pub mod whatif;
 pub mod whynolog;
 
 use std::io::Write;

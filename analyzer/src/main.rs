@@ -18,6 +18,7 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze policy check FILE\n       \
                       waitshim-analyze export --format FORMAT -o OUT FILE...\n       \
                       waitshim-analyze diff BEFORE AFTER [--json] [--html FILE]\n       \
+                      waitshim-analyze whatif --hold SITE=FACTOR [--hold ...] [--json] LOG\n       \
                       waitshim-analyze why-no-log -- CMD [ARGS]\n       \
                       waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab] [--junit FILE] [--sarif FILE]\n       \
                       waitshim-analyze baseline -o FILE LOG...\n       \
@@ -28,7 +29,7 @@ use waitshim_analyze::{Options, SortKey};
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, export, diff, policy, why-no-log, check, baseline, history, run) is read as a log when written \
+    after_help = "A log file named like a command (top, request, export, diff, whatif, policy, why-no-log, check, baseline, history, run) is read as a log when written \
                   as a path: ./top.\n\n\
                   Exit status of check, history check and run: 0 passed; 1 the gate failed; 2 the tool could not judge (no log, no shim, \
                   an input that cannot be read, a bad argument, a selector that matches no object); 3 the command run ran failed; \
@@ -100,6 +101,27 @@ enum Command {
         /// Do not open the program's binaries (objects then match by module+offset).
         #[arg(long)]
         no_symbols: bool,
+    },
+    /// Predict the run's time had the critical sections of an object taken FACTOR times as long
+    /// (0.5: half, 0: none): an estimate from the run's critical path and what else bounds it
+    /// (each lock's sections one after another, the CPUs, each thread's CPU time); the
+    /// assumptions are printed with it. Needs per-wait events and the sampler (both on by
+    /// default).
+    Whatif {
+        /// SITE=FACTOR: the objects SITE names (a C-API name, a variable, a creation site
+        /// file:line, a file, or the function that created them), and the factor their
+        /// critical sections are scaled by. Repeat for several objects.
+        #[arg(long = "hold", required = true, value_name = "SITE=FACTOR",
+              value_parser = |s: &str| s.parse::<waitshim_analyze::whatif::HoldChange>())]
+        holds: Vec<waitshim_analyze::whatif::HoldChange>,
+        /// Print one JSON document (schema waitshim-whatif/1) instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Do not open the program's binaries (sites are then module+offset).
+        #[arg(long)]
+        no_symbols: bool,
+        /// The log of the run.
+        log: PathBuf,
     },
     /// Collection policies (WAITSHIM_POLICY).
     #[command(subcommand)]
@@ -281,6 +303,19 @@ fn main() {
                 ..Options::default()
             };
             waitshim_analyze::diff::run(&before, &after, json, html.as_deref(), &opts, out, err)
+        }
+        Some(Command::Whatif {
+            holds,
+            json,
+            no_symbols,
+            log,
+        }) => {
+            let opts = waitshim_analyze::whatif::WhatIfOptions {
+                holds,
+                json,
+                symbols: !no_symbols,
+            };
+            waitshim_analyze::whatif::run(&log, &opts, out, err)
         }
         Some(Command::Policy(PolicyCommand::Check { file })) => {
             waitshim_analyze::policycheck::run(&file, out, err)

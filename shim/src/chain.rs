@@ -54,6 +54,24 @@ pub fn capture(depth: usize, out: &mut [u64; MAX_DEPTH]) -> usize {
     }
 }
 
+/// As [`capture`], also writing where each return address was read on the stack into `slots`
+/// (see `waitshim_unwind::backtrace_slots`; all 0 on the shim's spare stack, whose chains are
+/// not kept by call site).
+pub fn capture_slots(
+    depth: usize,
+    out: &mut [u64; MAX_DEPTH],
+    slots: &mut [u64; MAX_DEPTH],
+) -> usize {
+    let d = depth.min(MAX_DEPTH);
+    let switched = crate::track::threads::switched_from();
+    if switched.is_null() {
+        waitshim_unwind::backtrace_slots(&mut out[..d], Some(&mut slots[..d]), own())
+    } else {
+        // SAFETY: the registers live in the frame of `stack::switched`, which runs this.
+        waitshim_unwind::backtrace_from(unsafe { &*switched }, &mut out[..d], own())
+    }
+}
+
 /// Frames of the code a signal interrupted, from the handler's `ucontext`, without the shim's
 /// own frames (async-signal-safe).
 ///

@@ -5,8 +5,10 @@
 //!
 //! A filter in force from the start: the shim keeps to the system calls any program makes (no
 //! descriptor table of its own, no holder stacks by signal). A filter the program installs
-//! while it runs (through `prctl` or `syscall`, the ways a program does) ends tracing there
-//! (`crate::track::confining`). A tracer: no holder stacks by signal while it is attached.
+//! while it runs (through `prctl` or `syscall`, the ways a program does) is judged first
+//! (`crate::seccomp`): if it would kill or trap one of the shim's calls, tracing ends there
+//! (`crate::track::confining`); if it only fails some with an errno, tracing goes on. A tracer:
+//! no holder stacks by signal while it is attached.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -32,6 +32,7 @@ mod procmaps;
 mod real;
 mod runtime;
 mod sampler;
+mod seccomp;
 mod service;
 mod signals;
 mod stack;
@@ -51,6 +52,10 @@ fn start() {
 #[cfg(not(test))]
 #[ctor::dtor]
 fn stop() {
+    // The thread the process ends on: no key destructor runs its thread-exit hook (they run
+    // when a thread ends, not when the process does), so its end, totals and name are written
+    // here, as for any other thread.
+    track::thread_exited();
     track::finish(waitshim_format::end_reason::EXIT);
 }
 

@@ -80,7 +80,17 @@ fn rust_std_mutex_and_condvar_waits_show_as_futexes_at_the_lock_and_wait_lines()
         }
     }
 
-    let ready = log.object_created_at(RUST, line_of(RUST, "cond-wait"));
+    // READY by its name: SLOT's word may be first used at the same line too (the consumer
+    // takes the mutex back inside the wait, and may be the first to wait on it there).
+    let ready = log
+        .objects()
+        .into_iter()
+        .find(|o| o["global"]["name"] == "rust_mutex::READY")
+        .expect("READY");
+    assert!(
+        log.chain_has(&ready["creation_chain"], RUST, line_of(RUST, "cond-wait")),
+        "{ready}"
+    );
     assert_eq!(ready["kind"], "futex", "{ready}");
     let waits = log.counter(ready, "contended");
     // One wait per item, but for items the consumer found there before it looked (the first one,

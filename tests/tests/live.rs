@@ -337,8 +337,8 @@ int main(void)
 
 /// A stand-in for libwaitshim.so that only serves data requests, the way the shim does: it
 /// creates its log (`WAITSHIM_LOG`) as a zero-filled file mapped `MAP_SHARED`, writes the run
-/// start, and on each request signal appends a `Snapshot` record (seq 1, 2, …) naming the
-/// sender. `FAKE_SHIM_SILENT=1`: handles the signal but never answers.
+/// start, and for each request counted into the header's mailbox word appends a `Snapshot`
+/// record (seq 1, 2, …). `FAKE_SHIM_SILENT=1`: takes requests but never answers.
 const FAKE_SHIM: &str = r#"
 #include <fcntl.h>
 #include <pthread.h>
@@ -347,7 +347,9 @@ const FAKE_SHIM: &str = r#"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/futex.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -404,16 +406,13 @@ static unsigned char *put_str(unsigned char *p, const char *s)
     return put(put(p, &n, 4), s, n);
 }
 
-static void on_request(int sig, siginfo_t *info, void *ctx)
+/* Appends one Snapshot record answering a mailbox request. */
+static void answer(void)
 {
-    (void)sig;
-    (void)ctx;
-    if (silent)
-        return;
     unsigned char body[21], *p = body;
     uint64_t s = ++seq, ns = mono_ns();
-    uint8_t source = 1; /* snapshot_source::SIGNAL */
-    uint32_t requester = (uint32_t)info->si_pid;
+    uint8_t source = 4; /* snapshot_source::REQUEST */
+    uint32_t requester = 0;
     p = put(p, &s, 8);
     p = put(p, &ns, 8);
     p = put(p, &source, 1);
@@ -421,13 +420,24 @@ static void on_request(int sig, siginfo_t *info, void *ctx)
     append(25, body, sizeof body);
 }
 
-/* The shim's own thread, named as the shim names it: requests are sent to it. */
+/* The shim's own thread, named as the shim names it: it sleeps on the mailbox word (bytes 12..16
+   of the log) and answers each request the requester counted into its low 16 bits. */
 static void *fake_shim_thread(void *arg)
 {
     (void)arg;
     prctl(PR_SET_NAME, "waitshim", 0, 0, 0);
-    for (;;)
-        pause();
+    uint32_t *word = (uint32_t *)(base + 12);
+    uint32_t served = 0;
+    for (;;) {
+        uint32_t w = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        if ((w & 0xffff) == (served & 0xffff)) {
+            syscall(SYS_futex, word, FUTEX_WAIT, w, NULL, NULL, 0);
+            continue;
+        }
+        served++;
+        if (!silent)
+            answer();
+    }
     return NULL;
 }
 
@@ -463,17 +473,6 @@ __attribute__((constructor)) static void fake_shim_start(void)
     p = put_str(p, "fake");
     append(1, body, (uint32_t)(p - body)); /* RunStart */
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_sigaction = on_request;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&sa.sa_mask);
-    const char *spec = getenv("WAITSHIM_SIGNAL");
-    int sig = SIGRTMAX - 3;
-    if (spec && strcmp(spec, "SIGUSR2") == 0)
-        sig = SIGUSR2;
-    if (!(spec && strcmp(spec, "none") == 0))
-        sigaction(sig, &sa, NULL);
     pthread_t t;
     pthread_create(&t, NULL, fake_shim_thread, NULL);
 }
@@ -529,27 +528,88 @@ fn request_waits_for_the_snapshot_and_prints_the_report() {
     drop(program);
 }
 
+/// Counts the signals it is sent, with handlers of its own for the two a request could have
+/// used (given the argument `own`; without it, SIGUSR2 would end it); a thread of its own starts
+/// the shim's thread. Says `ready`, then on each line of stdin prints `usr2 N rt N`.
+const SIGNAL_COUNTER: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+static volatile sig_atomic_t usr2, rt;
+static void on_usr2(int s) { (void)s; usr2++; }
+static void on_rt(int s) { (void)s; rt++; }
+static void *nothing(void *a) { return a; }
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "own") == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_usr2;
+        sigaction(SIGUSR2, &sa, NULL);
+        sa.sa_handler = on_rt;
+        sigaction(SIGRTMAX - 3, &sa, NULL);
+    }
+    pthread_t t;
+    pthread_create(&t, NULL, nothing, NULL);
+    pthread_join(t, NULL);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        printf("usr2 %d rt %d\n", (int)usr2, (int)rt);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
 #[test]
-fn request_uses_the_signal_the_process_was_given() {
+fn request_sends_no_signal_and_a_signal_asks_only_when_the_user_chose_one() {
     let dir = tempfile::tempdir().unwrap();
-    let (program, _) = fake_shim_program(dir.path(), &[("WAITSHIM_SIGNAL", "SIGUSR2")]);
-    let pid = program.pid().to_string();
+    let program = compile_c(dir.path(), "counter", SIGNAL_COUNTER);
+
+    // A request reaches the shim through its log: the program's handlers see nothing.
+    let mut running = Launch::program(&program).arg("own").stdin_piped().spawn();
+    running.wait_for_stdout("ready");
+    let pid = running.pid().to_string();
     let out = analyzer(&["request".as_ref(), "--quiet".as_ref(), pid.as_ref()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).starts_with("snapshot 1 of pid"));
-    drop(program);
+    assert!(text(&out.stdout).starts_with(&format!("snapshot 1 of pid {pid}")));
+    running.send("count\n");
+    running.wait_for_stdout("usr2 0 rt 0");
 
-    let dir = tempfile::tempdir().unwrap();
-    let (program, _) = fake_shim_program(dir.path(), &[("WAITSHIM_SIGNAL", "none")]);
-    let pid = program.pid().to_string();
-    let out = analyzer(&["request".as_ref(), pid.as_ref()]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stderr).contains(&format!("data requests are disabled for process {pid}")),
-        "{}",
-        text(&out.stderr)
+    // Without WAITSHIM_SIGNAL, SIGUSR2 is the program's: its handler runs.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(running.pid() as i32, libc::SIGUSR2) };
+    running.send("count\n");
+    running.wait_for_stdout("usr2 1 rt 0");
+    let run = running.kill();
+    let report = run.analyze();
+    let snapshots = &report.log(0).0["snapshots"];
+    assert_eq!(
+        snapshots["total"], 1,
+        "only the request's snapshot: {snapshots}"
     );
-    drop(program);
+
+    // With WAITSHIM_SIGNAL=SIGUSR2, in a program with no handler for it, the shim takes that
+    // signal, writes a snapshot, and the program lives on.
+    let mut running = Launch::program(&program)
+        .stdin_piped()
+        .env("WAITSHIM_SIGNAL", "SIGUSR2")
+        .spawn();
+    running.wait_for_stdout("ready");
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(running.pid() as i32, libc::SIGUSR2) };
+    let analysis = running.poll_log("the signal's snapshot", |r| {
+        r.0["snapshots"]["total"].as_u64().is_some_and(|n| n > 0)
+    });
+    let snapshot = &analysis.log(0).0["snapshots"]["listed"][0];
+    assert_eq!(snapshot["source"], "signal", "{snapshot}");
+    running.send("count\n");
+    running.wait_for_stdout("usr2 0 rt 0");
+    drop(running);
 }
 
 #[test]

@@ -68,6 +68,14 @@ impl Drop for KeepErrno {
 /// call of the process builds the module table.
 #[inline(never)]
 pub fn backtrace(out: &mut [u64], skip: Range<u64>) -> usize {
+    backtrace_slots(out, None, skip)
+}
+
+/// As [`backtrace`], also writing into `slots` (as long as `out`) the stack address each return
+/// address was read from (0 for the first frame, and after a signal frame): enough to tell
+/// later, with [`still_there`], whether the same frames are on the stack again.
+#[inline(never)]
+pub fn backtrace_slots(out: &mut [u64], slots: Option<&mut [u64]>, skip: Range<u64>) -> usize {
     let _errno = KeepErrno::new();
     let (rip, rsp, rbp, rbx, r12, r13, r14, r15): (u64, u64, u64, u64, u64, u64, u64, u64);
     // SAFETY: only copies registers. Whatever registers the operands get, the values are
@@ -104,13 +112,38 @@ pub fn backtrace(out: &mut [u64], skip: Range<u64>) -> usize {
         r15,
     };
     let win = Window::here(rsp);
-    let (n, lost) = walk(Frame::from(&regs), &win, out, skip.clone());
+    let mut slots = slots;
+    let (n, lost) = walk(
+        Frame::from(&regs),
+        &win,
+        out,
+        slots.as_deref_mut(),
+        skip.clone(),
+    );
     // Code loaded since the table was built (by glibc itself, or by a constructor that a
     // dlopen runs before it returns): build it again and start over.
     if lost && modules::refresh_if_loaded() {
-        return walk(Frame::from(&regs), &win, out, skip).0;
+        return walk(Frame::from(&regs), &win, out, slots, skip).0;
     }
     n
+}
+
+/// Reads the words at `slots` of the calling thread's stack (addresses [`backtrace_slots`]
+/// gave) into `out`, without faulting; false if one cannot be read. Call chains that have the
+/// same return addresses at the same places on the stack are the same chain: reading them back
+/// tells whether the stack holds a chain captured before, at a fraction of an unwind's cost.
+#[inline(never)]
+pub fn read_slots(slots: &[u64], out: &mut [u64]) -> bool {
+    let _errno = KeepErrno::new();
+    let own_sp = &_errno as *const KeepErrno as u64;
+    let win = Window::here(own_sp);
+    for (o, &at) in out.iter_mut().zip(slots) {
+        match win.read(at) {
+            Some(v) => *o = v,
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The frames of the context a signal interrupted (`ucontext` as passed to an `SA_SIGINFO`
@@ -147,12 +180,19 @@ pub unsafe fn backtrace_from_ucontext(
 pub fn backtrace_from(regs: &Regs, out: &mut [u64], skip: Range<u64>) -> usize {
     let _errno = KeepErrno::new();
     let own_sp = &_errno as *const KeepErrno as u64;
-    walk(Frame::from(regs), &Window::here(own_sp), out, skip).0
+    walk(Frame::from(regs), &Window::here(own_sp), out, None, skip).0
 }
 
-/// Unwinds from `f` into `out`: the count written, and whether the chain ended at a program
-/// counter in no object of the table.
-fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> (usize, bool) {
+/// Unwinds from `f` into `out` (and where each return address was read into `slots`, if
+/// given): the count written, and whether the chain ended at a program counter in no object of
+/// the table.
+fn walk(
+    mut f: Frame,
+    win: &Window,
+    out: &mut [u64],
+    mut slots: Option<&mut [u64]>,
+    skip: Range<u64>,
+) -> (usize, bool) {
     let Some(reader) = modules::read() else {
         return (0, false);
     };
@@ -162,11 +202,17 @@ fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> (usize
     // The innermost program counter is where the thread is; the others are return addresses,
     // looked up one byte back (inside the call), except after a signal frame.
     let mut exact = true;
+    // Where the current frame's program counter was read: the caller's stack pointer, less the
+    // return address (x86-64: the caller's stack pointer is the callee's CFA).
+    let mut read_at = 0u64;
     for _ in 0..out.len() + EXTRA_STEPS {
         let pc = f.v[RIP];
         if !(skipping && skip.contains(&pc)) {
             skipping = false;
             out[n] = pc;
+            if let Some(s) = slots.as_deref_mut() {
+                s[n] = if n == 0 { 0 } else { read_at };
+            }
             n += 1;
             if n == out.len() {
                 break;
@@ -177,6 +223,7 @@ fn walk(mut f: Frame, win: &Window, out: &mut [u64], skip: Range<u64>) -> (usize
             Some((next, signal)) => {
                 f = next;
                 exact = signal;
+                read_at = if signal { 0 } else { f.v[RSP].wrapping_sub(8) };
             }
             None => return (n, table.find(look).is_none()),
         }

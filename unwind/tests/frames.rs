@@ -593,3 +593,58 @@ fn errno_is_kept() {
     // SAFETY: as above.
     assert_eq!(unsafe { *libc::__errno_location() }, 1234);
 }
+
+/// Where one path's chain was read, and whether it is still there when `check` runs at the same
+/// depth through `common`.
+#[inline(never)]
+fn at_the_helper(capture: bool, saved: &mut ([u64; 64], [u64; 64], usize)) -> bool {
+    if capture {
+        let (frames, slots, n) = saved;
+        *n = waitshim_unwind::backtrace_slots(&mut frames[..16], Some(&mut slots[..16]), 0..0);
+        true
+    } else {
+        // From the return address into `common` on: the first two frames are in this
+        // function's own calls, which differ between capture and check.
+        let n = saved.2;
+        let mut now = [0u64; 64];
+        waitshim_unwind::read_slots(&saved.1[2..n], &mut now[2..n]) && now[2..n] == saved.0[2..n]
+    }
+}
+
+#[inline(never)]
+fn common(capture: bool, saved: &mut ([u64; 64], [u64; 64], usize)) -> bool {
+    black_box(at_the_helper(black_box(capture), saved))
+}
+
+#[inline(never)]
+fn orders(capture: bool, saved: &mut ([u64; 64], [u64; 64], usize)) -> bool {
+    black_box(1u8);
+    black_box(common(capture, saved))
+}
+
+#[inline(never)]
+fn audit(capture: bool, saved: &mut ([u64; 64], [u64; 64], usize)) -> bool {
+    black_box(2u16);
+    black_box(common(capture, saved))
+}
+
+/// Two callers of one helper, at the same depth: the chain captured through one is found on
+/// the stack again through it, never through the other (the shim's chain cache relies on it).
+#[test]
+fn a_chain_is_still_there_through_its_own_path_and_not_through_another() {
+    type Path = fn(bool, &mut ([u64; 64], [u64; 64], usize)) -> bool;
+    let mut saved = ([0u64; 64], [0u64; 64], 0usize);
+    let mut found = Vec::new();
+    // One call instruction for all three, so that only `orders` and `audit` differ.
+    let paths: Vec<(Path, bool)> = vec![(orders, true), (orders, false), (audit, false)];
+    for (path, capture) in black_box(paths) {
+        found.push(path(capture, &mut saved));
+    }
+    assert!(saved.2 >= 5, "{} frames", saved.2);
+    assert!(saved.1[1..5].iter().all(|&s| s != 0));
+    assert_eq!(
+        found,
+        [true, true, false],
+        "captured; the same path; another caller"
+    );
+}

@@ -207,6 +207,21 @@ pub fn for_each<E>(src: &Source<'_>, f: impl FnMut(Event) -> Result<(), E>) -> R
     Ok(())
 }
 
+/// [`for_each`] for a log `first` summarises, outside an export: `Ok(Some(note))` when the log
+/// could not be read again as it was read first (the states are then those read).
+pub fn for_each_in<E>(
+    model: &Model,
+    first: &ReadSummary,
+    f: impl FnMut(Event) -> Result<(), E>,
+) -> Result<Option<String>, E> {
+    if !any(model) {
+        return Ok(None);
+    }
+    super::read_again(first, "the thread states", |bytes, path| {
+        fold(model, bytes, path, f)
+    })
+}
+
 /// [`for_each`], with each thread's tracked waits taken from `waits` (the exact waits of the
 /// per-wait events, kept by [`super::exact::Store`]) where they are complete, and the sampled
 /// states filling the rest ([`super::exact::Merge`]); as sampled without them.

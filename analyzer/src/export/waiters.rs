@@ -170,7 +170,7 @@ impl Waiters {
 }
 
 /// A file in the temporary directory, open for reading and writing and already removed.
-pub(super) fn temporary() -> io::Result<File> {
+pub(crate) fn temporary() -> io::Result<File> {
     let dir = std::env::temp_dir();
     for n in 0u32.. {
         let path = dir.join(format!(".waitshim-waiters.{}.{n}", std::process::id()));

@@ -1303,6 +1303,100 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
 type Iter<'a, T> = std::slice::Iter<'a, T>;
 type Values<'a, K, V> = std::collections::btree_map::Values<'a, K, V>;
 
+/// One part of the critical path.
+#[derive(Serialize)]
+struct CauseJson {
+    /// `held`, `waited`, `work`, `cpus_busy`, `wake_latency`, `blocked`, `stopped`.
+    cause: &'static str,
+    object_id: Option<u64>,
+    tid: Option<u32>,
+    syscall: Option<i32>,
+    what: Option<String>,
+    ns: u64,
+}
+
+#[derive(Serialize)]
+struct CriticalJson {
+    start_ns: u64,
+    end_ns: u64,
+    length_ns: u64,
+    hops: u64,
+    estimated: bool,
+    by: Vec<CauseJson>,
+    /// For each lock listed as a bottleneck: the run's predicted time with its critical
+    /// sections half as long and free (`crate::whatif`, estimates).
+    whatif: Vec<WhatIfJson>,
+}
+
+#[derive(Serialize)]
+struct WhatIfJson {
+    object_id: u64,
+    factor: f64,
+    predicted_duration_ns: u64,
+    predicted_speedup: f64,
+    bound: crate::whatif::Bound,
+}
+
+fn critical(
+    m: &Model,
+    p: &crate::critical::Path,
+    basis: Option<&crate::whatif::Basis>,
+) -> CriticalJson {
+    use crate::critical::Cause;
+    let whatif = basis.map_or_else(Vec::new, |b| {
+        super::bottlenecks::held_objects(p)
+            .into_iter()
+            .flat_map(|o| {
+                [0.5, 0.0].map(|f| {
+                    let x = b.predict(&[(o, f)].into());
+                    WhatIfJson {
+                        object_id: o,
+                        factor: f,
+                        predicted_duration_ns: x.predicted_ns,
+                        predicted_speedup: x.speedup(),
+                        bound: x.bound,
+                    }
+                })
+            })
+            .collect()
+    });
+    CriticalJson {
+        whatif,
+        start_ns: m.rel(p.start_ns),
+        end_ns: m.rel(p.end_ns),
+        length_ns: p.length_ns(),
+        hops: p.hops,
+        estimated: p.estimated,
+        by: p
+            .by
+            .iter()
+            .map(|(c, ns)| {
+                let (cause, object_id, tid, syscall, what) = match c {
+                    Cause::Held(o) => ("held", Some(*o), None, None, None),
+                    Cause::Waited(o) => ("waited", Some(*o), None, None, None),
+                    Cause::Work(t) => ("work", None, Some(*t), None, None),
+                    Cause::CpusBusy(t) => ("cpus_busy", None, Some(*t), None, None),
+                    Cause::WakeLatency(o) => {
+                        ("wake_latency", (*o != 0).then_some(*o), None, None, None)
+                    }
+                    Cause::Blocked(sys, what) => {
+                        ("blocked", None, None, Some(*sys), Some(what.clone()))
+                    }
+                    Cause::Stopped => ("stopped", None, None, None, None),
+                };
+                CauseJson {
+                    cause,
+                    object_id,
+                    tid,
+                    syscall,
+                    what,
+                    ns: *ns,
+                }
+            })
+            .collect(),
+    }
+}
+
 /// LOG: the report of one log.
 #[derive(Serialize)]
 struct LogJson<'c, 'a> {
@@ -1327,6 +1421,8 @@ struct LogJson<'c, 'a> {
     quiet_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsQuiet>, QuietJson>,
     threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
     thread_states: StatesJson,
+    /// CRITICAL_PATH: what the end of the run waited for; null without per-wait events.
+    critical_path: Option<CriticalJson>,
     /// What the shim's own thread cost (null when the log has no figures: a run shorter than
     /// a flush interval with the sampler off).
     shim_cost: Option<ShimCostJson>,
@@ -1614,7 +1710,10 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
             })
             .collect()
     });
+    let basis = crate::whatif::Basis::of(&x);
+    let critical_path = x.critical().map(|p| critical(m, p, basis.as_ref()));
     LogJson {
+        critical_path,
         file: x.summary.path.display().to_string(),
         warnings: x.warnings().into_iter().map(From::from).collect(),
         ending: x.summary.ending.as_str(),

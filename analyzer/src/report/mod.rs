@@ -1,6 +1,7 @@
 //! Stage 4: reports. What both the text and the JSON report need is computed here once: the
 //! warnings, the order of the contention records, commonality groups, and how an object is named.
 
+pub mod bottlenecks;
 pub mod json;
 pub mod text;
 
@@ -244,6 +245,8 @@ pub struct Ctx<'a> {
     pub inversions: Inversions,
     /// Why the log has no end record, when it has none.
     pub no_end: Option<NoEnd>,
+    /// The run's critical path, worked out when first asked (it reads the log again).
+    critical: std::cell::OnceCell<Option<crate::critical::Path>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -255,7 +258,20 @@ impl<'a> Ctx<'a> {
             opts,
             inversions: lockorder::find(model),
             no_end: NoEnd::find(summary, model, opts.symbols),
+            critical: std::cell::OnceCell::new(),
         }
+    }
+
+    /// The run's critical path (`crate::critical`), None without per-wait events to follow or
+    /// when the log cannot be read again.
+    pub fn critical(&self) -> Option<&crate::critical::Path> {
+        self.critical
+            .get_or_init(|| {
+                crate::critical::critical_path(self.model, self.summary)
+                    .ok()
+                    .flatten()
+            })
+            .as_ref()
     }
 
     /// Where the object was created (the first frame of the program's own code, see

@@ -73,6 +73,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         }
         thread_states(ctx, &mut body);
     } else {
+        super::bottlenecks::render(ctx, &mut body);
         waiting_went(ctx, &mut body);
         deadlocks(ctx, &mut body);
         still_waiting(ctx, &mut body);
@@ -197,6 +198,9 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         );
     }
     let _ = writeln!(out, "{objects}");
+    if let Some(line) = super::bottlenecks::headline(ctx) {
+        let _ = writeln!(out, "{line}");
+    }
     match m.final_highwater() {
         Some(h) if h.hwm > 0 => {
             let (hwm, at, tid, object) = (h.hwm, m.rel(h.ns), h.tid, h.object_id);
@@ -339,9 +343,14 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
             crate::states::Waited::Cpu => "ready threads waiting for a CPU".into(),
             crate::states::Waited::Other => "other waits".into(),
         };
+        let idle = if super::bottlenecks::idle_wait(ctx, what) {
+            " (idle: off the critical path)"
+        } else {
+            ""
+        };
         let _ = write!(
             line,
-            "{} {} on {label}",
+            "{} {} on {label}{idle}",
             if i == 0 { ":" } else { ";" },
             percent(*n as f64 / l.lost_ns.max(1) as f64)
         );
@@ -630,7 +639,7 @@ fn percent(f: f64) -> String {
 /// What a thread blocked outside the shim's calls waited on: `read on pipe:[123]`; a futex word
 /// that lies inside an object of the log is that object (`futex on mutex#3 @0x... created at
 /// x.c:12, outside the shim's calls`), with the word's offset in it when not its first.
-fn blocked_label(ctx: &mut Ctx<'_>, syscall: i32, what: &str) -> String {
+pub(super) fn blocked_label(ctx: &mut Ctx<'_>, syscall: i32, what: &str) -> String {
     if let Some((id, offset)) = ctx.model.states.futex_object(syscall, what) {
         let word = if offset == 0 {
             String::new()

@@ -213,7 +213,8 @@ mod real_process {
 
 /// `prctl`, as glibc's (variadic there: x86-64 passes the four further arguments in the same
 /// registers, which glibc reads whatever the caller passed, and so does this). A program that
-/// confines itself with `PR_SET_SECCOMP` ends tracing first (see `track::confining`).
+/// confines itself with `PR_SET_SECCOMP`, strictly or with a filter that would kill or trap one
+/// of the shim's calls (`crate::seccomp`), ends tracing first (see `track::confining`).
 #[no_mangle]
 pub unsafe extern "C" fn prctl(
     option: libc::c_int,
@@ -222,7 +223,14 @@ pub unsafe extern "C" fn prctl(
     a4: libc::c_ulong,
     a5: libc::c_ulong,
 ) -> libc::c_int {
-    if option == libc::PR_SET_SECCOMP {
+    // SECCOMP_MODE_STRICT (1), or SECCOMP_MODE_FILTER (2) with a filter that would kill or
+    // trap one of the shim's own calls.
+    // SAFETY: the filter the program passes, as the kernel will read it.
+    if option == libc::PR_SET_SECCOMP
+        && (a2 == 1
+            || (a2 == 2
+                && !unsafe { crate::seccomp::leaves_the_shim_be(a3 as *const libc::sock_fprog) }))
+    {
         track::confining();
     }
     // SAFETY: forwarding the caller's arguments.

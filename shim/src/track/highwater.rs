@@ -3,7 +3,8 @@
 //!
 //! A new wait on an engaged object brings its waiter count to `n`. If `n` exceeds the highwater
 //! mark, the mark rises to `n`; if `n` equals the mark and no thread other than the holder can run
-//! (all are blocked in waits the shim sees), the program is serialised. Each object also has its
+//! (all are blocked in waits the shim sees), the program is serialised. An object nobody holds (a
+//! condition variable, a semaphore) has no holder running: there, every thread must be blocked. Each object also has its
 //! own highest waiter count: a wait that reaches it (or a new one) is a peak of that object. Any
 //! of the three opens the object's episode (a pending contention record, elapsed-time counter
 //! started) unless one is open already, in which case the wait joins it. The episode ends, and
@@ -52,6 +53,12 @@ pub struct Facts {
     pub global: u32,
     /// Every thread but the holder is blocked in a wait the shim sees.
     pub all_blocked: bool,
+    /// Every thread is blocked, the holder too (for objects nobody holds: the thread that
+    /// would signal or post is not blocked on them).
+    pub none_running: bool,
+    /// The object is held by a thread that makes the waiters wait (a mutex, a spinlock, an
+    /// rwlock held for writing), rather than waited on for another thread to act.
+    pub held: bool,
     /// The object has an episode open.
     pub episode_open: bool,
     /// The object's last episode closed less than `COALESCE_NS` ago.
@@ -78,11 +85,21 @@ pub fn all_others_blocked(tracked: i32, elsewhere: i32, live: i32) -> bool {
     tracked.saturating_add(elsewhere.max(0)).saturating_add(1) >= live
 }
 
+/// Whether every thread is blocked: `tracked` and `elsewhere` as in [`all_others_blocked`].
+pub fn all_blocked(tracked: i32, elsewhere: i32, live: i32) -> bool {
+    tracked.saturating_add(elsewhere.max(0)) >= live
+}
+
 /// The highwater rules: whether the wait raises the global mark, and what it does to the
 /// object's episodes.
 pub fn decide(f: &Facts) -> (bool, Verdict) {
     let raise = f.global_kind && f.waiters > f.global;
-    let serialised = f.global_kind && !raise && f.waiters == f.global && f.all_blocked;
+    let blocked = if f.held {
+        f.all_blocked
+    } else {
+        f.none_running
+    };
+    let serialised = f.global_kind && !raise && f.waiters > 0 && f.waiters == f.global && blocked;
     let verdict = if f.episode_open {
         Verdict::Join
     } else if raise {
@@ -252,14 +269,24 @@ pub unsafe fn on_wait(
     now: u64,
     chain: u32,
 ) {
+    // No wait, no episode (a path that counts its waiter only later).
+    if n == 0 {
+        return;
+    }
+    let (tracked, elsewhere, live) = (
+        tr.blocked.load(Ordering::Relaxed),
+        tr.blocked_elsewhere.load(Ordering::Relaxed),
+        tr.live.load(Ordering::Relaxed),
+    );
     let facts = Facts {
         waiters: n,
         global_kind: !matches!(obj.kind, ObjectKind::Barrier | ObjectKind::Thread),
         global: tr.highwater.load(Ordering::Relaxed),
-        all_blocked: all_others_blocked(
-            tr.blocked.load(Ordering::Relaxed),
-            tr.blocked_elsewhere.load(Ordering::Relaxed),
-            tr.live.load(Ordering::Relaxed),
+        all_blocked: all_others_blocked(tracked, elsewhere, live),
+        none_running: all_blocked(tracked, elsewhere, live),
+        held: matches!(
+            obj.kind,
+            ObjectKind::Mutex | ObjectKind::RwLock | ObjectKind::Spin
         ),
         episode_open: obj.flags() & EPISODE != 0,
         recent: now.saturating_sub(obj.busy().last_close_ns.load(Ordering::Relaxed)) < COALESCE_NS,
@@ -393,11 +420,13 @@ pub fn on_release(tr: &Tracker, holder: u32, obj: &ObjEntry, now: u64, holder_ch
 mod tests {
     use super::*;
 
+    /// A wait on a mutex.
     fn wait(waiters: u32, global: u32) -> Facts {
         Facts {
             waiters,
             global_kind: true,
             global,
+            held: true,
             ..Facts::default()
         }
     }
@@ -423,6 +452,35 @@ mod tests {
             !all_others_blocked(2, 1, 5),
             "a thread is running besides the holder"
         );
+    }
+
+    #[test]
+    fn a_condition_variable_is_serialised_only_when_no_thread_at_all_runs() {
+        // Every other thread blocked but one, which runs (the one that will signal): no.
+        let cond = Facts {
+            held: false,
+            all_blocked: true,
+            ..wait(2, 2)
+        };
+        assert_eq!(decide(&cond), (false, Verdict::Nothing));
+        let stuck = Facts {
+            none_running: true,
+            ..cond
+        };
+        assert_eq!(
+            decide(&stuck),
+            (false, Verdict::Open(contention_reason::SERIALISED))
+        );
+    }
+
+    #[test]
+    fn no_wait_opens_no_episode_even_at_a_mark_of_zero() {
+        let f = Facts {
+            all_blocked: true,
+            none_running: true,
+            ..wait(0, 0)
+        };
+        assert_eq!(decide(&f), (false, Verdict::Nothing));
     }
 
     #[test]

@@ -214,6 +214,7 @@ fn finish_here(reason: u8) {
         return;
     }
     let _in = Inside::enter();
+    super::thread_registry::process_ending_on_this_thread(tr);
     if let Some(h) = hooks::get() {
         (h.ending)(tr, false);
     }

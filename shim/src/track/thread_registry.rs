@@ -64,28 +64,62 @@ pub fn thread_named(th: libc::pthread_t, name: &std::ffi::CStr) {
         return;
     };
     let _in = Inside::enter();
-    let target = if th as usize == t.pthread.load(Ordering::Relaxed) {
-        Some(t)
-    } else {
-        tr.threads
-            .iter()
-            .find(|e| e.value().0.pthread.load(Ordering::Relaxed) == th as usize)
-            .map(|e| e.value().0)
+    let name = name.to_string_lossy().into_owned();
+    let find = || {
+        if th as usize == t.pthread.load(Ordering::Relaxed) {
+            Some(t)
+        } else {
+            tr.threads
+                .iter()
+                .find(|e| e.value().0.pthread.load(Ordering::Relaxed) == th as usize)
+                .map(|e| e.value().0)
+        }
     };
-    if let Some(target) = target {
-        let tid = target.tid();
-        target.named.store(true, Ordering::Relaxed);
-        let name = name.to_string_lossy().into_owned();
-        target.policy.set_name(&name);
-        tr.log.write(
-            &ThreadName {
-                tid,
-                ns: now_ns(),
-                name,
-            }
-            .into(),
-        );
+    if let Some(target) = find() {
+        apply_name(tr, target, name);
+        return;
     }
+    // Named by its creator before it ran (memcached names its workers right after creating
+    // them): the name waits for the thread to register. Put there first, then looked for
+    // again: the thread, which registers first and looks second, or this, takes it.
+    PENDING_NAMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((th as usize, name));
+    HAS_PENDING_NAMES.store(true, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if let Some(target) = find() {
+        if let Some(name) = take_pending_name(th as usize) {
+            apply_name(tr, target, name);
+        }
+    }
+}
+
+/// Names given to threads not registered yet, by descriptor (see [`thread_named`]).
+static PENDING_NAMES: Mutex<Vec<(usize, String)>> = Mutex::new(Vec::new());
+static HAS_PENDING_NAMES: AtomicBool = AtomicBool::new(false);
+
+fn take_pending_name(pthread: usize) -> Option<String> {
+    let mut pending = PENDING_NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    let i = pending.iter().position(|(p, _)| *p == pthread)?;
+    let (_, name) = pending.swap_remove(i);
+    if pending.is_empty() {
+        HAS_PENDING_NAMES.store(false, Ordering::Relaxed);
+    }
+    Some(name)
+}
+
+fn apply_name(tr: &Tracker, target: &ThreadRec, name: String) {
+    target.named.store(true, Ordering::Relaxed);
+    target.policy.set_name(&name);
+    tr.log.write(
+        &ThreadName {
+            tid: target.tid(),
+            ns: now_ns(),
+            name,
+        }
+        .into(),
+    );
 }
 
 /// Registers the calling thread and points its thread-local at its record (a new one, or one a
@@ -148,6 +182,13 @@ pub(super) fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option
         }
         .into(),
     );
+    // A name its creator gave it before it ran (see `thread_named`).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if HAS_PENDING_NAMES.load(Ordering::SeqCst) {
+        if let Some(name) = take_pending_name(pthread) {
+            apply_name(tr, rec, name);
+        }
+    }
 }
 
 /// A thread the shim has not seen start (the main thread before the constructor, threads made
@@ -165,6 +206,37 @@ pub fn adopt_current_thread() -> Option<&'static ThreadRec> {
     let tr = tracker()?;
     let _in = Inside::enter();
     Some(register_thread(tr, None))
+}
+
+/// Writes the calling thread's kernel name, when the program did not name it through
+/// `pthread_setname_np`: names set with `prctl(PR_SET_NAME)` bypass it, and a thread the program
+/// never named has the name it inherited (the main thread: the program's). Read at the thread's
+/// end, the final one.
+fn name_from_kernel(tr: &Tracker, rec: &ThreadRec, now: u64) {
+    if rec.named.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(comm) = threads::own_kernel_name() {
+        tr.log.write(
+            &ThreadName {
+                tid: rec.tid(),
+                ns: now,
+                name: comm.trim_end().into(),
+            }
+            .into(),
+        );
+    }
+}
+
+/// The process ends on the calling thread (`exit`, `_exit`, a return from `main`): its name, as
+/// at a thread's end. No thread-exit hook runs for it (pthread key destructors run only when a
+/// thread ends, not when the process does).
+pub fn process_ending_on_this_thread(tr: &Tracker) {
+    let p = threads::own_record();
+    if !p.is_null() {
+        // SAFETY: records are leaked; this is the owning thread.
+        name_from_kernel(tr, unsafe { &*p }, now_ns());
+    }
 }
 
 /// The calling thread ends: add its counts, record its name and exit, and stop tracking it.
@@ -195,18 +267,7 @@ fn thread_exited_here() {
         }
         let tid = rec.tid();
         let now = now_ns();
-        // Names set with prctl(PR_SET_NAME) bypass pthread_setname_np: read the final one.
-        let named = rec.named.load(Ordering::Relaxed);
-        if let Some(comm) = (!named).then(threads::own_kernel_name).flatten() {
-            tr.log.write(
-                &ThreadName {
-                    tid,
-                    ns: now,
-                    name: comm.trim_end().into(),
-                }
-                .into(),
-            );
-        }
+        name_from_kernel(tr, rec, now);
         // A thread being joined: its exit ends the join's episode, as the one the joiner waited
         // for. Where it "released" is always the thread's exit, so no chain is unwound for it.
         let pthread = rec.pthread.load(Ordering::Relaxed);

@@ -193,26 +193,16 @@ pub struct ThreadRec {
     pub reads: [AtomicPtr<ObjEntry>; READS_HELD],
 }
 
+#[derive(Default)]
 pub struct Local {
     pub held: Timed,
     /// (chain hash, chain id): saves the global intern table for repeated chains.
     pub chain_cache: [(u64, u32); 32],
-    /// (return address, caller's stack pointer, chain id): the chain last captured for a call
-    /// site at a stack depth, reused without unwinding.
-    pub site_cache: [(usize, usize, u32); 64],
+    /// The chain last captured for a call site at a stack depth, reused without unwinding
+    /// while the stack still holds it (`chain_cache`); made at the thread's first chain.
+    pub site_cache: Option<Box<[super::chain_cache::SiteEntry; super::chain_cache::SITE_ENTRIES]>>,
     /// The last condition variable wait that returned woken, until the next one begins.
     pub woken: Option<super::waits::Woken>,
-}
-
-impl Default for Local {
-    fn default() -> Self {
-        Local {
-            held: Timed::default(),
-            chain_cache: [(0, 0); 32],
-            site_cache: [(0, 0, 0); 64],
-            woken: None,
-        }
-    }
 }
 
 // SAFETY: fields read by other threads are atomics; `local` is only touched by the thread that

@@ -1,0 +1,477 @@
+//! `waitshim-analyze whatif --hold SITE=FACTOR LOG`: how long the run would have taken had the
+//! critical sections of the objects at SITE taken FACTOR times as long (0.5: half, 0: none).
+//!
+//! An estimate from what the log measured, never a figure of its own: the run's critical path
+//! (`crate::critical`) with those sections scaled, weighed against what else would then bound
+//! the run. A run takes at least as long as each of
+//! - its critical path: the pieces inside the scaled sections shrink (the sections the path
+//!   went through, exactly; the holds nobody waited for, which the path counts as their
+//!   thread's work, in proportion to the share of those threads' CPU time the object's holds
+//!   took);
+//! - every lock's critical sections one after another (they cannot overlap): the scaled ones
+//!   at their new length;
+//! - the program's CPU time spread over the machine's CPUs, less what the scaled sections save;
+//! - each thread's own CPU time, less its share of the savings.
+//!
+//! The prediction is the run's time scaled by how the largest of these moves: when nothing is
+//! scaled it is the run's time. Which one bounds the prediction is said, with the assumptions.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+
+use serde::Serialize;
+
+use crate::critical::{Cause, Path};
+use crate::gate::metrics::Figures;
+use crate::report::Ctx;
+use crate::{analyze, Analysis, Options, EXIT_BAD_INPUT};
+
+/// One `--hold SITE=FACTOR`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldChange {
+    pub site: String,
+    pub factor: f64,
+}
+
+impl std::str::FromStr for HoldChange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<HoldChange, String> {
+        let (site, factor) = s
+            .rsplit_once('=')
+            .ok_or_else(|| format!("{s:?}: expected SITE=FACTOR, such as queue.c:41=0.5"))?;
+        let site = site.trim();
+        if site.is_empty() {
+            return Err(format!("{s:?}: no SITE before '='"));
+        }
+        let factor: f64 = factor
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?}: FACTOR {factor:?} is not a number"))?;
+        if !factor.is_finite() || factor < 0.0 {
+            return Err(format!(
+                "{s:?}: FACTOR must be 0 or more (0.5: half as long, 0: free, 2: twice)"
+            ));
+        }
+        Ok(HoldChange {
+            site: site.to_string(),
+            factor,
+        })
+    }
+}
+
+/// What bounds a prediction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Bound {
+    CriticalPath,
+    /// One lock's critical sections, one after another.
+    Serialised {
+        object_id: u64,
+    },
+    Cpus,
+    /// One thread's own CPU time.
+    Thread {
+        tid: u32,
+    },
+}
+
+/// The run's figures the estimate starts from, worked out once per log.
+pub struct Basis {
+    run_ns: u64,
+    path: Path,
+    ncpus: u64,
+    /// Each lock's total hold time (estimated when the shim timed only some holds).
+    holds: BTreeMap<u64, (u64, bool)>,
+    /// Each thread's CPU time (the kernel's figure, from the sampler).
+    running: BTreeMap<u32, u64>,
+}
+
+/// A prediction for one set of changes.
+#[derive(Debug, Clone)]
+pub struct Prediction {
+    pub baseline_ns: u64,
+    pub predicted_ns: u64,
+    pub bound: Bound,
+    /// Any hold time it used was estimated (timed on some holds only).
+    pub holds_estimated: bool,
+}
+
+impl Prediction {
+    pub fn speedup(&self) -> f64 {
+        self.baseline_ns as f64 / self.predicted_ns.max(1) as f64
+    }
+}
+
+impl Basis {
+    /// The basis of a log's estimates; None without a critical path (no per-wait events) or
+    /// sampled CPU times.
+    pub fn of(ctx: &Ctx<'_>) -> Option<Basis> {
+        let path = ctx.critical()?.clone();
+        let m = ctx.model;
+        let running: BTreeMap<u32, u64> = m
+            .states
+            .threads
+            .iter()
+            .map(|(&t, s)| (t, s.on_cpu_ns))
+            .filter(|&(_, ns)| ns > 0)
+            .collect();
+        if running.is_empty() {
+            return None;
+        }
+        let holds = m
+            .objects
+            .values()
+            .filter(|o| {
+                matches!(
+                    o.kind(),
+                    Some(
+                        waitshim_format::ObjectKind::Mutex
+                            | waitshim_format::ObjectKind::RwLock
+                            | waitshim_format::ObjectKind::Spin
+                    )
+                )
+            })
+            .filter_map(|o| Some((o.object_id, o.hold_total_estimate()?)))
+            .collect();
+        Some(Basis {
+            run_ns: m.duration_ns().0,
+            ncpus: u64::from(m.run.as_ref().map_or(1, |r| r.ncpus.max(1))),
+            path,
+            holds,
+            running,
+        })
+    }
+
+    /// The bounds of the run with the critical sections of each object in `changes` scaled by
+    /// its factor: (critical path, each lock's serialised holds, CPUs, each thread), as
+    /// floating-point nanoseconds.
+    fn bounds(&self, changes: &HashMap<u64, f64>) -> Vec<(Bound, f64)> {
+        let p = &self.path;
+        let mut path = p.length_ns() as f64;
+        let mut total_cpu: f64 = self.running.values().map(|&n| n as f64).sum();
+        let mut thread_cpu: BTreeMap<u32, f64> =
+            self.running.iter().map(|(&t, &n)| (t, n as f64)).collect();
+        for (&o, &f) in changes {
+            let cut = 1.0 - f;
+            let held_on_path = p.ns(&Cause::Held(o)) as f64;
+            path -= cut * held_on_path;
+            let Some(&(hold, _)) = self.holds.get(&o) else {
+                continue;
+            };
+            let hold = hold as f64;
+            // Each holder's part of the holds: by how often it released the lock to a waiter
+            // (a lock held long is the one others wait for), else by its CPU time.
+            let holders = p.holders.get(&o).map(Vec::as_slice).unwrap_or(&[]);
+            let cpu = |t: u32| self.running.get(&t).copied().unwrap_or(0) as f64;
+            let releases: f64 = holders.iter().map(|h| h.1 as f64).sum();
+            let weight = |h: &(u32, u64)| {
+                if releases > 0.0 {
+                    h.1 as f64 / releases
+                } else {
+                    let all: f64 = holders.iter().map(|h| cpu(h.0)).sum();
+                    if all > 0.0 {
+                        cpu(h.0) / all
+                    } else {
+                        0.0
+                    }
+                }
+            };
+            let unseen = (hold - held_on_path).max(0.0);
+            for h in holders {
+                let c = cpu(h.0);
+                if c <= 0.0 {
+                    continue;
+                }
+                // The holds the path did not see as such are part of this thread's work there;
+                // all of its holds are part of its CPU time.
+                let on_path = (weight(h) * unseen / c).min(1.0);
+                path -= cut * on_path * p.ns(&Cause::Work(h.0)) as f64;
+                let share = (weight(h) * hold / c).min(1.0);
+                if let Some(t) = thread_cpu.get_mut(&h.0) {
+                    let saved = cut * share * c;
+                    *t -= saved;
+                    total_cpu -= saved;
+                }
+            }
+        }
+        let mut bounds = vec![(Bound::CriticalPath, path.max(0.0))];
+        for (&o, &(hold, _)) in &self.holds {
+            let f = changes.get(&o).copied().unwrap_or(1.0);
+            bounds.push((Bound::Serialised { object_id: o }, f * hold as f64));
+        }
+        bounds.push((Bound::Cpus, total_cpu.max(0.0) / self.ncpus as f64));
+        for (&t, &c) in &thread_cpu {
+            bounds.push((Bound::Thread { tid: t }, c.max(0.0)));
+        }
+        bounds
+    }
+
+    /// The run's time had the objects in `changes` held for their factor of the time.
+    pub fn predict(&self, changes: &HashMap<u64, f64>) -> Prediction {
+        let largest = |b: Vec<(Bound, f64)>| {
+            b.into_iter().fold(
+                (Bound::CriticalPath, 0.0f64),
+                |a, x| if x.1 > a.1 { x } else { a },
+            )
+        };
+        let (_, now) = largest(self.bounds(&HashMap::new()));
+        let (bound, then) = largest(self.bounds(changes));
+        let predicted = if now > 0.0 {
+            (self.run_ns as f64 * then / now).round() as u64
+        } else {
+            self.run_ns
+        };
+        let holds_estimated = changes
+            .keys()
+            .any(|o| self.holds.get(o).is_some_and(|h| h.1))
+            || matches!(bound, Bound::Serialised { object_id } if self.holds.get(&object_id).is_some_and(|h| h.1));
+        Prediction {
+            baseline_ns: self.run_ns,
+            predicted_ns: predicted.min(self.run_ns.saturating_mul(1000)),
+            bound,
+            holds_estimated,
+        }
+    }
+
+    pub fn hold_ns(&self, object_id: u64) -> Option<(u64, bool)> {
+        self.holds.get(&object_id).copied()
+    }
+}
+
+/// What the estimate assumes, as the report and JSON say it.
+pub const ASSUMPTIONS: [&str; 4] = [
+    "the run takes as long as the largest of: its critical path, each lock's critical sections \
+     one after another, its CPU time over the machine's CPUs, and each thread's own CPU time; \
+     scaled sections shrink each, the rest stay as measured",
+    "the object's holds are shared among the threads seen holding it by how often each released \
+     it to a waiter (by their CPU time when none did); those nobody waited for are part of the \
+     holder's work on the critical path",
+    "a critical section's time is CPU work: a section that sleeps or waits for I/O does not \
+     give CPUs back",
+    "the machine keeps the CPUs it had: other programs take as much of them as they did",
+];
+
+#[derive(Serialize)]
+struct HoldJson<'a> {
+    site: &'a str,
+    factor: f64,
+    object_ids: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct WhatIfJson<'a> {
+    schema: &'static str,
+    log: String,
+    holds: Vec<HoldJson<'a>>,
+    baseline_duration_ns: u64,
+    predicted_duration_ns: u64,
+    predicted_speedup: f64,
+    bound: Bound,
+    holds_estimated: bool,
+    assumptions: &'static [&'static str],
+}
+
+/// The objects `site` names (a C-API name, a variable, a creation site `file:line`, a file, the
+/// function that created it), by id.
+fn resolve(figs: &Figures, site: &str) -> Vec<u64> {
+    figs.objects
+        .values()
+        .filter(|o| o.matches(site))
+        .map(|o| o.object_id)
+        .collect()
+}
+
+pub struct WhatIfOptions {
+    pub holds: Vec<HoldChange>,
+    pub json: bool,
+    pub symbols: bool,
+}
+
+/// Runs `whatif`; returns the exit code.
+pub fn run(log: &std::path::Path, opts: &WhatIfOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let a: Analysis = match analyze(log) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = writeln!(err, "waitshim-analyze whatif: {e}");
+            return EXIT_BAD_INPUT;
+        }
+    };
+    let figs = Figures::of(&a, opts.symbols);
+    let ropts = Options {
+        symbols: opts.symbols,
+        ..Options::default()
+    };
+    let mut ctx = Ctx::new(&a.summary, &a.model, &ropts);
+    let Some(basis) = Basis::of(&ctx) else {
+        let _ = writeln!(
+            err,
+            "waitshim-analyze whatif: {}: no critical path to work from: the log needs per-wait \
+             events (WAITSHIM_EVENTS, all by default) and the sampler's CPU times \
+             (WAITSHIM_SAMPLE, on by default)",
+            log.display()
+        );
+        return EXIT_BAD_INPUT;
+    };
+    let mut changes: HashMap<u64, f64> = HashMap::new();
+    let mut named = Vec::new();
+    for h in &opts.holds {
+        let ids = resolve(&figs, &h.site);
+        if ids.is_empty() {
+            let _ = writeln!(
+                err,
+                "waitshim-analyze whatif: --hold {}: no object of {} is named or created \
+                 there (a name, a variable, file:line, a file or the function that created it)",
+                h.site,
+                log.display()
+            );
+            return EXIT_BAD_INPUT;
+        }
+        for &id in &ids {
+            changes.insert(id, h.factor);
+        }
+        named.push((h, ids));
+    }
+    let p = basis.predict(&changes);
+    if opts.json {
+        let doc = WhatIfJson {
+            schema: "waitshim-whatif/1",
+            log: log.display().to_string(),
+            holds: named
+                .iter()
+                .map(|(h, ids)| HoldJson {
+                    site: &h.site,
+                    factor: h.factor,
+                    object_ids: ids.clone(),
+                })
+                .collect(),
+            baseline_duration_ns: p.baseline_ns,
+            predicted_duration_ns: p.predicted_ns,
+            predicted_speedup: p.speedup(),
+            bound: p.bound,
+            holds_estimated: p.holds_estimated,
+            assumptions: &ASSUMPTIONS,
+        };
+        let ok = serde_json::to_writer_pretty(&mut *out, &doc).is_ok() && writeln!(out).is_ok();
+        return if ok { 0 } else { EXIT_BAD_INPUT };
+    }
+    let mut text = format!("what-if for {}\n", log.display());
+    for (h, ids) in &named {
+        for &id in ids {
+            let label = ctx.object_label(id);
+            let held = match basis.hold_ns(id) {
+                Some((ns, est)) => format!(
+                    "held {}{} in all",
+                    crate::report::fmt_ns(ns),
+                    if est { " (estimated)" } else { "" }
+                ),
+                None => "no hold timed".into(),
+            };
+            let on_path = basis.path.ns(&Cause::Held(id));
+            text.push_str(&format!(
+                "  {label}: critical sections x{} ({held}; {} of them on the critical path)\n",
+                h.factor,
+                crate::report::fmt_ns(on_path)
+            ));
+        }
+    }
+    text.push_str(&format!(
+        "  run: {} as measured; predicted {} (speed-up {:.2}x), bound then by {}\n",
+        crate::report::fmt_ns(p.baseline_ns),
+        crate::report::fmt_ns(p.predicted_ns),
+        p.speedup(),
+        bound_text(&mut ctx, p.bound)
+    ));
+    text.push_str("  an estimate, assuming:\n");
+    for a in ASSUMPTIONS {
+        text.push_str(&format!("    - {a}\n"));
+    }
+    if write!(out, "{text}").is_err() {
+        return EXIT_BAD_INPUT;
+    }
+    0
+}
+
+/// What bounds a prediction, in words.
+pub fn bound_text(ctx: &mut Ctx<'_>, b: Bound) -> String {
+    match b {
+        Bound::CriticalPath => "the critical path".into(),
+        Bound::Serialised { object_id } => format!(
+            "the critical sections of {} one after another",
+            ctx.object_label(object_id)
+        ),
+        Bound::Cpus => "the program's CPU time over the machine's CPUs".into(),
+        Bound::Thread { tid } => format!("the CPU time of {}", ctx.thread_label(tid)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn basis(path_by: Vec<(Cause, u64)>, holders: &[(u64, &[(u32, u64)])]) -> Basis {
+        let length: u64 = path_by.iter().map(|x| x.1).sum();
+        Basis {
+            run_ns: length,
+            path: Path {
+                start_ns: 0,
+                end_ns: length,
+                by: path_by,
+                hops: 0,
+                estimated: false,
+                holders: holders.iter().map(|(o, t)| (*o, t.to_vec())).collect(),
+            },
+            ncpus: 2,
+            holds: BTreeMap::new(),
+            running: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn sites_and_factors_are_parsed_and_bad_ones_refused() {
+        let h: HoldChange = "queue.c:41=0.5".parse().unwrap();
+        assert_eq!((h.site.as_str(), h.factor), ("queue.c:41", 0.5));
+        let h: HoldChange = "a=b=0".parse().unwrap();
+        assert_eq!((h.site.as_str(), h.factor), ("a=b", 0.0));
+        for bad in ["queue.c:41", "=0.5", "x=-1", "x=half", "x=inf", "x=NaN"] {
+            assert!(bad.parse::<HoldChange>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_lock_that_serialises_the_run_halves_it_when_its_sections_halve() {
+        // Three threads take lock 7 in turn, 900 ms of holds, on the path throughout.
+        let mut b = basis(
+            vec![(Cause::Held(7), 900), (Cause::Work(1), 100)],
+            &[(7, &[(1, 30), (2, 30), (3, 30)])],
+        );
+        b.holds.insert(7, (900, false));
+        b.running = [(1, 330), (2, 330), (3, 340)].into();
+        let p = b.predict(&[(7, 0.5)].into());
+        assert_eq!(p.bound, Bound::CriticalPath);
+        assert_eq!(p.predicted_ns, 550);
+        // Free sections: the CPUs bound what is left (1000 - 900 CPU over 2 CPUs = 50), below
+        // the path's remaining 100 of work.
+        let p = b.predict(&[(7, 0.0)].into());
+        assert_eq!(p.predicted_ns, 100);
+        // Unchanged: the run as measured.
+        assert_eq!(b.predict(&HashMap::new()).predicted_ns, 1000);
+    }
+
+    #[test]
+    fn a_lock_off_the_path_buys_nothing_while_the_cpus_bound_the_run() {
+        // Four threads compute on two CPUs; lock 9's short holds are nowhere on the path.
+        let mut b = basis(
+            vec![(Cause::Work(1), 600), (Cause::CpusBusy(1), 400)],
+            &[(9, &[(1, 0), (2, 0), (3, 0), (4, 0)])],
+        );
+        b.holds.insert(9, (40, true));
+        b.running = [(1, 500), (2, 500), (3, 500), (4, 500)].into();
+        let p = b.predict(&[(9, 0.5)].into());
+        // The path loses half of thread 1's share of the holds (40 of 2000 CPU-ns) of its work:
+        // 6 of 1000; the CPUs, 10 of 1000.
+        assert_eq!(p.bound, Bound::CriticalPath);
+        assert_eq!(p.predicted_ns, 994);
+        assert!(p.holds_estimated);
+    }
+}
