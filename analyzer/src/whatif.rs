@@ -289,7 +289,12 @@ pub struct WhatIfOptions {
 }
 
 /// Runs `whatif`; returns the exit code.
-pub fn run(log: &std::path::Path, opts: &WhatIfOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+pub fn run(
+    log: &std::path::Path,
+    opts: &WhatIfOptions,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let a: Analysis = match analyze(log) {
         Ok(a) => a,
         Err(e) => {
