@@ -41,9 +41,9 @@ ensure_packages gdb
 # The readers the export tests check each format with: go tool pprof, protoc (with Perfetto's
 # own schema), and a headless Chromium for the HTML timeline (tests/tests/html.rs).
 ensure_packages golang-go protobuf-compiler chromium
-# pip, to fetch Perfetto's published trace schema from PyPI (scripts/perfetto-schema.py), and
-# the JUnit schema the CI formats are checked against (tests/tests/ci.rs: xmllint, and Python's
-# jsonschema for the SARIF 2.1.0 schema, which npm fetches).
+# pip, to fetch Perfetto's published trace schema from PyPI (scripts/perfetto-schema.py); the
+# validators of the CI formats (tests/tests/ci.rs: xmllint for JUnit, Python's jsonschema for
+# SARIF 2.1.0; the published schemas are kept in tests/schemas/).
 ensure_packages python3-pip libxml2-utils python3-jsonschema
 # The history test on PostgreSQL starts a throw-away cluster of its own (outside CI skipped,
 # saying so, when the server cannot be installed; under CI=true that fails the run, as every

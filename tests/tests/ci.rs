@@ -7,7 +7,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 use waitshim_tests::{
-    analyzer_path, fixture, line_of, shim_path, validate_junit, validate_sarif, workspace_root,
+    analyzer_path, fixture, junit_validation, line_of, sarif_validation, shim_path, validate_junit,
+    validate_sarif, workspace_root,
 };
 
 fn text(o: &Output) -> (String, String) {
@@ -260,6 +261,96 @@ fn junit_sarif_and_the_job_summary_validate_and_point_at_the_source() {
     let inv = &log["runs"][0]["invocations"][0];
     assert_eq!(inv["executionSuccessful"], false, "{log}");
     assert_eq!(inv["exitCode"], 2, "{log}");
+}
+
+/// The validators are real: the files `check` writes validate, and the same files, broken as
+/// a careless writer would break them, do not (a SARIF result without its message or with a
+/// level SARIF does not know; a JUnit test case without a name, a suite without the failure
+/// count Surefire's schema requires).
+#[test]
+fn the_schemas_refuse_what_ci_systems_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    let o = Command::new(analyzer_path())
+        .args(["run", "--no-report", "--log-dir"])
+        .arg(&logs)
+        .arg("--")
+        .arg(fixture("convoy"))
+        .arg("3")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let log = std::fs::read_dir(&logs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let (junit, sarif) = (dir.path().join("w.xml"), dir.path().join("w.sarif"));
+    let o = Command::new(analyzer_path())
+        .current_dir(workspace_root())
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args(["check", "--fail-if", "hwm > 1", "--junit"])
+        .arg(&junit)
+        .arg("--sarif")
+        .arg(&sarif)
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    junit_validation(&junit).unwrap();
+    sarif_validation(&sarif).unwrap();
+
+    let original: Value = serde_json::from_str(&std::fs::read_to_string(&sarif).unwrap()).unwrap();
+    // A result placed in the source (the gate's failure, at the object that set the mark).
+    let i = original["runs"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|r| r["locations"][0]["physicalLocation"]["region"]["startLine"].is_u64())
+        .unwrap_or_else(|| panic!("no result with a place: {original}"));
+    let broken = dir.path().join("broken.sarif");
+    for (what, edit) in [
+        (
+            "a result without its message",
+            Box::new(|r: &mut Value| {
+                r.as_object_mut().unwrap().remove("message");
+            }) as Box<dyn Fn(&mut Value)>,
+        ),
+        (
+            "a level SARIF does not know",
+            Box::new(|r: &mut Value| r["level"] = "fatal".into()),
+        ),
+        (
+            "a start line of 0",
+            Box::new(|r: &mut Value| {
+                r["locations"][0]["physicalLocation"]["region"]["startLine"] = 0.into()
+            }),
+        ),
+    ] {
+        let mut doc = original.clone();
+        edit(&mut doc["runs"][0]["results"][i]);
+        std::fs::write(&broken, doc.to_string()).unwrap();
+        let e = sarif_validation(&broken).expect_err(what);
+        assert!(e.contains(&format!("runs/0/results/{i}")), "{what}: {e}");
+    }
+
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let broken = dir.path().join("broken.xml");
+    let nameless = xml.replacen("<testcase name=", "<testcase label=", 1);
+    assert_ne!(nameless, xml, "{xml}");
+    std::fs::write(&broken, &nameless).unwrap();
+    let e = junit_validation(&broken).expect_err("a test case without a name");
+    assert!(e.contains("junit-10-lenient.xsd"), "{e}");
+    // The first suite's failure count taken out: the lenient schema lets it be, Surefire's not.
+    let suite = xml.find("<testsuite name=").expect("a suite");
+    let from = suite + xml[suite..].find(" failures=\"").expect("a failure count");
+    let to =
+        from + " failures=\"".len() + xml[from + " failures=\"".len()..].find('"').unwrap() + 1;
+    let uncounted = format!("{}{}", &xml[..from], &xml[to..]);
+    std::fs::write(&broken, &uncounted).unwrap();
+    let e = junit_validation(&broken).expect_err("a suite without its failure count");
+    assert!(e.contains("junit-10.xsd") && e.contains("failures"), "{e}");
 }
 
 /// A checkout as a CI runner has it before the job's steps: the code under test (built with
