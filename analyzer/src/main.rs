@@ -32,7 +32,7 @@ use waitshim_analyze::{Options, SortKey};
     after_help = "A log file named like a command (top, request, export, diff, whatif, policy, why-no-log, check, baseline, history, run) is read as a log when written \
                   as a path: ./top.\n\n\
                   Exit status of check, history check and run: 0 passed; 1 the gate failed; 2 the tool could not judge (no log, no shim, \
-                  an input that cannot be read, a bad argument, a selector that matches no object); 3 the command run ran failed; \
+                  an input that cannot be read, a bad argument, a selector that matches no object); 3 the command given to run failed (its status is printed); \
                   4 the command and the gate failed."
 )]
 struct Cli {

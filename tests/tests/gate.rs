@@ -1385,16 +1385,60 @@ fn run_exit_codes_tell_the_tests_the_gate_and_the_tool_apart() {
     assert_eq!(doc["gate"]["result"], "not checked");
     assert!(err.contains("tests say hello"), "{err}");
 
-    // The codes are documented where a user looks.
+    // The codes are documented where a user looks: --help, run --help, check --help, and the
+    // README's table, each code with its outcome.
     let help = text(&analyzer(&["--help"], &[])).0;
     assert!(
-        help.contains("1 the gate failed; 2 the tool could not judge")
-            && help.contains("3 the command run ran failed")
+        help.contains("0 passed; 1 the gate failed; 2 the tool could not judge")
+            && help.contains("3 the command given to run failed")
             && help.contains("4 the command and the gate failed"),
         "{help}"
     );
     let help = text(&analyzer(&["run", "--help"], &[])).0;
-    assert!(help.contains("3 CMD failed"), "{help}");
+    for want in [
+        "0 passed",
+        "1 the gate failed",
+        "2 the tool could not judge",
+        "3 CMD failed",
+        "4 CMD and the gate failed",
+    ] {
+        assert!(help.contains(want), "run --help lacks {want:?}: {help}");
+    }
+    let help = text(&analyzer(&["check", "--help"], &[])).0;
+    assert!(
+        help.contains("exit 0 when it passes, 1 when it fails")
+            && help.contains("2 when it cannot be judged"),
+        "{help}"
+    );
+    let readme =
+        std::fs::read_to_string(waitshim_tests::workspace_root().join("README.md")).unwrap();
+    let table: Vec<(String, String)> = readme
+        .split_once("Exit statuses of `check`, `history check` and `run`")
+        .expect("the README's table of exit statuses")
+        .1
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let code = cells.first()?.trim_matches('*');
+            code.parse::<u8>()
+                .ok()
+                .map(|_| (code.to_string(), cells[1..].join("|")))
+        })
+        .collect();
+    let codes: Vec<&str> = table.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(codes, ["0", "1", "2", "3", "4"], "{table:?}");
+    for (code, words) in [
+        ("0", "passed"),
+        ("1", "the gate failed"),
+        ("2", "the tool could not judge"),
+        ("3", "CMD failed"),
+        ("4", "CMD failed and the gate failed"),
+    ] {
+        let said = &table.iter().find(|(c, _)| c == code).unwrap().1;
+        assert!(said.contains(words), "README, status {code}: {said}");
+    }
 }
 
 /// A selector that names no object in any log is an error, not a 0 that makes the condition
