@@ -105,11 +105,7 @@ impl Tmux {
     /// Starts `command` in a `cols`×`rows` pane; None when tmux is not installed (outside CI).
     fn start(cols: u16, rows: u16, command: &[&OsStr]) -> Option<Tmux> {
         if Command::new("tmux").arg("-V").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "tmux is missing; scripts/test.sh installs it"
-            );
-            eprintln!("SKIPPED: tmux is not installed (scripts/test.sh installs it)");
+            waitshim_tests::skip_or_fail("the live view", "tmux is not installed");
             return None;
         }
         static N: AtomicU32 = AtomicU32::new(0);

@@ -268,7 +268,10 @@ fn creation_site_selects_by_function_name_in_a_stripped_program_with_its_debug_f
         .output()
         .is_ok_and(|o| o.status.success());
     if !objcopy_ok {
-        eprintln!("SKIPPED: `objcopy` is not installed (needed to split the debug file)");
+        waitshim_tests::skip_or_fail(
+            "creation_site_selects_by_function_name_in_a_stripped_program_with_its_debug_file",
+            "`objcopy` is not installed (needed to split the debug file)",
+        );
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
