@@ -51,8 +51,9 @@ impl NoEnd {
                                     exit_group (no exit handler runs), or killed"
                 .to_string(),
             NoEnd::NoExitHandlers => "no exit record: the process ended without running its exit \
-                                      handlers (a raw exit_group system call, or killed by \
-                                      SIGKILL)"
+                                      handlers (a raw exit_group system call, or killed by a \
+                                      signal no handler sees: SIGKILL, or a seccomp filter's \
+                                      kill)"
                 .to_string(),
         }
     }
@@ -74,8 +75,9 @@ impl NoEnd {
                                       made a raw exit_group system call that bypasses libc's \
                                       exit (as Go programs do, cgo included), or it was killed \
                                       by a signal that cannot be caught (SIGKILL: kill -9, the \
-                                      OOM killer, a timeout); this report shows what the shim's \
-                                      last flush wrote"
+                                      OOM killer, a timeout; or the SIGSYS of a seccomp filter \
+                                      that kills the process); this report shows what the \
+                                      shim's last flush wrote"
                 .to_string(),
         }
     }

@@ -102,8 +102,8 @@ impl Default for Options {
 /// Something the reader of a report must know about how complete it is.
 #[derive(Debug, Clone)]
 pub struct Warning {
-    /// `damage`, `ending`, `next-log`, `read-error`, `no-start`, `unknown-records`, `limits`,
-    /// `dropped`, `shim-warning`, `shim-note`, `symbols`.
+    /// `damage`, `ending`, `unwritten-tail`, `next-log`, `read-error`, `no-start`,
+    /// `unknown-records`, `limits`, `dropped`, `shim-warning`, `shim-note`, `symbols`.
     pub kind: &'static str,
     pub message: String,
     pub offset: Option<u64>,
@@ -368,6 +368,21 @@ impl<'a> Ctx<'a> {
             w.push(Warning::new("read-error", e.clone()));
         }
         match s.ending {
+            // The end record says how the run ended; the zeros after it are only space the shim
+            // could not give back.
+            Ending::Unwritten if m.run_end.is_some() => w.push(Warning {
+                offset: Some(s.end_offset),
+                ..Warning::new(
+                    "unwritten-tail",
+                    format!(
+                        "the log has its end record, followed from offset {} by space the shim \
+                         reserved and could not cut off (its ftruncate was refused, as a seccomp \
+                         filter or other sandbox does, or the program had closed the log's \
+                         descriptor): nothing of the run is missing",
+                        s.end_offset
+                    ),
+                )
+            }),
             Ending::Unwritten => w.push(Warning {
                 offset: Some(s.end_offset),
                 ..Warning::new(
