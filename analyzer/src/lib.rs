@@ -14,6 +14,7 @@ pub mod gate;
 pub mod launch;
 pub mod lockorder;
 pub mod model;
+pub mod plain;
 pub mod policycheck;
 pub mod report;
 pub mod request;

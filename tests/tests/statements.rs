@@ -2,7 +2,16 @@
 //! ended, whether it still runs, which threads it had, over which span its thread states hold,
 //! and the names it chose, printed so that they cannot pass for the report's own lines.
 
-use waitshim_tests::Launch;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use waitshim_format::Record;
+use waitshim_tests::{
+    analyze, analyzer_path, fixture, rewrite_log, shim_path, Launch, POLL_DEADLINE,
+};
 
 #[test]
 fn a_sandbox_that_refuses_the_logs_last_cut_still_gets_one_statement_that_the_run_exited_0() {
@@ -71,4 +80,154 @@ fn a_process_killed_by_its_seccomp_filter_is_said_to_have_ended_without_exit_han
         "{}",
         log.warning_text()
     );
+}
+
+/// `waitshim-analyze --json LOG` run as user and group `uid` (nobody: 65534), for what another
+/// user may see of `/proc`; the log's report.
+fn json_report_as(uid: u32, log: &Path) -> Value {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(analyzer_path());
+    cmd.arg("--json").arg(log);
+    // SAFETY: between fork and exec the closure only makes the async-signal-safe calls
+    // setgroups, setgid and setuid.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().expect("run waitshim-analyze as another user");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    v["logs"][0].clone()
+}
+
+#[test]
+fn a_log_whose_pid_now_belongs_to_another_process_is_not_said_to_be_still_running() {
+    // A run that ended without an end record (a raw exit_group), its log given the pid of a
+    // process that lives now: a `sleep` started after it.
+    let run = Launch::fixture("raw_exit").run();
+    assert_eq!(run.status.code(), Some(3));
+    let mut sleeper = Command::new("sleep")
+        .arg("60")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("spawn sleep");
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("waitshim.crafted.log");
+    let pid = sleeper.id();
+    rewrite_log(run.single_log(), &log, |r| match r {
+        Record::RunStart(mut s) => {
+            s.pid = pid;
+            Some(Record::RunStart(s))
+        }
+        r => Some(r),
+    });
+    let said = |log: &Value, text: &str| {
+        assert_eq!(log["run"]["pid"], pid);
+        assert_eq!(log["run"]["no_end"], "no_exit_handlers", "{}", log["run"]);
+        assert!(!text.contains("still running"), "{text}");
+    };
+    // The user who owns the sleeper reads its mappings: the log is not among them.
+    let a = analyze(&[&log], &[]);
+    said(a.log(0).0, &a.text);
+    // Another user cannot read them: the sleeper started after the run, so it is not the
+    // program either.
+    if unsafe { libc::geteuid() } == 0 {
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let as_nobody = json_report_as(65534, &log);
+        said(&as_nobody, &as_nobody["warnings"].to_string());
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+}
+
+/// The `unshare` arguments that give a command a PID namespace of its own (as root, or in a
+/// user namespace of its own), or None where neither is allowed.
+fn pid_namespace() -> Option<Vec<&'static str>> {
+    let plain = vec!["--pid", "--fork", "--kill-child"];
+    let mut user = vec!["--user", "--map-root-user"];
+    user.extend(&plain);
+    [plain, user].into_iter().find(|args| {
+        Command::new("unshare")
+            .args(args)
+            .arg("true")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// The processes running `exe`.
+fn processes_of(exe: &Path) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            (std::fs::read_link(e.path().join("exe")).ok()? == exe).then_some(pid)
+        })
+        .collect()
+}
+
+#[test]
+fn a_program_in_its_own_pid_namespace_is_found_running_and_once_killed_is_not() {
+    let Some(unshare) = pid_namespace() else {
+        eprintln!("skipped: unshare cannot make a PID namespace here");
+        return;
+    };
+    let program: PathBuf = fixture("sigkill");
+    // Only the program runs under the shim (`env` sets it up inside the namespace): pid 1
+    // there, so its log is waitshim.1.log.
+    let mut launch = Launch::program("unshare").native();
+    for a in unshare {
+        launch = launch.arg(a);
+    }
+    let running = launch
+        .arg("env")
+        .arg(format!("LD_PRELOAD={}", shim_path().display()))
+        .arg("WAITSHIM_QUIET=1")
+        .arg("WAITSHIM_LOG=waitshim.%p.log")
+        .arg(&program)
+        .spawn();
+    running.wait_for_stdout("ready");
+    let logs = running.logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let host_pids = processes_of(&program);
+    assert_eq!(host_pids.len(), 1, "{host_pids:?}");
+    let a = analyze(&logs, &[]);
+    let log = a.log(0);
+    assert_eq!(log.run()["pid"], 1);
+    assert_eq!(log.run()["no_end"], "running", "{}", log.run());
+    assert!(
+        a.text.contains(&format!(
+            "ended:     no exit record yet: process {} is still running (pid 1 in its own PID \
+             namespace)",
+            host_pids[0]
+        )),
+        "{}",
+        a.text
+    );
+
+    // SIGKILL to `unshare` kills the namespace's first process, the program.
+    let run = running.kill();
+    let deadline = Instant::now() + POLL_DEADLINE;
+    while !processes_of(&program).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the program outlived its namespace"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let a = analyze(&run.logs, &[]);
+    let log = a.log(0);
+    assert_eq!(log.run()["no_end"], "no_exit_handlers", "{}", log.run());
+    assert!(!a.text.contains("still running"), "{}", a.text);
 }

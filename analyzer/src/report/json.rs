@@ -230,7 +230,8 @@ fn run(m: &Model, no_end: Option<&NoEnd>) -> RunJson {
             dropped: e.dropped,
         }),
         no_end: no_end.map(|n| match n {
-            NoEnd::Running(_) => "running",
+            NoEnd::Running { .. } => "running",
+            NoEnd::Unverified { .. } => "unknown",
             NoEnd::GoProgram(_) => "go_program",
             NoEnd::NoExitHandlers => "no_exit_handlers",
         }),

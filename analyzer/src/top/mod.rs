@@ -144,9 +144,13 @@ impl Top {
     /// Reads what is new in the log and measures the interval since the last refresh.
     pub fn refresh(&mut self) {
         if !self.ended {
-            self.alive = self
-                .pid()
-                .map(|pid| procfs::maps_file(pid, self.follower.file(), self.follower.path()));
+            // A process that cannot be inspected counts as the program unless it started
+            // after the run did.
+            let started = self.state.run().map(|r| (r.mono_ns, &[][..]));
+            self.alive = self.pid().map(|pid| {
+                procfs::writes_log(pid, self.follower.file(), self.follower.path(), started)
+                    != procfs::Writes::No
+            });
             self.ended = self.state.run_end().is_some() || self.alive == Some(false);
         }
         if !self.finished {
