@@ -530,7 +530,7 @@ pub fn run(
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(out))
     } else {
-        write!(out, "{}", text(b, a, opts.top))
+        write!(out, "{}", crate::plain::guarded(&text(b, a, opts.top)))
     };
     let _ = written;
     0

@@ -51,6 +51,85 @@ pub fn quoted(s: &str) -> String {
     out
 }
 
+/// A plain-text output stream with the same guarantees for everything written to it, whatever
+/// a caller forgot to escape: control characters other than line breaks and tabs are shown as
+/// escapes, and a line that would start with `::` (after white space) starts with `\` instead. Lines are passed
+/// on whole (a line is held until its end, or until [`Guard::flush`]).
+pub struct Guard<W: std::io::Write> {
+    inner: W,
+    line: Vec<u8>,
+}
+
+impl<W: std::io::Write> Guard<W> {
+    pub fn new(inner: W) -> Self {
+        Guard {
+            inner,
+            line: Vec::new(),
+        }
+    }
+
+    /// Writes the held line (with its line break, if it has one).
+    fn pass_line(&mut self) -> std::io::Result<()> {
+        if self.line.is_empty() {
+            return Ok(());
+        }
+        let line = String::from_utf8_lossy(&self.line);
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(b) => (b, "\n"),
+            None => (&line[..], ""),
+        };
+        let mut out = String::with_capacity(body.len() + 2);
+        // GitHub's runner trims leading white space before it looks for the `::`.
+        if body.trim_start().starts_with("::") {
+            out.push('\\');
+        }
+        for c in body.chars() {
+            if c == '\t' || !needs_escape(c) {
+                out.push(c);
+            } else {
+                push_escaped(&mut out, c.encode_utf8(&mut [0; 4]), false);
+            }
+        }
+        out.push_str(end);
+        self.line.clear();
+        self.inner.write_all(out.as_bytes())
+    }
+}
+
+/// `text` as a [`Guard`] passes it on.
+pub fn guarded(text: &str) -> String {
+    let mut out = Vec::with_capacity(text.len());
+    {
+        let mut g = Guard::new(&mut out);
+        let _ = std::io::Write::write_all(&mut g, text.as_bytes());
+    }
+    String::from_utf8(out).unwrap_or_default()
+}
+
+impl<W: std::io::Write> std::io::Write for Guard<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut rest = buf;
+        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+            self.line.extend_from_slice(&rest[..=i]);
+            self.pass_line()?;
+            rest = &rest[i + 1..];
+        }
+        self.line.extend_from_slice(rest);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.pass_line()?;
+        self.inner.flush()
+    }
+}
+
+impl<W: std::io::Write> Drop for Guard<W> {
+    fn drop(&mut self) {
+        let _ = std::io::Write::flush(self);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +149,22 @@ mod tests {
         assert_eq!(escaped("/tmp/a b/prog"), "/tmp/a b/prog");
         assert_eq!(escaped("/tmp/\r::warning::x"), "/tmp/\\x0d::warning::x");
         assert_eq!(escaped("über\u{7f}"), "über\\x7f");
+    }
+
+    #[test]
+    fn the_guard_lets_no_line_start_a_workflow_command_nor_pass_an_escape() {
+        use std::io::Write;
+        let mut out = Vec::new();
+        {
+            let mut g = Guard::new(&mut out);
+            write!(g, "thread \"a\n::error::x\" \u{1b}[31mred").unwrap();
+            writeln!(g, "\ttabbed\r").unwrap();
+            writeln!(g, "  \u{a0}::notice::z").unwrap();
+            write!(g, "::warning::y").unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "thread \"a\n\\::error::x\" \\x1b[31mred\ttabbed\\x0d\n\\  \u{a0}::notice::z\n\\::warning::y"
+        );
     }
 }

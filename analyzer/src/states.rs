@@ -813,7 +813,7 @@ pub fn blocked_text(b: &BlockedIn) -> String {
     if b.what.is_empty() {
         call
     } else {
-        format!("{call} on {}", b.what)
+        format!("{call} on {}", crate::plain::escaped(&b.what))
     }
 }
 

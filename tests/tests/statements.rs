@@ -231,3 +231,70 @@ fn a_program_in_its_own_pid_namespace_is_found_running_and_once_killed_is_not() 
     assert_eq!(log.run()["no_end"], "no_exit_handlers", "{}", log.run());
     assert!(!a.text.contains("still running"), "{}", a.text);
 }
+
+/// Fails unless `out` (a plain-text output) shows program-chosen strings only escaped: no
+/// terminal control byte, and no line a CI runner would take for a workflow command.
+fn assert_plain(what: &str, out: &str) {
+    assert!(
+        !out.contains(['\u{1b}', '\u{7}', '\r']),
+        "{what}: a control character passed through:\n{out}"
+    );
+    let commands: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with("::"))
+        .collect();
+    assert!(commands.is_empty(), "{what}: {commands:?}\n{out}");
+}
+
+#[test]
+fn names_the_program_chose_reach_plain_text_outputs_escaped_and_json_as_they_are() {
+    let run = Launch::fixture("hostile_names")
+        .arg("\n::warning::arg\u{1b}[2J")
+        .run();
+    run.assert_success();
+    let log = run.single_log();
+    let shown = r#""ok\x0a::error title=x::pwned\x1b]0;title\x07""#;
+
+    let a = run.analyze();
+    assert_plain("report", &a.text);
+    assert!(a.text.contains(&format!("mutex#1 {shown}")), "{}", a.text);
+    assert!(a.text.contains(r#""\x0a::error::main""#), "{}", a.text);
+    assert!(a.text.contains(r#""\x1b[31mred""#), "{}", a.text);
+    assert!(
+        a.text.contains(r#"program:   "#) && a.text.contains(r#"\x0a::warning::arg\x1b[2J"#),
+        "{}",
+        a.text
+    );
+    // JSON escapes in its own way: the names are there as the program gave them.
+    let l = a.log(0);
+    let table = l
+        .objects()
+        .into_iter()
+        .find(|o| o["kind"] == "mutex")
+        .expect("the mutex");
+    assert_eq!(
+        table["name"],
+        "ok\n::error title=x::pwned\u{1b}]0;title\u{7}"
+    );
+    assert!(l.threads().iter().any(|t| t["name"] == "\n::error::main"));
+
+    let analyzer = |args: &[&str]| {
+        let o = Command::new(analyzer_path())
+            .args(args)
+            .output()
+            .expect("run waitshim-analyze");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let path = log.to_str().unwrap();
+    let top = analyzer(&["top", "--once", path]);
+    assert_plain("top --once", &top);
+    assert!(top.contains("mutex#1 \"ok\\x0a::error"), "{top}");
+    assert_plain("diff", &analyzer(&["diff", path, path]));
+    let gate = analyzer(&["check", "--fail-if", "hwm >= 1", path]);
+    assert_plain("check", &gate);
+    assert!(gate.contains(&format!("mutex#1 {shown}")), "{gate}");
+}

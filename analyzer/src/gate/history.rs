@@ -649,6 +649,7 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
 
 /// Prints, for each run-level figure, its value per run, and its mean per hour of day (UTC).
 pub fn show(job: &str, runs: &[StoredRun], out: &mut dyn Write) {
+    let out = &mut crate::plain::Guard::new(out);
     let _ = writeln!(out, "job {job}: {} run(s)", runs.len());
     if runs.is_empty() {
         return;

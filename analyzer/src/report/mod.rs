@@ -12,6 +12,7 @@ use waitshim_format::note_level;
 use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
 use crate::model::{ContentionRecord, Model, Object, Overflow, MAX_CHURN_SITES};
+use crate::plain::quoted;
 use crate::source::{Ending, ReadSummary};
 use crate::symbolize::{Frame, Global, ModuleStatus, Symbolizer};
 
@@ -324,7 +325,7 @@ impl<'a> Ctx<'a> {
         };
         let mut s = format!("{}#{}", o.kind_name(), object_id);
         if let Some(name) = o.name() {
-            s.push_str(&format!(" \"{name}\""));
+            s.push_str(&format!(" {}", quoted(name)));
         }
         let addr = o.create.as_ref().map(|c| c.addr);
         if let Some(global) = self.global_name(object_id) {
@@ -354,7 +355,7 @@ impl<'a> Ctx<'a> {
     /// `thread 1234 "worker"`.
     pub fn thread_label(&self, tid: u32) -> String {
         match self.model.threads.get(&tid).and_then(|t| t.name.as_ref()) {
-            Some(name) => format!("thread {tid} \"{name}\""),
+            Some(name) => format!("thread {tid} {}", quoted(name)),
             None => format!("thread {tid}"),
         }
     }

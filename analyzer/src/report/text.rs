@@ -15,6 +15,7 @@ use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_text, errno_name, kind_counter_json, reason_text, ContentionRecord, Object,
 };
+use crate::plain::{escaped, quoted};
 use crate::symbolize::Frame;
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
@@ -93,7 +94,11 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     policy_section(ctx, &mut policy);
 
     let mut out = String::new();
-    let _ = writeln!(out, "waitshim report: {}", ctx.summary.path.display());
+    let _ = writeln!(
+        out,
+        "waitshim report: {}",
+        escaped(&ctx.summary.path.display().to_string())
+    );
     for w in ctx.warnings() {
         let _ = writeln!(out, "WARNING: {}", w.message);
     }
@@ -114,9 +119,9 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         } else {
             r.cmdline.join(" ")
         };
-        let _ = writeln!(out, "program:   {program}");
+        let _ = writeln!(out, "program:   {}", escaped(&program));
         if !r.cmdline.is_empty() && r.cmdline.first() != Some(&r.exe) {
-            let _ = writeln!(out, "exe:       {}", r.exe);
+            let _ = writeln!(out, "exe:       {}", escaped(&r.exe));
         }
         let _ = writeln!(
             out,
@@ -136,7 +141,7 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let target = m
                 .exec
                 .as_ref()
-                .map_or("another program", |x| x.path.as_str());
+                .map_or("another program".into(), |x| escaped(&x.path));
             let _ = writeln!(
                 out,
                 "ended:     exec of {target} (the new program writes a log of its own)"
@@ -748,7 +753,7 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
     };
     let shown = ctx.opts.top.max(1);
     for r in rows.iter().take(shown) {
-        let name = r.name.map_or(String::new(), |n| format!(" \"{n}\""));
+        let name = r.name.map_or(String::new(), |n| format!(" {}", quoted(n)));
         let most = r.s.blocked.first().map_or(String::new(), |b| {
             format!(
                 ": {} {}",
@@ -2055,7 +2060,7 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
     );
     let shown = shown_rows(ctx);
     for t in m.threads.values().take(shown) {
-        let name = t.name.clone().unwrap_or_default();
+        let name = t.name.as_deref().map_or_else(String::new, escaped);
         let started = t.start_ns.map_or("-".into(), |s| fmt_ns(m.rel(s)));
         let lifetime = match (t.start_ns, t.exit_ns) {
             (Some(s), Some(e)) => fmt_ns(e.saturating_sub(s)),

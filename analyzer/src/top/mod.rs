@@ -212,7 +212,7 @@ impl Top {
             self.refresh();
         }
         let screen = self.screen(ONCE_ROWS);
-        match out.write_all(view::plain(&screen).as_bytes()) {
+        match out.write_all(crate::plain::guarded(&view::plain(&screen)).as_bytes()) {
             Ok(()) => 0,
             Err(_) => EXIT_FAILED,
         }
@@ -307,7 +307,7 @@ impl Top {
     fn object_name(&self, id: u64) -> String {
         match self.state.object(id) {
             Some(o) => match o.name() {
-                Some(n) => format!("{}#{id} \"{n}\"", o.kind_name()),
+                Some(n) => format!("{}#{id} {}", o.kind_name(), crate::plain::quoted(n)),
                 None => format!("{}#{id}", o.kind_name()),
             },
             None => format!("object#{id}"),
@@ -330,7 +330,7 @@ impl Top {
 
     fn thread_label(&self, tid: u32) -> String {
         match self.state.thread_name(tid) {
-            Some(n) => format!("thread {tid} \"{n}\""),
+            Some(n) => format!("thread {tid} {}", crate::plain::quoted(n)),
             None => format!("thread {tid}"),
         }
     }
@@ -437,11 +437,11 @@ impl Top {
         let program = run.map_or_else(
             || "? (no run start record)".to_string(),
             |r| {
-                if r.cmdline.is_empty() {
+                crate::plain::escaped(&if r.cmdline.is_empty() {
                     r.exe.clone()
                 } else {
                     r.cmdline.join(" ")
-                }
+                })
             },
         );
         let threads = if ended {
@@ -491,7 +491,7 @@ impl Top {
             }
         }
         Screen {
-            path: self.follower.path().display().to_string(),
+            path: crate::plain::escaped(&self.follower.path().display().to_string()),
             program,
             pid: run.map(|r| r.pid).or(self.pid.map(|p| p as u32)),
             status: self.status(),
