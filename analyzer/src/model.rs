@@ -906,7 +906,7 @@ impl Model {
         self.objects.finish();
         self.threads.finish();
         let end = self.run_end.as_ref().map_or(self.last_ns, |e| e.ns);
-        self.states.finish(end);
+        self.states.finish(end, self.run_end.is_some());
         let objects = self.objects.values().filter_map(|o| {
             let c = o.create.as_ref()?;
             // A futex word the shim follows is 4 bytes; a thread's object (at its pthread_t)

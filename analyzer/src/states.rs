@@ -25,6 +25,10 @@ const MAX_WHAT: usize = 200;
 /// Distinct chains kept per resource ([`ResourceWaits::chains`]); further ones are counted in
 /// `other_chains`.
 pub const MAX_CHAINS_PER_RESOURCE: usize = 8;
+/// How far before the end of the run the sampler's last record may be and its figures still
+/// cover the run (at least; two intervals when the sampler looked less often). A sampler that
+/// works looks once more as the program exits, and writes its CPU figures every 100 ms.
+pub const SAMPLED_TO_END_SLACK_NS: u64 = 250_000_000;
 
 /// Time one thread spent blocked in one system call on one thing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -368,6 +372,20 @@ pub struct States {
     pub futex_objects: BTreeMap<u64, (u64, u64)>,
     /// Whether a thread that ended keeps its last state for the interval it ended in.
     exits_pending: bool,
+    /// Threads that ended since the last sample: their last state is counted to their end
+    /// when a later sample shows the sampler still looked then ([`States::finish`] otherwise).
+    exits_to_close: Vec<u32>,
+    /// The first sample of the threads.
+    first_sample_ns: Option<u64>,
+    /// The span the sampled figures hold over, set by [`States::finish`]: from the first sample
+    /// to the end of the log, or to the sampler's last record when its records stop well before
+    /// the run's end (it could no longer read `/proc`: a sandbox, a chroot, descriptors closed
+    /// under it, a privilege change made the files unreadable).
+    pub sampled_from_ns: u64,
+    pub sampled_until_ns: u64,
+    /// Whether that span reaches the end of the run (or of the log, for a run without an end
+    /// record): false when the figures cover only its beginning.
+    pub sampled_to_end: bool,
 }
 
 impl States {
@@ -390,7 +408,14 @@ impl States {
                 }
             }
         }
+        self.first_sample_ns.get_or_insert(s.ns);
         self.account_lost(&s, ncpus);
+        // The sampler looked after these threads ended: their last states lasted to their end.
+        for tid in std::mem::take(&mut self.exits_to_close) {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.close(s.ns, &mut self.resources);
+            }
+        }
         if self.exits_pending {
             self.exits_pending = false;
             for t in self.threads.values_mut() {
@@ -613,7 +638,8 @@ impl States {
         }
     }
 
-    /// A thread ended at `ns`: its last state lasted until then.
+    /// A thread ended at `ns`: its last state lasted until then, as far as the samples reach
+    /// (it is counted at the next sample, or at the end of the sampled span).
     pub fn thread_exit(&mut self, tid: u32, ns: u64) {
         if !self.threads.contains_key(&tid) && self.threads.len() >= MAX_THREADS {
             return;
@@ -621,18 +647,38 @@ impl States {
         let t = self.threads.entry(tid).or_default();
         t.before_exit = t.current.clone();
         self.exits_pending |= t.before_exit.is_some();
-        t.close(ns, &mut self.resources);
+        if t.current.is_some() && !self.exits_to_close.contains(&tid) {
+            self.exits_to_close.push(tid);
+        }
         t.exited = Some(ns);
         t.end_state = Some(EndState::Ended { at: ns });
     }
 
-    /// The log ends at `ns`: every state still open lasted until then; kinds most first.
-    pub fn finish(&mut self, ns: u64) {
+    /// The log ends at `end`, with the run's end record (`ended`) or without: every state still
+    /// open lasted until then, or until the sampler's last record if those stopped well before
+    /// (then the figures hold over the beginning of the run only, and say so); kinds most first.
+    pub fn finish(&mut self, end: u64, ended: bool) {
+        // With an end record, the sampler's last look was at the exit; without one, its CPU
+        // figures show it still looked while no thread changed.
+        let last = if ended {
+            self.last_sample_ns
+        } else {
+            self.last_sample_ns.max(self.last_cpu_ns)
+        };
+        let slack = SAMPLED_TO_END_SLACK_NS.max(self.interval_ns.saturating_mul(2));
+        let until = match last {
+            Some(l) if end.saturating_sub(l) > slack => l,
+            _ => end,
+        };
+        self.sampled_from_ns = self.first_sample_ns.unwrap_or(until).min(until);
+        self.sampled_until_ns = until;
+        self.sampled_to_end = until == end;
+        self.exits_to_close.clear();
         for t in self.threads.values_mut() {
             if t.exited.is_none() {
                 t.end_state = t.current.as_ref().and_then(EndState::of);
             }
-            t.close(ns, &mut self.resources);
+            t.close(until, &mut self.resources);
             t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
         }
         for r in self.resources.by.values_mut() {
@@ -867,7 +913,7 @@ mod tests {
             sample(140, vec![entry(7, thread_state::TRACKED_WAIT, 202, 2, "")]),
         );
         s.thread_exit(7, 175);
-        s.finish(200);
+        s.finish(200, true);
         let t = &s.threads[&7];
         assert_eq!((t.on_cpu_ns, t.run_delay_ns, t.timeslices), (57, 3, 3));
         assert_eq!(
@@ -880,6 +926,65 @@ mod tests {
         );
         assert_eq!(t.tracked_ns, 35);
         assert_eq!(blocked_text(&t.blocked[0]), "read on pipe:[9]");
+    }
+
+    #[test]
+    fn samples_that_stop_early_hold_over_their_span_not_over_the_run() {
+        const MS: u64 = 1_000_000;
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(100 * MS, vec![entry(7, thread_state::RUNNING, -1, 50, "")]),
+        );
+        add(
+            &mut s,
+            sample(
+                110 * MS,
+                vec![
+                    entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]"),
+                    entry(8, thread_state::BLOCKED, 0, 5, "pipe:[9]"),
+                ],
+            ),
+        );
+        // The sampler's last record: at 120 ms. Thread 8 ends at 900 ms, the run at 2 s.
+        add(
+            &mut s,
+            sample(120 * MS, vec![entry(9, thread_state::RUNNING, -1, 1, "")]),
+        );
+        s.thread_exit(8, 900 * MS);
+        s.finish(2_000 * MS, true);
+        assert!(!s.sampled_to_end);
+        assert_eq!(
+            (s.sampled_from_ns, s.sampled_until_ns),
+            (100 * MS, 120 * MS)
+        );
+        // Blocked from 110 ms to the last look, not to the thread's end nor the run's.
+        assert_eq!(s.threads[&7].other_ns(), 10 * MS);
+        assert_eq!(s.threads[&8].other_ns(), 10 * MS);
+        assert_eq!(
+            s.threads[&8].end_state,
+            Some(EndState::Ended { at: 900 * MS })
+        );
+
+        // Without an end record, CPU figures written later show the sampler still looked.
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(
+                100 * MS,
+                vec![entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]")],
+            ),
+        );
+        for ns in [200 * MS, 1_900 * MS] {
+            s.add_cpus(CpuSample {
+                ns,
+                idle_ns: vec![1],
+                iowait_ns: vec![0],
+            });
+        }
+        s.finish(2_000 * MS, false);
+        assert!(s.sampled_to_end);
+        assert_eq!(s.threads[&7].other_ns(), 1_900 * MS);
     }
 
     #[test]
@@ -899,7 +1004,7 @@ mod tests {
             &mut s,
             sample(130, vec![entry(7, thread_state::BLOCKED, 257, 1, "/run/b")]),
         );
-        s.finish(150);
+        s.finish(150, true);
         let t = &s.threads[&7];
         let spans: Vec<(&str, u64)> = t.blocked.iter().map(|b| (b.what.as_str(), b.ns)).collect();
         assert_eq!(spans, vec![("/run/a", 30), ("/run/b", 20)]);
@@ -929,7 +1034,7 @@ mod tests {
             sample(110, vec![entry(1, thread_state::RUNNING, -1, 5, "")]),
         );
         s.thread_exit(4, 115);
-        s.finish(200);
+        s.finish(200, true);
         let end = |tid: u32| s.threads[&tid].end_state.clone();
         assert_eq!(end(1), Some(EndState::Running { since: 100 }));
         assert_eq!(
@@ -960,7 +1065,7 @@ mod tests {
             &mut s,
             sample(100, vec![entry(7, thread_state::BLOCKED, 0, 5, "")]),
         );
-        s.finish(1000);
+        s.finish(1000, true);
         assert_eq!(s.threads[&7].other_ns(), 50);
     }
 
@@ -976,7 +1081,7 @@ mod tests {
                 ),
             );
         }
-        s.finish(1000);
+        s.finish(1000, true);
         let t = &s.threads[&1];
         assert_eq!(t.blocked.len(), MAX_BLOCKED_KINDS);
         assert!(t.blocked.iter().any(|b| b.syscall == -2));
@@ -1081,7 +1186,7 @@ mod tests {
         // A look just before its end, written after its totals: nothing past them.
         add(&mut s, sample(140, vec![run(7, 25, 5)]));
         s.thread_exit(7, 135);
-        s.finish(200);
+        s.finish(200, true);
         let t = &s.threads[&7];
         assert_eq!((t.on_cpu_ns, t.run_delay_ns, t.timeslices), (80, 15, 3));
         assert_eq!((t.voluntary, t.involuntary, t.switches_known), (4, 2, true));

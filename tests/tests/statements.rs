@@ -298,3 +298,75 @@ fn names_the_program_chose_reach_plain_text_outputs_escaped_and_json_as_they_are
     assert_plain("check", &gate);
     assert!(gate.contains(&format!("mutex#1 {shown}")), "{gate}");
 }
+
+#[test]
+fn thread_states_of_a_sampler_that_stopped_early_say_the_span_they_hold_over() {
+    // A convoy of 8 runs about 0.55 s. Its log again, as a sampler that could no longer read
+    // /proc after 100 ms (a sandbox, a chroot, its descriptors closed) would have left it.
+    let run = Launch::fixture("convoy").run();
+    run.assert_success();
+    let whole = run.analyze();
+    let states = &whole.log(0).0["thread_states"];
+    assert_eq!(states["sampled"], true);
+    assert_eq!(states["sampled_to_end"], true, "{states}");
+    assert!(
+        !whole.text.contains("the sampler's records stop"),
+        "{}",
+        whole.text
+    );
+
+    let cut = run.dir.path().join("waitshim.cut.log");
+    let mut start = None;
+    rewrite_log(run.single_log(), &cut, |r| {
+        let sampler_ns = match &r {
+            Record::RunStart(s) => {
+                start = Some(s.mono_ns);
+                None
+            }
+            Record::ThreadSamples(s) => Some(s.ns),
+            Record::CpuSample(s) => Some(s.ns),
+            Record::ThreadSwitches(s) => Some(s.ns),
+            Record::BlockedChain(s) => Some(s.ns),
+            _ => None,
+        };
+        let from = start.expect("the start record comes first");
+        match sampler_ns {
+            Some(ns) if ns > from + 100_000_000 => None,
+            _ => Some(r),
+        }
+    });
+    let a = analyze(&[&cut], &[]);
+    let log = a.log(0);
+    let states = &log.0["thread_states"];
+    let duration = log.run()["duration_ns"].as_u64().unwrap();
+    assert!(duration > 400_000_000, "the convoy ran {duration} ns");
+    assert_eq!(states["sampled_to_end"], false, "{states}");
+    let until = states["sampled_until_ns"].as_u64().unwrap();
+    assert!(until <= 100_000_000, "{states}");
+    assert_eq!(states["lost_parallelism"]["until_ns"], until);
+    // No thread is said to have waited, run or been ready longer than the span sampled.
+    for t in states["threads"].as_array().unwrap() {
+        let said = ["tracked_wait_ns", "other_wait_ns"]
+            .iter()
+            .map(|k| t[k].as_u64().unwrap())
+            .sum::<u64>();
+        assert!(said <= until, "{t}");
+    }
+    let header = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("THREAD STATES"))
+        .expect("THREAD STATES");
+    assert!(
+        header.contains("over the first")
+            && header.contains("of the run's")
+            && header.contains("only"),
+        "{header}"
+    );
+    let lost = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("lost parallelism:"))
+        .expect("lost parallelism");
+    assert!(lost.contains("over the first"), "{lost}");
+}

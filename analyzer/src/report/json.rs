@@ -719,6 +719,10 @@ fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
 #[derive(Serialize)]
 struct StatesJson {
     sampled: bool,
+    /// The span the figures hold over (from the run's start), and whether it reaches the end.
+    sampled_from_ns: u64,
+    sampled_until_ns: u64,
+    sampled_to_end: bool,
     interval_ns: u64,
     samples: u64,
     unsampled_threads: u32,
@@ -753,6 +757,9 @@ struct ResourceChainJson {
 
 #[derive(Serialize)]
 struct LostJson {
+    /// The span it was measured over (THREAD_STATES' sampled span).
+    from_ns: u64,
+    until_ns: u64,
     capacity_ns: u64,
     used_ns: u64,
     lost_ns: u64,
@@ -829,6 +836,9 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
     let st = &m.states;
     StatesJson {
         sampled: st.any(),
+        sampled_from_ns: m.rel(st.sampled_from_ns),
+        sampled_until_ns: m.rel(st.sampled_until_ns),
+        sampled_to_end: st.sampled_to_end,
         interval_ns: st.interval_ns,
         samples: st.samples,
         unsampled_threads: st.unsampled,
@@ -900,6 +910,8 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
             })
             .collect(),
         lost_parallelism: LostJson {
+            from_ns: m.rel(st.sampled_from_ns),
+            until_ns: m.rel(st.sampled_until_ns),
             capacity_ns: st.lost.capacity_ns,
             used_ns: st.lost.used_ns,
             lost_ns: st.lost.lost_ns,

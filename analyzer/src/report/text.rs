@@ -345,10 +345,38 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
     let _ = writeln!(
         line,
         " (the kernel's figures per interval; the shares estimated by the state each thread was \
-         seen in at the sampler's looks, every {})",
-        fmt_ns(m.states.interval_ns)
+         seen in at the sampler's looks, every {}{})",
+        fmt_ns(m.states.interval_ns),
+        sampled_span(m)
     );
     out.push_str(&line);
+}
+
+/// `, over the first 0.50 s of 12.3 s only: ...` when the sampler's records stop well before
+/// the run ends (its figures then hold over that span alone); empty when they cover the run.
+fn sampled_span(m: &crate::model::Model) -> String {
+    let st = &m.states;
+    if st.sampled_to_end {
+        return String::new();
+    }
+    let (duration, lower_bound) = m.duration_ns();
+    let of = format!(
+        "{}{}",
+        if lower_bound { "at least " } else { "" },
+        fmt_ns(duration)
+    );
+    let (from, until) = (m.rel(st.sampled_from_ns), m.rel(st.sampled_until_ns));
+    // The first look comes within an interval or two of the start.
+    let span = if from <= crate::states::SAMPLED_TO_END_SLACK_NS {
+        format!("the first {}", fmt_ns(until))
+    } else {
+        format!("{} to {}", fmt_ns(from), fmt_ns(until))
+    };
+    format!(
+        ", over {span} of the run's {of} only: the sampler's records stop there (it could no \
+         longer read /proc: a sandbox, a chroot, descriptors the program closed, a change of \
+         privileges), so nothing after is in these figures"
+    )
 }
 
 fn stopped_text(why: Stopped) -> String {
@@ -722,14 +750,15 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
         .map_or(String::new(), |r| format!("process {}, ", r.pid));
     let _ = writeln!(
         out,
-        "\nTHREAD STATES ({process}{} threads, sampled every {interval} by the shim's thread; \
+        "\nTHREAD STATES ({process}{} threads, sampled every {interval} by the shim's thread{}; \
          running and runnable (ready, no CPU) are the kernel's exact figures, the waits are \
          sampled: each to within {interval} at either end; slices: timeslices run; switches: \
          voluntary/involuntary context switches; longest slice: estimated, the largest mean \
          timeslice of an interval; at end: ended, or the state at the sampler's last look, \
          running (on a CPU or ready for one), tracked (in a tracked wait), blocked (elsewhere) \
          or stopped; those that spent most time not running first)",
-        rows.len()
+        rows.len(),
+        sampled_span(m)
     );
     let _ = writeln!(
         out,
