@@ -29,6 +29,15 @@ pub const MAX_CHAINS_PER_RESOURCE: usize = 8;
 /// cover the run (at least; two intervals when the sampler looked less often). A sampler that
 /// works looks once more as the program exits, and writes its CPU figures every 100 ms.
 pub const SAMPLED_TO_END_SLACK_NS: u64 = 250_000_000;
+/// The shortest time without any look of the sampler that is taken for the whole process
+/// stopped (SIGSTOP and the other job-control stops stop the sampler's thread too): the sampler
+/// writes its CPU figures every 100 ms, so it is far longer than any pause between its records.
+pub const STOP_GAP_NS: u64 = 1_000_000_000;
+/// Stops listed one by one; more are only counted and summed.
+pub const MAX_STOPS: usize = 10_000;
+/// x86-64's `restart_syscall`: what a thread stopped (or interrupted by a handler) in a call
+/// with a deadline runs when it resumes, to go on with that call.
+pub const SYS_RESTART_SYSCALL: i32 = 219;
 
 /// Time one thread spent blocked in one system call on one thing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -155,13 +164,15 @@ impl ThreadStates {
     }
 
     /// The state seen last ends at `until`: its span is counted (a blocked one also in
-    /// `resources`).
-    fn close(&mut self, until: u64, resources: &mut Resources) {
+    /// `resources`), less the time the process was stopped in it.
+    fn close(&mut self, until: u64, resources: &mut Resources, stops: &Stops) {
         let Some((state, syscall, what, since, _, _)) = self.current.take() else {
             return;
         };
         let until = self.exited.map_or(until, |e| e.min(until));
-        let ns = until.saturating_sub(since);
+        let ns = until
+            .saturating_sub(since)
+            .saturating_sub(stops.within(since, until));
         match state {
             thread_state::TRACKED_WAIT => self.tracked_ns = self.tracked_ns.saturating_add(ns),
             thread_state::BLOCKED => {
@@ -338,6 +349,38 @@ impl Lost {
     }
 }
 
+/// The spans in which the whole process was stopped (SIGSTOP, a terminal's job control, a
+/// debugger, a cgroup freezer), as the samples show them: a stop stops the sampler's thread
+/// too, so it is a stretch of at least [`STOP_GAP_NS`] without any look in which the threads
+/// did not run. Each span runs from the sampler's last record before it to its first after:
+/// the stop itself began up to one CPU period (100 ms, or the sampling interval) later, so its
+/// length is an estimate to within that.
+#[derive(Debug, Clone, Default)]
+pub struct Stops {
+    /// `(from, to)`, in order, the first [`MAX_STOPS`].
+    pub spans: Vec<(u64, u64)>,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Per tracked object: time of the stops during which a thread was seen in a wait on it
+    /// (its state at the look before the stop), at most [`MAX_LOST_KEYS`] objects.
+    pub in_waits: BTreeMap<u64, u64>,
+}
+
+impl Stops {
+    /// How much of `[a, b)` the listed stops cover.
+    pub fn within(&self, a: u64, b: u64) -> u64 {
+        if b <= a {
+            return 0;
+        }
+        let first = self.spans.partition_point(|s| s.1 <= a);
+        self.spans[first..]
+            .iter()
+            .take_while(|s| s.0 < b)
+            .map(|s| s.1.min(b).saturating_sub(s.0.max(a)))
+            .fold(0, u64::saturating_add)
+    }
+}
+
 /// Everything the sampler wrote in one log.
 #[derive(Debug, Clone, Default)]
 pub struct States {
@@ -386,15 +429,76 @@ pub struct States {
     /// Whether that span reaches the end of the run (or of the log, for a run without an end
     /// record): false when the figures cover only its beginning.
     pub sampled_to_end: bool,
+    /// When the whole process was stopped: not counted as waiting.
+    pub stops: Stops,
+    /// The latest look's thread sample, with the records of the same look after it, held
+    /// until it is known whether the look also wrote the CPUs' figures: only then can a long
+    /// pause before it be told to be the sampler's own (a stop of the process) rather than a
+    /// stretch in which no thread changed.
+    pending: Option<Pending>,
 }
+
+/// A look's records held back ([`States::pending`]).
+#[derive(Debug, Clone)]
+struct Pending {
+    s: ThreadSamples,
+    ncpus: u32,
+    after: Vec<AfterSample>,
+}
+
+/// A record of a look written after its thread sample.
+#[derive(Debug, Clone)]
+enum AfterSample {
+    Chain(BlockedChain),
+    Switches(ThreadSwitches),
+}
+
+/// Records held after a pending thread sample at most (a look writes a few chains).
+const MAX_HELD: usize = 1024;
 
 impl States {
     pub fn any(&self) -> bool {
         self.samples > 0
     }
 
-    /// Adds a sample of the threads of a program with `ncpus` CPUs.
-    pub fn add_threads(&mut self, mut s: ThreadSamples, ncpus: u32) {
+    /// Adds a sample of the threads of a program with `ncpus` CPUs (held until the next record
+    /// says whether its look also wrote the CPUs' figures).
+    pub fn add_threads(&mut self, s: ThreadSamples, ncpus: u32) {
+        self.flush();
+        self.pending = Some(Pending {
+            s,
+            ncpus,
+            after: Vec::new(),
+        });
+    }
+
+    /// Folds in the held look, if any: `cpu_look` when the look wrote the CPUs' figures too.
+    fn flush_with(&mut self, cpu_look: bool) {
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        self.apply_threads(p.s, p.ncpus, cpu_look);
+        for a in p.after {
+            match a {
+                AfterSample::Chain(c) => self.apply_chain(&c),
+                AfterSample::Switches(x) => self.apply_switches(x),
+            }
+        }
+    }
+
+    /// Folds in what is held: every record read so far counts.
+    pub fn flush(&mut self) {
+        self.flush_with(false);
+    }
+
+    /// Whether a record of time `ns` belongs to the held look (and there is room to hold it).
+    fn holds(&self, ns: u64) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|p| p.s.ns == ns && p.after.len() < MAX_HELD)
+    }
+
+    fn apply_threads(&mut self, mut s: ThreadSamples, ncpus: u32, cpu_look: bool) {
         self.samples += 1;
         // A thread that wrote its totals as it ended: a look just before its end adds nothing
         // past them (its totals already counted it).
@@ -408,12 +512,36 @@ impl States {
                 }
             }
         }
+        // A thread in `restart_syscall` goes on with the call it was seen in before (a stop
+        // or a handler interrupted a call with a deadline): the same wait.
+        for e in &mut s.threads {
+            if e.syscall != SYS_RESTART_SYSCALL {
+                continue;
+            }
+            let before = self.threads.get(&e.tid).and_then(|t| t.current.as_ref());
+            if let Some((state, syscall, what, ..)) = before {
+                if *state == e.state
+                    && matches!(*state, thread_state::BLOCKED | thread_state::TRACKED_WAIT)
+                {
+                    e.syscall = *syscall;
+                    e.what.clone_from(what);
+                }
+            }
+        }
+        let activity = s
+            .threads
+            .iter()
+            .map(|e| e.on_cpu_ns.saturating_add(e.run_delay_ns))
+            .fold(0, u64::saturating_add);
+        if cpu_look {
+            self.note_stop(s.ns, activity);
+        }
         self.first_sample_ns.get_or_insert(s.ns);
         self.account_lost(&s, ncpus);
         // The sampler looked after these threads ended: their last states lasted to their end.
         for tid in std::mem::take(&mut self.exits_to_close) {
             if let Some(t) = self.threads.get_mut(&tid) {
-                t.close(s.ns, &mut self.resources);
+                t.close(s.ns, &mut self.resources, &self.stops);
             }
         }
         if self.exits_pending {
@@ -457,7 +585,7 @@ impl States {
                     && *obj == e.object_id
             });
             if !same {
-                t.close(s.ns, &mut self.resources);
+                t.close(s.ns, &mut self.resources, &self.stops);
                 t.current = Some((e.state, e.syscall, what, s.ns, e.object_id, e.waiting_kind));
             }
         }
@@ -467,7 +595,10 @@ impl States {
         let Some(last) = self.last_sample_ns.replace(s.ns) else {
             return;
         };
-        let dt = s.ns.saturating_sub(last);
+        // Time the process was stopped is neither capacity nor waiting.
+        let dt =
+            s.ns.saturating_sub(last)
+                .saturating_sub(self.stops.within(last, s.ns));
         if dt == 0 {
             return;
         }
@@ -510,7 +641,9 @@ impl States {
             add(Waited::Cpu, delay);
             // Its part of the interval: to its end, if it ended in it.
             let until = t.exited.map_or(s.ns, |x| x.min(s.ns));
-            let span = until.saturating_sub(last);
+            let span = until
+                .saturating_sub(last)
+                .saturating_sub(self.stops.within(last, until));
             let asleep = span.saturating_sub(cpu).saturating_sub(delay);
             // A thread that ended in the interval: the state it ended in.
             let current = t.current.as_ref().or(t.before_exit.as_ref());
@@ -556,6 +689,13 @@ impl States {
     }
 
     pub fn add_cpus(&mut self, c: CpuSample) {
+        if self.pending.as_ref().is_some_and(|p| p.s.ns == c.ns) {
+            self.flush_with(true);
+        } else {
+            // A look with no thread record: nothing of the program changed.
+            self.flush();
+            self.note_stop(c.ns, 0);
+        }
         self.cpus = self.cpus.max(c.idle_ns.len());
         let n = c.idle_ns.len().min(MAX_CPUS);
         if self.per_cpu.len() < n {
@@ -583,9 +723,49 @@ impl States {
         self.last_cpu_ns = Some(c.ns);
     }
 
+    /// A look at `now` that wrote the CPUs' figures (which the sampler does at least every
+    /// 100 ms, so a pause between two of its records is its own), the program's threads having
+    /// run or waited for a CPU `activity` since its previous record: after a long stretch
+    /// without any look in which they did not run, the whole process was stopped ([`Stops`]).
+    fn note_stop(&mut self, now: u64, activity: u64) {
+        // Before its first CPU record, the sampler read the CPUs' baseline at its first look.
+        let Some(from) = self
+            .last_sample_ns
+            .max(self.last_cpu_ns.or(self.first_sample_ns))
+        else {
+            return;
+        };
+        let quiet = now.saturating_sub(from);
+        if quiet <= STOP_GAP_NS.max(self.interval_ns.saturating_mul(4))
+            || activity.saturating_mul(4) >= quiet
+        {
+            return;
+        }
+        let st = &mut self.stops;
+        st.count += 1;
+        st.total_ns = st.total_ns.saturating_add(quiet);
+        if st.spans.len() < MAX_STOPS && st.spans.last().is_none_or(|l| l.1 <= from) {
+            st.spans.push((from, now));
+        }
+        // The waits the threads were seen in at the last look went on through the stop (a
+        // thread that ended since ended after it).
+        for t in self.threads.values() {
+            if t.exited.is_some_and(|x| x <= from) {
+                continue;
+            }
+            if let Some((thread_state::TRACKED_WAIT, _, _, _, object_id, _)) = &t.current {
+                if st.in_waits.len() < MAX_LOST_KEYS || st.in_waits.contains_key(object_id) {
+                    let n = st.in_waits.entry(*object_id).or_default();
+                    *n = n.saturating_add(quiet);
+                }
+            }
+        }
+    }
+
     /// A thread's totals at its end: what it did after the sampler's last look is added (to
     /// it, and to the CPU time used in the next interval).
     pub fn thread_totals(&mut self, x: ThreadTotals) {
+        self.flush();
         if !self.threads.contains_key(&x.tid) && self.threads.len() >= MAX_THREADS {
             self.threads_cut += 1;
             return;
@@ -609,6 +789,17 @@ impl States {
 
     /// Threads' context switches so far and longest timeslices (totals: the latest holds).
     pub fn thread_switches(&mut self, x: ThreadSwitches) {
+        if self.holds(x.ns) {
+            if let Some(p) = &mut self.pending {
+                p.after.push(AfterSample::Switches(x));
+            }
+            return;
+        }
+        self.flush();
+        self.apply_switches(x);
+    }
+
+    fn apply_switches(&mut self, x: ThreadSwitches) {
         for c in x.threads {
             if !self.threads.contains_key(&c.tid) && self.threads.len() >= MAX_THREADS {
                 self.threads_cut += 1;
@@ -626,6 +817,17 @@ impl States {
     /// resource of the wait its latest entry began, when that is the call the chain was taken
     /// in (a chain written after the thread's state changed is left out).
     pub fn blocked_chain(&mut self, c: &BlockedChain) {
+        if self.holds(c.ns) {
+            if let Some(p) = &mut self.pending {
+                p.after.push(AfterSample::Chain(c.clone()));
+            }
+            return;
+        }
+        self.flush();
+        self.apply_chain(c);
+    }
+
+    fn apply_chain(&mut self, c: &BlockedChain) {
         let Some(t) = self.threads.get(&c.tid) else {
             return;
         };
@@ -641,6 +843,7 @@ impl States {
     /// A thread ended at `ns`: its last state lasted until then, as far as the samples reach
     /// (it is counted at the next sample, or at the end of the sampled span).
     pub fn thread_exit(&mut self, tid: u32, ns: u64) {
+        self.flush();
         if !self.threads.contains_key(&tid) && self.threads.len() >= MAX_THREADS {
             return;
         }
@@ -658,6 +861,7 @@ impl States {
     /// open lasted until then, or until the sampler's last record if those stopped well before
     /// (then the figures hold over the beginning of the run only, and say so); kinds most first.
     pub fn finish(&mut self, end: u64, ended: bool) {
+        self.flush();
         // With an end record, the sampler's last look was at the exit; without one, its CPU
         // figures show it still looked while no thread changed.
         let last = if ended {
@@ -678,7 +882,7 @@ impl States {
             if t.exited.is_none() {
                 t.end_state = t.current.as_ref().and_then(EndState::of);
             }
-            t.close(until, &mut self.resources);
+            t.close(until, &mut self.resources, &self.stops);
             t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
         }
         for r in self.resources.by.values_mut() {
@@ -742,6 +946,7 @@ pub fn syscall_name(nr: i32) -> Option<&'static str> {
     match nr {
         -1 => Some("(asleep outside a system call)"),
         -2 => Some("(other calls)"),
+        SYS_RESTART_SYSCALL => Some("restart_syscall"),
         _ => waitshim_format::syscalls::name(nr),
     }
 }
@@ -854,6 +1059,12 @@ impl States {
 
 /// `read on pipe:[123]`, `futex`, `syscall 999`.
 pub fn blocked_text(b: &BlockedIn) -> String {
+    if b.syscall == SYS_RESTART_SYSCALL {
+        // Seen first in it: the call it resumes is not known.
+        return "restart_syscall (resuming, after a stop or a signal handler, a call with a \
+                deadline it was in before the sampler saw it)"
+            .into();
+    }
     let call =
         syscall_name(b.syscall).map_or_else(|| format!("syscall {}", b.syscall), str::to_string);
     if b.what.is_empty() {
@@ -885,6 +1096,18 @@ mod tests {
 
     fn add(s: &mut States, x: ThreadSamples) {
         s.add_threads(x, 2);
+        s.flush();
+    }
+
+    /// A look at `ns` that wrote the threads' sample `x` and the CPUs' figures.
+    fn look(s: &mut States, x: ThreadSamples) {
+        let ns = x.ns;
+        s.add_threads(x, 2);
+        s.add_cpus(CpuSample {
+            ns,
+            idle_ns: vec![0, 0],
+            iowait_ns: vec![0, 0],
+        });
     }
 
     fn sample(ns: u64, threads: Vec<ThreadState>) -> ThreadSamples {
@@ -966,7 +1189,8 @@ mod tests {
             Some(EndState::Ended { at: 900 * MS })
         );
 
-        // Without an end record, CPU figures written later show the sampler still looked.
+        // Without an end record, CPU figures written later (every 100 ms) show the sampler
+        // still looked.
         let mut s = States::default();
         add(
             &mut s,
@@ -975,7 +1199,7 @@ mod tests {
                 vec![entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]")],
             ),
         );
-        for ns in [200 * MS, 1_900 * MS] {
+        for ns in (2..20).map(|n| n * 100 * MS) {
             s.add_cpus(CpuSample {
                 ns,
                 idle_ns: vec![1],
@@ -985,6 +1209,59 @@ mod tests {
         s.finish(2_000 * MS, false);
         assert!(s.sampled_to_end);
         assert_eq!(s.threads[&7].other_ns(), 1_900 * MS);
+    }
+
+    #[test]
+    fn a_pause_of_the_sampler_with_no_thread_running_is_a_stop_not_a_wait() {
+        const MS: u64 = 1_000_000;
+        let mut s = States::default();
+        let mut waiter = entry(3, thread_state::TRACKED_WAIT, 202, 0, "");
+        waiter.object_id = 9;
+        waiter.waiting_kind = 1;
+        look(
+            &mut s,
+            sample(
+                100 * MS,
+                vec![
+                    entry(7, thread_state::BLOCKED, 7, 1, "fd 3"),
+                    waiter.clone(),
+                ],
+            ),
+        );
+        look(&mut s, sample(200 * MS, vec![]));
+        // Nothing from the sampler for 1.5 s: then main goes on with its poll through
+        // restart_syscall, and the waiter is still in its wait.
+        let mut resumed = entry(7, thread_state::BLOCKED, SYS_RESTART_SYSCALL, 1, "");
+        resumed.run_delay_ns = 0;
+        look(&mut s, sample(1_700 * MS, vec![resumed]));
+        look(&mut s, sample(1_800 * MS, vec![]));
+        s.finish(1_800 * MS, true);
+        assert_eq!(s.stops.count, 1);
+        assert_eq!(s.stops.spans, vec![(200 * MS, 1_700 * MS)]);
+        assert_eq!(s.stops.in_waits.get(&9), Some(&(1_500 * MS)));
+        // 1.7 s of life, 1.5 s of it stopped: 200 ms of waits each, main's all in poll.
+        let main = &s.threads[&7];
+        assert_eq!(main.blocked.len(), 1, "{:?}", main.blocked);
+        assert_eq!((main.blocked[0].syscall, main.other_ns()), (7, 200 * MS));
+        assert_eq!(s.threads[&3].tracked_ns, 200 * MS);
+        // Lost parallelism counts the 300 ms the process was not stopped.
+        assert_eq!(s.lost.capacity_ns, 2 * 200 * MS);
+
+        // A sampler that wrote no CPU figures cannot tell a stop from a stretch without change.
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(
+                100 * MS,
+                vec![entry(7, thread_state::BLOCKED, 7, 1, "fd 3")],
+            ),
+        );
+        add(
+            &mut s,
+            sample(1_700 * MS, vec![entry(7, thread_state::RUNNING, -1, 1, "")]),
+        );
+        s.finish(1_800 * MS, true);
+        assert_eq!(s.stops.count, 0);
     }
 
     #[test]

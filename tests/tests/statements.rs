@@ -370,3 +370,93 @@ fn thread_states_of_a_sampler_that_stopped_early_say_the_span_they_hold_over() {
         .expect("lost parallelism");
     assert!(lost.contains("over the first"), "{lost}");
 }
+
+#[test]
+fn time_the_process_was_stopped_is_said_and_not_counted_as_waiting() {
+    let running = Launch::fixture("stopped_wait").spawn();
+    running.wait_for_stdout("stopped_wait: armed");
+    let pid = running.pid();
+    // Stopped once the sampler has seen main in poll (not before it got there).
+    let in_poll = |log: &waitshim_tests::LogReport| {
+        log.0["thread_states"]["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["tid"] == pid && t["state_at_end_blocked_in"]["name"] == "poll")
+    };
+    running.poll_log("main in poll", in_poll);
+    const STOP: Duration = Duration::from_millis(1500);
+    let pid_t = pid as libc::pid_t;
+    assert_eq!(unsafe { libc::kill(pid_t, libc::SIGSTOP) }, 0);
+    // The scenario itself: the process stays stopped this long.
+    std::thread::sleep(STOP);
+    assert_eq!(unsafe { libc::kill(pid_t, libc::SIGCONT) }, 0);
+    std::fs::write(running.dir().join("go"), b"x").expect("write to the FIFO");
+    let run = running.wait();
+    run.assert_success();
+    assert_eq!(
+        run.stdout_text(),
+        "stopped_wait: armed\nstopped_wait: done\n"
+    );
+
+    let a = run.analyze();
+    let log = a.log(0);
+    let states = &log.0["thread_states"];
+    assert_eq!(states["stops_count"], 1, "{states}");
+    let stopped = states["stopped_ns"].as_u64().unwrap();
+    let stop_ns = STOP.as_nanos() as u64;
+    // From the sampler's last record before the stop to its first after: the stop itself and
+    // up to a CPU period (100 ms) before it, and the scheduling of the test around it.
+    assert!(
+        (stop_ns..stop_ns + 600_000_000).contains(&stopped),
+        "{states}"
+    );
+    // Neither lost parallelism nor the threads' waits count it.
+    let ncpus = log.run()["ncpus"].as_u64().unwrap();
+    let span =
+        states["sampled_until_ns"].as_u64().unwrap() - states["sampled_from_ns"].as_u64().unwrap();
+    let capacity = states["lost_parallelism"]["capacity_ns"].as_u64().unwrap();
+    assert!(capacity <= ncpus * (span - stop_ns), "{states}");
+    for t in states["threads"].as_array().unwrap() {
+        let life = t["life_ns"].as_u64().unwrap();
+        let waited = t["tracked_wait_ns"].as_u64().unwrap() + t["other_wait_ns"].as_u64().unwrap();
+        assert!(waited <= life - stop_ns, "{t}");
+    }
+    // The mutex's wait spans the stop, and says so.
+    let creation = waitshim_tests::line_of("stopped_wait.c", "creation-site");
+    let table = log.object_created_at("stopped_wait.c", creation);
+    assert!(
+        table["waited_while_stopped_ns"]
+            .as_u64()
+            .is_some_and(|n| n >= stop_ns),
+        "{table}\n{}",
+        a.text
+    );
+    let row = a
+        .text
+        .lines()
+        .find(|l| l.contains("mutex#") && l.contains("of it while the process was stopped"));
+    assert!(row.is_some(), "{}", a.text);
+    let header = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("THREAD STATES"))
+        .unwrap();
+    assert!(header.contains("the process was stopped about"), "{header}");
+    // main waited in poll all along: restart_syscall is the poll going on.
+    assert!(!a.text.contains("syscall 219"), "{}", a.text);
+    let main = states["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"] == pid)
+        .unwrap();
+    let calls: Vec<&Value> = main["blocked_in"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| &b["name"])
+        .collect();
+    assert!(calls.iter().any(|c| *c == "poll"), "{main}");
+    assert!(!calls.iter().any(|c| *c == "restart_syscall"), "{main}");
+}

@@ -437,6 +437,8 @@ struct ObjectJson {
     /// CPU time lost to it (THREAD_STATES `lost_parallelism`); null when the run was not
     /// sampled.
     lost_parallelism_ns: Option<u64>,
+    /// Time of the process's stops during which a thread was seen in a wait on it (null: none).
+    waited_while_stopped_ns: Option<u64>,
 }
 
 /// An object's counters: those every object has (when the log has its `Counters` record), then
@@ -521,6 +523,7 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             })
             .collect(),
         lost_parallelism_ns: ctx.lost_to(o.object_id),
+        waited_while_stopped_ns: ctx.model.states.stops.in_waits.get(&o.object_id).copied(),
     }
 }
 
@@ -723,6 +726,10 @@ struct StatesJson {
     sampled_from_ns: u64,
     sampled_until_ns: u64,
     sampled_to_end: bool,
+    /// When the whole process was stopped (estimated), not counted as waiting.
+    stopped_ns: u64,
+    stops: Vec<StopJson>,
+    stops_count: u64,
     interval_ns: u64,
     samples: u64,
     unsampled_threads: u32,
@@ -730,6 +737,13 @@ struct StatesJson {
     resources: Vec<ResourceJson>,
     cpus: CpusJson,
     lost_parallelism: LostJson,
+}
+
+/// THREAD_STATES' `stops`.
+#[derive(Serialize)]
+struct StopJson {
+    from_ns: u64,
+    to_ns: u64,
 }
 
 /// The waits outside tracked objects on one resource, over all threads.
@@ -839,6 +853,17 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
         sampled_from_ns: m.rel(st.sampled_from_ns),
         sampled_until_ns: m.rel(st.sampled_until_ns),
         sampled_to_end: st.sampled_to_end,
+        stopped_ns: st.stops.total_ns,
+        stops: st
+            .stops
+            .spans
+            .iter()
+            .map(|&(from, to)| StopJson {
+                from_ns: m.rel(from),
+                to_ns: m.rel(to),
+            })
+            .collect(),
+        stops_count: st.stops.count,
         interval_ns: st.interval_ns,
         samples: st.samples,
         unsampled_threads: st.unsampled,

@@ -345,11 +345,34 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
     let _ = writeln!(
         line,
         " (the kernel's figures per interval; the shares estimated by the state each thread was \
-         seen in at the sampler's looks, every {}{})",
+         seen in at the sampler's looks, every {}{}{})",
         fmt_ns(m.states.interval_ns),
-        sampled_span(m)
+        sampled_span(m),
+        process_stops(m)
     );
     out.push_str(&line);
+}
+
+/// `; the process was stopped about 1.09 s in all (...)`, when the samples show it stopped:
+/// time none of these figures counts as waiting.
+fn process_stops(m: &crate::model::Model) -> String {
+    let st = &m.states.stops;
+    if st.count == 0 {
+        return String::new();
+    }
+    let when = match st.spans.first() {
+        Some(&(from, _)) if st.count == 1 => format!(", from {}", fmt_ns(m.rel(from))),
+        Some(&(from, _)) => format!(", the first from {}", fmt_ns(m.rel(from))),
+        None => String::new(),
+    };
+    format!(
+        "; the process was stopped about {} in all ({} {}{when}: SIGSTOP or a terminal's job \
+         control, a debugger, a cgroup freezer; each estimated from the sampler's own pause, to \
+         within 100 ms), which is not counted as waiting",
+        fmt_ns(st.total_ns),
+        st.count,
+        if st.count == 1 { "stop" } else { "stops" }
+    )
 }
 
 /// `, over the first 0.50 s of 12.3 s only: ...` when the sampler's records stop well before
@@ -600,11 +623,18 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
             }
         }
         let label = ctx.object_label(c.object_id);
-        let still = if c.open_ns > 0 {
+        let mut still = if c.open_ns > 0 {
             format!(" (still waiting: {})", fmt_ns(c.open_ns))
         } else {
             String::new()
         };
+        if let Some(&stopped) = m.states.stops.in_waits.get(&c.object_id) {
+            let _ = write!(
+                still,
+                " (about {} of it while the process was stopped)",
+                fmt_ns(stopped.min(c.wait_ns))
+            );
+        }
         let _ = writeln!(
             out,
             "  {:>10} {:>7} {:>9} {:>10} {:>5}  {label}{still}",
@@ -756,9 +786,10 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
          voluntary/involuntary context switches; longest slice: estimated, the largest mean \
          timeslice of an interval; at end: ended, or the state at the sampler's last look, \
          running (on a CPU or ready for one), tracked (in a tracked wait), blocked (elsewhere) \
-         or stopped; those that spent most time not running first)",
+         or stopped{}; those that spent most time not running first)",
         rows.len(),
-        sampled_span(m)
+        sampled_span(m),
+        process_stops(m)
     );
     let _ = writeln!(
         out,
