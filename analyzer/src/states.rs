@@ -224,6 +224,9 @@ pub struct ResourceWaits {
     pub other_chains: u64,
     /// When the first wait on it began (the look that saw it).
     pub first_ns: Option<u64>,
+    /// Threads that waited on it and were taken out of [`States::threads`] since (ended, put
+    /// aside by the model).
+    pub threads_taken_out: u32,
 }
 
 impl Resources {
@@ -285,7 +288,7 @@ pub fn resource_rows(st: &States) -> Vec<ResourceRow<'_>> {
             syscall: *syscall,
             what,
             w,
-            threads: st
+            threads: (st
                 .threads
                 .values()
                 .filter(|t| {
@@ -293,7 +296,8 @@ pub fn resource_rows(st: &States) -> Vec<ResourceRow<'_>> {
                         .iter()
                         .any(|b| b.syscall == *syscall && b.what == *what)
                 })
-                .count() as u32,
+                .count() as u32)
+                .saturating_add(w.threads_taken_out),
         })
         .collect();
     rows.sort_by(|a, b| {
@@ -484,6 +488,32 @@ impl States {
                 AfterSample::Switches(x) => self.apply_switches(x),
             }
         }
+    }
+
+    /// When the sampler last looked at the threads (0: never).
+    pub fn last_look(&self) -> u64 {
+        self.last_sample_ns.unwrap_or(0)
+    }
+
+    /// Takes out what was seen of thread `tid`, which ended (or is put aside) by `at`: its last
+    /// state is counted to its end; a later thread with its tid starts afresh. Resources keep
+    /// the count of the threads taken out that waited on them.
+    pub fn take_thread(&mut self, tid: u32, at: u64) -> Option<ThreadStates> {
+        self.flush();
+        let mut t = self.threads.remove(&tid)?;
+        self.exits_to_close.retain(|&x| x != tid);
+        if t.exited.is_none() {
+            t.end_state = t.current.as_ref().and_then(EndState::of);
+        }
+        t.close(at, &mut self.resources, &self.stops);
+        t.before_exit = None;
+        t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
+        for b in &t.blocked {
+            if let Some(r) = self.resources.by.get_mut(&(b.syscall, b.what.clone())) {
+                r.threads_taken_out = r.threads_taken_out.saturating_add(1);
+            }
+        }
+        Some(t)
     }
 
     /// Folds in what is held: every record read so far counts.
@@ -895,6 +925,10 @@ impl States {
 #[derive(Debug, Clone)]
 pub struct Row<'m> {
     pub tid: u32,
+    /// Which of the threads with that tid it is ([`crate::model::Thread::nth`]; 0: not known).
+    pub nth: u32,
+    /// The thread's `1234 (2nd)`: its tid, and which of the threads with that tid it is.
+    pub tid_text: String,
     pub name: Option<&'m str>,
     pub life_ns: u64,
     pub s: &'m ThreadStates,
@@ -911,31 +945,45 @@ impl Row<'_> {
 }
 
 /// Every sampled thread with its life (from its start, or the run's, to its exit, or the
-/// log's end), the ones that spent most time not running first.
+/// log's end), the ones that spent most time not running first: those the model has now and
+/// the ended ones it put aside with a row (the others are in [`crate::model::Model::ended_sum`]).
 pub fn rows(m: &crate::model::Model) -> Vec<Row<'_>> {
     let start = m.start_ns();
     let end = m.run_end.as_ref().map_or(m.last_ns, |e| e.ns);
+    fn row<'m>(
+        tid: u32,
+        t: Option<&'m crate::model::Thread>,
+        s: &'m ThreadStates,
+        (start, end): (u64, u64),
+    ) -> Row<'m> {
+        let from = t.and_then(|t| t.start_ns).unwrap_or(start).max(start);
+        let to = t.and_then(|t| t.exit_ns).unwrap_or(end).min(end);
+        Row {
+            tid,
+            nth: t.map_or(0, |t| t.nth),
+            tid_text: t.map_or_else(|| tid.to_string(), |t| t.tid_text()),
+            name: t.and_then(|t| t.name.as_deref()),
+            life_ns: to.saturating_sub(from),
+            s,
+        }
+    }
+    let ended = m
+        .ended_threads
+        .iter()
+        .filter_map(|e| Some((e, e.states.as_ref().filter(|s| s.sampled)?)))
+        .map(|(e, s)| row(e.thread.tid, Some(&e.thread), s, (start, end)));
     let mut rows: Vec<Row<'_>> = m
         .states
         .threads
         .iter()
         .filter(|(_, s)| s.sampled)
-        .map(|(&tid, s)| {
-            let t = m.threads.get(&tid);
-            let from = t.and_then(|t| t.start_ns).unwrap_or(start).max(start);
-            let to = t.and_then(|t| t.exit_ns).unwrap_or(end).min(end);
-            Row {
-                tid,
-                name: t.and_then(|t| t.name.as_deref()),
-                life_ns: to.saturating_sub(from),
-                s,
-            }
-        })
+        .map(|(&tid, s)| row(tid, m.threads.get(&tid), s, (start, end)))
+        .chain(ended)
         .collect();
     rows.sort_by(|a, b| {
         b.not_running_ns()
             .cmp(&a.not_running_ns())
-            .then(a.tid.cmp(&b.tid))
+            .then((a.tid, a.nth).cmp(&(b.tid, b.nth)))
     });
     rows
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use waitshim_format::Record;
 use waitshim_tests::{
-    analyze, analyzer_path, fixture, rewrite_log, shim_path, Launch, POLL_DEADLINE,
+    analyze, analyzer_path, fixture, frame_is, line_of, rewrite_log, shim_path, Launch,
+    POLL_DEADLINE,
 };
 
 #[test]
@@ -459,4 +460,211 @@ fn time_the_process_was_stopped_is_said_and_not_counted_as_waiting() {
         .collect();
     assert!(calls.iter().any(|c| *c == "poll"), "{main}");
     assert!(!calls.iter().any(|c| *c == "restart_syscall"), "{main}");
+}
+
+#[test]
+fn a_program_whose_threads_reuse_a_tid_is_reported_with_each_thread_not_one() {
+    // The kernel gives an ended thread's tid to a later one (after pid_max threads, or sooner
+    // in a PID namespace): three workers, one after the other, all tid 4001, as a log of
+    // such a run has them. The sampler sees each one blocked in read for 40 ms.
+    use waitshim_format::{
+        append_frame, end_reason, file_header, thread_state, RunEnd, RunStart, ThreadExit,
+        ThreadName, ThreadSamples, ThreadStart, ThreadState,
+    };
+    const MS: u64 = 1_000_000;
+    let t0 = 1_000 * MS;
+    let mut records = vec![
+        Record::RunStart(RunStart {
+            pid: 4000,
+            ppid: 1,
+            realtime_ns: 0,
+            mono_ns: t0,
+            ncpus: 2,
+            exe: "/bin/reuse".into(),
+            cmdline: vec!["reuse".into()],
+            shim_version: "0.1.0".into(),
+        }),
+        Record::ThreadStart(ThreadStart {
+            tid: 4000,
+            parent_tid: 0,
+            ns: t0,
+            start_routine: 0,
+            chain_id: 0,
+            is_main: 1,
+        }),
+    ];
+    for (i, name) in ["worker-a", "worker-b", "worker-c"].into_iter().enumerate() {
+        let at = t0 + (i as u64 + 1) * 100 * MS;
+        let seen = |ns: u64, state: u8, syscall: i32| {
+            Record::ThreadSamples(ThreadSamples {
+                ns,
+                interval_ns: 10 * MS,
+                threads: vec![ThreadState {
+                    tid: 4001,
+                    state,
+                    syscall,
+                    on_cpu_ns: MS,
+                    what: if syscall == 0 {
+                        "pipe:[7]".into()
+                    } else {
+                        String::new()
+                    },
+                    ..ThreadState::default()
+                }],
+                unsampled: 0,
+            })
+        };
+        records.extend([
+            Record::ThreadStart(ThreadStart {
+                tid: 4001,
+                parent_tid: 4000,
+                ns: at,
+                start_routine: 0,
+                chain_id: 0,
+                is_main: 0,
+            }),
+            Record::ThreadName(ThreadName {
+                tid: 4001,
+                ns: at,
+                name: name.into(),
+            }),
+            seen(at + 10 * MS, thread_state::BLOCKED, 0),
+            seen(at + 50 * MS, thread_state::RUNNING, -1),
+            Record::ThreadExit(ThreadExit {
+                tid: 4001,
+                ns: at + 60 * MS,
+            }),
+            seen(at + 70 * MS, thread_state::RUNNING, -1),
+        ]);
+    }
+    records.push(Record::RunEnd(RunEnd {
+        ns: t0 + 500 * MS,
+        reason: end_reason::EXIT,
+        exit_status: 0,
+        hwm: 0,
+        dropped: 0,
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("waitshim.4000.log");
+    let mut bytes = file_header().to_vec();
+    for r in &records {
+        append_frame(r, &mut bytes);
+    }
+    std::fs::write(&log, bytes).unwrap();
+
+    let a = analyze(&[&log], &["--no-symbols"]);
+    assert!(a.status.success(), "{}", a.stderr);
+    let l = a.log(0);
+    assert_eq!(l.run()["threads_seen"], 4, "main and three workers");
+    let threads: Vec<(u64, u64, &str)> = l
+        .threads()
+        .iter()
+        .map(|t| {
+            (
+                t["tid"].as_u64().unwrap(),
+                t["nth"].as_u64().unwrap(),
+                t["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        threads,
+        vec![
+            (4000, 1, ""),
+            (4001, 1, "worker-a"),
+            (4001, 2, "worker-b"),
+            (4001, 3, "worker-c")
+        ]
+    );
+    // Each worker lived 60 ms and waited 40 ms of it in read: three rows, not one of 180 ms.
+    let states = l.0["thread_states"]["threads"].as_array().unwrap();
+    let workers: Vec<&Value> = states.iter().filter(|t| t["tid"] == 4001).collect();
+    assert_eq!(workers.len(), 3, "{states:?}");
+    for w in &workers {
+        assert_eq!(w["life_ns"], 60 * MS, "{w}");
+        assert_eq!(w["other_wait_ns"], 40 * MS, "{w}");
+    }
+    assert!(a.text.contains("threads:   4 seen"), "{}", a.text);
+    assert!(a.text.contains("4001 (2nd) \"worker-b\""), "{}", a.text);
+    assert!(a.text.contains("4001 (3rd) \"worker-c\""), "{}", a.text);
+}
+
+#[test]
+fn a_thread_that_got_the_tid_of_one_that_ended_is_counted_and_listed_as_a_thread_of_its_own() {
+    let Some(unshare) = pid_namespace() else {
+        eprintln!("skipped: unshare cannot make a PID namespace here");
+        return;
+    };
+    // `first` ends; `second` gets its tid (the fixture sets the namespace's next tid, rather
+    // than going round pid_max tids). Only the program runs under the shim.
+    let mut launch = Launch::program("unshare").native();
+    for a in unshare {
+        launch = launch.arg(a);
+    }
+    let run = launch
+        .arg("--mount-proc")
+        .arg("env")
+        .arg(format!("LD_PRELOAD={}", shim_path().display()))
+        .arg("WAITSHIM_QUIET=1")
+        .arg("WAITSHIM_LOG=waitshim.%p.log")
+        .arg(fixture("tid_reuse"))
+        .run();
+    if run.status.code() == Some(77) {
+        eprintln!("skipped: {}", run.stderr_text());
+        return;
+    }
+    run.assert_success();
+    assert_eq!(
+        run.stdout_text(),
+        "tid_reuse: second has the tid of first\n"
+    );
+    let a = run.analyze();
+    let log = a.log(0);
+    assert_eq!(log.run()["threads_seen"], 3, "main, first and second");
+    let workers: Vec<&Value> = log
+        .threads()
+        .into_iter()
+        .filter(|t| t["is_main"] == false)
+        .collect();
+    let seen: Vec<(u64, &str)> = workers
+        .iter()
+        .map(|t| (t["nth"].as_u64().unwrap(), t["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(seen, vec![(1, "first"), (2, "second")], "{workers:?}");
+    let tid = workers[0]["tid"].as_u64().unwrap();
+    assert_eq!(workers[1]["tid"], tid);
+    // Each its own life and creation site: first ended before second started.
+    assert!(
+        workers[0]["exit_ns"].as_u64().unwrap() <= workers[1]["start_ns"].as_u64().unwrap(),
+        "{workers:?}"
+    );
+    for (w, tag) in workers.iter().zip(["first-create", "second-create"]) {
+        assert!(
+            frame_is(&w["created_at"], "tid_reuse.c", line_of("tid_reuse.c", tag)),
+            "{tag}: {w}"
+        );
+    }
+    assert_eq!(log.0["threads_summed"]["tids_reused"], 1);
+    let said: Vec<&str> = a
+        .text
+        .lines()
+        .filter(|l| l.starts_with("threads:"))
+        .collect();
+    assert_eq!(
+        said,
+        vec![format!(
+            "threads:   3 seen (1 of them got the tid of a thread that had ended, as the kernel \
+             reuses tids: each is counted and listed as a thread of its own, as {tid} (2nd))"
+        )],
+        "{}",
+        a.text
+    );
+    let second_row = format!("{tid} (2nd)  second ");
+    assert!(
+        a.text
+            .lines()
+            .any(|l| l.trim_start().starts_with(&second_row)),
+        "{}",
+        a.text
+    );
 }

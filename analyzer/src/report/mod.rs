@@ -11,7 +11,7 @@ use waitshim_format::note_level;
 
 use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
-use crate::model::{ContentionRecord, Model, Object, Overflow, MAX_CHURN_SITES};
+use crate::model::{ContentionRecord, Model, Object, Overflow, TidName, MAX_CHURN_SITES};
 use crate::plain::quoted;
 use crate::source::{Ending, ReadSummary};
 use crate::symbolize::{Frame, Global, ModuleStatus, Symbolizer};
@@ -247,6 +247,18 @@ pub struct Ctx<'a> {
     pub no_end: Option<NoEnd>,
 }
 
+/// `thread 1234 "worker"` for a record that names thread `tid`; for a tid several threads had
+/// in turn with different names, `thread 1234 (tid of 3 threads in turn)`: the THREADS table
+/// lists each.
+pub fn thread_label(m: &Model, tid: u32) -> String {
+    match m.thread_name(tid) {
+        TidName::Name(name) => format!("thread {tid} {}", quoted(name)),
+        TidName::Unnamed => format!("thread {tid}"),
+        TidName::Several(n) if n >= 2 => format!("thread {tid} (tid of {n} threads in turn)"),
+        TidName::Several(_) => format!("thread {tid} (tid of several threads in turn)"),
+    }
+}
+
 impl<'a> Ctx<'a> {
     pub fn new(summary: &'a ReadSummary, model: &'a Model, opts: &'a Options) -> Self {
         Ctx {
@@ -354,10 +366,7 @@ impl<'a> Ctx<'a> {
 
     /// `thread 1234 "worker"`.
     pub fn thread_label(&self, tid: u32) -> String {
-        match self.model.threads.get(&tid).and_then(|t| t.name.as_ref()) {
-            Some(name) => format!("thread {tid} {}", quoted(name)),
-            None => format!("thread {tid}"),
-        }
+        thread_label(self.model, tid)
     }
 
     /// Everything the report should warn about, most important first.

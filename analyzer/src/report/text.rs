@@ -14,6 +14,7 @@ use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_text, errno_name, kind_counter_json, reason_text, ContentionRecord, Object,
+    ENDED_IN_TABLE, MAX_ENDED_ROWS,
 };
 use crate::plain::{escaped, quoted};
 use crate::symbolize::Frame;
@@ -172,7 +173,32 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let _ = writeln!(out, "ended:     {why}");
         }
     }
-    let _ = writeln!(out, "threads:   {} seen", m.threads.len());
+    let mut threads = format!("threads:   {} seen", m.threads_seen());
+    let summed = m.ended_sum.threads;
+    if summed > 0 || m.tids_reused > 0 {
+        let mut parts = Vec::new();
+        if m.tids_reused > 0 {
+            let example = m
+                .threads_listed()
+                .iter()
+                .find(|t| t.nth >= 2)
+                .map_or(String::new(), |t| format!(", as {}", t.tid_text()));
+            parts.push(format!(
+                "{} of them got the tid of a thread that had ended, as the kernel reuses tids: \
+                 each is counted and listed as a thread of its own{example}",
+                m.tids_reused
+            ));
+        }
+        if summed > 0 {
+            parts.push(format!(
+                "{summed} ended threads are summed, not listed one by one: besides the main \
+                 thread and those still running, the {MAX_ENDED_ROWS} ended threads that spent \
+                 most time not running keep a row"
+            ));
+        }
+        let _ = write!(threads, " ({})", parts.join("; "));
+    }
+    let _ = writeln!(out, "{threads}");
     let mut objects = format!(
         "objects:   {} tracked, {} contended",
         m.objects.len(),
@@ -787,7 +813,7 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
          timeslice of an interval; at end: ended, or the state at the sampler's last look, \
          running (on a CPU or ready for one), tracked (in a tracked wait), blocked (elsewhere) \
          or stopped{}; those that spent most time not running first)",
-        rows.len(),
+        rows.len() as u64 + m.ended_sum.sampled,
         sampled_span(m),
         process_stops(m)
     );
@@ -847,11 +873,26 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
             switches,
             longest,
             at_end,
-            r.tid,
+            r.tid_text,
         );
     }
     if rows.len() > shown {
         let _ = writeln!(out, "  ... {} more threads (--top N)", rows.len() - shown);
+    }
+    let sum = &m.ended_sum;
+    if sum.sampled > 0 {
+        let _ = writeln!(
+            out,
+            "  + {} ended threads summed, not listed (each spent no more time not running than \
+             the {MAX_ENDED_ROWS} ended threads kept with a row): running {}, runnable {}, \
+             tracked {}, other {}, {} slices",
+            sum.sampled,
+            fmt_ns(sum.on_cpu_ns),
+            fmt_ns(sum.run_delay_ns),
+            fmt_ns(sum.tracked_ns),
+            fmt_ns(sum.other_ns),
+            sum.timeslices
+        );
     }
     if st.unsampled > 0 {
         let _ = writeln!(
@@ -929,7 +970,7 @@ fn still_waiting(ctx: &mut Ctx<'_>, out: &mut String) {
         let what = ctx.object_label(w.object_id);
         let holder = match w.holder_tid {
             0 => String::new(),
-            h if m.threads.get(&h).is_some() => format!(", held by {}", ctx.thread_label(h)),
+            h if m.knows_tid(h) => format!(", held by {}", ctx.thread_label(h)),
             h => format!(", held by thread {h}, not a thread of this process (the object is shared with another process)"),
         };
         let _ = writeln!(
@@ -2109,22 +2150,31 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
 
 fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
-    if m.threads.is_empty() {
+    let listed = m.threads_listed();
+    if listed.is_empty() && m.ended_sum.threads == 0 {
         return;
     }
-    let _ = writeln!(out, "\nTHREADS ({})", m.threads.len());
+    let _ = writeln!(out, "\nTHREADS ({})", m.threads_seen());
+    let shown = shown_rows(ctx);
+    // `4001 (2nd)`: a later thread with a reused tid.
+    let tids: Vec<String> = listed.iter().take(shown).map(|t| t.tid_text()).collect();
+    let width = tids.iter().map(String::len).max().unwrap_or(0).max(8);
     let _ = writeln!(
         out,
-        "  {:>8}  {:<16} {:>10} {:>10}  {:<32} created at",
+        "  {:>width$}  {:<16} {:>10} {:>10}  {:<32} created at",
         "tid", "name", "started", "lifetime", "start routine"
     );
-    let shown = shown_rows(ctx);
-    for t in m.threads.values().take(shown) {
+    let mut ended_before = false;
+    for (t, tid) in listed.iter().zip(&tids) {
         let name = t.name.as_deref().map_or_else(String::new, escaped);
         let started = t.start_ns.map_or("-".into(), |s| fmt_ns(m.rel(s)));
-        let lifetime = match (t.start_ns, t.exit_ns) {
-            (Some(s), Some(e)) => fmt_ns(e.saturating_sub(s)),
-            (Some(_), None) => "running".into(),
+        let lifetime = match (t.start_ns, t.exit_ns, t.ended_before_ns) {
+            (Some(s), Some(e), _) => fmt_ns(e.saturating_sub(s)),
+            (Some(s), None, Some(e)) => {
+                ended_before = true;
+                format!("≤{}", fmt_ns(e.saturating_sub(s)))
+            }
+            (Some(_), None, None) => "running".into(),
             _ => "-".into(),
         };
         let routine = if t.is_main {
@@ -2141,15 +2191,31 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "  {:>8}  {:<16} {:>10} {:>10}  {:<32} {created}",
-            t.tid, name, started, lifetime, routine
+            "  {tid:>width$}  {name:<16} {started:>10} {lifetime:>10}  {routine:<32} {created}",
         );
     }
-    if m.threads.len() > shown {
+    if ended_before {
+        let _ = writeln!(
+            out,
+            "  ≤: no exit record; it ended before the thread that got its tid started"
+        );
+    }
+    if listed.len() > shown {
         let _ = writeln!(
             out,
             "  ... {} more threads (all are in the JSON report)",
-            m.threads.len() - shown
+            listed.len() - shown
+        );
+    }
+    let sum = &m.ended_sum;
+    if sum.threads > 0 {
+        let _ = writeln!(
+            out,
+            "  + {} ended threads summed, not listed one by one (more than {ENDED_IN_TABLE} \
+             ended, or later threads got their tids: of those, the {MAX_ENDED_ROWS} that spent \
+             most time not running keep a row): {} of life in all",
+            sum.threads,
+            fmt_ns(sum.life_ns)
         );
     }
 }

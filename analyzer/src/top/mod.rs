@@ -329,10 +329,7 @@ impl Top {
     }
 
     fn thread_label(&self, tid: u32) -> String {
-        match self.state.thread_name(tid) {
-            Some(n) => format!("thread {tid} {}", crate::plain::quoted(n)),
-            None => format!("thread {tid}"),
-        }
+        self.state.thread_label(tid)
     }
 
     fn rel(&self, ns: u64) -> u64 {
@@ -445,7 +442,7 @@ impl Top {
             },
         );
         let threads = if ended {
-            format!("{} seen", m.threads.len().max(m.threads_started as usize))
+            format!("{} seen", m.threads_seen().max(m.threads_started))
         } else {
             format!("{} alive, {} started", s.threads_alive(), m.threads_started)
         };
