@@ -140,7 +140,7 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
             .map(|r| crate::symbolize::basename(&r.exe).to_string())
             .unwrap_or_default(),
         duration_ns: m.duration_ns().0,
-        threads: m.threads.len() as u64,
+        threads: m.threads_seen(),
         hwm: u64::from(m.hwm()),
         deadlocks: m.real_deadlocks().count() as u64,
         inversions: ctx.inversions.cycles.len() as u64,
@@ -201,12 +201,18 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
     }
     if m.states.any() {
         let mut s = [0u64; 4];
-        for t in m.states.threads.values() {
+        let ended = m.ended_threads.iter().filter_map(|e| e.states.as_ref());
+        for t in m.states.threads.values().chain(ended) {
             s[0] = s[0].saturating_add(t.on_cpu_ns);
             s[1] = s[1].saturating_add(t.run_delay_ns);
             s[2] = s[2].saturating_add(t.tracked_ns);
             s[3] = s[3].saturating_add(t.other_ns());
         }
+        let sum = &m.ended_sum;
+        s[0] = s[0].saturating_add(sum.on_cpu_ns);
+        s[1] = s[1].saturating_add(sum.run_delay_ns);
+        s[2] = s[2].saturating_add(sum.tracked_ns);
+        s[3] = s[3].saturating_add(sum.other_ns);
         out.states = Some(s);
     }
     if let Some(p) = ctx.critical().cloned() {
@@ -634,7 +640,7 @@ pub fn run(
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(out))
     } else {
-        write!(out, "{}", text(b, a, opts.top))
+        write!(out, "{}", crate::plain::guarded(&text(b, a, opts.top)))
     };
     let _ = written;
     0

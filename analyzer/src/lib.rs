@@ -15,6 +15,7 @@ pub mod gate;
 pub mod launch;
 pub mod lockorder;
 pub mod model;
+pub mod plain;
 pub mod policycheck;
 pub mod procgroup;
 pub mod report;
@@ -118,10 +119,11 @@ pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, source::Read
     Ok(Analysis { summary, model })
 }
 
-/// The text report of one analysed log.
+/// The text report of one analysed log, guarded ([`plain::Guard`]) against what the names the
+/// program chose might do to a terminal or a CI log.
 pub fn text_report(a: &Analysis, opts: &Options) -> String {
     let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);
-    report::text::render(&mut ctx)
+    plain::guarded(&report::text::render(&mut ctx))
 }
 
 /// The JSON report of one analysed log (one element of the document's `logs`), as a value: for

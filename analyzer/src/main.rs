@@ -251,7 +251,8 @@ fn main() {
     waitshim_analyze::ignore_file_size_signal();
     let cli = Cli::parse();
     let out = &mut std::io::stdout().lock();
-    let err = &mut std::io::stderr().lock();
+    // Messages name files and programs: guarded as every plain-text output is.
+    let err = &mut waitshim_analyze::plain::Guard::new(std::io::stderr().lock());
     let code = match cli.command {
         Some(Command::Top(t)) => {
             let source = match (t.pid, t.file) {

@@ -919,6 +919,28 @@ pub fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
     out
 }
 
+/// Writes the log `src` again as `dst`, each record as `edit` gives it back (None leaves it out):
+/// a log as a run that did not happen would have written it (another pid, a thread's tid
+/// reused). Damaged stretches and the unwritten tail are left out.
+pub fn rewrite_log(
+    src: &Path,
+    dst: &Path,
+    mut edit: impl FnMut(waitshim_format::Record) -> Option<waitshim_format::Record>,
+) {
+    let file = fs::File::open(src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let mut reader = waitshim_format::FrameReader::new(std::io::BufReader::new(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let mut out = waitshim_format::file_header().to_vec();
+    while let Some(item) = reader.next_item().expect("read log") {
+        if let waitshim_format::Item::Record { record, .. } = item {
+            if let Some(r) = edit(record) {
+                waitshim_format::append_frame(&r, &mut out);
+            }
+        }
+    }
+    fs::write(dst, out).unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
+}
+
 /// Runs fixture `name` with `args` natively and under the shim: both must exit 0 with the same
 /// stdout. Returns the run under the shim.
 pub fn run_both(name: &str, args: &[&str]) -> Run {

@@ -1158,6 +1158,7 @@ pub fn notify_hook(
 /// its value in each run, and its mean by hour of day and by day of week (UTC, of each run's
 /// start).
 pub fn show(job: &str, runs: &[StoredRun], out: &mut dyn Write) {
+    let out = &mut crate::plain::Guard::new(out);
     let _ = writeln!(out, "job {job}: {} run(s)", runs.len());
     if runs.is_empty() {
         return;

@@ -301,7 +301,7 @@ impl Figures {
             }),
             duration_ns: m.duration_ns().0,
             thread_time_ns: findings::thread_time(m),
-            threads: m.threads.len() as u64,
+            threads: m.threads_seen(),
             hwm: u64::from(m.hwm()),
             hwm_object: m.final_highwater().map(|h| h.object_id),
             deadlocks,

@@ -578,7 +578,8 @@ pub fn write_failures(format: Format, failures: &[Failure], out: &mut dyn Write)
             for f in failures {
                 let at =
                     anchor(f).map_or(String::new(), |(file, line)| format!(" [{file}:{line}]"));
-                let _ = writeln!(out, "FAIL {}: {}{at}", f.log, f.message);
+                let line = format!("FAIL {}: {}{at}\n", f.log, f.message);
+                let _ = out.write_all(crate::plain::guarded(&line).as_bytes());
             }
         }
         Format::Github => {
