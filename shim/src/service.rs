@@ -505,11 +505,21 @@ pub fn step_back_for_tasks() -> bool {
     {
         return false;
     }
-    let tid = SERVICE_TID.load(Ordering::Acquire);
     wake();
     // SAFETY: plain system call.
     let pid = unsafe { libc::getpid() };
     let start = now_ns();
+    // A thread created but not yet run has not said its tid: it will, then see it is to end.
+    let mut tid = SERVICE_TID.load(Ordering::Acquire);
+    while tid == 0 && now_ns().saturating_sub(start) < 5_000_000_000 {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000,
+        };
+        // SAFETY: nanosleep with a valid relative time.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+        tid = SERVICE_TID.load(Ordering::Acquire);
+    }
     // Gone once the kernel no longer finds it: it released its task (and the count) by then.
     // On a loaded machine the thread may take a while to be scheduled and end: up to 5 s, the
     // program's pthread_create waiting meanwhile (it would fail otherwise).
