@@ -62,7 +62,7 @@ pub struct Contention {
 }
 
 /// How long the entry of a destroyed contended object waits before it serves another object
-/// (see [`ObjEntry::reusable`]).
+/// (see [`ObjEntry::reusable`]), unless many wait (`object_life::PRESSURE`).
 pub const CONTENDED_REUSE_AFTER_NS: u64 = 1_000_000_000;
 
 /// Distinct wait sites kept per object; further ones are counted under chain 0.
