@@ -50,7 +50,7 @@ build() {
     local src="$1" output="$2"
     shift 2
     if [ -e "$output" ] && [ "$output" -nt "$src" ] && [ "$output" -nt "$self" ] &&
-        [ "$output" -nt "$src_dir/blocked.h" ]; then
+        [ "$output" -nt "$src_dir/blocked.h" ] && [ "$output" -nt "$src_dir/cpu_work.h" ]; then
         return 0
     fi
     "$@" -o "$output" "$src" || {

@@ -3,9 +3,11 @@
 #
 # On a fresh Debian 12 machine with Rust and gcc: installs the missing system
 # packages (g++ for the C++ fixture; pigz for the real-program tests; tmux to
-# drive the live view in a terminal), then builds, runs every
-# test, and checks clippy and formatting. Stops at the first failing step and
-# names it.
+# drive the live view in a terminal), runs the fast tier (every crate's unit
+# tests, the fuzz crate compiled), then builds, runs every test, and checks
+# clippy and formatting. Stops at the first failing step and names it. Under
+# CI=true (as CI runs it) a test whose dependency is missing fails instead of
+# skipping.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -39,14 +41,35 @@ ensure_packages gdb
 # The readers the export tests check each format with: go tool pprof, protoc (with Perfetto's
 # own schema), and a headless Chromium for the HTML timeline (tests/tests/html.rs).
 ensure_packages golang-go protobuf-compiler chromium
-# pip, to fetch Perfetto's published trace schema from PyPI (scripts/perfetto-schema.py).
-ensure_packages python3-pip
-# The history test on PostgreSQL starts a throw-away cluster of its own (skipped, saying so,
-# when the server cannot be installed).
-ensure_packages postgresql || say "PostgreSQL could not be installed: its history test will be skipped"
+# pip, to fetch Perfetto's published trace schema from PyPI (scripts/perfetto-schema.py); the
+# validators of the CI formats (tests/tests/ci.rs: xmllint for JUnit, Python's jsonschema for
+# SARIF 2.1.0; the published schemas are kept in tests/schemas/).
+ensure_packages python3-pip libxml2-utils python3-jsonschema
+# The history test on PostgreSQL starts a throw-away cluster of its own (outside CI skipped,
+# saying so, when the server cannot be installed; under CI=true that fails the run, as every
+# missing test dependency does: tests/src/lib.rs, skip_or_fail).
+if ! ensure_packages postgresql; then
+    case "${CI:-}" in
+    "" | false | 0) say "PostgreSQL could not be installed: its history tests will be skipped" ;;
+    *) die "PostgreSQL could not be installed, and CI=${CI} does not let its tests be skipped" ;;
+    esac
+fi
+# objcopy, to split debug files (elfsym, analyzer/tests/debugfile.rs, tests/tests/policy.rs).
+ensure_packages binutils
 
 step "Rust components (clippy, rustfmt)"
 ensure_rust_components
+
+# The fast tier first: every crate's unit tests (a minute on a warm build), so that a broken
+# unit fails before the long end-to-end tests; the release profile shares its artifacts with
+# the steps below.
+step "fast tier: unit tests of every crate (cargo test --release --workspace --lib --bins)"
+cargo test --release --workspace --lib --bins
+
+# The fuzz crate is outside the workspace (cargo-fuzz builds it with nightly and sanitizers):
+# at least it must compile against the analyzer as it is.
+step "fuzz crate compiles (cargo check --manifest-path fuzz/Cargo.toml)"
+CARGO_TARGET_DIR="$WAITSHIM_ROOT/target/fuzz-check" cargo check --manifest-path fuzz/Cargo.toml --bins
 
 step "fixtures compile"
 fixtures_out="$(mktemp -d)"

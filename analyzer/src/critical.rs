@@ -10,7 +10,8 @@
 //!   states say (estimates where a sample interval held several states). Right after a wait that
 //!   took a lock, the span up to the release that woke the next waiter is inside the lock's
 //!   critical section, all of it the lock's cost (its holder computing, preempted, or blocked
-//!   in a call while it held it);
+//!   in a call while it held it), up to the lock's longest measured hold (the thread may have
+//!   let it go and taken it again unseen in between);
 //! - a wait that another thread ended (a release, signal, post, a thread's exit for a join) is
 //!   not on the path: the path goes on at that thread, at the moment it ended the wait;
 //! - a wait nobody is known to have ended (a timeout, a wake the shim did not see) is on the
@@ -75,6 +76,11 @@ pub struct Path {
     /// waiter: those that took it after waiting, and those that released it to a waiter
     /// (what-if spreads the holds nobody waited for over them).
     pub holders: HashMap<u64, Vec<(u32, u64)>>,
+    /// Of each lock's critical sections on the path, the time its holder was on a CPU or ready
+    /// for one (or not seen otherwise): what shorter sections would save (less work inside is
+    /// less time preempted too; a holder blocked in a call or stopped while holding is not made
+    /// faster by it).
+    pub held_running: HashMap<u64, u64>,
 }
 
 impl Path {
@@ -253,6 +259,7 @@ type Idle = Vec<(u64, u64, f64)>;
 #[derive(Default)]
 struct Account {
     by: HashMap<Cause, u64>,
+    held_running: HashMap<u64, u64>,
     estimated: bool,
 }
 
@@ -409,6 +416,9 @@ fn own_time(
             }
             acc.estimated |= *estimated;
             seen += ov;
+            if let (Own::Running | Own::Runnable, Some(o)) = (own, held) {
+                *acc.held_running.entry(o).or_default() += ov;
+            }
             let cause = match (own, held) {
                 // Inside a critical section, everything is the lock's cost: its holder
                 // computing, preempted while it held it, or blocked in a call under it.
@@ -431,10 +441,11 @@ fn own_time(
         acc.add(c, ns);
     }
     // What no sample covered: work (the thread ran between its waits), inside the lock if held.
-    acc.add(
-        held.map_or(Cause::Work(tid), Cause::Held),
-        total.saturating_sub(seen),
-    );
+    let unseen = total.saturating_sub(seen);
+    if let Some(o) = held {
+        *acc.held_running.entry(o).or_default() += unseen;
+    }
+    acc.add(held.map_or(Cause::Work(tid), Cause::Held), unseen);
 }
 
 /// Whether a system call ends by itself, in time (a sleep), rather than by another thread or the
@@ -460,6 +471,17 @@ fn woken_before(pieces: &HashMap<u32, Pieces>, tid: u32, a: u64, t: u64, by: u64
         .map(|x| x.1.min(t))
         .filter(|&c| c > a && c <= by)
         .last()
+}
+
+/// The longest hold of lock `o` the shim measured, if it measured any.
+fn longest_hold(model: &Model, o: u64) -> Option<u64> {
+    model
+        .objects
+        .get(&o)?
+        .counters
+        .as_ref()
+        .map(|c| c.hold_max_ns)
+        .filter(|&ns| ns > 0)
 }
 
 /// The thread the run's end waited for, and when it ended: the one that ended last (a thread
@@ -549,7 +571,33 @@ fn walk(
         // The span since that wait; inside the lock it took if the walk came here through this
         // thread's release of it.
         let held = (s.acquired && released == Some(s.object_id)).then_some(s.object_id);
-        own_time(&mut acc, tid, s.end, t, held, s.object_id, pieces, idle);
+        // The thread may have let the lock go and taken it again, uncontended, since that wait
+        // (the log has no event for that): the critical section is at most the lock's longest
+        // measured hold, at the end of the span; before it, the thread's own time.
+        let inside = match held {
+            Some(o) => (t - s.end).min(longest_hold(model, o).unwrap_or(u64::MAX)),
+            None => 0,
+        };
+        own_time(
+            &mut acc,
+            tid,
+            s.end,
+            t - inside,
+            None,
+            s.object_id,
+            pieces,
+            idle,
+        );
+        own_time(
+            &mut acc,
+            tid,
+            t - inside,
+            t,
+            held,
+            s.object_id,
+            pieces,
+            idle,
+        );
         if s.waker != 0 && s.waker != tid && model.threads.contains_key(&s.waker) {
             // Not on the path: the thread that ended the wait is, up to the moment it did.
             hops += 1;
@@ -575,6 +623,7 @@ fn finish(acc: Account, start: u64, end: u64, hops: u64) -> Path {
         hops,
         estimated: acc.estimated,
         holders: HashMap::new(),
+        held_running: acc.held_running,
     }
 }
 

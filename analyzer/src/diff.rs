@@ -59,6 +59,37 @@ pub struct RunFigures {
     pub states: Option<[u64; 4]>,
     /// What is missing from the log (damage, a cut or unended log), if anything.
     pub incomplete: Option<String>,
+    /// The critical path (BOTTLENECKS): its length, and its time by cause, keyed so that the
+    /// same cause matches across runs (objects by their key, threads by name).
+    pub critical: Option<(u64, BTreeMap<String, u64>)>,
+}
+
+/// A cause of the critical path as it matches across runs.
+fn cause_key(ctx: &mut Ctx<'_>, c: &crate::critical::Cause) -> String {
+    use crate::critical::Cause;
+    let thread = |ctx: &Ctx<'_>, tid: u32| {
+        ctx.model
+            .threads
+            .get(&tid)
+            .and_then(|t| t.name.clone())
+            .map_or_else(
+                || "unnamed threads".to_string(),
+                |n| format!("threads \"{n}\""),
+            )
+    };
+    match c {
+        Cause::Held(o) => format!("inside {}", object_key(ctx, *o)),
+        Cause::Waited(o) => format!("waiting on {}", object_key(ctx, *o)),
+        Cause::Work(t) => format!("work of {}", thread(ctx, *t)),
+        Cause::CpusBusy(_) => "ready while every CPU was busy".into(),
+        Cause::WakeLatency(0) => "wake-up latency".into(),
+        Cause::WakeLatency(o) => format!("wake-up latency after {}", object_key(ctx, *o)),
+        Cause::Blocked(sys, _) => format!(
+            "blocked in {}",
+            waitshim_format::syscalls::name(*sys).unwrap_or("a system call")
+        ),
+        Cause::Stopped => "stopped".into(),
+    }
 }
 
 /// The key of an object: kind, creation site, global name.
@@ -109,7 +140,7 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
             .map(|r| crate::symbolize::basename(&r.exe).to_string())
             .unwrap_or_default(),
         duration_ns: m.duration_ns().0,
-        threads: m.threads.len() as u64,
+        threads: m.threads_seen(),
         hwm: u64::from(m.hwm()),
         deadlocks: m.real_deadlocks().count() as u64,
         inversions: ctx.inversions.cycles.len() as u64,
@@ -187,15 +218,66 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
     }
     if m.states.any() {
         let mut s = [0u64; 4];
-        for t in m.states.threads.values() {
+        let ended = m.ended_threads.iter().filter_map(|e| e.states.as_ref());
+        for t in m.states.threads.values().chain(ended) {
             s[0] = s[0].saturating_add(t.on_cpu_ns);
             s[1] = s[1].saturating_add(t.run_delay_ns);
             s[2] = s[2].saturating_add(t.tracked_ns);
             s[3] = s[3].saturating_add(t.other_ns());
         }
+        let sum = &m.ended_sum;
+        s[0] = s[0].saturating_add(sum.on_cpu_ns);
+        s[1] = s[1].saturating_add(sum.run_delay_ns);
+        s[2] = s[2].saturating_add(sum.tracked_ns);
+        s[3] = s[3].saturating_add(sum.other_ns);
         out.states = Some(s);
     }
+    if let Some(p) = ctx.critical().cloned() {
+        let mut by: BTreeMap<String, u64> = BTreeMap::new();
+        for (c, ns) in &p.by {
+            let k = cause_key(&mut ctx, c);
+            *by.entry(k).or_default() += ns;
+        }
+        out.critical = Some((p.length_ns(), by));
+    }
     out
+}
+
+/// One cause of the critical path in both runs: (key, before ns, after ns, before share, after
+/// share).
+type CauseRow = (String, u64, u64, f64, f64);
+
+/// The causes of both critical paths, the largest change in share first, with the paths'
+/// lengths before and after.
+fn critical_rows(b: &RunFigures, a: &RunFigures) -> Option<(u64, u64, Vec<CauseRow>)> {
+    let ((lb, bb), (la, ba)) = (b.critical.as_ref()?, a.critical.as_ref()?);
+    let mut keys: Vec<&String> = bb.keys().chain(ba.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let share = |ns: u64, len: u64| {
+        if len == 0 {
+            0.0
+        } else {
+            ns as f64 / len as f64
+        }
+    };
+    let mut rows: Vec<CauseRow> = keys
+        .into_iter()
+        .map(|k| {
+            let (x, y) = (
+                bb.get(k).copied().unwrap_or(0),
+                ba.get(k).copied().unwrap_or(0),
+            );
+            (k.clone(), x, y, share(x, *lb), share(y, *la))
+        })
+        .collect();
+    rows.sort_by(|p, q| {
+        (q.4 - q.3)
+            .abs()
+            .total_cmp(&(p.4 - p.3).abs())
+            .then_with(|| p.0.cmp(&q.0))
+    });
+    Some((*lb, *la, rows))
 }
 
 /// `before → after (+change, +n%)`.
@@ -284,6 +366,26 @@ pub fn text(b: &RunFigures, a: &RunFigures, top: usize) -> String {
         "lock-order inversions: {}\n",
         change(b.inversions, a.inversions, num)
     ));
+    match critical_rows(b, a) {
+        Some((lb, la, rows)) => {
+            s.push_str(&format!(
+                "\nBOTTLENECKS (the critical path: {}; each cause's share of it, the largest changes first)\n",
+                change(lb, la, fmt_ns)
+            ));
+            for r in rows.iter().filter(|r| r.3 >= 0.01 || r.4 >= 0.01).take(top) {
+                s.push_str(&format!(
+                    "  {:>5.1}% → {:>5.1}%  ({})  {}\n",
+                    100.0 * r.3,
+                    100.0 * r.4,
+                    change(r.1, r.2, fmt_ns),
+                    r.0
+                ));
+            }
+        }
+        None => s.push_str(
+            "\nBOTTLENECKS: not compared (a log without per-wait events has no critical path)\n",
+        ),
+    }
     let rows = matched(b, a);
     let new: Vec<_> = rows
         .iter()
@@ -451,6 +553,17 @@ pub fn json(b: &RunFigures, a: &RunFigures) -> Value {
         }),
         _ => Value::Null,
     };
+    let critical = match critical_rows(b, a) {
+        Some((lb, la, rows)) => json!({
+            "length_ns": pair(lb, la),
+            "by": rows.iter().map(|r| json!({
+                "cause": r.0,
+                "ns": pair(r.1, r.2),
+                "share": {"before": r.3, "after": r.4},
+            })).collect::<Vec<Value>>(),
+        }),
+        None => Value::Null,
+    };
     json!({
         "schema": "waitshim-diff/1",
         "before": {"program": b.program, "duration_ns": b.duration_ns, "threads": b.threads,
@@ -464,6 +577,7 @@ pub fn json(b: &RunFigures, a: &RunFigures) -> Value {
         "objects": objects,
         "wait_sites": sites,
         "thread_states": states,
+        "critical_path": critical,
     })
 }
 
@@ -543,7 +657,7 @@ pub fn run(
             .map_err(std::io::Error::other)
             .and_then(|_| writeln!(out))
     } else {
-        write!(out, "{}", text(b, a, opts.top))
+        write!(out, "{}", crate::plain::guarded(&text(b, a, opts.top)))
     };
     let _ = written;
     0

@@ -87,8 +87,9 @@ impl Group {
     }
 }
 
-/// The threads' lives added up: from each thread's start (the run's, if unknown) to its exit
-/// (the log's end, if it did not exit), in ns.
+/// The threads' lives added up, each thread once however many had its tid: from each thread's
+/// start (the run's, if unknown) to its exit (the log's end, if it did not exit; the start of
+/// the thread that got its tid, if its exit record is missing), in ns.
 pub fn thread_time(m: &Model) -> u64 {
     let start = m.start_ns();
     let end = match &m.run_end {
@@ -97,11 +98,9 @@ pub fn thread_time(m: &Model) -> u64 {
     };
     m.threads
         .values()
-        .map(|t| {
-            let from = t.start_ns.unwrap_or(start).max(start);
-            t.exit_ns.unwrap_or(end).min(end).saturating_sub(from)
-        })
-        .fold(0u64, u64::saturating_add)
+        .chain(m.ended_threads.iter().map(|e| &e.thread))
+        .map(|t| t.life_ns(start, end))
+        .fold(m.ended_sum.life_ns, u64::saturating_add)
 }
 
 /// Whether any thread waited for any object (finished or still waiting), without ranking.

@@ -15,6 +15,7 @@ pub mod gate;
 pub mod launch;
 pub mod lockorder;
 pub mod model;
+pub mod plain;
 pub mod policycheck;
 pub mod procgroup;
 pub mod report;
@@ -50,8 +51,51 @@ pub fn file_size_signal_was_default() -> bool {
     FILE_SIZE_SIGNAL_WAS_DEFAULT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// Exit code when an input could not be read as a log.
-pub const EXIT_BAD_INPUT: i32 = 2;
+/// Exit code when an input could not be read as a log: the tool could not judge
+/// ([`exit::NOT_JUDGED`]).
+pub const EXIT_BAD_INPUT: i32 = exit::NOT_JUDGED;
+
+/// The exit codes of the CI commands (`check`, `run`, `history check`), one per outcome, so
+/// that a job tells "the tests failed" from "the gate failed" from "the tool could not judge".
+pub mod exit {
+    /// Everything asked for passed.
+    pub const PASSED: i32 = 0;
+    /// The gate failed (a condition held, something got worse, a regression); the command,
+    /// when there was one, succeeded.
+    pub const GATE_FAILED: i32 = 1;
+    /// The tool could not judge: no log, no shim, an input that cannot be read (a log, a
+    /// baseline, a history database), a bad argument or expression, a command that could not
+    /// be started. Wins over the others: what was asked could not be done.
+    pub const NOT_JUDGED: i32 = 2;
+    /// `run`: the command failed (a status other than 0, or a signal); the gate, when asked,
+    /// passed. The command's own status is printed, and in `--json`.
+    pub const COMMAND_FAILED: i32 = 3;
+    /// `run --check`: both the command and the gate failed.
+    pub const BOTH_FAILED: i32 = 4;
+
+    /// The code of a run: `not_judged` wins, then the two failures combine.
+    pub fn combine(command_failed: bool, gate_failed: bool, not_judged: bool) -> i32 {
+        match (not_judged, command_failed, gate_failed) {
+            (true, _, _) => NOT_JUDGED,
+            (false, true, true) => BOTH_FAILED,
+            (false, true, false) => COMMAND_FAILED,
+            (false, false, true) => GATE_FAILED,
+            (false, false, false) => PASSED,
+        }
+    }
+
+    /// What a code means, in the words `--help` and the README use.
+    pub fn meaning(code: i32) -> &'static str {
+        match code {
+            PASSED => "passed",
+            GATE_FAILED => "the gate failed",
+            NOT_JUDGED => "the tool could not judge",
+            COMMAND_FAILED => "the command failed",
+            BOTH_FAILED => "the command and the gate failed",
+            _ => "unknown",
+        }
+    }
+}
 
 /// One log read into a model.
 pub struct Analysis {
@@ -75,10 +119,11 @@ pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, source::Read
     Ok(Analysis { summary, model })
 }
 
-/// The text report of one analysed log.
+/// The text report of one analysed log, guarded ([`plain::Guard`]) against what the names the
+/// program chose might do to a terminal or a CI log.
 pub fn text_report(a: &Analysis, opts: &Options) -> String {
     let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);
-    report::text::render(&mut ctx)
+    plain::guarded(&report::text::render(&mut ctx))
 }
 
 /// The JSON report of one analysed log (one element of the document's `logs`), as a value: for

@@ -20,17 +20,20 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze diff BEFORE AFTER [--json] [--html FILE]\n       \
                       waitshim-analyze whatif --hold SITE=FACTOR [--hold ...] [--json] LOG\n       \
                       waitshim-analyze why-no-log -- CMD [ARGS]\n       \
-                      waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab]\n       \
+                      waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab] [--junit FILE] [--sarif FILE]\n       \
                       waitshim-analyze baseline -o FILE LOG...\n       \
-                      waitshim-analyze history add|show|check --job NAME [--db FILE|postgres://...] [LOG...]\n       \
-                      waitshim-analyze run [--check] [--fail-if EXPR]... [--json] [--shim PATH] [--log-dir DIR] -- CMD [ARGS]",
+                      waitshim-analyze history add|show|check --job NAME [--db FILE|postgres://...] [--notify CMD] [LOG...]\n       \
+                      waitshim-analyze run [--check] [--fail-if EXPR]... [--json] [--each] [-o FILE] [--shim PATH] [--log-dir DIR] -- CMD [ARGS]",
     // `waitshim-analyze top.log` and `./top` are files; only a first argument that is exactly a
     // command's name is a command.
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
     disable_help_subcommand = true,
     after_help = "A log file named like a command (top, request, export, diff, whatif, policy, why-no-log, check, baseline, history, run) is read as a log when written \
-                  as a path: ./top."
+                  as a path: ./top.\n\n\
+                  Exit status of check, history check and run: 0 passed; 1 the gate failed; 2 the tool could not judge (no log, no shim, \
+                  an input that cannot be read, a bad argument, a selector that matches no object); 3 the command given to run failed (its status is printed); \
+                  4 the command and the gate failed."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -140,17 +143,23 @@ enum Command {
         cmd: Vec<std::ffi::OsString>,
     },
     /// Gate a run in CI: exit 0 when it passes, 1 when it fails (deadlocks, lock-order
-    /// inversions, --fail-if expressions, a --baseline), 2 when a log cannot be read.
+    /// inversions, --fail-if expressions, a --baseline), 2 when it cannot be judged (a log that
+    /// cannot be read, a bad expression, a selector that matches no object). With
+    /// $GITHUB_STEP_SUMMARY set, a job summary is appended to that file.
     Check(gate::CheckArgs),
     /// Write a baseline (a diff-friendly JSON summary to commit) of these logs.
     Baseline(gate::BaselineArgs),
     /// A job's history of runs: add a run, show trends, check a run against it.
     #[command(subcommand)]
     History(gate::HistoryCommand),
-    /// Run CMD under the shim, report on every log it (and its children) wrote, and exit with
-    /// its status, or the gate's with --check. CMD runs in a process group of its own (given
-    /// the terminal when run has it); SIGINT, SIGTERM and SIGHUP sent to run are passed on to
-    /// it, and run reports once it ended.
+    /// Run CMD under the shim and report on every log it (and its children) wrote: the report
+    /// of a single process, or one summary across several (per program: processes, highwater,
+    /// lock wait, deadlocks, inversions, the gate's result; --each adds every process's
+    /// report). Exit status: 0 passed, 1 the gate failed (--check), 2 the tool could not judge
+    /// (no shim, no log, a command that cannot start), 3 CMD failed (its status is printed,
+    /// and in --json), 4 CMD and the gate failed. CMD runs in a process group of its own
+    /// (given the terminal when run has it); SIGINT, SIGTERM and SIGHUP sent to run are passed
+    /// on to it, and run reports once it ended.
     Run(gate::RunArgs),
 }
 
@@ -242,7 +251,8 @@ fn main() {
     waitshim_analyze::ignore_file_size_signal();
     let cli = Cli::parse();
     let out = &mut std::io::stdout().lock();
-    let err = &mut std::io::stderr().lock();
+    // Messages name files and programs: guarded as every plain-text output is.
+    let err = &mut waitshim_analyze::plain::Guard::new(std::io::stderr().lock());
     let code = match cli.command {
         Some(Command::Top(t)) => {
             let source = match (t.pid, t.file) {

@@ -19,6 +19,12 @@ use waitshim_format::{
 
 /// Most objects, threads and chains kept per log; beyond this they are counted, not stored.
 pub const MAX_STORED: usize = 1_000_000;
+/// Ended threads kept with a row of their own once put aside ([`Model::ended_threads`]): those
+/// that spent most time not running; the others are summed ([`Model::ended_sum`]).
+pub const MAX_ENDED_ROWS: usize = 1_000;
+/// Ended threads kept in [`Model::threads`] before they are put aside, so that the model holds
+/// the live threads and a bounded number of ended ones however many a program creates.
+pub const ENDED_IN_TABLE: usize = 4_096;
 /// Waits in progress listed at most (one per thread, so far more than a program has).
 pub const MAX_OPEN_WAITS: usize = 10_000;
 /// Kinds of work of the shim's thread kept from a [`waitshim_format::ShimCost`] (the shim has
@@ -226,6 +232,10 @@ fn cut_string(s: &mut String, max: usize) -> bool {
 #[derive(Debug, Clone, Default)]
 pub struct Thread {
     pub tid: u32,
+    /// Which of the threads that had this tid it is: 1 for the first, 2 for the one that got
+    /// it next (the kernel gives an ended thread's tid to a later one), ...; 0 when not known
+    /// (past the tids followed).
+    pub nth: u32,
     pub parent_tid: u32,
     pub start_ns: Option<u64>,
     pub start_routine: u64,
@@ -234,6 +244,118 @@ pub struct Thread {
     /// The latest name the thread was given.
     pub name: Option<String>,
     pub exit_ns: Option<u64>,
+    /// For a thread without an exit record whose tid a later thread got: that thread's start,
+    /// before which it ended.
+    pub ended_before_ns: Option<u64>,
+}
+
+impl Thread {
+    /// `1234`, or `1234 (2nd)` for a later thread with a reused tid: how the reports show a
+    /// thread's tid where it stands for that thread alone.
+    pub fn tid_text(&self) -> String {
+        if self.nth <= 1 {
+            return self.tid.to_string();
+        }
+        let suffix = match (self.nth % 10, self.nth % 100) {
+            (_, 11..=13) => "th",
+            (1, _) => "st",
+            (2, _) => "nd",
+            (3, _) => "rd",
+            _ => "th",
+        };
+        format!("{} ({}{suffix})", self.tid, self.nth)
+    }
+
+    /// Its life: from its start (or the run's, `run_start`) to its exit (or `end`); for a
+    /// thread without an exit record whose tid went to a later thread, to that thread's start
+    /// (at most its life).
+    pub fn life_ns(&self, run_start: u64, end: u64) -> u64 {
+        let from = self.start_ns.unwrap_or(run_start).max(run_start);
+        let to = self
+            .exit_ns
+            .or(self.ended_before_ns)
+            .unwrap_or(end)
+            .min(end);
+        to.saturating_sub(from)
+    }
+}
+
+/// What is kept of the threads of one tid that were put aside: how many had it, and their
+/// name if they all had the same one, so that a record naming the tid alone can name the
+/// thread only when that name is true of whichever thread it was.
+#[derive(Debug, Clone)]
+struct TidUses {
+    /// The `nth` of the last one put aside ([`Thread::nth`]).
+    nth: u32,
+    /// `Some(name)`: each had that name (`Some(None)`: none had one); `None`: names differed.
+    name: Option<Option<Box<str>>>,
+}
+
+impl TidUses {
+    fn same_name(&self, name: Option<&str>) -> bool {
+        self.name.as_ref().is_some_and(|n| n.as_deref() == name)
+    }
+}
+
+/// What a report may call the thread a record names by its tid alone ([`Model::thread_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TidName<'a> {
+    /// Every thread that had the tid had this name (or the one thread).
+    Name(&'a str),
+    /// No thread that had it had a name, or the log has none.
+    Unnamed,
+    /// This many threads had the tid in turn, with different names: which one the record
+    /// means is in its time, not in the tid.
+    Several(u32),
+}
+
+/// A thread that ended and was put aside ([`Model::ended_threads`]), with what the sampler saw
+/// of it.
+#[derive(Debug, Clone)]
+pub struct EndedThread {
+    pub thread: Thread,
+    pub states: Option<crate::states::ThreadStates>,
+}
+
+impl EndedThread {
+    /// Time not running (ready for a CPU, or waiting): what makes an ended thread worth a row.
+    pub fn not_running_ns(&self) -> u64 {
+        self.states.as_ref().map_or(0, |s| {
+            s.run_delay_ns
+                .saturating_add(s.tracked_ns)
+                .saturating_add(s.other_ns())
+        })
+    }
+}
+
+/// Ended threads put aside without a row of their own, summed.
+#[derive(Debug, Clone, Default)]
+pub struct EndedSum {
+    pub threads: u64,
+    pub life_ns: u64,
+    /// Of them, those the sampler saw, and what it saw of them.
+    pub sampled: u64,
+    pub on_cpu_ns: u64,
+    pub run_delay_ns: u64,
+    pub tracked_ns: u64,
+    pub other_ns: u64,
+    pub timeslices: u64,
+}
+
+impl EndedSum {
+    fn add(&mut self, t: &EndedThread, life_ns: u64) {
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        self.threads += 1;
+        add(&mut self.life_ns, life_ns);
+        if let Some(s) = t.states.as_ref().filter(|s| s.sampled) {
+            self.sampled += 1;
+            add(&mut self.on_cpu_ns, s.on_cpu_ns);
+            add(&mut self.run_delay_ns, s.run_delay_ns);
+            add(&mut self.tracked_ns, s.tracked_ns);
+            add(&mut self.other_ns, s.other_ns());
+            add(&mut self.timeslices, s.timeslices);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -890,6 +1012,21 @@ pub struct Model {
     /// Threads the log saw start, and exit (each counted once, kept or not).
     pub threads_started: u64,
     pub threads_exited: u64,
+    /// Ended threads put aside (their tid went to a later thread, or ended threads were more
+    /// than [`ENDED_IN_TABLE`]) that kept a row: the [`MAX_ENDED_ROWS`] that spent most time
+    /// not running (up to twice as many while records are added; once finished and any are
+    /// summed, every ended thread but the main one is put aside and ranked).
+    pub ended_threads: Vec<EndedThread>,
+    /// The other ended threads put aside, summed.
+    pub ended_sum: EndedSum,
+    /// Threads that started on a tid an earlier thread of the log had.
+    pub tids_reused: u64,
+    /// Tids whose threads were put aside (the first [`MAX_STORED`]): what is kept of them.
+    tid_uses: HashMap<u32, TidUses>,
+    /// Threads of [`Model::threads`] that ended.
+    ended_in_table: usize,
+    /// The sampler's last look when ended threads were last put aside.
+    aside_at_look: Option<u64>,
     /// Module records read: a symbolizer built from fewer modules is out of date.
     pub modules_read: u64,
     wait_site_count: usize,
@@ -906,7 +1043,13 @@ impl Model {
         self.objects.finish();
         self.threads.finish();
         let end = self.run_end.as_ref().map_or(self.last_ns, |e| e.ns);
-        self.states.finish(end);
+        self.states.finish(end, self.run_end.is_some());
+        // Once ended threads are summed, only the ones that spent most time not running keep a
+        // row, whether they were put aside yet or not.
+        if self.ended_sum.threads > 0 || self.ended_threads.len() > MAX_ENDED_ROWS {
+            self.put_aside_ended(|_| true);
+            self.prune_ended_rows();
+        }
         let objects = self.objects.values().filter_map(|o| {
             let c = o.create.as_ref()?;
             // A futex word the shim follows is 4 bytes; a thread's object (at its pthread_t)
@@ -1054,28 +1197,165 @@ impl Model {
 
     /// Drops the threads `forget` picks (they stay counted in [`Model::threads_started`]).
     pub fn forget_threads(&mut self, mut forget: impl FnMut(&Thread) -> bool) {
-        self.threads.retain(|t| !forget(t));
+        let mut ended = 0;
+        self.threads.retain(|t| {
+            let drop = forget(t);
+            ended += usize::from(drop && t.exit_ns.is_some());
+            !drop
+        });
+        self.ended_in_table -= ended;
     }
 
+    /// The thread that has `tid` now, made if the log had none: for a record about it.
     fn thread(&mut self, tid: u32) -> Option<&mut Thread> {
+        self.thread_entry(tid, false)
+    }
+
+    /// The same, for its start record (`starting`): a tid whose threads were put aside makes a
+    /// new thread only when one starts on it; any other record about it is about the ended one.
+    fn thread_entry(&mut self, tid: u32, starting: bool) -> Option<&mut Thread> {
         // 0 stands for a thread the shim did not know (a holder it never saw), not a thread.
         if tid == 0 {
             return None;
         }
         if !self.threads.contains_key(&tid) {
-            if self.threads.len() >= MAX_STORED {
-                self.overflow.threads += 1;
+            let before = self.tid_uses.get(&tid).map(|u| u.nth);
+            if (before.is_some() && !starting) || self.threads.len() >= MAX_STORED {
+                self.overflow.threads += u64::from(before.is_none());
                 return None;
             }
+            if before.is_some() {
+                self.tids_reused += 1;
+            }
+            // Past the tids followed, whether an earlier thread had it is not known.
+            let nth = match before {
+                Some(0) => 0,
+                Some(n) => n + 1,
+                None if self.tid_uses.len() >= MAX_STORED => 0,
+                None => 1,
+            };
             self.threads.insert_new(
                 tid,
                 Thread {
                     tid,
+                    nth,
                     ..Thread::default()
                 },
             );
         }
         self.threads.get_mut(&tid)
+    }
+
+    /// The threads with a row: those of [`Model::threads`] and the ended ones kept with a row,
+    /// by tid, the earlier threads of a reused tid first.
+    pub fn threads_listed(&self) -> Vec<&Thread> {
+        let mut v: Vec<&Thread> = self
+            .threads
+            .values()
+            .chain(self.ended_threads.iter().map(|e| &e.thread))
+            .collect();
+        v.sort_by_key(|t| (t.tid, t.nth));
+        v
+    }
+
+    /// Every thread the log had: those of [`Model::threads`] and those put aside.
+    pub fn threads_seen(&self) -> u64 {
+        (self.threads.len() + self.ended_threads.len()) as u64 + self.ended_sum.threads
+    }
+
+    /// Whether a thread of this process had `tid` (a holder another process's log names is not
+    /// one).
+    pub fn knows_tid(&self, tid: u32) -> bool {
+        tid != 0 && (self.threads.contains_key(&tid) || self.tid_uses.contains_key(&tid))
+    }
+
+    /// What to call the thread a record names by `tid` alone: its name when every thread that
+    /// had the tid had that name, else how many threads had it.
+    pub fn thread_name(&self, tid: u32) -> TidName<'_> {
+        let now = self.threads.get(&tid);
+        fn named(name: Option<&str>) -> TidName<'_> {
+            name.map_or(TidName::Unnamed, TidName::Name)
+        }
+        let Some(uses) = self.tid_uses.get(&tid) else {
+            return named(now.and_then(|t| t.name.as_deref()));
+        };
+        match (now, &uses.name) {
+            (Some(t), _) if uses.same_name(t.name.as_deref()) => named(t.name.as_deref()),
+            (None, Some(name)) => named(name.as_deref()),
+            (now, _) => TidName::Several(now.map_or(uses.nth, |t| t.nth)),
+        }
+    }
+
+    /// Puts aside the ended thread `t` (its tid reused, or to keep memory bounded) at `at`,
+    /// with the sampler's view of it: as a row while there are few, else only if it is among
+    /// those that spent most time not running ([`Model::prune_ended_rows`]).
+    fn put_aside(&mut self, t: Thread, at: u64) {
+        let states = self.states.take_thread(t.tid, at);
+        if let Some(uses) = self.tid_uses.get_mut(&t.tid) {
+            uses.nth = t.nth;
+            if !uses.same_name(t.name.as_deref()) {
+                uses.name = None;
+            }
+        } else if self.tid_uses.len() < MAX_STORED {
+            let name = Some(t.name.as_deref().map(Box::from));
+            self.tid_uses.insert(t.tid, TidUses { nth: t.nth, name });
+        }
+        self.ended_threads.push(EndedThread { thread: t, states });
+        if self.ended_threads.len() >= 2 * MAX_ENDED_ROWS {
+            self.prune_ended_rows();
+        }
+    }
+
+    /// Keeps the [`MAX_ENDED_ROWS`] ended rows that spent most time not running (the earliest
+    /// among equals), summing the others.
+    fn prune_ended_rows(&mut self) {
+        let mut rows = std::mem::take(&mut self.ended_threads);
+        rows.sort_by_key(|e| std::cmp::Reverse(e.not_running_ns()));
+        let start = self.start_ns();
+        for e in rows.drain(MAX_ENDED_ROWS.min(rows.len())..) {
+            self.ended_sum
+                .add(&e, e.thread.life_ns(start, self.last_ns));
+        }
+        self.ended_threads = rows;
+    }
+
+    /// Puts aside the ended threads of [`Model::threads`] once they are more than
+    /// [`ENDED_IN_TABLE`]: those whose end the sampler has looked past (so their last interval
+    /// counted), or all of them if that leaves too many.
+    fn put_ended_aside(&mut self) {
+        if self.ended_in_table <= ENDED_IN_TABLE {
+            return;
+        }
+        let settled = if self.states.any() {
+            self.states.last_look()
+        } else {
+            u64::MAX
+        };
+        let all = self.ended_in_table > 2 * ENDED_IN_TABLE;
+        // No look since the last time: none more is settled (a sampler that stopped early).
+        if !all && self.aside_at_look == Some(settled) {
+            return;
+        }
+        self.aside_at_look = Some(settled);
+        self.put_aside_ended(|x| all || x <= settled);
+    }
+
+    /// Puts aside the ended threads of [`Model::threads`] (but the main one) whose exit time
+    /// `put` picks.
+    fn put_aside_ended(&mut self, mut put: impl FnMut(u64) -> bool) {
+        let mut aside = Vec::new();
+        self.threads.retain(|t| {
+            let aside_now = !t.is_main && t.exit_ns.is_some_and(&mut put);
+            if aside_now {
+                aside.push(t.clone());
+            }
+            !aside_now
+        });
+        self.ended_in_table -= aside.len();
+        let at = self.last_ns;
+        for t in aside {
+            self.put_aside(t, at);
+        }
     }
 
     fn object(&mut self, object_id: u64) -> Option<&mut Object> {
@@ -1207,8 +1487,33 @@ impl Model {
             }
             Record::ThreadStart(s) => {
                 self.seen(s.ns);
+                // A start on a tid whose thread already started or ended: the kernel gave the
+                // tid of an ended thread to a new one. The ended one is put aside.
+                let reused = self
+                    .threads
+                    .get(&s.tid)
+                    .is_some_and(|t| t.start_ns.is_some() || t.exit_ns.is_some());
+                if let Some(t) = self.threads.get_mut(&s.tid).filter(|_| reused) {
+                    let nth = if t.nth == 0 { 0 } else { t.nth + 1 };
+                    let mut old = std::mem::replace(
+                        t,
+                        Thread {
+                            tid: s.tid,
+                            nth,
+                            ..Thread::default()
+                        },
+                    );
+                    if old.exit_ns.is_some() {
+                        self.ended_in_table -= 1;
+                    } else {
+                        // Its exit record is missing (a full log, a raw exit): it ended before.
+                        old.ended_before_ns = Some(s.ns);
+                    }
+                    self.tids_reused += 1;
+                    self.put_aside(old, s.ns);
+                }
                 let mut first = false;
-                if let Some(t) = self.thread(s.tid) {
+                if let Some(t) = self.thread_entry(s.tid, true) {
                     first = t.start_ns.is_none();
                     t.parent_tid = s.parent_tid;
                     t.start_ns = Some(s.ns);
@@ -1235,6 +1540,8 @@ impl Model {
                     t.exit_ns = Some(e.ns);
                 }
                 self.threads_exited += u64::from(first);
+                self.ended_in_table += usize::from(first);
+                self.put_ended_aside();
             }
             Record::ObjectCreate(c) => {
                 self.seen(c.ns);
@@ -1733,5 +2040,190 @@ mod futex_word_tests {
         };
         assert_eq!(on(0x1000), Some((5, 0)));
         assert_eq!(on(0x5000), None);
+    }
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+    use waitshim_format::{thread_state, ThreadExit, ThreadSamples, ThreadStart, ThreadState};
+
+    fn start(m: &mut Model, tid: u32, ns: u64) {
+        m.add(Record::ThreadStart(ThreadStart {
+            tid,
+            parent_tid: 1,
+            ns,
+            start_routine: 0,
+            chain_id: 0,
+            is_main: 0,
+        }));
+    }
+
+    fn exit(m: &mut Model, tid: u32, ns: u64) {
+        m.add(Record::ThreadExit(ThreadExit { tid, ns }));
+    }
+
+    #[test]
+    fn a_tid_reused_by_a_later_thread_is_another_thread() {
+        let mut m = Model::new();
+        start(&mut m, 1, 1);
+        for (i, name) in ["first", "second", "third"].into_iter().enumerate() {
+            let at = 100 * (i as u64 + 1);
+            start(&mut m, 7, at);
+            m.add(Record::ThreadName(waitshim_format::ThreadName {
+                tid: 7,
+                ns: at + 1,
+                name: name.into(),
+            }));
+            // The second one waits from its first look to its end, as the sampler sees it.
+            if i == 1 {
+                m.add(Record::ThreadSamples(ThreadSamples {
+                    ns: at + 2,
+                    interval_ns: 10,
+                    threads: vec![ThreadState {
+                        tid: 7,
+                        state: thread_state::BLOCKED,
+                        syscall: 0,
+                        on_cpu_ns: 1,
+                        ..ThreadState::default()
+                    }],
+                    unsampled: 0,
+                }));
+                m.add(Record::ThreadSamples(ThreadSamples {
+                    ns: at + 50,
+                    interval_ns: 10,
+                    threads: vec![ThreadState {
+                        tid: 1,
+                        state: thread_state::RUNNING,
+                        on_cpu_ns: 1,
+                        ..ThreadState::default()
+                    }],
+                    unsampled: 0,
+                }));
+            }
+            exit(&mut m, 7, at + 60);
+        }
+        m.finish();
+        assert_eq!(m.threads_seen(), 4, "main and three threads on tid 7");
+        assert_eq!(m.threads_started, 4);
+        assert_eq!(m.tids_reused, 2);
+        let listed: Vec<(u32, u32, Option<&str>)> = m
+            .threads_listed()
+            .iter()
+            .map(|t| (t.tid, t.nth, t.name.as_deref()))
+            .collect();
+        assert_eq!(
+            listed,
+            vec![
+                (1, 1, None),
+                (7, 1, Some("first")),
+                (7, 2, Some("second")),
+                (7, 3, Some("third"))
+            ]
+        );
+        assert_eq!(m.ended_sum.threads, 0);
+        assert_eq!(m.threads_listed()[2].tid_text(), "7 (2nd)");
+        let second = &m.ended_threads[1];
+        assert_eq!(second.states.as_ref().map(|s| s.other_ns()), Some(58));
+    }
+
+    #[test]
+    fn a_quarter_million_threads_cost_a_bounded_model_and_every_one_is_counted() {
+        let mut m = Model::new();
+        start(&mut m, 1, 1);
+        // pid_max 32768: tids go round, as the kernel gives them.
+        let mut ns = 10;
+        for i in 0..250_000u32 {
+            let tid = 300 + i % 32_000;
+            start(&mut m, tid, ns);
+            exit(&mut m, tid, ns + 5);
+            ns += 10;
+        }
+        m.finish();
+        assert_eq!(m.threads_seen(), 250_001);
+        assert_eq!(m.threads_started, 250_001);
+        assert_eq!(m.threads_exited, 250_000);
+        // Rows: the main thread, and the first 1000 that ended (none spent time not running).
+        assert_eq!(m.threads.len(), 1);
+        assert_eq!(m.ended_threads.len(), MAX_ENDED_ROWS);
+        assert_eq!(m.threads_listed().len(), 1 + MAX_ENDED_ROWS);
+        assert!(m
+            .ended_threads
+            .iter()
+            .all(|e| e.thread.start_ns < Some(10 + 10 * MAX_ENDED_ROWS as u64)));
+        assert_eq!(m.ended_sum.threads, 250_000 - MAX_ENDED_ROWS as u64);
+        assert!(m.tid_uses.len() <= 32_000);
+        assert_eq!(m.tids_reused, 250_000 - 32_000);
+        assert_eq!(m.overflow.threads, 0);
+        // Each thread lived 5 ns.
+        let listed_life: u64 = m
+            .threads_listed()
+            .iter()
+            .map(|t| t.life_ns(m.start_ns(), m.last_ns))
+            .sum();
+        assert_eq!(
+            listed_life + m.ended_sum.life_ns,
+            250_000 * 5 + (ns + 5 - 10 - 1)
+        );
+    }
+
+    fn name(m: &mut Model, tid: u32, ns: u64, name: &str) {
+        m.add(Record::ThreadName(waitshim_format::ThreadName {
+            tid,
+            ns,
+            name: name.into(),
+        }));
+    }
+
+    #[test]
+    fn a_record_naming_a_reused_tid_gets_a_name_only_if_every_thread_that_had_it_had_it() {
+        let mut m = Model::new();
+        start(&mut m, 1, 1);
+        // Tid 7: "pool" twice; tid 8: "reader", then "writer".
+        for (tid, names) in [(7, ["pool", "pool"]), (8, ["reader", "writer"])] {
+            for (i, n) in names.into_iter().enumerate() {
+                let at = 100 * (i as u64 + 1) + u64::from(tid);
+                start(&mut m, tid, at);
+                name(&mut m, tid, at + 1, n);
+                exit(&mut m, tid, at + 50);
+            }
+        }
+        // Tid 9: one thread, still running.
+        start(&mut m, 9, 500);
+        name(&mut m, 9, 501, "alone");
+        m.finish();
+        assert_eq!(m.thread_name(7), TidName::Name("pool"));
+        assert_eq!(m.thread_name(8), TidName::Several(2));
+        assert_eq!(m.thread_name(9), TidName::Name("alone"));
+        assert_eq!(m.thread_name(1), TidName::Unnamed);
+        assert_eq!(m.threads_seen(), 6);
+        assert_eq!(m.tids_reused, 2);
+    }
+
+    #[test]
+    fn a_thread_whose_exit_record_is_missing_ended_before_its_tid_went_to_another() {
+        let mut m = Model::new();
+        start(&mut m, 1, 0);
+        start(&mut m, 7, 100);
+        // No exit record for the first thread on tid 7 (the log was full, or a raw exit).
+        start(&mut m, 7, 400);
+        exit(&mut m, 7, 450);
+        m.add(Record::RunEnd(RunEnd {
+            ns: 1_000,
+            reason: waitshim_format::end_reason::EXIT,
+            exit_status: 0,
+            hwm: 0,
+            dropped: 0,
+        }));
+        m.finish();
+        let t: Vec<(u32, Option<u64>, Option<u64>)> = m
+            .threads_listed()
+            .iter()
+            .filter(|t| t.tid == 7)
+            .map(|t| (t.nth, t.exit_ns, t.ended_before_ns))
+            .collect();
+        assert_eq!(t, vec![(1, None, Some(400)), (2, Some(450), None)]);
+        // Main 1000 ns, the first on tid 7 at most 300 (not to the end of the run), the second 50.
+        assert_eq!(crate::findings::thread_time(&m), 1_000 + 300 + 50);
     }
 }

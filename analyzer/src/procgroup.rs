@@ -81,6 +81,14 @@ pub fn signal_name(sig: libc::c_int) -> String {
         libc::SIGTERM => "SIGTERM".into(),
         libc::SIGHUP => "SIGHUP".into(),
         libc::SIGKILL => "SIGKILL".into(),
+        libc::SIGSEGV => "SIGSEGV".into(),
+        libc::SIGABRT => "SIGABRT".into(),
+        libc::SIGBUS => "SIGBUS".into(),
+        libc::SIGFPE => "SIGFPE".into(),
+        libc::SIGILL => "SIGILL".into(),
+        libc::SIGPIPE => "SIGPIPE".into(),
+        libc::SIGXFSZ => "SIGXFSZ".into(),
+        libc::SIGXCPU => "SIGXCPU".into(),
         s => format!("signal {s}"),
     }
 }

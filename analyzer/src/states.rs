@@ -25,6 +25,19 @@ const MAX_WHAT: usize = 200;
 /// Distinct chains kept per resource ([`ResourceWaits::chains`]); further ones are counted in
 /// `other_chains`.
 pub const MAX_CHAINS_PER_RESOURCE: usize = 8;
+/// How far before the end of the run the sampler's last record may be and its figures still
+/// cover the run (at least; two intervals when the sampler looked less often). A sampler that
+/// works looks once more as the program exits, and writes its CPU figures every 100 ms.
+pub const SAMPLED_TO_END_SLACK_NS: u64 = 250_000_000;
+/// The shortest time without any look of the sampler that is taken for the whole process
+/// stopped (SIGSTOP and the other job-control stops stop the sampler's thread too): the sampler
+/// writes its CPU figures every 100 ms, so it is far longer than any pause between its records.
+pub const STOP_GAP_NS: u64 = 1_000_000_000;
+/// Stops listed one by one; more are only counted and summed.
+pub const MAX_STOPS: usize = 10_000;
+/// x86-64's `restart_syscall`: what a thread stopped (or interrupted by a handler) in a call
+/// with a deadline runs when it resumes, to go on with that call.
+pub const SYS_RESTART_SYSCALL: i32 = 219;
 
 /// Time one thread spent blocked in one system call on one thing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -151,13 +164,15 @@ impl ThreadStates {
     }
 
     /// The state seen last ends at `until`: its span is counted (a blocked one also in
-    /// `resources`).
-    fn close(&mut self, until: u64, resources: &mut Resources) {
+    /// `resources`), less the time the process was stopped in it.
+    fn close(&mut self, until: u64, resources: &mut Resources, stops: &Stops) {
         let Some((state, syscall, what, since, _, _)) = self.current.take() else {
             return;
         };
         let until = self.exited.map_or(until, |e| e.min(until));
-        let ns = until.saturating_sub(since);
+        let ns = until
+            .saturating_sub(since)
+            .saturating_sub(stops.within(since, until));
         match state {
             thread_state::TRACKED_WAIT => self.tracked_ns = self.tracked_ns.saturating_add(ns),
             thread_state::BLOCKED => {
@@ -209,6 +224,9 @@ pub struct ResourceWaits {
     pub other_chains: u64,
     /// When the first wait on it began (the look that saw it).
     pub first_ns: Option<u64>,
+    /// Threads that waited on it and were taken out of [`States::threads`] since (ended, put
+    /// aside by the model).
+    pub threads_taken_out: u32,
 }
 
 impl Resources {
@@ -270,7 +288,7 @@ pub fn resource_rows(st: &States) -> Vec<ResourceRow<'_>> {
             syscall: *syscall,
             what,
             w,
-            threads: st
+            threads: (st
                 .threads
                 .values()
                 .filter(|t| {
@@ -278,7 +296,8 @@ pub fn resource_rows(st: &States) -> Vec<ResourceRow<'_>> {
                         .iter()
                         .any(|b| b.syscall == *syscall && b.what == *what)
                 })
-                .count() as u32,
+                .count() as u32)
+                .saturating_add(w.threads_taken_out),
         })
         .collect();
     rows.sort_by(|a, b| {
@@ -334,6 +353,38 @@ impl Lost {
     }
 }
 
+/// The spans in which the whole process was stopped (SIGSTOP, a terminal's job control, a
+/// debugger, a cgroup freezer), as the samples show them: a stop stops the sampler's thread
+/// too, so it is a stretch of at least [`STOP_GAP_NS`] without any look in which the threads
+/// did not run. Each span runs from the sampler's last record before it to its first after:
+/// the stop itself began up to one CPU period (100 ms, or the sampling interval) later, so its
+/// length is an estimate to within that.
+#[derive(Debug, Clone, Default)]
+pub struct Stops {
+    /// `(from, to)`, in order, the first [`MAX_STOPS`].
+    pub spans: Vec<(u64, u64)>,
+    pub count: u64,
+    pub total_ns: u64,
+    /// Per tracked object: time of the stops during which a thread was seen in a wait on it
+    /// (its state at the look before the stop), at most [`MAX_LOST_KEYS`] objects.
+    pub in_waits: BTreeMap<u64, u64>,
+}
+
+impl Stops {
+    /// How much of `[a, b)` the listed stops cover.
+    pub fn within(&self, a: u64, b: u64) -> u64 {
+        if b <= a {
+            return 0;
+        }
+        let first = self.spans.partition_point(|s| s.1 <= a);
+        self.spans[first..]
+            .iter()
+            .take_while(|s| s.0 < b)
+            .map(|s| s.1.min(b).saturating_sub(s.0.max(a)))
+            .fold(0, u64::saturating_add)
+    }
+}
+
 /// Everything the sampler wrote in one log.
 #[derive(Debug, Clone, Default)]
 pub struct States {
@@ -368,15 +419,116 @@ pub struct States {
     pub futex_objects: BTreeMap<u64, (u64, u64)>,
     /// Whether a thread that ended keeps its last state for the interval it ended in.
     exits_pending: bool,
+    /// Threads that ended since the last sample: their last state is counted to their end
+    /// when a later sample shows the sampler still looked then ([`States::finish`] otherwise).
+    exits_to_close: Vec<u32>,
+    /// The first sample of the threads.
+    first_sample_ns: Option<u64>,
+    /// The span the sampled figures hold over, set by [`States::finish`]: from the first sample
+    /// to the end of the log, or to the sampler's last record when its records stop well before
+    /// the run's end (it could no longer read `/proc`: a sandbox, a chroot, descriptors closed
+    /// under it, a privilege change made the files unreadable).
+    pub sampled_from_ns: u64,
+    pub sampled_until_ns: u64,
+    /// Whether that span reaches the end of the run (or of the log, for a run without an end
+    /// record): false when the figures cover only its beginning.
+    pub sampled_to_end: bool,
+    /// When the whole process was stopped: not counted as waiting.
+    pub stops: Stops,
+    /// The latest look's thread sample, with the records of the same look after it, held
+    /// until it is known whether the look also wrote the CPUs' figures: only then can a long
+    /// pause before it be told to be the sampler's own (a stop of the process) rather than a
+    /// stretch in which no thread changed.
+    pending: Option<Pending>,
 }
+
+/// A look's records held back ([`States::pending`]).
+#[derive(Debug, Clone)]
+struct Pending {
+    s: ThreadSamples,
+    ncpus: u32,
+    after: Vec<AfterSample>,
+}
+
+/// A record of a look written after its thread sample.
+#[derive(Debug, Clone)]
+enum AfterSample {
+    Chain(BlockedChain),
+    Switches(ThreadSwitches),
+}
+
+/// Records held after a pending thread sample at most (a look writes a few chains).
+const MAX_HELD: usize = 1024;
 
 impl States {
     pub fn any(&self) -> bool {
         self.samples > 0
     }
 
-    /// Adds a sample of the threads of a program with `ncpus` CPUs.
-    pub fn add_threads(&mut self, mut s: ThreadSamples, ncpus: u32) {
+    /// Adds a sample of the threads of a program with `ncpus` CPUs (held until the next record
+    /// says whether its look also wrote the CPUs' figures).
+    pub fn add_threads(&mut self, s: ThreadSamples, ncpus: u32) {
+        self.flush();
+        self.pending = Some(Pending {
+            s,
+            ncpus,
+            after: Vec::new(),
+        });
+    }
+
+    /// Folds in the held look, if any: `cpu_look` when the look wrote the CPUs' figures too.
+    fn flush_with(&mut self, cpu_look: bool) {
+        let Some(p) = self.pending.take() else {
+            return;
+        };
+        self.apply_threads(p.s, p.ncpus, cpu_look);
+        for a in p.after {
+            match a {
+                AfterSample::Chain(c) => self.apply_chain(&c),
+                AfterSample::Switches(x) => self.apply_switches(x),
+            }
+        }
+    }
+
+    /// When the sampler last looked at the threads (0: never).
+    pub fn last_look(&self) -> u64 {
+        self.last_sample_ns.unwrap_or(0)
+    }
+
+    /// Takes out what was seen of thread `tid`, which ended (or is put aside) by `at`: its last
+    /// state is counted to its end; a later thread with its tid starts afresh. Resources keep
+    /// the count of the threads taken out that waited on them.
+    pub fn take_thread(&mut self, tid: u32, at: u64) -> Option<ThreadStates> {
+        self.flush();
+        let mut t = self.threads.remove(&tid)?;
+        self.exits_to_close.retain(|&x| x != tid);
+        if t.exited.is_none() {
+            t.end_state = t.current.as_ref().and_then(EndState::of);
+        }
+        t.close(at, &mut self.resources, &self.stops);
+        t.before_exit = None;
+        t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
+        for b in &t.blocked {
+            if let Some(r) = self.resources.by.get_mut(&(b.syscall, b.what.clone())) {
+                r.threads_taken_out = r.threads_taken_out.saturating_add(1);
+            }
+        }
+        Some(t)
+    }
+
+    /// Folds in what is held: every record read so far counts.
+    pub fn flush(&mut self) {
+        self.flush_with(false);
+    }
+
+    /// Whether a record of time `ns` belongs to the held look (and there is room to hold it).
+    fn holds(&self, ns: u64) -> bool {
+        self.pending
+            .as_ref()
+            .is_some_and(|p| p.s.ns == ns && p.after.len() < MAX_HELD)
+    }
+
+    fn apply_threads(&mut self, mut s: ThreadSamples, ncpus: u32, cpu_look: bool) {
         self.samples += 1;
         // A thread that wrote its totals as it ended: a look just before its end adds nothing
         // past them (its totals already counted it).
@@ -390,7 +542,38 @@ impl States {
                 }
             }
         }
+        // A thread in `restart_syscall` goes on with the call it was seen in before (a stop
+        // or a handler interrupted a call with a deadline): the same wait.
+        for e in &mut s.threads {
+            if e.syscall != SYS_RESTART_SYSCALL {
+                continue;
+            }
+            let before = self.threads.get(&e.tid).and_then(|t| t.current.as_ref());
+            if let Some((state, syscall, what, ..)) = before {
+                if *state == e.state
+                    && matches!(*state, thread_state::BLOCKED | thread_state::TRACKED_WAIT)
+                {
+                    e.syscall = *syscall;
+                    e.what.clone_from(what);
+                }
+            }
+        }
+        let activity = s
+            .threads
+            .iter()
+            .map(|e| e.on_cpu_ns.saturating_add(e.run_delay_ns))
+            .fold(0, u64::saturating_add);
+        if cpu_look {
+            self.note_stop(s.ns, activity);
+        }
+        self.first_sample_ns.get_or_insert(s.ns);
         self.account_lost(&s, ncpus);
+        // The sampler looked after these threads ended: their last states lasted to their end.
+        for tid in std::mem::take(&mut self.exits_to_close) {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.close(s.ns, &mut self.resources, &self.stops);
+            }
+        }
         if self.exits_pending {
             self.exits_pending = false;
             for t in self.threads.values_mut() {
@@ -432,7 +615,7 @@ impl States {
                     && *obj == e.object_id
             });
             if !same {
-                t.close(s.ns, &mut self.resources);
+                t.close(s.ns, &mut self.resources, &self.stops);
                 t.current = Some((e.state, e.syscall, what, s.ns, e.object_id, e.waiting_kind));
             }
         }
@@ -442,7 +625,10 @@ impl States {
         let Some(last) = self.last_sample_ns.replace(s.ns) else {
             return;
         };
-        let dt = s.ns.saturating_sub(last);
+        // Time the process was stopped is neither capacity nor waiting.
+        let dt =
+            s.ns.saturating_sub(last)
+                .saturating_sub(self.stops.within(last, s.ns));
         if dt == 0 {
             return;
         }
@@ -485,7 +671,9 @@ impl States {
             add(Waited::Cpu, delay);
             // Its part of the interval: to its end, if it ended in it.
             let until = t.exited.map_or(s.ns, |x| x.min(s.ns));
-            let span = until.saturating_sub(last);
+            let span = until
+                .saturating_sub(last)
+                .saturating_sub(self.stops.within(last, until));
             let asleep = span.saturating_sub(cpu).saturating_sub(delay);
             // A thread that ended in the interval: the state it ended in.
             let current = t.current.as_ref().or(t.before_exit.as_ref());
@@ -531,6 +719,13 @@ impl States {
     }
 
     pub fn add_cpus(&mut self, c: CpuSample) {
+        if self.pending.as_ref().is_some_and(|p| p.s.ns == c.ns) {
+            self.flush_with(true);
+        } else {
+            // A look with no thread record: nothing of the program changed.
+            self.flush();
+            self.note_stop(c.ns, 0);
+        }
         self.cpus = self.cpus.max(c.idle_ns.len());
         let n = c.idle_ns.len().min(MAX_CPUS);
         if self.per_cpu.len() < n {
@@ -558,9 +753,49 @@ impl States {
         self.last_cpu_ns = Some(c.ns);
     }
 
+    /// A look at `now` that wrote the CPUs' figures (which the sampler does at least every
+    /// 100 ms, so a pause between two of its records is its own), the program's threads having
+    /// run or waited for a CPU `activity` since its previous record: after a long stretch
+    /// without any look in which they did not run, the whole process was stopped ([`Stops`]).
+    fn note_stop(&mut self, now: u64, activity: u64) {
+        // Before its first CPU record, the sampler read the CPUs' baseline at its first look.
+        let Some(from) = self
+            .last_sample_ns
+            .max(self.last_cpu_ns.or(self.first_sample_ns))
+        else {
+            return;
+        };
+        let quiet = now.saturating_sub(from);
+        if quiet <= STOP_GAP_NS.max(self.interval_ns.saturating_mul(4))
+            || activity.saturating_mul(4) >= quiet
+        {
+            return;
+        }
+        let st = &mut self.stops;
+        st.count += 1;
+        st.total_ns = st.total_ns.saturating_add(quiet);
+        if st.spans.len() < MAX_STOPS && st.spans.last().is_none_or(|l| l.1 <= from) {
+            st.spans.push((from, now));
+        }
+        // The waits the threads were seen in at the last look went on through the stop (a
+        // thread that ended since ended after it).
+        for t in self.threads.values() {
+            if t.exited.is_some_and(|x| x <= from) {
+                continue;
+            }
+            if let Some((thread_state::TRACKED_WAIT, _, _, _, object_id, _)) = &t.current {
+                if st.in_waits.len() < MAX_LOST_KEYS || st.in_waits.contains_key(object_id) {
+                    let n = st.in_waits.entry(*object_id).or_default();
+                    *n = n.saturating_add(quiet);
+                }
+            }
+        }
+    }
+
     /// A thread's totals at its end: what it did after the sampler's last look is added (to
     /// it, and to the CPU time used in the next interval).
     pub fn thread_totals(&mut self, x: ThreadTotals) {
+        self.flush();
         if !self.threads.contains_key(&x.tid) && self.threads.len() >= MAX_THREADS {
             self.threads_cut += 1;
             return;
@@ -584,6 +819,17 @@ impl States {
 
     /// Threads' context switches so far and longest timeslices (totals: the latest holds).
     pub fn thread_switches(&mut self, x: ThreadSwitches) {
+        if self.holds(x.ns) {
+            if let Some(p) = &mut self.pending {
+                p.after.push(AfterSample::Switches(x));
+            }
+            return;
+        }
+        self.flush();
+        self.apply_switches(x);
+    }
+
+    fn apply_switches(&mut self, x: ThreadSwitches) {
         for c in x.threads {
             if !self.threads.contains_key(&c.tid) && self.threads.len() >= MAX_THREADS {
                 self.threads_cut += 1;
@@ -601,6 +847,17 @@ impl States {
     /// resource of the wait its latest entry began, when that is the call the chain was taken
     /// in (a chain written after the thread's state changed is left out).
     pub fn blocked_chain(&mut self, c: &BlockedChain) {
+        if self.holds(c.ns) {
+            if let Some(p) = &mut self.pending {
+                p.after.push(AfterSample::Chain(c.clone()));
+            }
+            return;
+        }
+        self.flush();
+        self.apply_chain(c);
+    }
+
+    fn apply_chain(&mut self, c: &BlockedChain) {
         let Some(t) = self.threads.get(&c.tid) else {
             return;
         };
@@ -613,26 +870,49 @@ impl States {
         }
     }
 
-    /// A thread ended at `ns`: its last state lasted until then.
+    /// A thread ended at `ns`: its last state lasted until then, as far as the samples reach
+    /// (it is counted at the next sample, or at the end of the sampled span).
     pub fn thread_exit(&mut self, tid: u32, ns: u64) {
+        self.flush();
         if !self.threads.contains_key(&tid) && self.threads.len() >= MAX_THREADS {
             return;
         }
         let t = self.threads.entry(tid).or_default();
         t.before_exit = t.current.clone();
         self.exits_pending |= t.before_exit.is_some();
-        t.close(ns, &mut self.resources);
+        if t.current.is_some() && !self.exits_to_close.contains(&tid) {
+            self.exits_to_close.push(tid);
+        }
         t.exited = Some(ns);
         t.end_state = Some(EndState::Ended { at: ns });
     }
 
-    /// The log ends at `ns`: every state still open lasted until then; kinds most first.
-    pub fn finish(&mut self, ns: u64) {
+    /// The log ends at `end`, with the run's end record (`ended`) or without: every state still
+    /// open lasted until then, or until the sampler's last record if those stopped well before
+    /// (then the figures hold over the beginning of the run only, and say so); kinds most first.
+    pub fn finish(&mut self, end: u64, ended: bool) {
+        self.flush();
+        // With an end record, the sampler's last look was at the exit; without one, its CPU
+        // figures show it still looked while no thread changed.
+        let last = if ended {
+            self.last_sample_ns
+        } else {
+            self.last_sample_ns.max(self.last_cpu_ns)
+        };
+        let slack = SAMPLED_TO_END_SLACK_NS.max(self.interval_ns.saturating_mul(2));
+        let until = match last {
+            Some(l) if end.saturating_sub(l) > slack => l,
+            _ => end,
+        };
+        self.sampled_from_ns = self.first_sample_ns.unwrap_or(until).min(until);
+        self.sampled_until_ns = until;
+        self.sampled_to_end = until == end;
+        self.exits_to_close.clear();
         for t in self.threads.values_mut() {
             if t.exited.is_none() {
                 t.end_state = t.current.as_ref().and_then(EndState::of);
             }
-            t.close(ns, &mut self.resources);
+            t.close(until, &mut self.resources, &self.stops);
             t.blocked.sort_by_key(|b| std::cmp::Reverse(b.ns));
         }
         for r in self.resources.by.values_mut() {
@@ -645,6 +925,10 @@ impl States {
 #[derive(Debug, Clone)]
 pub struct Row<'m> {
     pub tid: u32,
+    /// Which of the threads with that tid it is ([`crate::model::Thread::nth`]; 0: not known).
+    pub nth: u32,
+    /// The thread's `1234 (2nd)`: its tid, and which of the threads with that tid it is.
+    pub tid_text: String,
     pub name: Option<&'m str>,
     pub life_ns: u64,
     pub s: &'m ThreadStates,
@@ -661,31 +945,45 @@ impl Row<'_> {
 }
 
 /// Every sampled thread with its life (from its start, or the run's, to its exit, or the
-/// log's end), the ones that spent most time not running first.
+/// log's end), the ones that spent most time not running first: those the model has now and
+/// the ended ones it put aside with a row (the others are in [`crate::model::Model::ended_sum`]).
 pub fn rows(m: &crate::model::Model) -> Vec<Row<'_>> {
     let start = m.start_ns();
     let end = m.run_end.as_ref().map_or(m.last_ns, |e| e.ns);
+    fn row<'m>(
+        tid: u32,
+        t: Option<&'m crate::model::Thread>,
+        s: &'m ThreadStates,
+        (start, end): (u64, u64),
+    ) -> Row<'m> {
+        let from = t.and_then(|t| t.start_ns).unwrap_or(start).max(start);
+        let to = t.and_then(|t| t.exit_ns).unwrap_or(end).min(end);
+        Row {
+            tid,
+            nth: t.map_or(0, |t| t.nth),
+            tid_text: t.map_or_else(|| tid.to_string(), |t| t.tid_text()),
+            name: t.and_then(|t| t.name.as_deref()),
+            life_ns: to.saturating_sub(from),
+            s,
+        }
+    }
+    let ended = m
+        .ended_threads
+        .iter()
+        .filter_map(|e| Some((e, e.states.as_ref().filter(|s| s.sampled)?)))
+        .map(|(e, s)| row(e.thread.tid, Some(&e.thread), s, (start, end)));
     let mut rows: Vec<Row<'_>> = m
         .states
         .threads
         .iter()
         .filter(|(_, s)| s.sampled)
-        .map(|(&tid, s)| {
-            let t = m.threads.get(&tid);
-            let from = t.and_then(|t| t.start_ns).unwrap_or(start).max(start);
-            let to = t.and_then(|t| t.exit_ns).unwrap_or(end).min(end);
-            Row {
-                tid,
-                name: t.and_then(|t| t.name.as_deref()),
-                life_ns: to.saturating_sub(from),
-                s,
-            }
-        })
+        .map(|(&tid, s)| row(tid, m.threads.get(&tid), s, (start, end)))
+        .chain(ended)
         .collect();
     rows.sort_by(|a, b| {
         b.not_running_ns()
             .cmp(&a.not_running_ns())
-            .then(a.tid.cmp(&b.tid))
+            .then((a.tid, a.nth).cmp(&(b.tid, b.nth)))
     });
     rows
 }
@@ -696,6 +994,7 @@ pub fn syscall_name(nr: i32) -> Option<&'static str> {
     match nr {
         -1 => Some("(asleep outside a system call)"),
         -2 => Some("(other calls)"),
+        SYS_RESTART_SYSCALL => Some("restart_syscall"),
         _ => waitshim_format::syscalls::name(nr),
     }
 }
@@ -808,12 +1107,18 @@ impl States {
 
 /// `read on pipe:[123]`, `futex`, `syscall 999`.
 pub fn blocked_text(b: &BlockedIn) -> String {
+    if b.syscall == SYS_RESTART_SYSCALL {
+        // Seen first in it: the call it resumes is not known.
+        return "restart_syscall (resuming, after a stop or a signal handler, a call with a \
+                deadline it was in before the sampler saw it)"
+            .into();
+    }
     let call =
         syscall_name(b.syscall).map_or_else(|| format!("syscall {}", b.syscall), str::to_string);
     if b.what.is_empty() {
         call
     } else {
-        format!("{call} on {}", b.what)
+        format!("{call} on {}", crate::plain::escaped(&b.what))
     }
 }
 
@@ -839,6 +1144,18 @@ mod tests {
 
     fn add(s: &mut States, x: ThreadSamples) {
         s.add_threads(x, 2);
+        s.flush();
+    }
+
+    /// A look at `ns` that wrote the threads' sample `x` and the CPUs' figures.
+    fn look(s: &mut States, x: ThreadSamples) {
+        let ns = x.ns;
+        s.add_threads(x, 2);
+        s.add_cpus(CpuSample {
+            ns,
+            idle_ns: vec![0, 0],
+            iowait_ns: vec![0, 0],
+        });
     }
 
     fn sample(ns: u64, threads: Vec<ThreadState>) -> ThreadSamples {
@@ -867,7 +1184,7 @@ mod tests {
             sample(140, vec![entry(7, thread_state::TRACKED_WAIT, 202, 2, "")]),
         );
         s.thread_exit(7, 175);
-        s.finish(200);
+        s.finish(200, true);
         let t = &s.threads[&7];
         assert_eq!((t.on_cpu_ns, t.run_delay_ns, t.timeslices), (57, 3, 3));
         assert_eq!(
@@ -880,6 +1197,119 @@ mod tests {
         );
         assert_eq!(t.tracked_ns, 35);
         assert_eq!(blocked_text(&t.blocked[0]), "read on pipe:[9]");
+    }
+
+    #[test]
+    fn samples_that_stop_early_hold_over_their_span_not_over_the_run() {
+        const MS: u64 = 1_000_000;
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(100 * MS, vec![entry(7, thread_state::RUNNING, -1, 50, "")]),
+        );
+        add(
+            &mut s,
+            sample(
+                110 * MS,
+                vec![
+                    entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]"),
+                    entry(8, thread_state::BLOCKED, 0, 5, "pipe:[9]"),
+                ],
+            ),
+        );
+        // The sampler's last record: at 120 ms. Thread 8 ends at 900 ms, the run at 2 s.
+        add(
+            &mut s,
+            sample(120 * MS, vec![entry(9, thread_state::RUNNING, -1, 1, "")]),
+        );
+        s.thread_exit(8, 900 * MS);
+        s.finish(2_000 * MS, true);
+        assert!(!s.sampled_to_end);
+        assert_eq!(
+            (s.sampled_from_ns, s.sampled_until_ns),
+            (100 * MS, 120 * MS)
+        );
+        // Blocked from 110 ms to the last look, not to the thread's end nor the run's.
+        assert_eq!(s.threads[&7].other_ns(), 10 * MS);
+        assert_eq!(s.threads[&8].other_ns(), 10 * MS);
+        assert_eq!(
+            s.threads[&8].end_state,
+            Some(EndState::Ended { at: 900 * MS })
+        );
+
+        // Without an end record, CPU figures written later (every 100 ms) show the sampler
+        // still looked.
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(
+                100 * MS,
+                vec![entry(7, thread_state::BLOCKED, 0, 5, "pipe:[9]")],
+            ),
+        );
+        for ns in (2..20).map(|n| n * 100 * MS) {
+            s.add_cpus(CpuSample {
+                ns,
+                idle_ns: vec![1],
+                iowait_ns: vec![0],
+            });
+        }
+        s.finish(2_000 * MS, false);
+        assert!(s.sampled_to_end);
+        assert_eq!(s.threads[&7].other_ns(), 1_900 * MS);
+    }
+
+    #[test]
+    fn a_pause_of_the_sampler_with_no_thread_running_is_a_stop_not_a_wait() {
+        const MS: u64 = 1_000_000;
+        let mut s = States::default();
+        let mut waiter = entry(3, thread_state::TRACKED_WAIT, 202, 0, "");
+        waiter.object_id = 9;
+        waiter.waiting_kind = 1;
+        look(
+            &mut s,
+            sample(
+                100 * MS,
+                vec![
+                    entry(7, thread_state::BLOCKED, 7, 1, "fd 3"),
+                    waiter.clone(),
+                ],
+            ),
+        );
+        look(&mut s, sample(200 * MS, vec![]));
+        // Nothing from the sampler for 1.5 s: then main goes on with its poll through
+        // restart_syscall, and the waiter is still in its wait.
+        let mut resumed = entry(7, thread_state::BLOCKED, SYS_RESTART_SYSCALL, 1, "");
+        resumed.run_delay_ns = 0;
+        look(&mut s, sample(1_700 * MS, vec![resumed]));
+        look(&mut s, sample(1_800 * MS, vec![]));
+        s.finish(1_800 * MS, true);
+        assert_eq!(s.stops.count, 1);
+        assert_eq!(s.stops.spans, vec![(200 * MS, 1_700 * MS)]);
+        assert_eq!(s.stops.in_waits.get(&9), Some(&(1_500 * MS)));
+        // 1.7 s of life, 1.5 s of it stopped: 200 ms of waits each, main's all in poll.
+        let main = &s.threads[&7];
+        assert_eq!(main.blocked.len(), 1, "{:?}", main.blocked);
+        assert_eq!((main.blocked[0].syscall, main.other_ns()), (7, 200 * MS));
+        assert_eq!(s.threads[&3].tracked_ns, 200 * MS);
+        // Lost parallelism counts the 300 ms the process was not stopped.
+        assert_eq!(s.lost.capacity_ns, 2 * 200 * MS);
+
+        // A sampler that wrote no CPU figures cannot tell a stop from a stretch without change.
+        let mut s = States::default();
+        add(
+            &mut s,
+            sample(
+                100 * MS,
+                vec![entry(7, thread_state::BLOCKED, 7, 1, "fd 3")],
+            ),
+        );
+        add(
+            &mut s,
+            sample(1_700 * MS, vec![entry(7, thread_state::RUNNING, -1, 1, "")]),
+        );
+        s.finish(1_800 * MS, true);
+        assert_eq!(s.stops.count, 0);
     }
 
     #[test]
@@ -899,7 +1329,7 @@ mod tests {
             &mut s,
             sample(130, vec![entry(7, thread_state::BLOCKED, 257, 1, "/run/b")]),
         );
-        s.finish(150);
+        s.finish(150, true);
         let t = &s.threads[&7];
         let spans: Vec<(&str, u64)> = t.blocked.iter().map(|b| (b.what.as_str(), b.ns)).collect();
         assert_eq!(spans, vec![("/run/a", 30), ("/run/b", 20)]);
@@ -929,7 +1359,7 @@ mod tests {
             sample(110, vec![entry(1, thread_state::RUNNING, -1, 5, "")]),
         );
         s.thread_exit(4, 115);
-        s.finish(200);
+        s.finish(200, true);
         let end = |tid: u32| s.threads[&tid].end_state.clone();
         assert_eq!(end(1), Some(EndState::Running { since: 100 }));
         assert_eq!(
@@ -960,7 +1390,7 @@ mod tests {
             &mut s,
             sample(100, vec![entry(7, thread_state::BLOCKED, 0, 5, "")]),
         );
-        s.finish(1000);
+        s.finish(1000, true);
         assert_eq!(s.threads[&7].other_ns(), 50);
     }
 
@@ -976,7 +1406,7 @@ mod tests {
                 ),
             );
         }
-        s.finish(1000);
+        s.finish(1000, true);
         let t = &s.threads[&1];
         assert_eq!(t.blocked.len(), MAX_BLOCKED_KINDS);
         assert!(t.blocked.iter().any(|b| b.syscall == -2));
@@ -1081,7 +1511,7 @@ mod tests {
         // A look just before its end, written after its totals: nothing past them.
         add(&mut s, sample(140, vec![run(7, 25, 5)]));
         s.thread_exit(7, 135);
-        s.finish(200);
+        s.finish(200, true);
         let t = &s.threads[&7];
         assert_eq!((t.on_cpu_ns, t.run_delay_ns, t.timeslices), (80, 15, 3));
         assert_eq!((t.voluntary, t.involuntary, t.switches_known), (4, 2, true));

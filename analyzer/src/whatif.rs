@@ -85,6 +85,8 @@ pub struct Basis {
     holds: BTreeMap<u64, (u64, bool)>,
     /// Each thread's CPU time (the kernel's figure, from the sampler).
     running: BTreeMap<u32, u64>,
+    /// Each thread's time ready for a CPU it did not get (the kernel's figure).
+    ready: BTreeMap<u32, u64>,
 }
 
 /// A prediction for one set of changes.
@@ -119,6 +121,12 @@ impl Basis {
         if running.is_empty() {
             return None;
         }
+        let ready = m
+            .states
+            .threads
+            .iter()
+            .map(|(&t, s)| (t, s.run_delay_ns))
+            .collect();
         let holds = m
             .objects
             .values()
@@ -140,6 +148,7 @@ impl Basis {
             path,
             holds,
             running,
+            ready,
         })
     }
 
@@ -154,7 +163,8 @@ impl Basis {
             self.running.iter().map(|(&t, &n)| (t, n as f64)).collect();
         for (&o, &f) in changes {
             let cut = 1.0 - f;
-            let held_on_path = p.ns(&Cause::Held(o)) as f64;
+            // Only the time the holders were on a CPU inside the sections shrinks.
+            let held_on_path = p.held_running.get(&o).copied().unwrap_or(0) as f64;
             path -= cut * held_on_path;
             let Some(&(hold, _)) = self.holds.get(&o) else {
                 continue;
@@ -177,16 +187,18 @@ impl Basis {
                     }
                 }
             };
-            let unseen = (hold - held_on_path).max(0.0);
+            let unseen = (hold - p.ns(&Cause::Held(o)) as f64).max(0.0);
             for h in holders {
                 let c = cpu(h.0);
                 if c <= 0.0 {
                     continue;
                 }
-                // The holds the path did not see as such are part of this thread's work there;
-                // all of its holds are part of its CPU time.
-                let on_path = (weight(h) * unseen / c).min(1.0);
-                path -= cut * on_path * p.ns(&Cause::Work(h.0)) as f64;
+                // The holds the path did not see as such are part of this thread's computing
+                // there: its work, and its waits for a CPU (less work, less of those).
+                let ready = self.ready.get(&h.0).copied().unwrap_or(0) as f64;
+                let on_path = (weight(h) * unseen / (c + ready)).min(1.0);
+                let computing = p.ns(&Cause::Work(h.0)) + p.ns(&Cause::CpusBusy(h.0));
+                path -= cut * on_path * computing as f64;
                 let share = (weight(h) * hold / c).min(1.0);
                 if let Some(t) = thread_cpu.get_mut(&h.0) {
                     let saved = cut * share * c;
@@ -247,8 +259,8 @@ pub const ASSUMPTIONS: [&str; 4] = [
     "the object's holds are shared among the threads seen holding it by how often each released \
      it to a waiter (by their CPU time when none did); those nobody waited for are part of the \
      holder's work on the critical path",
-    "a critical section's time is CPU work: a section that sleeps or waits for I/O does not \
-     give CPUs back",
+    "only the time holders computed inside the sections (on a CPU, or ready for one) shrinks; \
+     time they were blocked in a system call or stopped while holding stays",
     "the machine keeps the CPUs it had: other programs take as much of them as they did",
 ];
 
@@ -425,10 +437,12 @@ mod tests {
                 hops: 0,
                 estimated: false,
                 holders: holders.iter().map(|(o, t)| (*o, t.to_vec())).collect(),
+                held_running: HashMap::new(),
             },
             ncpus: 2,
             holds: BTreeMap::new(),
             running: BTreeMap::new(),
+            ready: BTreeMap::new(),
         }
     }
 
@@ -451,6 +465,7 @@ mod tests {
             &[(7, &[(1, 30), (2, 30), (3, 30)])],
         );
         b.holds.insert(7, (900, false));
+        b.path.held_running.insert(7, 900);
         b.running = [(1, 330), (2, 330), (3, 340)].into();
         let p = b.predict(&[(7, 0.5)].into());
         assert_eq!(p.bound, Bound::CriticalPath);
@@ -461,6 +476,9 @@ mod tests {
         assert_eq!(p.predicted_ns, 100);
         // Unchanged: the run as measured.
         assert_eq!(b.predict(&HashMap::new()).predicted_ns, 1000);
+        // A holder preempted for half of each section: only its time on a CPU shrinks.
+        b.path.held_running.insert(7, 450);
+        assert_eq!(b.predict(&[(7, 0.5)].into()).predicted_ns, 775);
     }
 
     #[test]
@@ -473,10 +491,10 @@ mod tests {
         b.holds.insert(9, (40, true));
         b.running = [(1, 500), (2, 500), (3, 500), (4, 500)].into();
         let p = b.predict(&[(9, 0.5)].into());
-        // The path loses half of thread 1's share of the holds (40 of 2000 CPU-ns) of its work:
-        // 6 of 1000; the CPUs, 10 of 1000.
+        // The path loses half of thread 1's share of the holds (10 of its 500 CPU-ns) of its
+        // computing there (work and waits for a CPU: 1000): 10; the CPUs, 10 of 1000 too.
         assert_eq!(p.bound, Bound::CriticalPath);
-        assert_eq!(p.predicted_ns, 994);
+        assert_eq!(p.predicted_ns, 990);
         assert!(p.holds_estimated);
     }
 }

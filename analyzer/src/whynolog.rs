@@ -49,6 +49,7 @@ fn problem(text: impl Into<String>) -> Finding {
 /// Runs the checks for `cmd` and prints one line per check; exit status 0 when nothing was found
 /// that keeps the log from being written, 1 when something was, 2 when `cmd` is empty.
 pub fn run(cmd: &[OsString], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let out = &mut crate::plain::Guard::new(out);
     let env = Env::new(cmd);
     let Some(program) = cmd.get(env.skip) else {
         let _ = writeln!(

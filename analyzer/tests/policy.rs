@@ -279,6 +279,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         keys[at..at + 12],
         [
             "threads",
+            "threads_summed",
             "thread_states",
             "critical_path",
             "shim_cost",
@@ -288,8 +289,7 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
             "waiter_chains",
             "holder_stacks",
             "snapshots",
-            "collected_by_object",
-            "chains"
+            "collected_by_object"
         ]
     );
     assert!(

@@ -210,6 +210,12 @@ mod tests {
             .output()
             .is_ok_and(|o| o.status.success());
         if !found {
+            // Under CI a missing tool fails the run instead of passing it silently.
+            let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0");
+            assert!(
+                !ci,
+                "`{tool}` is not installed (needed to build the test's binaries); under CI=true a missing dependency fails the run"
+            );
             eprintln!("SKIPPED: `{tool}` is not installed (needed to build the test's binaries)");
         }
         !found

@@ -12,10 +12,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static STDERR_ID: AtomicU64 = AtomicU64::new(0);
 
 fn fd2_id() -> u64 {
+    id_of(2)
+}
+
+fn id_of(fd: i32) -> u64 {
     // SAFETY: fstat into a local struct; async-signal-safe.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(2, &mut st) != 0 {
+        if libc::fstat(fd, &mut st) != 0 {
             return 0;
         }
         (st.st_dev.rotate_left(32) ^ st.st_ino).max(1)
@@ -27,10 +31,10 @@ pub fn init() {
     STDERR_ID.store(fd2_id(), Ordering::Relaxed);
 }
 
-/// Whether descriptor 2 is still the stderr the program started with.
-fn stderr_is_ours() -> bool {
+/// Whether descriptor `fd` is the stderr the program started with.
+fn is_programs_stderr(fd: i32) -> bool {
     let id = STDERR_ID.load(Ordering::Relaxed);
-    id != 0 && fd2_id() == id
+    id != 0 && id_of(fd) == id
 }
 
 /// Writes `waitshim: <msg>\n` to stderr in one `write` call.
@@ -46,14 +50,27 @@ const CUT: &[u8] = " [...] ".as_bytes();
 
 /// As [`line`], with the message in pieces; allocates nothing (for signal handlers).
 pub fn line_parts(parts: &[&str]) {
-    if !stderr_is_ours() {
-        return;
+    // The shim's thread keeps a descriptor table of its own (`crate::fdtable`), without the
+    // program's stderr: it writes through a copy of it, taken for the line and closed after.
+    let fd = if crate::fdtable::on_own_table() {
+        match crate::fdtable::copy_of_programs(2) {
+            Some(fd) => fd,
+            None => return,
+        }
+    } else {
+        2
+    };
+    if is_programs_stderr(fd) {
+        let mut buf = [0u8; LINE_MAX];
+        let n = compose(parts, &mut buf);
+        // SAFETY: writing an initialised buffer; a failed write is ignored on purpose.
+        unsafe {
+            libc::write(fd, buf.as_ptr() as *const libc::c_void, n);
+        }
     }
-    let mut buf = [0u8; LINE_MAX];
-    let n = compose(parts, &mut buf);
-    // SAFETY: writing an initialised buffer to fd 2; a failed write is ignored on purpose.
-    unsafe {
-        libc::write(2, buf.as_ptr() as *const libc::c_void, n);
+    if fd != 2 {
+        // SAFETY: the copy taken above, in the calling thread's own table.
+        unsafe { libc::close(fd) };
     }
 }
 

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The shim's thread has a descriptor table of its own.
 static OWN: AtomicBool = AtomicBool::new(false);
+/// The thread with the table of its own (the shim's), by tid.
+static OWNER: AtomicI32 = AtomicI32::new(0);
 /// This process's pidfd, in the shim thread's table (-1: not opened yet; -2: not to be had).
 static PIDFD: AtomicI32 = AtomicI32::new(-1);
 
@@ -38,8 +40,15 @@ pub fn separate() -> bool {
     if crate::sys::failed(closed) {
         close_each();
     }
+    OWNER.store(crate::track::threads::gettid() as i32, Ordering::Relaxed);
     OWN.store(true, Ordering::Release);
     true
+}
+
+/// Whether the calling thread is the one with the table of its own: the program's descriptors
+/// (its stderr too) are then reached only through [`copy_of_programs`].
+pub fn on_own_table() -> bool {
+    own() && OWNER.load(Ordering::Relaxed) == crate::track::threads::gettid() as i32
 }
 
 /// Without `close_range` (kernels before 5.9): every number up to the descriptor limit.
@@ -97,5 +106,6 @@ pub fn copy_of_programs(fd: i32) -> Option<i32> {
 /// child's shim thread, when it starts, makes its own again.
 pub fn after_fork_child() {
     OWN.store(false, Ordering::Release);
+    OWNER.store(0, Ordering::Relaxed);
     PIDFD.store(-1, Ordering::Relaxed);
 }

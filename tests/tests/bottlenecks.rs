@@ -134,3 +134,67 @@ fn the_lock_that_limits_the_run_comes_first_though_another_had_the_highest_highw
         "burst_lock on the path: {by:?}"
     );
 }
+
+#[test]
+fn diff_shows_the_lock_share_of_the_critical_path_fall_when_its_sections_shrink() {
+    // Three workers, 1 ms outside: with 2 ms inside tuned_lock they queue on it; with 0.1 ms
+    // the CPUs bound the run instead.
+    let runs: Vec<_> = ["2000", "100"]
+        .iter()
+        .map(|hold| {
+            let run = waitshim_tests::Launch::fixture("tunable")
+                .args(["mixed", hold, "60"])
+                .run();
+            run.assert_success();
+            run
+        })
+        .collect();
+    let out = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["diff", "--json"])
+        .arg(runs[0].single_log())
+        .arg(runs[1].single_log())
+        .output()
+        .expect("run diff");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let p = &d["critical_path"];
+    let (before, after) = (
+        p["length_ns"]["before"].as_u64().expect("before"),
+        p["length_ns"]["after"].as_u64().expect("after"),
+    );
+    assert!(after < before, "the path got shorter: {p}");
+    let lock = p["by"]
+        .as_array()
+        .expect("by")
+        .iter()
+        .find(|c| {
+            let k = c["cause"].as_str().unwrap_or("");
+            k.starts_with("inside mutex tuned_lock")
+        })
+        .unwrap_or_else(|| panic!("no tuned_lock cause: {p}"));
+    let (sb, sa) = (
+        lock["share"]["before"].as_f64().unwrap(),
+        lock["share"]["after"].as_f64().unwrap(),
+    );
+    assert!(
+        sb > 0.5 && sa < sb / 2.0,
+        "tuned_lock's share {sb} -> {sa}: {p}"
+    );
+    // The text says the same, in its BOTTLENECKS section.
+    let out = std::process::Command::new(waitshim_tests::analyzer_path())
+        .arg("diff")
+        .arg(runs[0].single_log())
+        .arg(runs[1].single_log())
+        .output()
+        .expect("run diff");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\nBOTTLENECKS (the critical path: "),
+        "{text}"
+    );
+    assert!(text.contains("inside mutex tuned_lock"), "{text}");
+}

@@ -1,7 +1,7 @@
 //! The CI commands: `check` (exit codes, expressions, annotations), `run` (the launcher),
 //! `baseline` and `history` (on SQLite, and on a PostgreSQL cluster the test starts itself).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -68,7 +68,6 @@ fn check_exit_codes_clean_inversion_fail_if_garbage_and_bad_expressions() {
         (&format!("wait_total(\"convoy.c:{creation}\") > 1000s"), 0),
         ("waits(\"convoy_lock\") == 2 && contended_ratio > 60%", 1),
         ("lost_parallelism > 100%", 0),
-        ("wait_total(\"no_such.c:1\") > 0ns", 0),
     ] {
         let o = check(&["--fail-if", expr], log);
         assert_eq!(code(&o), want, "{expr}: {:?}", text(&o));
@@ -172,14 +171,15 @@ fn check_fails_a_deadlocked_run() {
 }
 
 /// `run` with the gate_forks fixture: the parent's and the exec'd child's logs are reported,
-/// and the status is the command's.
+/// and the command's status is said.
 #[test]
-fn run_reports_every_process_and_passes_the_exit_status_through() {
+fn run_reports_every_process_and_says_the_commands_status() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     let prog = fixture("gate_forks");
     let o = Command::new(analyzer_path())
         .arg("run")
+        .arg("--each")
         .arg("--log-dir")
         .arg(&logs)
         .arg("--")
@@ -188,7 +188,9 @@ fn run_reports_every_process_and_passes_the_exit_status_through() {
         .output()
         .unwrap();
     let (out, err) = text(&o);
-    assert_eq!(code(&o), 7, "{out}\n{err}");
+    // The command failed (status 7): exit 3, its own status said.
+    assert_eq!(code(&o), 3, "{out}\n{err}");
+    assert!(err.contains("the command ended with status 7"), "{err}");
     assert!(
         err.contains(&format!(
             "logs in {}",
@@ -216,8 +218,13 @@ fn run_reports_every_process_and_passes_the_exit_status_through() {
         out.contains(&child),
         "no report of the exec'd child's mutex {child}:\n{out}"
     );
-    assert_eq!(out.matches("waitshim report: ").count(), 2, "{out}");
     assert_eq!(std::fs::read_dir(&logs).unwrap().count(), 2);
+    // Two processes: one summary, then with --each both reports.
+    assert!(
+        out.contains("waitshim summary: 2 log(s) of 1 program(s)"),
+        "{out}"
+    );
+    assert_eq!(out.matches("waitshim report: ").count(), 2, "{out}");
 
     // --check with a passing gate keeps the command's status; --json reports as JSON.
     let o = Command::new(analyzer_path())
@@ -231,9 +238,14 @@ fn run_reports_every_process_and_passes_the_exit_status_through() {
         .unwrap();
     assert_eq!(code(&o), 0, "{:?}", text(&o));
     let (out, _) = text(&o);
-    let json_start = out.find('{').expect("JSON report");
-    let report: Value = serde_json::from_str(&out[json_start..]).expect("JSON");
-    assert_eq!(report["logs"].as_array().map(Vec::len), Some(2));
+    // stdout holds the document alone: the command's own lines went to stderr.
+    let doc: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(doc["report"]["logs"].as_array().map(Vec::len), Some(2));
+    assert!(
+        text(&o).1.contains("gate_forks: parent done"),
+        "{:?}",
+        text(&o)
+    );
 
     // A failing --fail-if makes it 1: the exec'd child's mutex is taken 3 times (its log is
     // gated too), the parent's twice.
@@ -250,7 +262,7 @@ fn run_reports_every_process_and_passes_the_exit_status_through() {
 }
 
 #[test]
-fn run_check_turns_a_planted_deadlock_into_exit_1() {
+fn run_check_turns_a_planted_deadlock_into_exit_4() {
     let dir = tempfile::tempdir().unwrap();
     let logs = dir.path().join("logs");
     let mut child = Command::new(analyzer_path())
@@ -297,8 +309,9 @@ fn run_check_turns_a_planted_deadlock_into_exit_1() {
     let mut out = line;
     std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
-    assert!(err.contains("ended with status 137"), "{err}");
+    // The command was killed and the gate failed: exit 4.
+    assert_eq!(o.status.code(), Some(4), "{out}\n{err}");
+    assert!(err.contains("killed by SIGKILL (status 137)"), "{err}");
     assert!(out.contains("FAIL ") && out.contains("deadlock"), "{out}");
 }
 
@@ -480,6 +493,7 @@ fn history_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("ci/history.sqlite");
     history_scenario(db.to_str().unwrap());
+    notify_and_show(dir.path(), db.to_str().unwrap());
     // The schema is versioned.
     let o = analyzer(
         &[
@@ -508,6 +522,91 @@ fn history_on_sqlite() {
         &[],
     );
     assert_eq!(code(&o), 2, "{:?}", text(&o));
+}
+
+/// After [`history_scenario`]: a regression runs the `--notify` command with the event's JSON
+/// on its stdin, a run like the others does not, a hook that fails is said; `history show`
+/// prints every scope stored, the figures kept for trends, by hour and by day of week. (Idle CPU
+/// time is kept too, from the sampler's second look at the CPUs on: these runs are too short.)
+fn notify_and_show(dir: &Path, db: &str) {
+    let job = format!("gate-{}", std::process::id());
+    let event = dir.join("event.json");
+    let said = dir.join("event-name");
+    let hook = format!(
+        "cat > '{}' && printf '%s' \"$WAITSHIM_EVENT\" > '{}'",
+        event.display(),
+        said.display()
+    );
+    let check = |log: &Path, hook: &str| {
+        analyzer(
+            &[
+                "history", "check", "--job", &job, "--db", db, "--notify", hook,
+            ],
+            &[log],
+        )
+    };
+    let grown = load(6);
+    let o = check(grown.single_log(), &hook);
+    let (_, err) = text(&o);
+    assert_eq!(code(&o), 1, "{err}");
+    assert!(
+        err.contains("--notify: the regression was passed on"),
+        "{err}"
+    );
+    let e: Value =
+        serde_json::from_str(&std::fs::read_to_string(&event).unwrap()).expect("the event is JSON");
+    assert_eq!(e["event"], "waitshim-regression");
+    assert_eq!(e["job"], job.as_str());
+    assert_eq!(e["run"]["program"], "gate_load");
+    let site = format!("gate_load.c:{}", line_of("gate_load.c", "creation-site"));
+    let alerts = e["alerts"].as_array().unwrap();
+    assert!(
+        alerts
+            .iter()
+            .any(|a| a["scope"].as_str().unwrap().contains(&site)
+                && a["value"].as_f64() > a["threshold"].as_f64()),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&said).unwrap(),
+        "waitshim-regression"
+    );
+
+    // A run like the others: no regression, no notification.
+    std::fs::remove_file(&event).unwrap();
+    let like = load(2);
+    let o = check(like.single_log(), &hook);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+    assert!(!event.exists(), "the hook ran without a regression");
+
+    // A hook that fails is said; the regression still fails the check.
+    let o = check(grown.single_log(), "cat >/dev/null; exit 3");
+    let (_, err) = text(&o);
+    assert_eq!(code(&o), 1, "{err}");
+    assert!(err.contains("was not passed on"), "{err}");
+
+    let o = analyzer(
+        &[
+            "history", "show", "--last", "1000", "--job", &job, "--db", db,
+        ],
+        &[],
+    );
+    let (out, _) = text(&o);
+    assert_eq!(code(&o), 0);
+    for want in [
+        "gate_load: run:\n",
+        &format!("gate_load: mutex {site} (main):\n"),
+        "  contended_ratio: ",
+        "  wait_total_ns (not judged): ",
+        "  wait_all_ns (not judged): ",
+        "  duration_ns (not judged): ",
+        "  running_ns (not judged): ",
+        "  lost_parallelism_ns (not judged): ",
+        "    by hour of day (UTC): ",
+        "    by day of week (UTC): ",
+    ] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
 }
 
 /// A throw-away PostgreSQL cluster in a temporary directory, on a Unix socket; stopped on drop.
@@ -645,7 +744,10 @@ fn history_on_postgresql() {
     let cluster = match Cluster::start() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("SKIPPED history_on_postgresql: no PostgreSQL server could be started: {e}");
+            waitshim_tests::skip_or_fail(
+                "history_on_postgresql",
+                &format!("no PostgreSQL server could be started: {e}"),
+            );
             return;
         }
     };
@@ -670,8 +772,9 @@ fn run_timeout_stops_a_command_that_runs_too_long() {
         .output()
         .unwrap();
     let (_, err) = text(&o);
-    // SIGTERM: 128 + 15.
-    assert_eq!(code(&o), 143, "{err}");
+    // The command failed (killed by SIGTERM, 128 + 15): exit 3.
+    assert_eq!(code(&o), 3, "{err}");
+    assert!(err.contains("status 143"), "{err}");
     assert!(err.contains("sending SIGTERM"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(30));
     // A command that cannot be started is an error of the launcher (2), not the command's.
@@ -717,7 +820,10 @@ fn run_history_job_adds_the_run() {
     let o = analyzer(&["history", "show", "--job", "launch", "--db", db], &[]);
     let (out, _) = text(&o);
     assert!(out.starts_with("job launch: 1 run(s)"), "{out}");
-    assert!(out.contains("gate_load: run lost_parallelism"), "{out}");
+    assert!(
+        out.contains("gate_load: run:\n") && out.contains("\n  lost_parallelism: "),
+        "{out}"
+    );
 }
 
 /// `waitshim-analyze ARGS...` run natively in a fresh working directory, ended (and the test
@@ -969,7 +1075,10 @@ fn postgresql_statements_are_bounded_and_errors_keep_the_password_out() {
     let cluster = match Cluster::start() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("SKIPPED postgresql_statements_are_bounded...: no PostgreSQL server could be started: {e}");
+            waitshim_tests::skip_or_fail(
+                "postgresql_statements_are_bounded_and_errors_keep_the_password_out",
+                &format!("no PostgreSQL server could be started: {e}"),
+            );
             return;
         }
     };
@@ -1054,12 +1163,12 @@ fn run_timeout_stops_the_commands_children_too() {
     for (script, status, said) in [
         (
             "sleep 60 >/dev/null 2>&1 & echo $!; wait",
-            143,
+            "killed by SIGTERM (status 143)",
             "sending SIGTERM",
         ),
         (
             "trap '' TERM; sleep 60 >/dev/null 2>&1 & echo $!; wait",
-            137,
+            "killed by SIGKILL (status 137)",
             "sending SIGKILL",
         ),
     ] {
@@ -1074,7 +1183,8 @@ fn run_timeout_stops_the_commands_children_too() {
         let (out, err) = (o.stdout_text(), o.stderr_text());
         let child: u32 = out.lines().next().and_then(|l| l.parse().ok()).expect(&out);
         assert_ends(child, script);
-        assert_eq!(o.status.code(), Some(status), "{script}: {err}");
+        assert_eq!(o.status.code(), Some(3), "{script}: {err}");
+        assert!(err.contains(status), "{script}: {err}");
         assert!(err.contains(said), "{script}: {err}");
     }
 }
@@ -1119,11 +1229,15 @@ fn a_signal_to_run_reaches_the_command_and_the_report_still_comes() {
         std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
         let mut err = String::new();
         std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
-        assert_eq!(status.code(), Some(128 + sig), "signal {sig}: {err}");
+        assert_eq!(status.code(), Some(3), "signal {sig}: {err}");
+        assert!(
+            err.contains(&format!("(status {})", 128 + sig)),
+            "signal {sig}: {err}"
+        );
         assert!(err.contains("received: passed on"), "signal {sig}: {err}");
         assert!(!rest.lines().any(|l| l == "not reached"), "{rest}");
         assert!(
-            rest.contains("waitshim report: "),
+            rest.contains("waitshim summary: ") || rest.contains("waitshim report: "),
             "signal {sig}: {rest}\n{err}"
         );
     }
@@ -1180,5 +1294,362 @@ fn run_gives_the_command_the_file_size_signal_it_had() {
         .arg(dir.path().join("profiled"))
         .output()
         .unwrap();
-    assert_eq!(code(&o), 128 + libc::SIGXFSZ, "{:?}", text(&o));
+    // The shim could not grow its log either: no log, so the tool could not judge (2); the
+    // command's death is said.
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains(&format!(
+            "was killed by SIGXFSZ (status {})",
+            128 + libc::SIGXFSZ
+        )),
+        "{:?}",
+        text(&o)
+    );
+}
+
+/// `waitshim-analyze ARGS...` with its temporary directory (for run's logs) in `tmp`.
+fn analyzer_in(tmp: &Path, env: &[(&str, &str)], args: &[&OsStr]) -> Output {
+    Command::new(analyzer_path())
+        .env("TMPDIR", tmp)
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run waitshim-analyze")
+}
+
+fn os<'a>(args: &[&'a str]) -> Vec<&'a OsStr> {
+    args.iter().map(|a| OsStr::new(*a)).collect()
+}
+
+/// A CI job tells "the tests failed" (3), "the gate failed" (1), both (4) and "the tool could
+/// not judge" (2) apart by the exit status alone; the command's own status is said on stderr
+/// and in the JSON document, and `--help` lists the codes.
+#[test]
+fn run_exit_codes_tell_the_tests_the_gate_and_the_tool_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path();
+    let inversion = fixture("lock_inversion");
+    let inv = inversion.as_os_str();
+    // The tests fail with 1 or 2, the gate passes: 3, whatever the command's status.
+    for status in ["1", "2"] {
+        let script = format!("exit {status}");
+        let o = analyzer_in(
+            tmp,
+            &[],
+            &os(&["run", "--check", "--", "sh", "-c", &script]),
+        );
+        let (_, err) = text(&o);
+        assert_eq!(code(&o), 3, "exit {status}: {err}");
+        assert!(
+            err.contains(&format!("the command ended with status {status}"))
+                && err.contains("exit 3 (the command failed)"),
+            "{err}"
+        );
+    }
+    // The tests pass, the gate fails (a lock-order inversion): 1.
+    let mut args = os(&["run", "--check", "--no-report", "--"]);
+    args.push(inv);
+    let o = analyzer_in(tmp, &[], &args);
+    assert_eq!(code(&o), 1, "{:?}", text(&o));
+    // Both: 4.
+    let mut args = os(&[
+        "run",
+        "--check",
+        "--no-report",
+        "--",
+        "sh",
+        "-c",
+        "\"$0\"; exit 1",
+    ]);
+    args.push(inv);
+    let o = analyzer_in(tmp, &[], &args);
+    assert_eq!(code(&o), 4, "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("the command and the gate failed"),
+        "{:?}",
+        text(&o)
+    );
+    // The tool could not judge: no log written (the shim disabled), a baseline that cannot be
+    // read, no shim. The command succeeded each time.
+    let o = analyzer_in(
+        tmp,
+        &[("WAITSHIM_DISABLE", "1")],
+        &os(&["run", "--check", "--", "true"]),
+    );
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    assert!(text(&o).1.contains("no log was written"), "{:?}", text(&o));
+    let o = analyzer_in(
+        tmp,
+        &[],
+        &os(&[
+            "run",
+            "--check",
+            "--baseline",
+            "/nonexistent.json",
+            "--",
+            "true",
+        ]),
+    );
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+    let o = analyzer_in(
+        tmp,
+        &[],
+        &os(&["run", "--shim", "/nonexistent.so", "--", "true"]),
+    );
+    assert_eq!(code(&o), 2, "{:?}", text(&o));
+
+    // --json: stdout is the document alone, with the command's status; its output on stderr.
+    let o = analyzer_in(
+        tmp,
+        &[],
+        &os(&[
+            "run",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo tests say hello; exit 7",
+        ]),
+    );
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 3, "{err}");
+    let doc: Value = serde_json::from_str(&out).expect("run --json is one JSON document");
+    assert_eq!(doc["schema"], "waitshim-run/1");
+    assert_eq!(doc["command"]["status"], 7);
+    assert_eq!(doc["command"]["exit_code"], 7);
+    assert_eq!(doc["command"]["failed"], true);
+    assert_eq!(doc["exit_code"], 3);
+    assert_eq!(doc["outcome"], "the command failed");
+    assert_eq!(doc["gate"]["result"], "not checked");
+    assert!(err.contains("tests say hello"), "{err}");
+
+    // The codes are documented where a user looks: --help, run --help, check --help, and the
+    // README's table, each code with its outcome.
+    let help = text(&analyzer(&["--help"], &[])).0;
+    assert!(
+        help.contains("0 passed; 1 the gate failed; 2 the tool could not judge")
+            && help.contains("3 the command given to run failed")
+            && help.contains("4 the command and the gate failed"),
+        "{help}"
+    );
+    let help = text(&analyzer(&["run", "--help"], &[])).0;
+    for want in [
+        "0 passed",
+        "1 the gate failed",
+        "2 the tool could not judge",
+        "3 CMD failed",
+        "4 CMD and the gate failed",
+    ] {
+        assert!(help.contains(want), "run --help lacks {want:?}: {help}");
+    }
+    let help = text(&analyzer(&["check", "--help"], &[])).0;
+    assert!(
+        help.contains("exit 0 when it passes, 1 when it fails")
+            && help.contains("2 when it cannot be judged"),
+        "{help}"
+    );
+    let readme =
+        std::fs::read_to_string(waitshim_tests::workspace_root().join("README.md")).unwrap();
+    let table: Vec<(String, String)> = readme
+        .split_once("Exit statuses of `check`, `history check` and `run`")
+        .expect("the README's table of exit statuses")
+        .1
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let code = cells.first()?.trim_matches('*');
+            code.parse::<u8>()
+                .ok()
+                .map(|_| (code.to_string(), cells[1..].join("|")))
+        })
+        .collect();
+    let codes: Vec<&str> = table.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(codes, ["0", "1", "2", "3", "4"], "{table:?}");
+    for (code, words) in [
+        ("0", "passed"),
+        ("1", "the gate failed"),
+        ("2", "the tool could not judge"),
+        ("3", "CMD failed"),
+        ("4", "CMD failed and the gate failed"),
+    ] {
+        let said = &table.iter().find(|(c, _)| c == code).unwrap().1;
+        assert!(said.contains(words), "README, status {code}: {said}");
+    }
+}
+
+/// A selector that names no object in any log is an error, not a 0 that makes the condition
+/// pass; a figure of the whole run names no object in its FAIL line.
+#[test]
+fn a_selector_that_matches_nothing_is_refused_and_run_figures_name_no_object() {
+    let clean = Launch::fixture("convoy").arg("3").run();
+    clean.assert_success();
+    let log = clean.single_log();
+    for expr in [
+        "hwm(\"nonexistent\") > 0",
+        "hwm > 100 || wait_total(\"convoy.c:9999\") > 1ns",
+        "!(waits(\"convoy_lokc\") == 0)",
+    ] {
+        let o = check(&["--fail-if", expr], log);
+        let (out, err) = text(&o);
+        assert_eq!(code(&o), 2, "{expr}: {out}{err}");
+        assert!(err.contains("matches no object"), "{expr}: {err}");
+        assert!(err.contains("not judged"), "{expr}: {err}");
+    }
+    // The same selector spelt right.
+    let o = check(&["--fail-if", "waits(\"convoy_lock\") == 0"], log);
+    assert_eq!(code(&o), 0, "{:?}", text(&o));
+
+    for expr in ["duration > 1ms", "threads > 1"] {
+        let o = check(&["--fail-if", expr], log);
+        let (out, _) = text(&o);
+        assert_eq!(code(&o), 1, "{expr}: {out}");
+        assert!(
+            !out.contains("about") && !out.contains("mutex#") && !out.contains("convoy_lock"),
+            "{expr}: a figure of the whole run names an object: {out}"
+        );
+    }
+    // A run-wide lock figure says which lock made most of it, and is anchored there.
+    let o = check(&["--fail-if", "wait_total > 1ms"], log);
+    let (out, _) = text(&o);
+    assert_eq!(code(&o), 1, "{out}");
+    assert!(
+        out.contains("the lock waited for most: mutex#")
+            && out.contains(&format!(
+                "convoy.c:{}]",
+                line_of("convoy.c", "creation-site")
+            )),
+        "{out}"
+    );
+}
+
+/// A test suite under `run`: 20 runs of a program from a shell loop give one summary (the
+/// program's 20 processes summed), not a report per process; `--each` and `--report-dir` give
+/// those; `-o` sends the report to a file; `--json` stays one document though the tests print.
+#[test]
+fn a_test_suite_under_run_gets_one_summary_and_per_process_reports_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path();
+    let convoy = fixture("convoy");
+    let suite = |n: u32| -> Vec<OsString> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("for i in $(seq {n}); do \"$0\" 2; done").into(),
+            convoy.clone().into_os_string(),
+        ]
+    };
+    let row = |summary: &str, program: &str| -> Vec<String> {
+        summary
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(program))
+            .unwrap_or_else(|| panic!("no row for {program}:\n{summary}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+
+    let mut args: Vec<OsString> = vec!["run".into(), "--".into()];
+    args.extend(suite(20));
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", tmp)
+        .args(&args)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(out.matches("convoy: 2 threads done").count(), 20, "{out}");
+    assert_eq!(out.matches("waitshim summary: ").count(), 1, "{out}");
+    assert_eq!(out.matches("waitshim report: ").count(), 0, "{out}");
+    // PROGRAM PROCESSES HWM LOCK-WAIT(2 words) DEADLOCKS INVERSIONS GATE
+    let convoy_row = row(&out, "convoy");
+    assert_eq!(convoy_row[1], "20", "{out}");
+    assert_eq!(convoy_row[2], "1", "{out}");
+    assert_eq!(
+        convoy_row.last().map(String::as_str),
+        Some("checked"),
+        "{out}"
+    );
+    let site = format!(
+        "mutex convoy.c:{} (main)",
+        line_of("convoy.c", "creation-site")
+    );
+    assert!(
+        out.contains(&format!("{site}: ")) && out.contains("in 20 process(es)"),
+        "{out}"
+    );
+    assert!(out.contains("run --each"), "{out}");
+
+    // --each, --report-dir and -o: the command's output alone on stdout.
+    let reports = tmp.join("reports");
+    let file = tmp.join("waitshim-report.txt");
+    let mut args: Vec<OsString> = vec![
+        "run".into(),
+        "--check".into(),
+        "--each".into(),
+        "--report-dir".into(),
+        reports.clone().into(),
+        "-o".into(),
+        file.clone().into(),
+        "--".into(),
+    ];
+    args.extend(suite(3));
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", tmp)
+        .args(&args)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(out, "convoy: 2 threads done\n".repeat(3), "{err}");
+    let written = std::fs::read_to_string(&file).unwrap();
+    // A report per log: the shell's, and the three programs' (with the processes the shell
+    // forked to start them, which exec'd).
+    let logs = files_in(&reports).len();
+    assert!(logs >= 4, "{:?}", files_in(&reports));
+    assert!(written.starts_with("waitshim summary: "), "{written}");
+    assert_eq!(
+        written.matches("waitshim report: ").count(),
+        logs,
+        "{written}"
+    );
+    assert_eq!(row(&written, "convoy")[1], "3", "{written}");
+    assert_eq!(
+        row(&written, "convoy").last().map(String::as_str),
+        Some("passed")
+    );
+    for name in files_in(&reports) {
+        assert!(
+            name.starts_with("waitshim.") && name.ends_with(".txt"),
+            "{name}"
+        );
+        let r = std::fs::read_to_string(reports.join(&name)).unwrap();
+        assert!(r.starts_with("waitshim report: "), "{name}: {r}");
+    }
+
+    // --json with tests that print: valid JSON, the summary per program, every log's report.
+    let mut args: Vec<OsString> = vec!["run".into(), "--json".into(), "--".into()];
+    args.extend(suite(3));
+    let o = Command::new(analyzer_path())
+        .env("TMPDIR", tmp)
+        .args(&args)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(code(&o), 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).expect("one JSON document");
+    assert_eq!(err.matches("convoy: 2 threads done").count(), 3, "{err}");
+    let programs = doc["programs"].as_array().unwrap();
+    let c = programs
+        .iter()
+        .find(|p| p["program"] == "convoy")
+        .expect("convoy summed");
+    assert_eq!(c["processes"], 3);
+    assert_eq!(c["worst"][0]["object"], site.as_str());
+    assert_eq!(
+        doc["report"]["logs"].as_array().map(Vec::len),
+        doc["logs"].as_array().map(Vec::len)
+    );
 }

@@ -105,11 +105,7 @@ impl Tmux {
     /// Starts `command` in a `cols`×`rows` pane; None when tmux is not installed (outside CI).
     fn start(cols: u16, rows: u16, command: &[&OsStr]) -> Option<Tmux> {
         if Command::new("tmux").arg("-V").output().is_err() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "tmux is missing; scripts/test.sh installs it"
-            );
-            eprintln!("SKIPPED: tmux is not installed (scripts/test.sh installs it)");
+            waitshim_tests::skip_or_fail("the live view", "tmux is not installed");
             return None;
         }
         static N: AtomicU32 = AtomicU32::new(0);
@@ -550,6 +546,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "own") == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
+        sa.sa_flags = SA_RESTART; /* the read of stdin goes on */
         sa.sa_handler = on_usr2;
         sigaction(SIGUSR2, &sa, NULL);
         sa.sa_handler = on_rt;

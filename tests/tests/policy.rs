@@ -268,7 +268,10 @@ fn creation_site_selects_by_function_name_in_a_stripped_program_with_its_debug_f
         .output()
         .is_ok_and(|o| o.status.success());
     if !objcopy_ok {
-        eprintln!("SKIPPED: `objcopy` is not installed (needed to split the debug file)");
+        waitshim_tests::skip_or_fail(
+            "creation_site_selects_by_function_name_in_a_stripped_program_with_its_debug_file",
+            "`objcopy` is not installed (needed to split the debug file)",
+        );
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");
@@ -456,7 +459,11 @@ fn hot_reload_mid_run_changes_what_is_collected() {
 fn data_requests_by_api_and_by_signal_while_the_program_runs() {
     let dir = tempfile::tempdir().unwrap();
     let go = dir.path().join("go");
-    let running = Launch::fixture("live_requests").arg(&go).spawn();
+    // Data requests by signal are the user's choice (`waitshim-analyze request` needs none).
+    let running = Launch::fixture("live_requests")
+        .arg(&go)
+        .env("WAITSHIM_SIGNAL", "SIGRTMAX-3")
+        .spawn();
     running.wait_for_stdout("requested");
     let creation = line_of("live_requests.c", "creation-site");
     running.poll_log(
@@ -472,10 +479,10 @@ fn data_requests_by_api_and_by_signal_while_the_program_runs() {
                 .is_some_and(|o| o["counters"]["acquisitions"] == 1000)
         },
     );
-    // The shim's own thread takes the request signal.
+    // The shim's own thread takes the request signal it was given.
     let pid = running.pid();
     let tid = shim_thread(pid).expect("the shim's thread (named waitshim) runs");
-    // SIGRTMAX-3, the default request signal (SIGRTMAX is 64 on Linux with glibc).
+    // SIGRTMAX-3 (SIGRTMAX is 64 on Linux with glibc).
     let status = std::process::Command::new("kill")
         .args(["-61", &tid.to_string()])
         .status()

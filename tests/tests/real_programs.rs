@@ -4,6 +4,46 @@
 use serde_json::Value;
 use waitshim_tests::{debian_program, line_of, Analysis, Launch};
 
+/// The critical path's causes (JSON `critical_path.by`), most first.
+fn path_causes(log: &waitshim_tests::LogReport<'_>) -> Vec<Value> {
+    log.0["critical_path"]["by"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| panic!("no critical path: {}", log.0["critical_path"]))
+}
+
+/// The share of the critical path spent on objects of `kind` (held or waited on).
+fn share_on_kind(log: &waitshim_tests::LogReport<'_>, kind: &str) -> f64 {
+    let length = log.0["critical_path"]["length_ns"]
+        .as_u64()
+        .unwrap_or(1)
+        .max(1);
+    let on: u64 = path_causes(log)
+        .iter()
+        .filter(|c| {
+            c["object_id"]
+                .as_u64()
+                .is_some_and(|o| log.object(&Value::from(o))["kind"] == kind)
+        })
+        .map(|c| c["ns"].as_u64().unwrap_or(0))
+        .sum();
+    on as f64 / length as f64
+}
+
+/// What held the run back first is computing (work, CPUs), a lock or a hand-off, and the
+/// condition variables threads idled on are under 2 % of the critical path.
+fn held_back_by_work_locks_or_cpus_not_idle_conds(a: &Analysis) {
+    let log = a.log(0);
+    let first = &path_causes(&log)[0];
+    assert!(
+        ["held", "work", "cpus_busy", "wake_latency"]
+            .contains(&first["cause"].as_str().unwrap_or("")),
+        "{first}\n{}",
+        a.text
+    );
+    assert!(share_on_kind(&log, "cond") < 0.02, "{}", a.text);
+}
+
 /// The first object row of WHERE THE WAITING WENT (under the column heads and any group
 /// heading).
 fn first_finding(a: &Analysis) -> &str {
@@ -70,6 +110,8 @@ fn sysbench_mutex_ranks_its_mutex_array_first() {
             a.text
         );
     }
+    // What held the run back: the workers' locks or their CPUs, not the start barrier.
+    held_back_by_work_locks_or_cpus_not_idle_conds(&a);
     // The first record is on a mutex, not on the barrier or a join.
     let records = log.records();
     let first_record = records.first().expect("records");
@@ -106,6 +148,14 @@ fn sqlite_threads_sharing_a_connection_rank_the_connection_mutex_first() {
         .max_by_key(|o| o["counters"]["wait_total_ns"].as_u64().unwrap_or(0))
         .expect("objects");
     assert_eq!(top["kind"], "mutex");
+    // The connection's mutex held the run back most: its critical sections lead the path.
+    let first = &path_causes(&log)[0];
+    assert_eq!(
+        (first["cause"].as_str(), first["object_id"].as_u64()),
+        (Some("held"), top["object_id"].as_u64()),
+        "{}",
+        a.text
+    );
     let sites = top["wait_sites"].as_array().expect("wait sites");
     assert!(
         sites
@@ -197,6 +247,15 @@ fn memcached_under_a_bounded_load_ranks_its_hot_lock_first() {
         "{}",
         a.text
     );
+    // What held the run back was the workers' own work (or their lock, or the CPUs the load
+    // client shared with them): the idle background threads' condition variables and the
+    // listener's epoll are not on the critical path.
+    held_back_by_work_locks_or_cpus_not_idle_conds(&a);
+    assert!(
+        a.text.contains("  idle: threads also waited on "),
+        "{}",
+        a.text
+    );
     // Outside locks: the thread that accepts connections waits in its event loop's epoll set,
     // which the sampler names by what it watches: the listening socket on 127.0.0.1.
     let resources = a.log(0).0["thread_states"]["resources"]
@@ -270,4 +329,42 @@ fn memcached_built_with_debug_information_has_its_global_locks_named() {
     if let Some(row) = a.text.lines().find(|l| l.contains(" stats_lock @0x")) {
         assert!(row.contains("first used in assoc.c:"), "{row}");
     }
+}
+
+/// pigz compressing with 2 threads: its compressors' work (and, with more of its threads ready
+/// than CPUs, their waits for a CPU) is what the run waited for; the main thread's and the
+/// writer's waits on condition variables, long as they are, are idle.
+#[test]
+fn pigz_is_held_back_by_its_compressors_work_and_its_idle_waits_are_said_idle() {
+    let pigz = debian_program("pigz", "pigz");
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("input");
+    // 24 MB that compress a little: a byte pattern with a running counter.
+    let data: Vec<u8> = (0..24u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 & 0x3f)
+        .collect();
+    std::fs::write(&input, data).unwrap();
+    let run = Launch::program(&pigz)
+        .args(["-p", "2", "-k", "-f"])
+        .arg(&input)
+        .run();
+    run.assert_success();
+    let a = run.analyze();
+    let log = a.log(0);
+    let causes = path_causes(&log);
+    let length = log.0["critical_path"]["length_ns"].as_u64().unwrap_or(1);
+    let computing: u64 = causes
+        .iter()
+        .filter(|c| ["work", "cpus_busy"].contains(&c["cause"].as_str().unwrap_or("")))
+        .map(|c| c["ns"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(computing * 10 >= length * 7, "{}", a.text);
+    assert!(share_on_kind(&log, "cond") < 0.02, "{}", a.text);
+    // Those condition variables are named on the idle line.
+    let idle = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("  idle: "))
+        .unwrap_or_else(|| panic!("no idle line:\n{}", a.text));
+    assert!(idle.contains("cond#"), "{idle}");
 }

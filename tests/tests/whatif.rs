@@ -1,8 +1,11 @@
-//! What-if, measured: each member of the fixture family `tunable` (a lock that serialises the
-//! run, a lock idle beside busy CPUs, both, a pipeline whose producer works inside the lock) is
-//! run with critical sections of HOLD µs, `whatif --hold tuned_lock=0.5` predicts the run at
-//! HOLD/2, the run at HOLD/2 is measured, and the two speed-ups are compared. One test, so that
-//! no other test of this binary shares the CPUs with the timed runs.
+//! What-if on the fixture family `tunable` (a lock that serialises the run, a lock idle beside
+//! busy CPUs, both, a pipeline whose producer works inside the lock).
+//!
+//! The suite checks what does not depend on the machine's load: a lock that serialises the run
+//! is predicted to pay off, an idle one not. The measured accuracy (run at HOLD, predict HOLD/2,
+//! run at HOLD/2, compare the speed-ups) is a timing, so it is not part of the suite: run it on a
+//! quiet machine with `cargo test --release -p waitshim-tests --test whatif -- --ignored
+//! --nocapture` (docs/perf.md has the figures).
 
 use serde_json::Value;
 use std::process::Command;
@@ -41,6 +44,34 @@ fn whatif(log: &std::path::Path, hold: &str) -> Value {
 }
 
 #[test]
+fn a_lock_that_serialises_the_run_is_predicted_to_pay_off_and_an_idle_one_not() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let (_, log, _keep) = run("lock", 2000, 40);
+    let doc = whatif(&log, "tuned_lock=0.5");
+    let lock = doc["predicted_speedup"].as_f64().expect("speed-up");
+    assert!(
+        lock >= 1.5,
+        "halving the lock's sections of a serialised run: {doc}"
+    );
+    let free = whatif(&log, "tuned_lock=0")["predicted_speedup"]
+        .as_f64()
+        .expect("speed-up");
+    assert!(
+        free > lock,
+        "free sections buy more than half as long: {free} vs {lock}"
+    );
+    let (_, log, _keep) = run("cpu", 400, 25);
+    let doc = whatif(&log, "tuned_lock=0.5");
+    let idle = doc["predicted_speedup"].as_f64().expect("speed-up");
+    assert!(
+        (1.0..1.2).contains(&idle),
+        "the lock is idle beside busy CPUs: {doc}"
+    );
+}
+
+/// The measured accuracy (docs/perf.md): a timing, for a quiet machine, not the suite.
+#[test]
+#[ignore = "a timing: run on a quiet machine with --ignored --nocapture"]
 fn whatif_predicts_the_speed_up_of_halved_critical_sections_within_its_stated_error() {
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     // (mode, HOLD µs, rounds): each run about half a second at HOLD on 2 CPUs.
@@ -72,8 +103,6 @@ fn whatif_predicts_the_speed_up_of_halved_critical_sections_within_its_stated_er
         assert!(assumptions > 0, "{doc}");
     }
     eprintln!("{table}");
-    // Measured (docs/perf.md): 0.5 to 5.6 % for lock, cpu and mixed; 12 % for the pipeline,
-    // whose producer's holds the shim measures only from the consumer's arrival (a lower bound).
     assert!(worst <= 0.20, "prediction errors above 20%:\n{table}");
 }
 

@@ -276,7 +276,7 @@ impl<W: Write> Exporter for Chrome<W> {
                                "dur": (w.end - w.start) as f64 / 1000.0, "args": args}))?;
             // Who woke whom: a flow from the waker's thread (inside its Thread slice) to the
             // waiter's, at the wait's end.
-            if w.waker_tid != 0 && model.threads.get(&w.waker_tid).is_some() {
+            if w.waker_tid != 0 && model.knows_tid(w.waker_tid) {
                 flows += 1;
                 let id = (u64::from(pid) << 32) | flows;
                 self.event(&json!({"ph": "s", "name": "wake", "cat": "wake", "id": id,

@@ -91,11 +91,7 @@ struct Summed<'a> {
 fn by_program(figs: &[Figures]) -> BTreeMap<String, Summed<'_>> {
     let mut out: BTreeMap<String, Summed<'_>> = BTreeMap::new();
     for f in figs {
-        let name = if f.program.is_empty() {
-            "(unknown program)".to_string()
-        } else {
-            f.program.clone()
-        };
+        let name = f.program_name().to_string();
         let s = out.entry(name).or_insert_with(|| Summed {
             thread_time: 0,
             hwm: 0,
@@ -259,9 +255,7 @@ fn compare_scaled(old: &Scaled, new: &Scaled, tolerance: f64) -> Vec<String> {
 fn places(objs: &[&ObjectFigures]) -> Vec<Place> {
     let mut v: Vec<&&ObjectFigures> = objs.iter().collect();
     v.sort_by_key(|o| std::cmp::Reverse(o.wait_ns));
-    v.iter()
-        .flat_map(|o| o.created.iter().chain(o.wait_site.iter()).cloned())
-        .collect()
+    v.iter().flat_map(|o| o.places()).collect()
 }
 
 /// What got worse in these logs against the baseline: one failure per object (or run) and
@@ -275,16 +269,19 @@ pub fn compare(base: &Baseline, figs: &[Figures], tolerance: f64) -> Vec<Failure
             continue;
         };
         let s = summed.get(program);
-        let log = figs
+        let logs: Vec<String> = figs
             .iter()
-            .filter(|f| &f.program == program)
-            .map(|f| f.log.as_str())
-            .collect::<Vec<_>>()
-            .join(", ");
+            .filter(|f| f.program_name() == program)
+            .map(|f| f.log.clone())
+            .collect();
+        let log = logs.join(", ");
         let mut fail = |message: String, places: Vec<Place>| {
             out.push(Failure {
                 log: log.clone(),
+                logs: logs.clone(),
+                program: program.clone(),
                 check: "baseline",
+                rule: String::from("baseline"),
                 message,
                 places,
             })

@@ -54,10 +54,19 @@ pub struct GateArgs {
     /// How much a baseline figure may grow (relative) before it counts as worse.
     #[arg(long, value_name = "FRACTION", default_value = "50%", value_parser = parse_tolerance)]
     pub tolerance: f64,
-    /// How failing conditions are written: text, github (workflow annotations) or gitlab (a
-    /// Code Quality report).
+    /// How failing conditions are written on stdout: text (`FAIL LOG: what [file:line]`),
+    /// github (workflow annotations, `::error file=F,line=L::...`) or gitlab (a Code Quality
+    /// report, a JSON array).
     #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = |s: &str| s.parse::<Format>())]
     pub format: Format,
+    /// Also write a JUnit XML report: a test case per rule of the gate and per process (and,
+    /// with `run`, one for the command).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Also write a SARIF 2.1.0 log for code scanning: each failing condition, and the locks
+    /// waited for most, at the line that created the object (and the line that waited).
+    #[arg(long, value_name = "FILE")]
+    pub sarif: Option<PathBuf>,
     /// Do not fail on deadlocks and lock-order inversions unless an expression says so.
     #[arg(long)]
     pub no_default_gate: bool,
@@ -89,18 +98,31 @@ pub struct BaselineArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Check the logs with the gate (deadlocks, inversions, --fail-if, --baseline) and exit 1
-    /// when it fails.
+    /// Check the logs with the gate (deadlocks, inversions, --fail-if, --baseline).
     #[arg(long)]
     pub check: bool,
     #[command(flatten)]
     pub gate: GateArgs,
-    /// Print the JSON report instead of the text one.
+    /// Print one JSON document (schema waitshim-run/1, see analyzer/JSON.md: the command's
+    /// status, the summary, the gate, every log's report) instead of text. The command's own
+    /// stdout then goes to stderr, so that stdout holds the document alone.
     #[arg(long)]
     pub json: bool,
-    /// Print no report (the gate's lines only).
+    /// Print no report (the summary line, the gate's lines and the files asked for only).
     #[arg(long)]
     pub no_report: bool,
+    /// After the summary, the full report of every process (by default a run that wrote one
+    /// log gets its report, a run of several processes one summary across them).
+    #[arg(long)]
+    pub each: bool,
+    /// Write the report (text, or JSON with --json) to FILE instead of stdout; the command's
+    /// output and the gate's annotations stay on stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also write each process's report to DIR (created if missing), as LOGNAME.txt (or .json
+    /// with --json), beside the summary.
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
     /// The shim to preload (default: libwaitshim.so beside waitshim-analyze).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
@@ -167,8 +189,9 @@ pub enum HistoryCommand {
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
     },
-    /// Print each metric's trend over the job's runs, and by hour of day (a database that does
-    /// not exist is an error: nothing is created).
+    /// Print every figure stored for the job (the run's, then each creation site's): its value
+    /// in each run, and its mean by hour of day and by day of week (UTC). A database that does
+    /// not exist is an error: nothing is created.
     Show {
         #[command(flatten)]
         common: HistoryCommon,
@@ -176,7 +199,8 @@ pub enum HistoryCommand {
         #[arg(long, default_value_t = 30)]
         last: usize,
     },
-    /// Compare a run with the job's history; exit 1 and a notification when a figure moved.
+    /// Compare a run with the job's history; exit 1 and a notification when a figure moved, 2
+    /// when the history or a log cannot be read.
     Check {
         #[command(flatten)]
         common: HistoryCommon,
@@ -190,6 +214,11 @@ pub enum HistoryCommand {
         /// Runs of history compared with at most.
         #[arg(long, default_value_t = 20)]
         window: usize,
+        /// On a regression, run CMD (with `sh -c`) with the event as JSON on its stdin
+        /// (`{"event": "waitshim-regression", "job", "run", "alerts": [...]}`) and
+        /// WAITSHIM_EVENT set; it may run 60 s. Its output goes to stderr.
+        #[arg(long, value_name = "CMD")]
+        notify: Option<String>,
         /// Do not open the program's binaries.
         #[arg(long)]
         no_symbols: bool,
@@ -208,6 +237,10 @@ impl GateArgs {
             format: self.format,
             default_gate: !self.no_default_gate,
             symbols: !self.no_symbols,
+            files: super::outputs::Files {
+                junit: self.junit.clone(),
+                sarif: self.sarif.clone(),
+            },
         }
     }
 }
@@ -257,6 +290,10 @@ pub fn run(a: RunArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         timeout: a.timeout,
         json: a.json,
         no_report: a.no_report,
+        each: a.each,
+        output: a.output,
+        report_dir: a.report_dir,
+        files: g.files,
         check: a.check,
         fail_if: g.fail_if,
         baseline: g.baseline,

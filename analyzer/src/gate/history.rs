@@ -13,6 +13,10 @@
 //!
 //! `scope` is `<program>: run` for a run's figures over its locks, `<program>: <kind> <site>`
 //! for the objects created at a site (the keys of a baseline, see [`super::baseline`]).
+//! Besides the scale-free figures the rule judges, the run scope keeps what people follow over
+//! time ([`TREND_ONLY`]): wait totals, lost parallelism and idle CPU time, the thread-state
+//! totals and the duration, summed over the program's processes; they move with the machine's
+//! speed and load, so they are shown, not judged.
 //!
 //! The regression rule ([`judge`]): a figure of the new run is compared with the same figure
 //! over the job's last `window` runs (an object absent from a run counts 0 there: only
@@ -687,6 +691,60 @@ impl Store for Pg {
     }
 }
 
+/// Figures stored for trends only: absolute times and counts, which move with the machine the
+/// run happened on. [`judge`] leaves them out.
+pub const TREND_ONLY: &[&str] = &[
+    "duration_ns",
+    "threads",
+    "processes",
+    "wait_total_ns",
+    "wait_all_ns",
+    "lost_parallelism_ns",
+    "idle_cpu_ns",
+    "idle_cpu",
+    "running_ns",
+    "runnable_ns",
+    "tracked_wait_ns",
+    "blocked_ns",
+];
+
+/// The absolute figures of a program's logs, summed (see [`TREND_ONLY`]).
+fn totals(figs: &[&Figures]) -> Vec<(&'static str, f64)> {
+    let sum = |f: &dyn Fn(&Figures) -> u64| -> f64 {
+        figs.iter().map(|x| f(x)).fold(0u64, u64::saturating_add) as f64
+    };
+    let mut out = vec![
+        ("processes", figs.len() as f64),
+        ("duration_ns", sum(&|f| f.duration_ns)),
+        ("threads", sum(&|f| f.threads)),
+        ("wait_total_ns", sum(&|f| f.locks().wait_ns)),
+        ("wait_all_ns", sum(&|f| f.wait_all_ns())),
+    ];
+    if figs.iter().any(|f| f.sampled_lost.is_some()) {
+        out.push((
+            "lost_parallelism_ns",
+            sum(&|f| f.sampled_lost.as_ref().map_or(0, |l| l.lost_ns)),
+        ));
+    }
+    if figs.iter().any(|f| f.states.is_some()) {
+        let st = |g: fn(&super::metrics::StateTotals) -> u64| {
+            move |f: &Figures| f.states.as_ref().map_or(0, g)
+        };
+        // The CPUs are looked at from the sampler's second look on: a very short run has none.
+        let idle = sum(&st(|t| t.idle_cpu_ns));
+        let capacity = sum(&st(|t| t.cpu_capacity_ns));
+        if capacity > 0.0 {
+            out.push(("idle_cpu_ns", idle));
+            out.push(("idle_cpu", idle / capacity));
+        }
+        out.push(("running_ns", sum(&st(|t| t.running_ns))));
+        out.push(("runnable_ns", sum(&st(|t| t.runnable_ns))));
+        out.push(("tracked_wait_ns", sum(&st(|t| t.tracked_wait_ns))));
+        out.push(("blocked_ns", sum(&st(|t| t.blocked_ns))));
+    }
+    out
+}
+
 fn put(metrics: &mut BTreeMap<(String, String), f64>, scope: &str, s: &Scaled) {
     let mut set = |name: &str, v: f64| {
         metrics.insert((scope.to_string(), name.to_string()), v);
@@ -718,6 +776,13 @@ pub fn stored_run(figs: &[Figures]) -> StoredRun {
         );
         for (key, s) in &p.objects {
             put(&mut metrics, &format!("{program}: {key}"), s);
+        }
+        let mine: Vec<&Figures> = figs
+            .iter()
+            .filter(|f| f.program_name() == program)
+            .collect();
+        for (name, v) in totals(&mine) {
+            metrics.insert((format!("{program}: run"), name.to_string()), v);
         }
     }
     let started = figs
@@ -786,10 +851,14 @@ pub fn threshold(history: &[f64], metric: &str) -> Option<(f64, f64, f64)> {
     Some((t, m, mad))
 }
 
-/// The figures of `run` that moved past their history's threshold.
+/// The figures of `run` that moved past their history's threshold (those of [`TREND_ONLY`]
+/// are not judged).
 pub fn judge(history: &[StoredRun], run: &StoredRun) -> Vec<Alert> {
     let mut out = Vec::new();
     for ((scope, metric), &value) in &run.metrics {
+        if TREND_ONLY.contains(&metric.as_str()) {
+            continue;
+        }
         let series: Vec<f64> = history
             .iter()
             .map(|r| {
@@ -818,10 +887,18 @@ pub fn judge(history: &[StoredRun], run: &StoredRun) -> Vec<Alert> {
 
 fn show_value(metric: &str, v: f64) -> String {
     match metric {
-        "hwm" | "deadlocks" | "inversions" => format!("{v}"),
+        "hwm" | "deadlocks" | "inversions" | "threads" | "processes" => format!("{v}"),
+        m if m.ends_with("_ns") => crate::report::fmt_ns(v.max(0.0) as u64).replace(' ', ""),
         _ => format!("{:.1}%", v * 100.0),
     }
 }
+
+/// Day of the week (UTC) of a Unix time: 0 Sunday ... 6 Saturday (1970-01-01 was a Thursday).
+pub fn weekday(unix_s: i64) -> i64 {
+    (unix_s.div_euclid(86_400) + 4).rem_euclid(7)
+}
+
+pub const WEEKDAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
 
 fn with_db<T>(
     db: &DbArgs,
@@ -920,6 +997,7 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
             json,
             add,
             window,
+            notify,
             no_symbols,
             logs,
         } => {
@@ -964,6 +1042,12 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
                 {
                     let _ = writeln!(err, "{line}");
                 }
+                if !alerts.is_empty() {
+                    if let Some(cmd) = &notify {
+                        let event = regression_event(&job, &run, &alerts);
+                        notify_hook(cmd, &event, NOTIFY_TIMEOUT, err);
+                    }
+                }
                 if add {
                     s.add(&job, &run)?;
                 }
@@ -990,8 +1074,114 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
     }
 }
 
-/// Prints, for each run-level figure, its value per run, and its mean per hour of day (UTC).
+/// How long a `--notify` command may run before it is stopped.
+pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The event a regression raises: what `--notify` gets on stdin (README, History).
+pub fn regression_event(job: &str, run: &StoredRun, alerts: &[Alert]) -> serde_json::Value {
+    serde_json::json!({
+        "event": "waitshim-regression",
+        "job": job,
+        "run": {
+            "program": run.program,
+            "logs": run.logs,
+            "started_at": run.started_at,
+        },
+        "alerts": alerts.iter().map(|a| serde_json::json!({
+            "scope": a.scope,
+            "metric": a.metric,
+            "value": a.value,
+            "median": a.median,
+            "mad": a.mad,
+            "threshold": a.threshold,
+            "runs": a.runs,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Runs `cmd` with `sh -c`, the event's JSON on its stdin and `WAITSHIM_EVENT` set to the
+/// event's name; its output goes to stderr (stdout may hold `--json` lines). A command that
+/// fails, or runs longer than `limit` (it is then killed), is said on `err`; true when it
+/// succeeded.
+pub fn notify_hook(
+    cmd: &str,
+    event: &serde_json::Value,
+    limit: Duration,
+    err: &mut dyn Write,
+) -> bool {
+    use std::os::fd::AsFd;
+    use std::process::{Command, Stdio};
+    let mut c = Command::new("sh");
+    c.args(["-c", cmd])
+        .env(
+            "WAITSHIM_EVENT",
+            event["event"].as_str().unwrap_or("waitshim-event"),
+        )
+        .stdin(Stdio::piped());
+    if let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() {
+        c.stdout(Stdio::from(fd));
+    }
+    let mut child = match c.spawn() {
+        Ok(ch) => ch,
+        Err(e) => {
+            let _ = writeln!(err, "waitshim history: --notify: cannot run sh: {e}");
+            return false;
+        }
+    };
+    let mut body = event.to_string();
+    body.push('\n');
+    let writer = child.stdin.take().map(|mut stdin| {
+        std::thread::spawn(move || {
+            // A hook that does not read its stdin is its business.
+            let _ = stdin.write_all(body.as_bytes());
+        })
+    });
+    let start = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break Some(st),
+            Ok(None) if start.elapsed() >= limit => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break None,
+        }
+    };
+    if let Some(w) = writer {
+        let _ = w.join();
+    }
+    match status {
+        Some(st) if st.success() => {
+            let _ = writeln!(
+                err,
+                "waitshim history: --notify: the regression was passed on"
+            );
+            true
+        }
+        Some(st) => {
+            let _ = writeln!(
+                err,
+                "waitshim history: --notify: `{cmd}` failed ({st}): the regression was not passed on"
+            );
+            false
+        }
+        None => {
+            let _ = writeln!(
+                err,
+                "waitshim history: --notify: `{cmd}` ran longer than {limit:?} and was stopped"
+            );
+            false
+        }
+    }
+}
+
+/// Prints every figure of every scope stored (the run's first, then each creation site's):
+/// its value in each run, and its mean by hour of day and by day of week (UTC, of each run's
+/// start).
 pub fn show(job: &str, runs: &[StoredRun], out: &mut dyn Write) {
+    let out = &mut crate::plain::Guard::new(out);
     let _ = writeln!(out, "job {job}: {} run(s)", runs.len());
     if runs.is_empty() {
         return;
@@ -1000,18 +1190,30 @@ pub fn show(job: &str, runs: &[StoredRun], out: &mut dyn Write) {
         out,
         "runs: {}",
         runs.iter()
-            .map(|r| format!("#{} ({:02}h)", r.id, r.hour))
+            .map(|r| format!(
+                "#{} ({} {:02}h)",
+                r.id,
+                WEEKDAYS[weekday(r.started_at) as usize],
+                r.hour
+            ))
             .collect::<Vec<_>>()
             .join(" ")
     );
     let mut keys: Vec<(String, String)> = runs
         .iter()
         .flat_map(|r| r.metrics.keys().cloned())
-        .filter(|(scope, _)| scope.ends_with(": run"))
         .collect();
-    keys.sort();
+    // The run's figures first, then the objects'; each scope's figures by name.
+    keys.sort_by(|a, b| {
+        (!a.0.ends_with(": run"), &a.0, &a.1).cmp(&(!b.0.ends_with(": run"), &b.0, &b.1))
+    });
     keys.dedup();
+    let mut scope_shown = String::new();
     for (scope, metric) in &keys {
+        if *scope != scope_shown {
+            let _ = writeln!(out, "{scope}:");
+            scope_shown = scope.clone();
+        }
         let values: Vec<f64> = runs
             .iter()
             .map(|r| {
@@ -1022,18 +1224,37 @@ pub fn show(job: &str, runs: &[StoredRun], out: &mut dyn Write) {
             })
             .collect();
         let trend: Vec<String> = values.iter().map(|v| show_value(metric, *v)).collect();
-        let _ = writeln!(out, "{scope} {metric}: {}", trend.join(" "));
-        let mut by_hour: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
-        for (r, v) in runs.iter().zip(&values) {
-            let e = by_hour.entry(r.hour).or_default();
-            e.0 += v;
-            e.1 += 1;
-        }
-        let hours: Vec<String> = by_hour
+        let judged = if TREND_ONLY.contains(&metric.as_str()) {
+            " (not judged)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "  {metric}{judged}: {}", trend.join(" "));
+        let mean_by = |key: &dyn Fn(&StoredRun) -> i64| -> BTreeMap<i64, (f64, usize)> {
+            let mut by: BTreeMap<i64, (f64, usize)> = BTreeMap::new();
+            for (r, v) in runs.iter().zip(&values) {
+                let e = by.entry(key(r)).or_default();
+                e.0 += v;
+                e.1 += 1;
+            }
+            by
+        };
+        let hours: Vec<String> = mean_by(&|r| r.hour)
             .iter()
             .map(|(h, (sum, n))| format!("{h:02}h {} (n={n})", show_value(metric, sum / *n as f64)))
             .collect();
-        let _ = writeln!(out, "  by hour of day (UTC): {}", hours.join(", "));
+        let _ = writeln!(out, "    by hour of day (UTC): {}", hours.join(", "));
+        let days: Vec<String> = mean_by(&|r| weekday(r.started_at))
+            .iter()
+            .map(|(d, (sum, n))| {
+                format!(
+                    "{} {} (n={n})",
+                    WEEKDAYS[(*d).clamp(0, 6) as usize],
+                    show_value(metric, sum / *n as f64)
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "    by day of week (UTC): {}", days.join(", "));
     }
 }
 
@@ -1077,6 +1298,26 @@ mod tests {
         // One wild run in the history does not raise the bar much.
         let (t, _, _) = threshold(&[0.1, 0.1, 0.9, 0.1, 0.1, 0.1], "contended_ratio").unwrap();
         assert!(t < 0.2, "{t}");
+    }
+
+    #[test]
+    fn weekdays_are_counted_from_a_thursday() {
+        assert_eq!(WEEKDAYS[weekday(0) as usize], "Thu");
+        // 2024-03-04 12:00 UTC, a Monday; a time before 1970 too.
+        assert_eq!(WEEKDAYS[weekday(1_709_553_600) as usize], "Mon");
+        assert_eq!(WEEKDAYS[weekday(-1) as usize], "Wed");
+    }
+
+    #[test]
+    fn trend_only_figures_are_not_judged() {
+        let mut old = StoredRun::default();
+        old.metrics
+            .insert(("p: run".into(), "duration_ns".into()), 1e9);
+        let history = vec![old; 6];
+        let mut new = StoredRun::default();
+        new.metrics
+            .insert(("p: run".into(), "duration_ns".into()), 1e12);
+        assert!(judge(&history, &new).is_empty());
     }
 
     #[test]

@@ -24,15 +24,23 @@ pub struct Place {
     pub site: String,
     /// The function, when known.
     pub function: Option<String>,
+    /// What happened there: [`Place::CREATED`] or [`Place::WAITED`] (`None`: not said).
+    pub role: Option<&'static str>,
 }
 
 impl Place {
-    fn of(frame: &Frame) -> Place {
+    /// Where an object was created (or first used).
+    pub const CREATED: &'static str = "created";
+    /// The call site that waited for an object longest.
+    pub const WAITED: &'static str = "waited for";
+
+    fn of(frame: &Frame, role: &'static str) -> Place {
         Place {
             file: frame.file.clone(),
             line: frame.line.filter(|&l| l > 0),
             site: frame.site(),
             function: frame.function.clone(),
+            role: Some(role),
         }
     }
 
@@ -74,6 +82,11 @@ pub struct ObjectFigures {
 }
 
 impl ObjectFigures {
+    /// Its creation site, then where it was waited for longest.
+    pub fn places(&self) -> impl Iterator<Item = Place> + '_ {
+        self.created.iter().chain(self.wait_site.iter()).cloned()
+    }
+
     /// Whether `selector` names this object: its C-API name, its variable, its creation site
     /// (`queue.c:41`, `queue.c`, the `queue.c:41 (main)` the report shows) or the function that
     /// created it.
@@ -129,6 +142,25 @@ pub struct Figures {
     /// From the shim's sampler, when the run was sampled: the program's CPU capacity, what of it
     /// went unused while threads waited, and that by object (README, Thread states).
     pub sampled_lost: Option<SampledLost>,
+    /// The sampler's thread-state and CPU totals, when the run was sampled.
+    pub states: Option<StateTotals>,
+}
+
+/// What the sampler saw, summed over the threads (and the CPUs) of one log.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StateTotals {
+    /// Time on a CPU.
+    pub running_ns: u64,
+    /// Time ready to run, waiting for a CPU.
+    pub runnable_ns: u64,
+    /// Time in the waits the shim tracks (locks, condition variables, ...).
+    pub tracked_wait_ns: u64,
+    /// Time blocked elsewhere (I/O, sleeps, untracked futexes).
+    pub blocked_ns: u64,
+    /// The machine's CPUs' idle time over the sampled span, summed over the CPUs.
+    pub idle_cpu_ns: u64,
+    /// That span times the CPUs: what `idle_cpu_ns` is a share of.
+    pub cpu_capacity_ns: u64,
 }
 
 /// Lost parallelism as the sampler measured it.
@@ -221,11 +253,11 @@ impl Figures {
             let group = o.kind().map(|k| Group::of(Some(k)));
             let api_name = o.name().map(str::to_string);
             let global = ctx.global_name(id);
-            let created = ctx.creation_site(id).map(|f| Place::of(&f));
+            let created = ctx.creation_site(id).map(|f| Place::of(&f, Place::CREATED));
             let wait_site = cost
                 .and_then(|c| c.top_site)
                 .and_then(|site| ctx.sym.site(m, site.chain_id))
-                .map(|f| Place::of(&f));
+                .map(|f| Place::of(&f, Place::WAITED));
             let label = ctx.object_label(id);
             objects.insert(
                 id,
@@ -269,7 +301,7 @@ impl Figures {
             }),
             duration_ns: m.duration_ns().0,
             thread_time_ns: findings::thread_time(m),
-            threads: m.threads.len() as u64,
+            threads: m.threads_seen(),
             hwm: u64::from(m.hwm()),
             hwm_object: m.final_highwater().map(|h| h.object_id),
             deadlocks,
@@ -289,6 +321,33 @@ impl Figures {
                     })
                     .collect(),
             }),
+            states: m.states.any().then(|| {
+                let mut t = StateTotals::default();
+                for s in m.states.threads.values().filter(|s| s.sampled) {
+                    t.running_ns = t.running_ns.saturating_add(s.on_cpu_ns);
+                    t.runnable_ns = t.runnable_ns.saturating_add(s.run_delay_ns);
+                    t.tracked_wait_ns = t.tracked_wait_ns.saturating_add(s.tracked_ns);
+                    t.blocked_ns = t.blocked_ns.saturating_add(s.other_ns());
+                }
+                t.idle_cpu_ns = m.states.idle_ns;
+                t.cpu_capacity_ns = m.states.cpu_sampled_ns.saturating_mul(m.states.cpus as u64);
+                t
+            }),
+        }
+    }
+
+    /// Time threads waited for objects of every kind (locks, condition variables, semaphores,
+    /// barriers, joins).
+    pub fn wait_all_ns(&self) -> u64 {
+        Sums::of(self.objects.values()).wait_ns
+    }
+
+    /// The program's name, for grouping the logs of one program.
+    pub fn program_name(&self) -> &str {
+        if self.program.is_empty() {
+            "(unknown program)"
+        } else {
+            &self.program
         }
     }
 
@@ -354,8 +413,9 @@ impl Figures {
                     self.inversions.iter().flatten().copied().collect(),
                 ))
             }
-            ("threads", None) => self.threads as f64,
-            ("duration", None) => self.duration_ns as f64,
+            // Figures of the whole run that no object makes: about none.
+            ("threads", None) => return Some((self.threads as f64, Vec::new())),
+            ("duration", None) => return Some((self.duration_ns as f64, Vec::new())),
             ("hwm", None) => return Some((self.hwm as f64, self.hwm_object.into_iter().collect())),
             ("still_waiting", None) => {
                 // Every kind: a thread stuck on a condition variable at exit is stuck too.

@@ -3,14 +3,17 @@
 //! of a job stored in a database, with a regression rule) and `run` (the launcher, in
 //! [`crate::launch`]).
 //!
-//! Exit codes of every command here: 0 the gate passed, 1 it failed, 2 an input could not be
-//! read or an argument is bad ([`crate::EXIT_BAD_INPUT`]).
+//! Exit codes of every command here ([`crate::exit`]): 0 the gate passed, 1 it failed, 2 the
+//! tool could not judge (an input could not be read, an argument is bad, a selector matches no
+//! object); `run` adds 3 (the command failed) and 4 (the command and the gate failed).
 
 pub mod baseline;
 pub mod cli;
 pub mod expr;
 pub mod history;
 pub mod metrics;
+pub mod outputs;
+pub mod summary;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,7 +21,7 @@ use std::path::{Path, PathBuf};
 use metrics::{Figures, Place};
 
 /// The gate failed.
-pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_FAILED: i32 = crate::exit::GATE_FAILED;
 
 /// How failures are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -56,15 +59,23 @@ pub struct CheckOptions {
     /// Fail on deadlocks and lock-order inversions (on unless `--no-default-gate`).
     pub default_gate: bool,
     pub symbols: bool,
+    /// Files to write besides: JUnit XML, SARIF 2.1.0.
+    pub files: outputs::Files,
 }
 
 /// One failing condition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
-    /// The log it was found in.
+    /// The log it was found in (several, comma-separated, for a baseline's program figures).
     pub log: String,
-    /// `deadlock`, `inversion`, `fail-if`, `baseline`, `history`.
+    /// Those logs one by one.
+    pub logs: Vec<String>,
+    /// The program (executable's base name) the logs are of.
+    pub program: String,
+    /// `deadlock`, `inversion`, `fail-if`, `baseline`.
     pub check: &'static str,
+    /// The rule of the gate that failed, as [`rules`] names it.
+    pub rule: String,
     pub message: String,
     /// Source places it is about, most relevant first (creation and wait sites).
     pub places: Vec<Place>,
@@ -75,11 +86,41 @@ pub fn places_of(f: &Figures, ids: &[u64]) -> Vec<Place> {
     let mut out = Vec::new();
     for id in ids {
         if let Some(o) = f.objects.get(id) {
-            out.extend(o.created.iter().cloned());
-            out.extend(o.wait_site.iter().cloned());
+            out.extend(o.places());
         }
     }
     out
+}
+
+/// The rule names of the default gate.
+pub const RULE_DEADLOCKS: &str = "no deadlock";
+pub const RULE_INVERSIONS: &str = "no lock-order inversion";
+
+/// The rules of a gate, in the order they are checked: the default gate's two, each
+/// `--fail-if`, the baseline. Failures name theirs ([`Failure::rule`]).
+pub fn rules(
+    default_gate: bool,
+    exprs: &[(String, expr::Expr)],
+    baseline: Option<&Path>,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if default_gate {
+        out.push(RULE_DEADLOCKS.to_string());
+        out.push(RULE_INVERSIONS.to_string());
+    }
+    out.extend(exprs.iter().map(|(t, _)| fail_if_rule(t)));
+    if let Some(b) = baseline {
+        out.push(baseline_rule(b));
+    }
+    out
+}
+
+pub fn fail_if_rule(text: &str) -> String {
+    format!("fail-if {text}")
+}
+
+pub fn baseline_rule(path: &Path) -> String {
+    format!("baseline {}", path.display())
 }
 
 fn labels(f: &Figures, ids: &[u64]) -> String {
@@ -105,7 +146,10 @@ pub fn default_failures(f: &Figures) -> Vec<Failure> {
     for cycle in &f.deadlocks {
         out.push(Failure {
             log: f.log.clone(),
+            logs: vec![f.log.clone()],
+            program: f.program.clone(),
             check: "deadlock",
+            rule: RULE_DEADLOCKS.to_string(),
             message: format!(
                 "deadlock: {} threads wait for each other on {}",
                 cycle.len(),
@@ -127,7 +171,10 @@ pub fn default_failures(f: &Figures) -> Vec<Failure> {
         }
         out.push(Failure {
             log: f.log.clone(),
+            logs: vec![f.log.clone()],
+            program: f.program.clone(),
             check: "inversion",
+            rule: RULE_INVERSIONS.to_string(),
             message: format!(
                 "lock-order inversion (a potential deadlock): {} taken in both orders: {}",
                 if cycle.len() == 2 {
@@ -153,10 +200,12 @@ pub fn show(metric: &str, v: f64) -> String {
 }
 
 /// Evaluates one parsed `--fail-if` on one log: the failure when it holds. A selector that
-/// names no object of the log gives 0 for it (the object may live in another process's log).
+/// names no object of this log gives 0 for it (the object may live in another process's log;
+/// [`unmatched_selectors`] refuses one that names no object in any log).
 pub fn eval_fail_if(text: &str, e: &expr::Expr, f: &Figures) -> Option<Failure> {
     let mut shown = Vec::new();
     let mut about = Vec::new();
+    let mut hints = Vec::new();
     let holds = e
         .eval::<()>(&mut |op| match op {
             expr::Operand::Number { value, .. } => Ok(*value),
@@ -168,7 +217,17 @@ pub fn eval_fail_if(text: &str, e: &expr::Expr, f: &Figures) -> Option<Failure> 
                 if !shown.contains(&s) {
                     shown.push(s);
                 }
-                about.extend(ids);
+                if selector.is_none() {
+                    // A figure of the whole run: it is about no object, but may point at the
+                    // one that made most of it (annotations need a place).
+                    if let Some(hint) = run_hint(name, f, &ids) {
+                        if !hints.contains(&hint) {
+                            hints.push(hint);
+                        }
+                    }
+                } else {
+                    about.extend(ids.iter().copied());
+                }
                 Ok(v)
             }
         })
@@ -184,12 +243,64 @@ pub fn eval_fail_if(text: &str, e: &expr::Expr, f: &Figures) -> Option<Failure> 
             labels(f, &about[..about.len().min(3)])
         ));
     }
+    let mut places = places_of(f, &about);
+    for (words, id) in &hints {
+        message.push_str(&format!(" ({words}: {})", labels(f, &[*id])));
+        places.extend(places_of(f, &[*id]));
+    }
     Some(Failure {
         log: f.log.clone(),
+        logs: vec![f.log.clone()],
+        program: f.program.clone(),
         check: "fail-if",
+        rule: fail_if_rule(text),
         message,
-        places: places_of(f, &about),
+        places,
     })
+}
+
+/// For a run-level metric, the object that made most of it, in words: the lock waited for
+/// longest for the lock-wait figures, the object that set the highwater mark for `hwm`, and
+/// none for figures no object makes (`threads`, `duration`).
+fn run_hint(metric: &str, f: &Figures, ids: &[u64]) -> Option<(&'static str, u64)> {
+    let first = *ids.first()?;
+    let words = match metric {
+        "threads" | "duration" => return None,
+        "hwm" => "set at",
+        "deadlocks" => "deadlocked on",
+        "inversions" => "inverted order of",
+        "still_waiting" => "still waited for",
+        _ => "the lock waited for most",
+    };
+    f.objects.contains_key(&first).then_some((words, first))
+}
+
+/// The selectors of these expressions that name no object in any of the logs: a typo in a
+/// lock's name would otherwise make its condition never hold, and the gate pass.
+pub fn unmatched_selectors(exprs: &[(String, expr::Expr)], figs: &[Figures]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (text, e) in exprs {
+        for (lhs, _, rhs) in e.comparisons() {
+            for op in [lhs, rhs] {
+                if let expr::Operand::Metric {
+                    selector: Some(sel),
+                    ..
+                } = op
+                {
+                    if !figs.iter().any(|f| !f.select(sel).is_empty()) {
+                        let msg = format!(
+                            "--fail-if `{text}`: {sel:?} matches no object in the {} log(s) checked (a selector names an object by its WAITSHIM_NAME_OBJECT name, its variable, its creation site as the report shows it, such as queue.c:41, or the function that created it; only objects that were used count)",
+                            figs.len()
+                        );
+                        if !out.contains(&msg) {
+                            out.push(msg);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Parses every `--fail-if`; the first bad one as an error message.
@@ -223,14 +334,19 @@ pub fn figures_of(
     out
 }
 
-/// Every failure of the gate over these figures.
+/// Every failure of the gate over these figures; `Err` with the reasons the gate cannot be
+/// judged (a selector that matches no object in any log).
 pub fn evaluate(
     figs: &[Figures],
     default_gate: bool,
     exprs: &[(String, expr::Expr)],
-    base: Option<&baseline::Baseline>,
+    base: Option<(&Path, &baseline::Baseline)>,
     tolerance: f64,
-) -> Vec<Failure> {
+) -> Result<Vec<Failure>, Vec<String>> {
+    let unmatched = unmatched_selectors(exprs, figs);
+    if !unmatched.is_empty() {
+        return Err(unmatched);
+    }
     let mut failures = Vec::new();
     for f in figs {
         if default_gate {
@@ -240,10 +356,105 @@ pub fn evaluate(
             failures.extend(eval_fail_if(text, e, f));
         }
     }
-    if let Some(b) = base {
-        failures.extend(baseline::compare(b, figs, tolerance));
+    if let Some((path, b)) = base {
+        let rule = baseline_rule(path);
+        failures.extend(
+            baseline::compare(b, figs, tolerance)
+                .into_iter()
+                .map(|mut f| {
+                    f.rule = rule.clone();
+                    f
+                }),
+        );
     }
-    failures
+    Ok(failures)
+}
+
+/// What a gate found, for the files and summaries written from it.
+#[derive(Debug, Clone, Default)]
+pub struct Verdict {
+    /// Whether a gate was asked for (`check`, `run --check`).
+    pub checked: bool,
+    /// The gate's rules, in order ([`rules`]).
+    pub rules: Vec<String>,
+    pub failures: Vec<Failure>,
+    /// Why the tool could not judge, when it could not (then the exit status is 2).
+    pub not_judged: Vec<String>,
+    /// `run`: the command and how it ended.
+    pub command: Option<CommandEnd>,
+}
+
+/// How the command `run` started ended.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CommandEnd {
+    /// The command line, as given.
+    pub argv: Vec<String>,
+    /// Its status as a shell shows it: the exit code, or 128 + the signal that killed it.
+    pub status: i32,
+    /// The exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed it, when one did.
+    pub signal: Option<i32>,
+    /// Seconds it ran.
+    pub seconds: f64,
+}
+
+impl CommandEnd {
+    pub fn failed(&self) -> bool {
+        self.status != 0
+    }
+
+    /// `ended with status 3`, `was killed by SIGTERM (status 143)`.
+    pub fn describe(&self) -> String {
+        match self.signal {
+            Some(sig) => format!(
+                "was killed by {} (status {})",
+                crate::procgroup::signal_name(sig),
+                self.status
+            ),
+            None => format!("ended with status {}", self.status),
+        }
+    }
+}
+
+impl Verdict {
+    pub fn gate_failed(&self) -> bool {
+        self.checked && !self.failures.is_empty()
+    }
+
+    /// The exit status ([`crate::exit`]).
+    pub fn exit_code(&self) -> i32 {
+        crate::exit::combine(
+            self.command.as_ref().is_some_and(CommandEnd::failed),
+            self.gate_failed(),
+            !self.not_judged.is_empty(),
+        )
+    }
+
+    /// `passed`, `failed`, `not judged`, `not checked`: the gate's result in a word.
+    pub fn gate_result(&self) -> &'static str {
+        if !self.not_judged.is_empty() {
+            "not judged"
+        } else if !self.checked {
+            "not checked"
+        } else if self.failures.is_empty() {
+            "passed"
+        } else {
+            "failed"
+        }
+    }
+
+    /// The failures of one log (by its path as given).
+    pub fn failures_of<'a>(&'a self, log: &'a str) -> impl Iterator<Item = &'a Failure> + 'a {
+        self.failures
+            .iter()
+            .filter(move |f| f.logs.iter().any(|l| l == log))
+    }
+
+    /// The failures of one rule.
+    pub fn failures_of_rule<'a>(&'a self, rule: &'a str) -> impl Iterator<Item = &'a Failure> + 'a {
+        self.failures.iter().filter(move |f| f.rule == rule)
+    }
 }
 
 /// `waitshim-analyze check`.
@@ -257,7 +468,7 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
     };
     let base = match &opts.baseline {
         Some(p) => match baseline::Baseline::load(p) {
-            Ok(b) => Some(b),
+            Ok(b) => Some((p.as_path(), b)),
             Err(e) => {
                 let _ = writeln!(err, "waitshim-analyze check: {e}");
                 return crate::EXIT_BAD_INPUT;
@@ -267,40 +478,51 @@ pub fn check(opts: &CheckOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
     };
     let mut bad = false;
     let figs = figures_of(&opts.logs, opts.symbols, err, &mut bad);
-    let failures = evaluate(
+    let mut verdict = Verdict {
+        checked: true,
+        rules: rules(opts.default_gate, &exprs, base.as_ref().map(|(p, _)| *p)),
+        ..Verdict::default()
+    };
+    if bad {
+        verdict
+            .not_judged
+            .push("an input could not be read as a log".into());
+    }
+    match evaluate(
         &figs,
         opts.default_gate,
         &exprs,
-        base.as_ref(),
+        base.as_ref().map(|(p, b)| (*p, b)),
         opts.tolerance,
-    );
-    let conditions = usize::from(opts.default_gate) * 2 + exprs.len() + usize::from(base.is_some());
-    write_failures(opts.format, &failures, out);
-    let verdict = if bad {
-        "not decided: an input could not be read"
-    } else if failures.is_empty() {
-        "passed"
-    } else {
-        "failed"
+    ) {
+        Ok(f) => verdict.failures = f,
+        Err(why) => verdict.not_judged.extend(why),
+    }
+    for why in &verdict.not_judged {
+        let _ = writeln!(err, "waitshim-analyze check: {why}");
+    }
+    write_failures(opts.format, &verdict.failures, out);
+    let code = outputs::write_files(&opts.files, &verdict, &figs, err, "check");
+    let verdict_words = match verdict.gate_result() {
+        "not judged" => "not judged (exit 2)",
+        w => w,
     };
     let _ = writeln!(
         err,
-        "waitshim check: {verdict}: {} failing, {conditions} condition(s) over {} log(s)",
-        failures.len(),
+        "waitshim check: {verdict_words}: {} failing, {} condition(s) over {} log(s)",
+        verdict.failures.len(),
+        verdict.rules.len(),
         figs.len()
     );
-    if bad {
-        crate::EXIT_BAD_INPUT
-    } else if failures.is_empty() {
-        0
-    } else {
-        EXIT_FAILED
+    if code != 0 {
+        return code;
     }
+    verdict.exit_code()
 }
 
 /// A debug-info path as a CI system wants it: relative to the working directory (the
 /// checkout) when it is inside it.
-fn repo_path(file: &str) -> String {
+pub fn repo_path(file: &str) -> String {
     let base = std::env::var("GITHUB_WORKSPACE")
         .ok()
         .or_else(|| std::env::var("CI_PROJECT_DIR").ok())
@@ -315,7 +537,7 @@ fn repo_path(file: &str) -> String {
 }
 
 /// The first place with a file and a line.
-fn anchor(f: &Failure) -> Option<(String, u32)> {
+pub fn anchor(f: &Failure) -> Option<(String, u32)> {
     f.places
         .iter()
         .find_map(|p| Some((repo_path(p.file.as_deref()?), p.line?)))
@@ -338,7 +560,7 @@ fn gh_escape(s: &str, property: bool) -> String {
 
 /// A stable fingerprint (FNV-1a, 64 bits, hex) of what a failure is, for GitLab to follow it
 /// from run to run.
-fn fingerprint(parts: &[&str]) -> String {
+pub fn fingerprint(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for b in p.bytes().chain(std::iter::once(0)) {
@@ -356,7 +578,8 @@ pub fn write_failures(format: Format, failures: &[Failure], out: &mut dyn Write)
             for f in failures {
                 let at =
                     anchor(f).map_or(String::new(), |(file, line)| format!(" [{file}:{line}]"));
-                let _ = writeln!(out, "FAIL {}: {}{at}", f.log, f.message);
+                let line = format!("FAIL {}: {}{at}\n", f.log, f.message);
+                let _ = out.write_all(crate::plain::guarded(&line).as_bytes());
             }
         }
         Format::Github => {

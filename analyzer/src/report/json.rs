@@ -28,7 +28,6 @@ use crate::model::{
     snapshot_source_name, ContentionRecord, Model, Object, Thread, WaitEventGroup,
 };
 use crate::symbolize::Frame;
-use crate::table::Values as TableValues;
 use crate::Analysis;
 
 pub const SCHEMA: &str = "waitshim-report/1";
@@ -196,7 +195,7 @@ struct RunJson {
     duration_is_lower_bound: bool,
     end: Option<EndJson>,
     no_end: Option<&'static str>,
-    threads_seen: usize,
+    threads_seen: u64,
     objects_tracked: usize,
     objects_contended: usize,
     objects_churned: u64,
@@ -230,11 +229,12 @@ fn run(m: &Model, no_end: Option<&NoEnd>) -> RunJson {
             dropped: e.dropped,
         }),
         no_end: no_end.map(|n| match n {
-            NoEnd::Running(_) => "running",
+            NoEnd::Running { .. } => "running",
+            NoEnd::Unverified { .. } => "unknown",
             NoEnd::GoProgram(_) => "go_program",
             NoEnd::NoExitHandlers => "no_exit_handlers",
         }),
-        threads_seen: m.threads.len(),
+        threads_seen: m.threads_seen(),
         objects_tracked: m.objects.len(),
         objects_contended: m.contended_objects(),
         objects_churned: m.objects_churned(),
@@ -443,6 +443,8 @@ struct ObjectJson {
     /// CPU time lost to it (THREAD_STATES `lost_parallelism`); null when the run was not
     /// sampled.
     lost_parallelism_ns: Option<u64>,
+    /// Time of the process's stops during which a thread was seen in a wait on it (null: none).
+    waited_while_stopped_ns: Option<u64>,
 }
 
 /// An object's counters: those every object has (when the log has its `Counters` record), then
@@ -527,6 +529,7 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             })
             .collect(),
         lost_parallelism_ns: ctx.lost_to(o.object_id),
+        waited_while_stopped_ns: ctx.model.states.stops.in_waits.get(&o.object_id).copied(),
     }
 }
 
@@ -603,7 +606,7 @@ fn open_waits(ctx: &Ctx<'_>) -> OpenWaitsJson {
                 waited_ns: o.ns.saturating_sub(w.since_ns),
                 chain_id: w.chain_id,
                 holder_tid: (w.holder_tid != 0).then_some(w.holder_tid),
-                holder_in_process: m.threads.get(&w.holder_tid).is_some(),
+                holder_in_process: m.knows_tid(w.holder_tid),
             })
             .collect(),
         waiting_while_holding: crate::findings::waiting_while_holding(m)
@@ -691,25 +694,58 @@ fn quiet(ctx: &mut Ctx<'_>, q: &ObjectsQuiet) -> QuietJson {
 #[derive(Serialize)]
 struct ThreadJson {
     tid: u32,
+    nth: Option<u32>,
     parent_tid: Option<u32>,
     name: Option<String>,
     is_main: bool,
     start_ns: Option<u64>,
     exit_ns: Option<u64>,
+    ended_before_ns: Option<u64>,
     start_routine: Option<FrameJson>,
     creation_chain: Option<u32>,
     created_at: Option<FrameJson>,
+}
+
+/// Ended threads put aside without a row (see JSON.md, THREADS_SUMMED).
+#[derive(Serialize)]
+struct ThreadsSummedJson {
+    threads: u64,
+    life_ns: u64,
+    sampled: u64,
+    running_ns: u64,
+    runnable_ns: u64,
+    tracked_wait_ns: u64,
+    other_wait_ns: u64,
+    timeslices: u64,
+    tids_reused: u64,
+}
+
+fn threads_summed(m: &Model) -> ThreadsSummedJson {
+    let s = &m.ended_sum;
+    ThreadsSummedJson {
+        threads: s.threads,
+        life_ns: s.life_ns,
+        sampled: s.sampled,
+        running_ns: s.on_cpu_ns,
+        runnable_ns: s.run_delay_ns,
+        tracked_wait_ns: s.tracked_ns,
+        other_wait_ns: s.other_ns,
+        timeslices: s.timeslices,
+        tids_reused: m.tids_reused,
+    }
 }
 
 fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
     let m = ctx.model;
     ThreadJson {
         tid: t.tid,
+        nth: (t.nth > 0).then_some(t.nth),
         parent_tid: t.start_ns.map(|_| t.parent_tid),
         name: t.name.clone(),
         is_main: t.is_main,
         start_ns: t.start_ns.map(|ns| m.rel(ns)),
         exit_ns: t.exit_ns.map(|ns| m.rel(ns)),
+        ended_before_ns: t.ended_before_ns.map(|ns| m.rel(ns)),
         start_routine: (t.start_routine != 0)
             .then(|| FrameJson::from(ctx.sym.frame(t.start_routine, false))),
         creation_chain: chain_ref(t.chain_id),
@@ -725,13 +761,41 @@ fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
 #[derive(Serialize)]
 struct StatesJson {
     sampled: bool,
+    /// The span the figures hold over (from the run's start), and whether it reaches the end.
+    sampled_from_ns: u64,
+    sampled_until_ns: u64,
+    sampled_to_end: bool,
+    /// When the whole process was stopped (estimated), not counted as waiting.
+    stopped_ns: u64,
+    stops: Vec<StopJson>,
+    stops_count: u64,
     interval_ns: u64,
     samples: u64,
     unsampled_threads: u32,
+    /// Ended threads the sampler saw, summed without a row (null: none).
+    threads_summed: Option<StatesSummedJson>,
     threads: Vec<ThreadStatesJson>,
     resources: Vec<ResourceJson>,
     cpus: CpusJson,
     lost_parallelism: LostJson,
+}
+
+/// THREAD_STATES' `threads_summed`.
+#[derive(Serialize)]
+struct StatesSummedJson {
+    threads: u64,
+    running_ns: u64,
+    runnable_ns: u64,
+    tracked_wait_ns: u64,
+    other_wait_ns: u64,
+    timeslices: u64,
+}
+
+/// THREAD_STATES' `stops`.
+#[derive(Serialize)]
+struct StopJson {
+    from_ns: u64,
+    to_ns: u64,
 }
 
 /// The waits outside tracked objects on one resource, over all threads.
@@ -759,6 +823,9 @@ struct ResourceChainJson {
 
 #[derive(Serialize)]
 struct LostJson {
+    /// The span it was measured over (THREAD_STATES' sampled span).
+    from_ns: u64,
+    until_ns: u64,
     capacity_ns: u64,
     used_ns: u64,
     lost_ns: u64,
@@ -780,6 +847,7 @@ struct LostToJson {
 struct ThreadStatesJson {
     pid: Option<u32>,
     tid: u32,
+    nth: Option<u32>,
     name: Option<String>,
     life_ns: u64,
     running_ns: u64,
@@ -835,14 +903,37 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
     let st = &m.states;
     StatesJson {
         sampled: st.any(),
+        sampled_from_ns: m.rel(st.sampled_from_ns),
+        sampled_until_ns: m.rel(st.sampled_until_ns),
+        sampled_to_end: st.sampled_to_end,
+        stopped_ns: st.stops.total_ns,
+        stops: st
+            .stops
+            .spans
+            .iter()
+            .map(|&(from, to)| StopJson {
+                from_ns: m.rel(from),
+                to_ns: m.rel(to),
+            })
+            .collect(),
+        stops_count: st.stops.count,
         interval_ns: st.interval_ns,
         samples: st.samples,
         unsampled_threads: st.unsampled,
+        threads_summed: (m.ended_sum.sampled > 0).then_some(StatesSummedJson {
+            threads: m.ended_sum.sampled,
+            running_ns: m.ended_sum.on_cpu_ns,
+            runnable_ns: m.ended_sum.run_delay_ns,
+            tracked_wait_ns: m.ended_sum.tracked_ns,
+            other_wait_ns: m.ended_sum.other_ns,
+            timeslices: m.ended_sum.timeslices,
+        }),
         threads: crate::states::rows(m)
             .into_iter()
             .map(|r| ThreadStatesJson {
                 pid: m.run.as_ref().map(|run| run.pid),
                 tid: r.tid,
+                nth: (r.nth > 0).then_some(r.nth),
                 name: r.name.map(str::to_string),
                 life_ns: r.life_ns,
                 running_ns: r.s.on_cpu_ns,
@@ -906,6 +997,8 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
             })
             .collect(),
         lost_parallelism: LostJson {
+            from_ns: m.rel(st.sampled_from_ns),
+            until_ns: m.rel(st.sampled_until_ns),
             capacity_ns: st.lost.capacity_ns,
             used_ns: st.lost.used_ns,
             lost_ns: st.lost.lost_ns,
@@ -1287,7 +1380,7 @@ fn chains_named(ctx: &Ctx<'_>) -> BTreeSet<u32> {
             .iter()
             .flat_map(|o| o.waits.iter().map(|w| w.chain_id)),
     );
-    ids.extend(m.threads.values().map(|t| t.chain_id));
+    ids.extend(m.threads_listed().iter().map(|t| t.chain_id));
     ids.extend(
         m.states
             .resources
@@ -1426,7 +1519,8 @@ struct LogJson<'c, 'a> {
     objects: Each<'c, 'a, std::vec::IntoIter<&'a Object>, ObjectJson>,
     short_lived_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsChurned>, ShortLivedJson>,
     quiet_objects: Each<'c, 'a, std::vec::IntoIter<&'a ObjectsQuiet>, QuietJson>,
-    threads: Each<'c, 'a, TableValues<'a, u32, Thread>, ThreadJson>,
+    threads: Each<'c, 'a, std::vec::IntoIter<&'a Thread>, ThreadJson>,
+    threads_summed: ThreadsSummedJson,
     thread_states: StatesJson,
     /// CRITICAL_PATH: what the end of the run waited for; null without per-wait events.
     critical_path: Option<CriticalJson>,
@@ -1767,7 +1861,8 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
         ),
         short_lived_objects: Each::new(ctx, m.churned_by_count().into_iter(), short_lived),
         quiet_objects: Each::new(ctx, m.quiet_by_count().into_iter(), quiet),
-        threads: Each::new(ctx, m.threads.values(), thread),
+        threads: Each::new(ctx, m.threads_listed().into_iter(), thread),
+        threads_summed: threads_summed(m),
         thread_states: thread_states(m),
         shim_cost: m.shim_cost.as_ref().map(|c| shim_cost(m, c)),
         policy: PolicyJson {

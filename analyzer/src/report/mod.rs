@@ -13,7 +13,8 @@ use waitshim_format::note_level;
 
 use crate::ending::NoEnd;
 use crate::lockorder::{self, Inversions};
-use crate::model::{ContentionRecord, Model, Object, Overflow, MAX_CHURN_SITES};
+use crate::model::{ContentionRecord, Model, Object, Overflow, TidName, MAX_CHURN_SITES};
+use crate::plain::quoted;
 use crate::source::{Ending, ReadSummary};
 use crate::symbolize::{Frame, Global, ModuleStatus, Symbolizer};
 
@@ -104,8 +105,8 @@ impl Default for Options {
 /// Something the reader of a report must know about how complete it is.
 #[derive(Debug, Clone)]
 pub struct Warning {
-    /// `damage`, `ending`, `next-log`, `read-error`, `no-start`, `unknown-records`, `limits`,
-    /// `dropped`, `shim-warning`, `shim-note`, `symbols`.
+    /// `damage`, `ending`, `unwritten-tail`, `next-log`, `read-error`, `no-start`,
+    /// `unknown-records`, `limits`, `dropped`, `shim-warning`, `shim-note`, `symbols`.
     pub kind: &'static str,
     pub message: String,
     pub offset: Option<u64>,
@@ -250,6 +251,18 @@ pub struct Ctx<'a> {
     critical: std::cell::OnceCell<Option<crate::critical::Path>>,
 }
 
+/// `thread 1234 "worker"` for a record that names thread `tid`; for a tid several threads had
+/// in turn with different names, `thread 1234 (tid of 3 threads in turn)`: the THREADS table
+/// lists each.
+pub fn thread_label(m: &Model, tid: u32) -> String {
+    match m.thread_name(tid) {
+        TidName::Name(name) => format!("thread {tid} {}", quoted(name)),
+        TidName::Unnamed => format!("thread {tid}"),
+        TidName::Several(n) if n >= 2 => format!("thread {tid} (tid of {n} threads in turn)"),
+        TidName::Several(_) => format!("thread {tid} (tid of several threads in turn)"),
+    }
+}
+
 impl<'a> Ctx<'a> {
     pub fn new(summary: &'a ReadSummary, model: &'a Model, opts: &'a Options) -> Self {
         Ctx {
@@ -341,7 +354,7 @@ impl<'a> Ctx<'a> {
         };
         let mut s = format!("{}#{}", o.kind_name(), object_id);
         if let Some(name) = o.name() {
-            s.push_str(&format!(" \"{name}\""));
+            s.push_str(&format!(" {}", quoted(name)));
         }
         let addr = o.create.as_ref().map(|c| c.addr);
         if let Some(global) = self.global_name(object_id) {
@@ -370,10 +383,7 @@ impl<'a> Ctx<'a> {
 
     /// `thread 1234 "worker"`.
     pub fn thread_label(&self, tid: u32) -> String {
-        match self.model.threads.get(&tid).and_then(|t| t.name.as_ref()) {
-            Some(name) => format!("thread {tid} \"{name}\""),
-            None => format!("thread {tid}"),
-        }
+        thread_label(self.model, tid)
     }
 
     /// Everything the report should warn about, most important first.
@@ -385,6 +395,21 @@ impl<'a> Ctx<'a> {
             w.push(Warning::new("read-error", e.clone()));
         }
         match s.ending {
+            // The end record says how the run ended; the zeros after it are only space the shim
+            // could not give back.
+            Ending::Unwritten if m.run_end.is_some() => w.push(Warning {
+                offset: Some(s.end_offset),
+                ..Warning::new(
+                    "unwritten-tail",
+                    format!(
+                        "the log has its end record, followed from offset {} by space the shim \
+                         reserved and could not cut off (its ftruncate was refused, as a seccomp \
+                         filter or other sandbox does, or the program had closed the log's \
+                         descriptor): nothing of the run is missing",
+                        s.end_offset
+                    ),
+                )
+            }),
             Ending::Unwritten => w.push(Warning {
                 offset: Some(s.end_offset),
                 ..Warning::new(

@@ -15,7 +15,9 @@ use super::{fmt_ns, Ctx, SortKey};
 use crate::lockorder::{PotentialDeadlock, Stopped, MAX_CYCLES, MAX_CYCLE_LEN};
 use crate::model::{
     churn_kind_text, errno_name, kind_counter_json, reason_text, ContentionRecord, Object,
+    ENDED_IN_TABLE, MAX_ENDED_ROWS,
 };
+use crate::plain::{escaped, quoted};
 use crate::symbolize::Frame;
 
 /// Frames of a chain shown in the text report; the JSON report has them all.
@@ -95,7 +97,11 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     policy_section(ctx, &mut policy);
 
     let mut out = String::new();
-    let _ = writeln!(out, "waitshim report: {}", ctx.summary.path.display());
+    let _ = writeln!(
+        out,
+        "waitshim report: {}",
+        escaped(&ctx.summary.path.display().to_string())
+    );
     for w in ctx.warnings() {
         let _ = writeln!(out, "WARNING: {}", w.message);
     }
@@ -116,9 +122,9 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
         } else {
             r.cmdline.join(" ")
         };
-        let _ = writeln!(out, "program:   {program}");
+        let _ = writeln!(out, "program:   {}", escaped(&program));
         if !r.cmdline.is_empty() && r.cmdline.first() != Some(&r.exe) {
-            let _ = writeln!(out, "exe:       {}", r.exe);
+            let _ = writeln!(out, "exe:       {}", escaped(&r.exe));
         }
         let _ = writeln!(
             out,
@@ -138,7 +144,7 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let target = m
                 .exec
                 .as_ref()
-                .map_or("another program", |x| x.path.as_str());
+                .map_or("another program".into(), |x| escaped(&x.path));
             let _ = writeln!(
                 out,
                 "ended:     exec of {target} (the new program writes a log of its own)"
@@ -178,7 +184,32 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             let _ = writeln!(out, "ended:     {why}");
         }
     }
-    let _ = writeln!(out, "threads:   {} seen", m.threads.len());
+    let mut threads = format!("threads:   {} seen", m.threads_seen());
+    let summed = m.ended_sum.threads;
+    if summed > 0 || m.tids_reused > 0 {
+        let mut parts = Vec::new();
+        if m.tids_reused > 0 {
+            let example = m
+                .threads_listed()
+                .iter()
+                .find(|t| t.nth >= 2)
+                .map_or(String::new(), |t| format!(", as {}", t.tid_text()));
+            parts.push(format!(
+                "{} of them got the tid of a thread that had ended, as the kernel reuses tids: \
+                 each is counted and listed as a thread of its own{example}",
+                m.tids_reused
+            ));
+        }
+        if summed > 0 {
+            parts.push(format!(
+                "{summed} ended threads are summed, not listed one by one: besides the main \
+                 thread and those still running, the {MAX_ENDED_ROWS} ended threads that spent \
+                 most time not running keep a row"
+            ));
+        }
+        let _ = write!(threads, " ({})", parts.join("; "));
+    }
+    let _ = writeln!(out, "{threads}");
     let mut objects = format!(
         "objects:   {} tracked, {} contended",
         m.objects.len(),
@@ -359,10 +390,61 @@ fn lost_parallelism(ctx: &mut Ctx<'_>, out: &mut String) {
     let _ = writeln!(
         line,
         " (the kernel's figures per interval; the shares estimated by the state each thread was \
-         seen in at the sampler's looks, every {})",
-        fmt_ns(m.states.interval_ns)
+         seen in at the sampler's looks, every {}{}{})",
+        fmt_ns(m.states.interval_ns),
+        sampled_span(m),
+        process_stops(m)
     );
     out.push_str(&line);
+}
+
+/// `; the process was stopped about 1.09 s in all (...)`, when the samples show it stopped:
+/// time none of these figures counts as waiting.
+fn process_stops(m: &crate::model::Model) -> String {
+    let st = &m.states.stops;
+    if st.count == 0 {
+        return String::new();
+    }
+    let when = match st.spans.first() {
+        Some(&(from, _)) if st.count == 1 => format!(", from {}", fmt_ns(m.rel(from))),
+        Some(&(from, _)) => format!(", the first from {}", fmt_ns(m.rel(from))),
+        None => String::new(),
+    };
+    format!(
+        "; the process was stopped about {} in all ({} {}{when}: SIGSTOP or a terminal's job \
+         control, a debugger, a cgroup freezer; each estimated from the sampler's own pause, to \
+         within 100 ms), which is not counted as waiting",
+        fmt_ns(st.total_ns),
+        st.count,
+        if st.count == 1 { "stop" } else { "stops" }
+    )
+}
+
+/// `, over the first 0.50 s of 12.3 s only: ...` when the sampler's records stop well before
+/// the run ends (its figures then hold over that span alone); empty when they cover the run.
+fn sampled_span(m: &crate::model::Model) -> String {
+    let st = &m.states;
+    if st.sampled_to_end {
+        return String::new();
+    }
+    let (duration, lower_bound) = m.duration_ns();
+    let of = format!(
+        "{}{}",
+        if lower_bound { "at least " } else { "" },
+        fmt_ns(duration)
+    );
+    let (from, until) = (m.rel(st.sampled_from_ns), m.rel(st.sampled_until_ns));
+    // The first look comes within an interval or two of the start.
+    let span = if from <= crate::states::SAMPLED_TO_END_SLACK_NS {
+        format!("the first {}", fmt_ns(until))
+    } else {
+        format!("{} to {}", fmt_ns(from), fmt_ns(until))
+    };
+    format!(
+        ", over {span} of the run's {of} only: the sampler's records stop there (it could no \
+         longer read /proc: a sandbox, a chroot, descriptors the program closed, a change of \
+         privileges), so nothing after is in these figures"
+    )
 }
 
 fn stopped_text(why: Stopped) -> String {
@@ -628,11 +710,18 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
 fn waiting_went_row(ctx: &mut Ctx<'_>, c: &crate::findings::Cost, out: &mut String) {
     let m = ctx.model;
     let label = ctx.object_label(c.object_id);
-    let still = if c.open_ns > 0 {
+    let mut still = if c.open_ns > 0 {
         format!(" (still waiting: {})", fmt_ns(c.open_ns))
     } else {
         String::new()
     };
+    if let Some(&stopped) = m.states.stops.in_waits.get(&c.object_id) {
+        let _ = write!(
+            still,
+            " (about {} of it while the process was stopped)",
+            fmt_ns(stopped.min(c.wait_ns))
+        );
+    }
     let _ = writeln!(
         out,
         "  {:>10} {:>7} {:>9} {:>10} {:>5}  {label}{still}",
@@ -797,14 +886,16 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
         .map_or(String::new(), |r| format!("process {}, ", r.pid));
     let _ = writeln!(
         out,
-        "\nTHREAD STATES ({process}{} threads, sampled every {interval} by the shim's thread; \
+        "\nTHREAD STATES ({process}{} threads, sampled every {interval} by the shim's thread{}; \
          running and runnable (ready, no CPU) are the kernel's exact figures, the waits are \
          sampled: each to within {interval} at either end; slices: timeslices run; switches: \
          voluntary/involuntary context switches; longest slice: estimated, the largest mean \
          timeslice of an interval; at end: ended, or the state at the sampler's last look, \
          running (on a CPU or ready for one), tracked (in a tracked wait), blocked (elsewhere) \
-         or stopped; those that spent most time not running first)",
-        rows.len()
+         or stopped{}; those that spent most time not running first)",
+        rows.len() as u64 + m.ended_sum.sampled,
+        sampled_span(m),
+        process_stops(m)
     );
     let _ = writeln!(
         out,
@@ -828,7 +919,7 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
     };
     let shown = ctx.opts.top.max(1);
     for r in rows.iter().take(shown) {
-        let name = r.name.map_or(String::new(), |n| format!(" \"{n}\""));
+        let name = r.name.map_or(String::new(), |n| format!(" {}", quoted(n)));
         let most = r.s.blocked.first().map_or(String::new(), |b| {
             format!(
                 ": {} {}",
@@ -862,11 +953,26 @@ fn thread_states(ctx: &mut Ctx<'_>, out: &mut String) {
             switches,
             longest,
             at_end,
-            r.tid,
+            r.tid_text,
         );
     }
     if rows.len() > shown {
         let _ = writeln!(out, "  ... {} more threads (--top N)", rows.len() - shown);
+    }
+    let sum = &m.ended_sum;
+    if sum.sampled > 0 {
+        let _ = writeln!(
+            out,
+            "  + {} ended threads summed, not listed (each spent no more time not running than \
+             the {MAX_ENDED_ROWS} ended threads kept with a row): running {}, runnable {}, \
+             tracked {}, other {}, {} slices",
+            sum.sampled,
+            fmt_ns(sum.on_cpu_ns),
+            fmt_ns(sum.run_delay_ns),
+            fmt_ns(sum.tracked_ns),
+            fmt_ns(sum.other_ns),
+            sum.timeslices
+        );
     }
     if st.unsampled > 0 {
         let _ = writeln!(
@@ -944,7 +1050,7 @@ fn still_waiting(ctx: &mut Ctx<'_>, out: &mut String) {
         let what = ctx.object_label(w.object_id);
         let holder = match w.holder_tid {
             0 => String::new(),
-            h if m.threads.get(&h).is_some() => format!(", held by {}", ctx.thread_label(h)),
+            h if m.knows_tid(h) => format!(", held by {}", ctx.thread_label(h)),
             h => format!(", held by thread {h}, not a thread of this process (the object is shared with another process)"),
         };
         let _ = writeln!(
@@ -2114,22 +2220,31 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
 
 fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
-    if m.threads.is_empty() {
+    let listed = m.threads_listed();
+    if listed.is_empty() && m.ended_sum.threads == 0 {
         return;
     }
-    let _ = writeln!(out, "\nTHREADS ({})", m.threads.len());
+    let _ = writeln!(out, "\nTHREADS ({})", m.threads_seen());
+    let shown = shown_rows(ctx);
+    // `4001 (2nd)`: a later thread with a reused tid.
+    let tids: Vec<String> = listed.iter().take(shown).map(|t| t.tid_text()).collect();
+    let width = tids.iter().map(String::len).max().unwrap_or(0).max(8);
     let _ = writeln!(
         out,
-        "  {:>8}  {:<16} {:>10} {:>10}  {:<32} created at",
+        "  {:>width$}  {:<16} {:>10} {:>10}  {:<32} created at",
         "tid", "name", "started", "lifetime", "start routine"
     );
-    let shown = shown_rows(ctx);
-    for t in m.threads.values().take(shown) {
-        let name = t.name.clone().unwrap_or_default();
+    let mut ended_before = false;
+    for (t, tid) in listed.iter().zip(&tids) {
+        let name = t.name.as_deref().map_or_else(String::new, escaped);
         let started = t.start_ns.map_or("-".into(), |s| fmt_ns(m.rel(s)));
-        let lifetime = match (t.start_ns, t.exit_ns) {
-            (Some(s), Some(e)) => fmt_ns(e.saturating_sub(s)),
-            (Some(_), None) => "running".into(),
+        let lifetime = match (t.start_ns, t.exit_ns, t.ended_before_ns) {
+            (Some(s), Some(e), _) => fmt_ns(e.saturating_sub(s)),
+            (Some(s), None, Some(e)) => {
+                ended_before = true;
+                format!("≤{}", fmt_ns(e.saturating_sub(s)))
+            }
+            (Some(_), None, None) => "running".into(),
             _ => "-".into(),
         };
         let routine = if t.is_main {
@@ -2146,15 +2261,31 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "  {:>8}  {:<16} {:>10} {:>10}  {:<32} {created}",
-            t.tid, name, started, lifetime, routine
+            "  {tid:>width$}  {name:<16} {started:>10} {lifetime:>10}  {routine:<32} {created}",
         );
     }
-    if m.threads.len() > shown {
+    if ended_before {
+        let _ = writeln!(
+            out,
+            "  ≤: no exit record; it ended before the thread that got its tid started"
+        );
+    }
+    if listed.len() > shown {
         let _ = writeln!(
             out,
             "  ... {} more threads (all are in the JSON report)",
-            m.threads.len() - shown
+            listed.len() - shown
+        );
+    }
+    let sum = &m.ended_sum;
+    if sum.threads > 0 {
+        let _ = writeln!(
+            out,
+            "  + {} ended threads summed, not listed one by one (more than {ENDED_IN_TABLE} \
+             ended, or later threads got their tids: of those, the {MAX_ENDED_ROWS} that spent \
+             most time not running keep a row): {} of life in all",
+            sum.threads,
+            fmt_ns(sum.life_ns)
         );
     }
 }

@@ -144,9 +144,13 @@ impl Top {
     /// Reads what is new in the log and measures the interval since the last refresh.
     pub fn refresh(&mut self) {
         if !self.ended {
-            self.alive = self
-                .pid()
-                .map(|pid| procfs::maps_file(pid, self.follower.file(), self.follower.path()));
+            // A process that cannot be inspected counts as the program unless it started
+            // after the run did.
+            let started = self.state.run().map(|r| (r.mono_ns, &[][..]));
+            self.alive = self.pid().map(|pid| {
+                procfs::writes_log(pid, self.follower.file(), self.follower.path(), started)
+                    != procfs::Writes::No
+            });
             self.ended = self.state.run_end().is_some() || self.alive == Some(false);
         }
         if !self.finished {
@@ -208,7 +212,7 @@ impl Top {
             self.refresh();
         }
         let screen = self.screen(ONCE_ROWS);
-        match out.write_all(view::plain(&screen).as_bytes()) {
+        match out.write_all(crate::plain::guarded(&view::plain(&screen)).as_bytes()) {
             Ok(()) => 0,
             Err(_) => EXIT_FAILED,
         }
@@ -303,7 +307,7 @@ impl Top {
     fn object_name(&self, id: u64) -> String {
         match self.state.object(id) {
             Some(o) => match o.name() {
-                Some(n) => format!("{}#{id} \"{n}\"", o.kind_name()),
+                Some(n) => format!("{}#{id} {}", o.kind_name(), crate::plain::quoted(n)),
                 None => format!("{}#{id}", o.kind_name()),
             },
             None => format!("object#{id}"),
@@ -325,10 +329,7 @@ impl Top {
     }
 
     fn thread_label(&self, tid: u32) -> String {
-        match self.state.thread_name(tid) {
-            Some(n) => format!("thread {tid} \"{n}\""),
-            None => format!("thread {tid}"),
-        }
+        self.state.thread_label(tid)
     }
 
     fn rel(&self, ns: u64) -> u64 {
@@ -435,15 +436,15 @@ impl Top {
         let program = run.map_or_else(
             || "? (no run start record)".to_string(),
             |r| {
-                if r.cmdline.is_empty() {
+                crate::plain::escaped(&if r.cmdline.is_empty() {
                     r.exe.clone()
                 } else {
                     r.cmdline.join(" ")
-                }
+                })
             },
         );
         let threads = if ended {
-            format!("{} seen", m.threads.len().max(m.threads_started as usize))
+            format!("{} seen", m.threads_seen().max(m.threads_started))
         } else {
             format!("{} alive, {} started", s.threads_alive(), m.threads_started)
         };
@@ -489,7 +490,7 @@ impl Top {
             }
         }
         Screen {
-            path: self.follower.path().display().to_string(),
+            path: crate::plain::escaped(&self.follower.path().display().to_string()),
             program,
             pid: run.map(|r| r.pid).or(self.pid.map(|p| p as u32)),
             status: self.status(),

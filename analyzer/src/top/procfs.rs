@@ -168,25 +168,154 @@ pub fn find_log(pid: i32) -> Result<(PathBuf, File), FindError> {
 }
 
 /// Whether process `pid` still has the log `file` mapped: it is alive and still writes it (not
-/// ended, not a zombie, not replaced by `exec`).
+/// ended, not a zombie, not replaced by `exec`). A process whose files cannot be read counts as
+/// writing it unless something rules that out ([`writes_log`]).
 pub fn maps_file(pid: i32, file: &File, path: &Path) -> bool {
+    writes_log(pid, file, path, None) != Writes::No
+}
+
+/// Whether a process writes a log, as far as `/proc` tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Writes {
+    /// It has the log mapped or open.
+    Yes,
+    /// It does not: no such process, a zombie, or another program.
+    No,
+    /// It exists, but its mappings and descriptors cannot be read (another user's process, or
+    /// one made not dumpable) and nothing else rules it out; its name (`comm`) if known.
+    Unknown(Option<String>),
+}
+
+/// Whether process `pid` writes the log `file` (at `path`): it has this very file (device and
+/// inode) mapped, as the shim maps its log, or open. A live pid is not enough: after the program
+/// ended its pid may belong to another process, and a program run in its own PID namespace wrote
+/// a pid that means another process here. When the process cannot be inspected, it is still ruled
+/// out if it started after the run did (`run_mono_ns`, the log's start on CLOCK_MONOTONIC) or if
+/// its name is none of `names` (the names the program went by: its executable's, its main
+/// thread's), when given.
+pub fn writes_log(pid: i32, file: &File, path: &Path, run: Option<(u64, &[&str])>) -> Writes {
     let Ok(meta) = file.metadata() else {
-        return false;
-    };
-    let maps = match read_maps(pid) {
-        Ok(maps) => maps,
-        // Someone else's process: its maps cannot be read, but it is there.
-        Err(FindError::Unreadable(..)) => return true,
-        Err(_) => return false,
+        return Writes::No;
     };
     let canonical = std::fs::canonicalize(path).ok();
+    let maps = match read_maps(pid) {
+        Ok(maps) => maps,
+        Err(FindError::Unreadable(..)) => {
+            let stat = std::fs::read(proc_path(pid, "stat")).ok();
+            let stat = stat.as_deref().and_then(parse_stat);
+            if let (Some((comm, started_ticks)), Some((run_mono_ns, names))) = (stat, run) {
+                if started_after(started_ticks, run_mono_ns) || !name_matches(comm, names) {
+                    return Writes::No;
+                }
+            }
+            return Writes::Unknown(stat.map(|(comm, _)| String::from_utf8_lossy(comm).into()));
+        }
+        Err(_) => return Writes::No,
+    };
     let (major, minor) = dev_numbers(meta.dev());
-    maps.iter().any(|m| {
+    let mapped = maps.iter().any(|m| {
         m.inode == meta.ino()
             && ((m.dev_major, m.dev_minor) == (major, minor)
                 // Overlay file systems show another device in maps than stat does.
                 || canonical.as_deref() == Some(Path::new(&m.path)))
-    })
+    });
+    if mapped || has_open(pid, canonical.as_deref()) {
+        Writes::Yes
+    } else {
+        Writes::No
+    }
+}
+
+/// Whether one of process `pid`'s descriptors is the file at `canonical` (by the path its link
+/// names: no file is opened or stat'ed, so a stuck mount cannot hold the analyzer).
+fn has_open(pid: i32, canonical: Option<&Path>) -> bool {
+    let Some(canonical) = canonical else {
+        return false;
+    };
+    let Ok(dir) = std::fs::read_dir(proc_path(pid, "fd")) else {
+        return false;
+    };
+    dir.flatten()
+        .any(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == canonical))
+}
+
+/// The live process, other than `except`, that has the log `file` mapped or open, among those
+/// whose files can be read: the program when the pid in its log is not its pid here (it runs in
+/// a PID namespace of its own). Only processes that started before the run did (`run_mono_ns`)
+/// and go by one of `names` are looked into, so the search reads little more than each
+/// process's `stat`.
+pub fn find_writer(
+    file: &File,
+    path: &Path,
+    except: i32,
+    run_mono_ns: u64,
+    names: &[&str],
+) -> Option<i32> {
+    let pids = std::fs::read_dir("/proc").ok()?;
+    pids.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != except && pid as u32 != std::process::id())
+        .filter(|&pid| {
+            let stat = std::fs::read(proc_path(pid, "stat")).ok();
+            stat.as_deref()
+                .and_then(parse_stat)
+                .is_some_and(|(comm, started)| {
+                    !started_after(started, run_mono_ns) && name_matches(comm, names)
+                })
+        })
+        .find(|&pid| writes_log(pid, file, path, None) == Writes::Yes)
+}
+
+/// `comm` and the start time (clock ticks after boot) from `/proc/PID/stat`.
+fn parse_stat(text: &[u8]) -> Option<(&[u8], u64)> {
+    // pid (comm) state ...: the name may hold spaces and parentheses, so it ends at the last ')'.
+    let open = text.iter().position(|&b| b == b'(')?;
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let comm = text.get(open + 1..close)?;
+    // After the name: state is field 3, starttime field 22.
+    let rest = std::str::from_utf8(text.get(close + 1..)?).ok()?;
+    let started = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some((comm, started))
+}
+
+/// Whether a process that started `started_ticks` clock ticks after boot started after a run
+/// that began at `run_mono_ns` on CLOCK_MONOTONIC (then it is not that run's process). The start
+/// time counts on the boot clock, which runs ahead of the monotonic one by the time the machine
+/// was suspended: the gap now bounds the gap then, so the test never rules out the run's own
+/// process. Two ticks of slack for the tick's rounding.
+fn started_after(started_ticks: u64, run_mono_ns: u64) -> bool {
+    // SAFETY: sysconf and clock_gettime write only to the local given.
+    let (tick, boot, mono) = unsafe {
+        let tick = libc::sysconf(libc::_SC_CLK_TCK);
+        let mut b: libc::timespec = std::mem::zeroed();
+        let mut m: libc::timespec = std::mem::zeroed();
+        if tick <= 0
+            || libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut b) != 0
+            || libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut m) != 0
+        {
+            return false;
+        }
+        let ns =
+            |t: libc::timespec| (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64;
+        (tick as u64, ns(b), ns(m))
+    };
+    let tick_ns = 1_000_000_000 / tick.max(1);
+    let started_boot_ns = started_ticks.saturating_mul(tick_ns);
+    let suspended_ns = boot.saturating_sub(mono);
+    started_boot_ns
+        > run_mono_ns
+            .saturating_add(suspended_ns)
+            .saturating_add(2 * tick_ns)
+}
+
+/// Whether a process's `comm` is one of `names` as the kernel keeps them (their first 15
+/// bytes).
+fn name_matches(comm: &[u8], names: &[&str]) -> bool {
+    names.is_empty()
+        || names.iter().any(|n| {
+            let n = n.as_bytes();
+            n[..n.len().min(15)] == *comm
+        })
 }
 
 /// Major and minor number of a `st_dev` (glibc's encoding).
@@ -286,6 +415,33 @@ mod tests {
         assert_eq!(caught_in_status(status, 61), Some(true));
         assert_eq!(caught_in_status(status, 10), Some(false));
         assert_eq!(caught_in_status("Name:\tx\n", 10), None);
+    }
+
+    #[test]
+    fn stat_gives_the_name_with_its_parentheses_and_the_start_time() {
+        let stat = b"4242 (my (odd) prog) S 1 4242 4242 0 -1 4194560 120 0 0 0 3 1 0 0 20 0 5 0 \
+                     987654 12345678 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0";
+        let (comm, started) = parse_stat(stat).unwrap();
+        assert_eq!(comm, b"my (odd) prog");
+        assert_eq!(started, 987654);
+        assert!(parse_stat(b"4242 (x").is_none());
+        // The kernel keeps 15 bytes of a name.
+        assert!(name_matches(b"a_long_program_", &["a_long_program_name"]));
+        assert!(!name_matches(b"process_api", &["sigkill", "sigkill"]));
+    }
+
+    #[test]
+    fn a_process_that_started_after_a_run_is_not_that_runs_process() {
+        let me = std::fs::read(proc_path(std::process::id() as i32, "stat")).unwrap();
+        let (_, started) = parse_stat(&me).unwrap();
+        // This process started before now, and after boot.
+        let mono = |c| {
+            let mut t: libc::timespec = unsafe { std::mem::zeroed() };
+            assert_eq!(unsafe { libc::clock_gettime(c, &mut t) }, 0);
+            t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+        };
+        assert!(!started_after(started, mono(libc::CLOCK_MONOTONIC)));
+        assert!(started_after(started, 0));
     }
 
     #[test]

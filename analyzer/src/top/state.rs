@@ -78,8 +78,9 @@ impl LiveState {
         self.model.objects.get(&id)
     }
 
-    pub fn thread_name(&self, tid: u32) -> Option<&str> {
-        self.model.threads.get(&tid)?.name.as_deref()
+    /// `thread 1234 "worker"` (see [`crate::report::thread_label`]).
+    pub fn thread_label(&self, tid: u32) -> String {
+        crate::report::thread_label(&self.model, tid)
     }
 
     /// The recorded cycles that never broke.

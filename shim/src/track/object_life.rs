@@ -10,6 +10,24 @@ use super::*;
 /// loop wait here meanwhile: 10 ms of a million a second is 10 000 entries, 6 MB.
 const REUSE_AFTER_NS: u64 = 10_000_000;
 
+/// Dead contended entries waiting to serve again from which the oldest waits only
+/// [`REUSE_AFTER_NS`]: a program that joins thousands of threads a second (each join a wait on
+/// its own object, 8 KiB with its wait table) would otherwise keep a second's worth of them, 300
+/// MB at 30 000 a second. Anything that found such an entry during a wait is done within 10 ms
+/// but on a stalled machine; even then, it reads memory that stays valid (entries are never
+/// freed), and caches and cells check the generation.
+const PRESSURE: usize = 1024;
+
+/// How long the dead entry `obj` waits before it serves another object while `waiting` wait
+/// with it.
+fn quarantine(obj: &ObjEntry, waiting: usize) -> u64 {
+    if obj.flags() & objects::CONTENDED != 0 && waiting < PRESSURE {
+        objects::CONTENDED_REUSE_AFTER_NS
+    } else {
+        REUSE_AFTER_NS
+    }
+}
+
 /// Spare entries kept per kind; more are left to the threads' caches that may point at them
 /// (entries are never freed).
 const SPARE_MAX: usize = 1 << 16;
@@ -22,7 +40,10 @@ impl Tracker {
             let now = crate::clock::coarse_ns();
             // try_lock: in a forked child the lock may be held by a thread that did not come along.
             if let Ok(mut q) = q.try_lock() {
-                if q.front().is_some_and(|&(at, _)| at + REUSE_AFTER_NS <= now) {
+                let waiting = q.len();
+                if q.front()
+                    .is_some_and(|&(at, obj)| at + quarantine(obj, waiting) <= now)
+                {
                     if let Some((_, obj)) = q.pop_front() {
                         drop(q);
                         obj.reuse(addr);
@@ -233,10 +254,7 @@ impl Tracker {
     /// Offers a dead entry for reuse: a contended one later (see `ObjEntry::reusable`).
     fn spare_entry(&self, obj: &'static ObjEntry) {
         if let Some(q) = self.spare.get(obj.kind as usize) {
-            let mut now = crate::clock::coarse_ns();
-            if obj.flags() & objects::CONTENDED != 0 {
-                now += objects::CONTENDED_REUSE_AFTER_NS - REUSE_AFTER_NS;
-            }
+            let now = crate::clock::coarse_ns();
             let mut q = q.lock().unwrap_or_else(|e| e.into_inner());
             if q.len() < SPARE_MAX {
                 q.push_back((now, obj));

@@ -62,7 +62,7 @@ pub struct Contention {
 }
 
 /// How long the entry of a destroyed contended object waits before it serves another object
-/// (see [`ObjEntry::reusable`]).
+/// (see [`ObjEntry::reusable`]), unless many wait (`object_life::PRESSURE`).
 pub const CONTENDED_REUSE_AFTER_NS: u64 = 1_000_000_000;
 
 /// Distinct wait sites kept per object; further ones are counted under chain 0.
@@ -771,6 +771,7 @@ impl ObjEntry {
         raise(&b.stats.hold_max, ns);
         self.add(counter::HOLDS_WAITED_FOR, 1);
         self.add(counter::HOLDS_WAITED_FOR_TOTAL_NS, ns);
+        self.time_all_if_long();
         if from_arrival {
             self.add(counter::HOLDS_WAITED_FOR_FROM_ARRIVAL, 1);
             self.add(counter::HOLDS_WAITED_FOR_FROM_ARRIVAL_NS, ns);
@@ -780,10 +781,31 @@ impl ObjEntry {
 
     pub fn held(&self, hold_ns: u64) {
         let s = &self.busy().stats;
-        let total = s.hold_total.fetch_add(hold_ns, Ordering::Relaxed) + hold_ns;
+        s.hold_total.fetch_add(hold_ns, Ordering::Relaxed);
         raise(&s.hold_max, hold_ns);
-        let samples = s.hold_samples.fetch_add(1, Ordering::Relaxed) + 1;
-        let long = total / samples >= TIME_ALL_HOLDS_NS;
+        s.hold_samples.fetch_add(1, Ordering::Relaxed);
+        self.time_all_if_long();
+        self.touch();
+    }
+
+    /// Times every hold while the measured ones are long on average: the sampled holds and the
+    /// holds that made a thread wait together. The waited-for ones count: a thread that takes
+    /// the lock before anyone waits and holds it long (a producer working inside its queue's
+    /// lock) is otherwise measured only from the waiter's arrival, while the short sampled holds
+    /// of the others keep their mean low.
+    fn time_all_if_long(&self) {
+        let s = &self.busy().stats;
+        let (mut total, mut n) = (
+            s.hold_total.load(Ordering::Relaxed),
+            s.hold_samples.load(Ordering::Relaxed),
+        );
+        let waited = |key| {
+            self.extra_slot(key)
+                .map_or(0, |c| c.load(Ordering::Relaxed))
+        };
+        total = total.saturating_add(waited(counter::HOLDS_WAITED_FOR_TOTAL_NS));
+        n = n.saturating_add(waited(counter::HOLDS_WAITED_FOR));
+        let long = n > 0 && total / n >= TIME_ALL_HOLDS_NS;
         if long != (self.flags() & TIME_ALL != 0) {
             if long {
                 self.set_flag(TIME_ALL);
@@ -791,7 +813,6 @@ impl ObjEntry {
                 self.clear_flag(TIME_ALL);
             }
         }
-        self.touch();
     }
 
     /// Counters record of this object (logged as `id`); `extra_acquisitions` are per-thread counts not yet added,
@@ -975,6 +996,30 @@ mod tests {
         assert!(o.waited_for(), "the hold it gave up on still made it wait");
         assert_eq!(o.waited_hold_released(1000, None), Some((700, true)));
         assert_eq!(o.waited_hold_released(2000, None), None);
+    }
+
+    #[test]
+    fn long_holds_that_made_threads_wait_count_towards_timing_every_hold() {
+        let o = lock();
+        // A short sampled hold (another thread's), then a long one measured from the arrival
+        // of its waiter (its holder took the lock before anyone waited): mean 50.5 µs.
+        o.held(1_000);
+        came(&o, 300);
+        let long = 5 * TIME_ALL_HOLDS_NS;
+        assert_eq!(o.waited_hold_released(300 + long, None), Some((long, true)));
+        assert_ne!(o.flags() & TIME_ALL, 0, "every hold timed from here");
+        // Short holds bring the mean down again: sampling resumes.
+        for _ in 0..10 {
+            o.held(500);
+        }
+        assert_eq!(o.flags() & TIME_ALL, 0);
+        // Short holds that made threads wait do not switch it on (a busy mutex's holds).
+        let o = lock();
+        for i in 0..10 {
+            came(&o, 1000 * i);
+            assert!(o.waited_hold_released(1000 * i + 400, None).is_some());
+        }
+        assert_eq!(o.flags() & TIME_ALL, 0);
     }
 
     #[test]
