@@ -1626,7 +1626,17 @@ impl Sampler {
             return;
         };
         let cpus = parse_cpus(text);
-        if !self.cpus.is_empty() && self.cpus.len() == cpus.len() {
+        if self.cpus.is_empty() && !cpus.is_empty() {
+            // Dates the start of the span the next record covers.
+            tr.log.write(
+                &CpuSample {
+                    ns: now,
+                    idle_ns: vec![0; cpus.len()],
+                    iowait_ns: vec![0; cpus.len()],
+                }
+                .into(),
+            );
+        } else if self.cpus.len() == cpus.len() {
             let tick = self.tick_ns;
             let idle = cpus
                 .iter()
