@@ -123,6 +123,10 @@ fn launch(
     if std::env::var_os(waitshim_format::contract::env::QUIET).is_none() {
         cmd.env(waitshim_format::contract::env::QUIET, "1");
     }
+    // Its summary counts every process the command ran, those with nothing to report too.
+    if std::env::var_os(waitshim_format::contract::env::CHILD_LOGS).is_none() {
+        cmd.env(waitshim_format::contract::env::CHILD_LOGS, "all");
+    }
     if stdout_to_stderr {
         // stdout carries a document (JSON, a Code Quality report): the command's own output
         // must not mix into it.

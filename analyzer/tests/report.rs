@@ -476,14 +476,26 @@ fn damaged_record_is_skipped_and_reported() {
 }
 
 #[test]
-fn run_without_any_lock_says_nothing_was_seen() {
-    let mut b = LogBuilder::started("/bin/static", &["static"]);
+fn run_without_any_lock_says_nothing_was_seen_and_why_from_its_threads() {
+    // The shim wrote the log: the program is not statically linked, whatever else it is
+    // (make -j2 was told it might be).
+    let mut b = LogBuilder::started("/usr/bin/make", &["make"]);
     b.thread(100, "main");
     b.end(5 * MS, 0);
     let r = text(&b, &Options::default());
-    assert!(r.contains("No sync object was seen in this run"), "{r}");
-    assert!(r.contains("statically linked"));
+    assert!(
+        r.contains("No sync object was seen in this run: the program ran on one thread"),
+        "{r}"
+    );
+    assert!(!r.contains("statically linked"), "{r}");
     assert!(!r.contains("LOCK CONTENTION RECORDS"));
+    let mut b = LogBuilder::started("/usr/bin/goprog", &["goprog"]);
+    b.thread(100, "main");
+    b.thread(101, "worker");
+    b.end(5 * MS, 0);
+    let r = text(&b, &Options::default());
+    assert!(r.contains("though 2 threads ran"), "{r}");
+    assert!(r.contains("Go's runtime"), "{r}");
 }
 
 #[test]

@@ -11,6 +11,9 @@ pub mod env {
     pub const DISABLE: &str = "WAITSHIM_DISABLE";
     /// Set and not `0`: no "log written" line on stderr at exit.
     pub const QUIET: &str = "WAITSHIM_QUIET";
+    /// `all`: every process writes its log. By default a process whose parent is traced too,
+    /// that ran on one thread and never waited, leaves none (a build's compilers and shells).
+    pub const CHILD_LOGS: &str = "WAITSHIM_CHILD_LOGS";
     /// The policy file.
     pub const POLICY: &str = "WAITSHIM_POLICY";
     /// The data-request signal, or `off`.
@@ -75,6 +78,7 @@ mod tests {
             env::LOG,
             env::DISABLE,
             env::QUIET,
+            env::CHILD_LOGS,
             env::POLICY,
             env::SIGNAL,
             env::SAMPLE,

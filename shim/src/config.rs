@@ -2,6 +2,7 @@
 //!
 //! - `WAITSHIM_LOG`: log path; `%p` becomes the pid (default `waitshim.%p.log` in the cwd).
 //! - `WAITSHIM_QUIET=1`: no stderr line at exit.
+//! - `WAITSHIM_CHILD_LOGS=all`: keep the logs of child processes that had nothing to report.
 //! - `WAITSHIM_DEPTH`: frames per call chain (1..=64, default 24).
 //! - `WAITSHIM_DISABLE=1`: load but trace nothing.
 //! - `WAITSHIM_POLICY`: a policy file (JSON) deciding when the expensive data is collected.
@@ -17,6 +18,9 @@ use waitshim_format::contract::{env as var, LOG_PATTERN};
 pub struct Config {
     pub log_pattern: Vec<u8>,
     pub quiet: bool,
+    /// Every process keeps its log (`WAITSHIM_CHILD_LOGS=all`), even a traced process's child
+    /// that ran on one thread and never waited.
+    pub all_child_logs: bool,
     pub depth: usize,
     pub disabled: bool,
     pub policy: Option<String>,
@@ -106,6 +110,7 @@ impl Config {
             log_pattern,
             sample_ns,
             quiet: flag(var::QUIET),
+            all_child_logs: text(var::CHILD_LOGS).is_some_and(|v| v == "all"),
             depth,
             disabled: flag(var::DISABLE),
             policy: text(var::POLICY),

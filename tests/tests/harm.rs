@@ -274,7 +274,20 @@ fn waits_left_by_a_jump_out_of_a_signal_handler_do_not_stay_counted() {
 /// one ending with the exec, and no log left between a fork and an exec.
 #[test]
 fn every_way_of_starting_a_program_leaves_one_log_per_program_and_no_leftovers() {
-    let run = run_both("spawn_exec", &[]);
+    let native = Launch::fixture("spawn_exec").native().run();
+    native.assert_success();
+    // By default a traced process's child that ran on one thread and never waited leaves no
+    // log: here every child; the program itself and the one its own exec started keep theirs.
+    let quiet = Launch::fixture("spawn_exec").run();
+    quiet.assert_success();
+    assert_eq!(quiet.stdout_text(), native.stdout_text());
+    assert_eq!(quiet.logs.len(), 2, "logs: {:?}", quiet.logs);
+    // Asked for, every program that ran keeps its log.
+    let run = Launch::fixture("spawn_exec")
+        .env("WAITSHIM_CHILD_LOGS", "all")
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), native.stdout_text());
     assert!(
         run.stdout_text().ends_with("child self\n"),
         "{}",

@@ -286,10 +286,12 @@ fn program_without_pthread_locks_runs_unchanged_and_the_report_says_no_sync_obje
     assert_eq!(log.run()["objects_tracked"], 0);
     assert_eq!(log.hwm(), 0);
     assert!(
-        a.text.contains("No sync object was seen"),
+        a.text
+            .contains("No sync object was seen in this run: the program ran on one thread"),
         "text report:\n{}",
         a.text
     );
+    assert!(!a.text.contains("statically linked"), "{}", a.text);
 }
 
 /// A library whose constructor locks: linked into the program, its constructor runs before the
@@ -443,4 +445,52 @@ fn underscore_exit_from_a_signal_handler_that_interrupted_malloc_ends_the_run_wi
         assert_eq!(end["exit_status"], 3, "run: {}", log.run());
         assert!(log.warnings().is_empty(), "{}", log.warning_text());
     }
+}
+
+#[test]
+fn a_build_leaves_one_log_and_one_line_not_one_per_compiler_and_shell() {
+    // make -j2 wrote 44 logs and printed 44 lines: its shells and compilers each ran on one
+    // thread and never waited. Children like those leave nothing; the process the user started
+    // keeps its log and line, and so does a child that ran threads.
+    let script = format!(
+        "/bin/true; /bin/echo from-a-child; {} 2>/dev/null",
+        waitshim_tests::fixture("convoy").display()
+    );
+    let native = Launch::program("/bin/sh")
+        .arg("-c")
+        .arg(&script)
+        .native()
+        .run();
+    native.assert_success();
+    let run = Launch::program("/bin/sh")
+        .arg("-c")
+        .arg(&script)
+        .loud()
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    // The shell's log and the threaded fixture's, not true's nor echo's.
+    assert_eq!(run.logs.len(), 2, "logs: {:?}", run.logs);
+    let lines = run.stderr_text().matches("waitshim: log written").count();
+    assert_eq!(lines, 1, "stderr: {}", run.stderr_text());
+    let a = analyze(&run.logs, &[]);
+    let exes: Vec<String> = a
+        .logs()
+        .iter()
+        .map(|l| l["run"]["exe"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert!(exes.iter().any(|e| e.ends_with("/convoy")), "{exes:?}");
+    assert!(
+        exes.iter()
+            .any(|e| e.ends_with("sh") || e.ends_with("dash")),
+        "{exes:?}"
+    );
+    // Asked for, every process keeps its log.
+    let all = Launch::program("/bin/sh")
+        .arg("-c")
+        .arg(&script)
+        .env("WAITSHIM_CHILD_LOGS", "all")
+        .run();
+    all.assert_success();
+    assert_eq!(all.logs.len(), 4, "logs: {:?}", all.logs);
 }

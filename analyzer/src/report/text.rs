@@ -62,12 +62,24 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     let mut body = String::new();
     // Objects that were all short-lived are in the churn sums only: the shim did see them.
     if ctx.model.objects.is_empty() && ctx.model.churned.is_empty() && ctx.model.quiet.is_empty() {
-        body.push_str(
-            "\nNo sync object was seen in this run. The program made no pthread lock calls that \
-             went through libpthread and never slept in syscall(SYS_futex): it may be statically \
-             linked, or use locks that bypass both (Go's, futexes called by inline system \
-             calls), so the shim had nothing to observe in its wrappers.\n",
-        );
+        // The shim wrote the log, so the program is dynamically linked: only its threads say
+        // why nothing was seen.
+        let seen = ctx.model.threads_seen();
+        if seen <= 1 {
+            body.push_str(
+                "\nNo sync object was seen in this run: the program ran on one thread and made \
+                 no pthread lock, condition variable, semaphore or barrier call, so no thread \
+                 could wait for another.\n",
+            );
+        } else {
+            let _ = writeln!(
+                body,
+                "\nNo sync object was seen in this run, though {seen} threads ran: they made no \
+                 pthread lock calls and never slept in syscall(SYS_futex) through libc, so they \
+                 synchronised by other means the shim's wrappers do not see (Go's runtime, \
+                 futexes called by inline system calls, spinning)."
+            );
+        }
         if ctx.model.states.any() {
             body.push_str(
                 "The sampler looked at the threads from outside: THREAD STATES below says what \

@@ -53,6 +53,7 @@ fn build(config: Config, ppid: u32, parent: Option<&Tracker>) -> Result<&'static
         modules: Modules::new(),
         highwater: AtomicU32::new(0),
         live: AtomicI32::new(0),
+        threaded: AtomicBool::new(false),
         blocked: Padded(AtomicI32::new(0)),
         blocked_elsewhere: AtomicI32::new(0),
         next_object: AtomicU64::new(1),
@@ -223,6 +224,10 @@ fn finish_here(reason: u8) {
         (h.flushed)(tr, true);
     }
     end_log(tr, reason);
+    if nothing_to_report(tr, reason) {
+        tr.log.discard();
+        return;
+    }
     if !tr.config.quiet {
         let how = match reason {
             end_reason::UNDERSCORE_EXIT => " (at _exit)",
@@ -245,6 +250,71 @@ fn finish_here(reason: u8) {
             "{what}: {0}   read it with: waitshim-analyze {0}",
             tr.log.path
         ));
+    }
+}
+
+/// Whether the process's log says nothing worth a file and a line: it ran on one thread and
+/// never waited, it ended normally, and its parent is traced too, so that the user, who started
+/// that parent, has its log (a `make -j2` wrote 44 logs and 44 stderr lines, for its shells and
+/// compilers). `WAITSHIM_CHILD_LOGS=all` keeps them.
+fn nothing_to_report(tr: &Tracker, reason: u8) -> bool {
+    !tr.config.all_child_logs
+        && matches!(reason, end_reason::EXIT | end_reason::UNDERSCORE_EXIT)
+        && !tr.threaded.load(Ordering::Relaxed)
+        && tr.highwater.load(Ordering::Relaxed) == 0
+        && tr.log.dropped.load(Ordering::Relaxed) == 0
+        && parent_is_traced()
+}
+
+/// Whether the parent process has this library mapped, from `/proc/PPID/maps` (false when it
+/// cannot be read). Read through a buffer on the stack: no allocation.
+fn parent_is_traced() -> bool {
+    const NEEDLE: &[u8] = b"libwaitshim";
+    // SAFETY: plain system call.
+    let ppid = unsafe { libc::getppid() };
+    let mut digits = [0u8; 10];
+    let mut path = [0u8; 32];
+    let mut n = 0;
+    for part in [&b"/proc/"[..], itoa(ppid as u32, &mut digits), b"/maps\0"] {
+        path[n..n + part.len()].copy_from_slice(part);
+        n += part.len();
+    }
+    // SAFETY: a NUL-terminated path; the descriptor is closed below.
+    let fd = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return false;
+    }
+    let mut buf = [0u8; 4096];
+    // Bytes kept from the previous read, so that a name split between two reads is found.
+    let mut kept = 0;
+    let found = loop {
+        // SAFETY: reads into the buffer's free part.
+        let got = unsafe { libc::read(fd, buf[kept..].as_mut_ptr().cast(), buf.len() - kept) };
+        if got <= 0 {
+            break false;
+        }
+        let end = kept + got as usize;
+        if buf[..end].windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+            break true;
+        }
+        kept = (NEEDLE.len() - 1).min(end);
+        buf.copy_within(end - kept..end, 0);
+    };
+    // SAFETY: the descriptor opened above.
+    unsafe { libc::close(fd) };
+    found
+}
+
+/// The decimal digits of `v`, written into `buf`.
+fn itoa(mut v: u32, buf: &mut [u8; 10]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[i..];
+        }
     }
 }
 

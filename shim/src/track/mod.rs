@@ -90,6 +90,8 @@ pub struct Tracker {
     /// Threads alive, and threads blocked in a wait the shim sees (not ready to run). `blocked`
     /// changes at every wait: on a cache line of its own, away from the fields every wait reads.
     pub live: AtomicI32,
+    /// A thread other than the main one registered at some point.
+    pub threaded: AtomicBool,
     pub blocked: Padded<AtomicI32>,
     /// Threads the sampler last saw blocked in a system call outside the waits the shim tracks
     /// (a `read`, an `accept`, a sleep): not ready to run either. Up to one sampling interval

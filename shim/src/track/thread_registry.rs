@@ -176,6 +176,9 @@ pub(super) fn attach_thread(tr: &Tracker, rec: &'static ThreadRec, birth: Option
     tr.by_tid[tid as usize % TID_INDEX]
         .store(rec as *const ThreadRec as *mut ThreadRec, Ordering::Release);
     tr.live.fetch_add(1, Ordering::Relaxed);
+    if tid != getpid() {
+        tr.threaded.store(true, Ordering::Relaxed);
+    }
     let b = birth.unwrap_or(Birth {
         parent: 0,
         routine: 0,
