@@ -231,9 +231,8 @@ pub fn debug_advice_for(path: &str) -> String {
         .any(|d| path.starts_with(d));
     if system {
         format!(
-            "{path} has no debug information (no source lines for its frames): install its \
-             debug symbols, e.g. `apt-get install <package>-dbgsym` for the package `dpkg -S \
-             {path}` names (or its -dbg package)"
+            "{path} has no debug information (no source lines for its frames): {}",
+            system_debug_advice(path)
         )
     } else {
         format!(
@@ -250,18 +249,33 @@ pub fn stripped_advice_for(path: &str) -> String {
     let system = ["/usr/", "/lib/", "/lib64/", "/opt/"]
         .iter()
         .any(|d| path.starts_with(d));
-    let package = if system {
-        format!(
-            " (e.g. `apt-get install <package>-dbgsym` for the package `dpkg -S {path}` \
-             names)"
-        )
+    let how = if system {
+        system_debug_advice(path)
     } else {
-        String::new()
+        "install its debug package or rebuild it without stripping".to_string()
     };
     format!(
         "{path} has no debug information and is stripped: only exported symbols (no names for \
-         its other functions, no source lines); install its debug package{package} or rebuild \
-         it without stripping"
+         its other functions, no source lines); {how}"
+    )
+}
+
+/// How to get a system library's debug information: from a debuginfod server (which the
+/// analyzer asks when `DEBUGINFOD_URLS` is set), or from the distribution's debug archive, which
+/// apt does not know until it is added.
+fn system_debug_advice(path: &str) -> String {
+    let asked = if debuginfod::enabled() {
+        "debuginfod (DEBUGINFOD_URLS) had none for it; "
+    } else {
+        "set `DEBUGINFOD_URLS=https://debuginfod.debian.net` (Ubuntu: \
+         https://debuginfod.ubuntu.com; the `debuginfod` package gives debuginfod-find) and \
+         analyze again, or "
+    };
+    format!(
+        "{asked}install its debug package: on Debian add the debug archive (`deb \
+         http://deb.debian.org/debian-debug/ SUITE-debug main` in /etc/apt/sources.list.d/, \
+         SUITE from /etc/os-release), `apt-get update`, then `apt-get install PACKAGE-dbgsym` \
+         for the package `dpkg -S {path}` names"
     )
 }
 
@@ -844,7 +858,122 @@ fn find_debug_file<'a>(
             return Some(f);
         }
     }
-    waitshim_elfsym::find_debug_file(path, elf, bytes, root, read)
+    waitshim_elfsym::find_debug_file(path, elf, bytes, root, read).or_else(|| {
+        let id = waitshim_elfsym::build_id(elf, bytes).unwrap_or(logged_build_id);
+        debuginfod::debug_file(id)
+    })
+}
+
+/// Separate debug files from debuginfod servers, as elfutils' client finds them, when
+/// `DEBUGINFOD_URLS` names any: its cache first, else `debuginfod-find` (from the `debuginfod`
+/// package) fetches the file into it, within a time limit.
+mod debuginfod {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Stdio};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    /// One fetch at most this long; all fetches of a run at most [`TOTAL`] (a log can name a
+    /// few hundred modules, and a server that does not answer must not hold the report).
+    const EACH: Duration = Duration::from_secs(30);
+    const TOTAL: Duration = Duration::from_secs(120);
+
+    /// Time spent in fetches so far (ms), and whether the user was told they are made.
+    static SPENT_MS: AtomicU64 = AtomicU64::new(0);
+    static TOLD: AtomicBool = AtomicBool::new(false);
+
+    /// Whether debuginfod is asked at all: `DEBUGINFOD_URLS` set and not empty.
+    pub fn enabled() -> bool {
+        std::env::var_os("DEBUGINFOD_URLS").is_some_and(|v| !v.is_empty())
+    }
+
+    /// The client's cache directory: `$DEBUGINFOD_CACHE_PATH`, else
+    /// `$XDG_CACHE_HOME/debuginfod_client`, else `$HOME/.cache/debuginfod_client`.
+    fn cache() -> Option<PathBuf> {
+        let var = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        var("DEBUGINFOD_CACHE_PATH")
+            .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("debuginfod_client")))
+            .or_else(|| var("HOME").map(|d| d.join(".cache/debuginfod_client")))
+    }
+
+    /// The debug file of build-id `id`, with its bytes, if debuginfod gives one whose own
+    /// build-id (when it has one) is `id`.
+    pub fn debug_file(id: &[u8]) -> Option<waitshim_elfsym::DebugFile> {
+        if id.is_empty() || !enabled() {
+            return None;
+        }
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let cached = cache().map(|c| c.join(&hex).join("debuginfo"));
+        let path = match cached.filter(|p| p.is_file()) {
+            Some(p) => p,
+            None => fetch(&hex)?,
+        };
+        let bytes = super::read_elf_bytes(&path).ok()?;
+        let elf = goblin::elf::Elf::parse(&bytes).ok()?;
+        if waitshim_elfsym::build_id(&elf, &bytes).is_some_and(|own| own != id) {
+            return None;
+        }
+        drop(elf);
+        Some(waitshim_elfsym::DebugFile {
+            path,
+            via: waitshim_elfsym::DebugVia::Debuginfod,
+            bytes,
+        })
+    }
+
+    /// `debuginfod-find debuginfo HEX`: the path it prints, if it ends in time with success.
+    fn fetch(hex: &str) -> Option<PathBuf> {
+        let left = TOTAL.saturating_sub(Duration::from_millis(SPENT_MS.load(Ordering::Relaxed)));
+        if left.is_zero() {
+            return None;
+        }
+        if !TOLD.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "waitshim-analyze: asking debuginfod (DEBUGINFOD_URLS) for the debug information \
+                 of modules that have none here"
+            );
+        }
+        let start = Instant::now();
+        let mut child = Command::new("debuginfod-find")
+            .args(["debuginfo", hex])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let limit = EACH.min(left);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if start.elapsed() < limit => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        SPENT_MS.fetch_add(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if !status?.success() {
+            return None;
+        }
+        let mut out = String::new();
+        use std::io::Read;
+        child
+            .stdout
+            .take()?
+            .take(4096)
+            .read_to_string(&mut out)
+            .ok()?;
+        let p = Path::new(out.trim());
+        p.is_absolute().then(|| p.to_path_buf())
+    }
 }
 
 /// What a file that is not a regular one is, in words.
@@ -1042,6 +1171,36 @@ mod tests {
             module: Some(module.into()),
             ..Frame::default()
         }
+    }
+
+    #[test]
+    fn a_system_librarys_advice_says_how_to_get_debug_symbols_on_a_fresh_machine() {
+        let a = debug_advice_for("/usr/lib/x86_64-linux-gnu/libfoo.so.1");
+        // `apt-get install PACKAGE-dbgsym` alone fails until the debug archive is added.
+        assert!(
+            a.contains("debian-debug") && a.contains("apt-get update"),
+            "{a}"
+        );
+        assert!(
+            a.contains("dpkg -S /usr/lib/x86_64-linux-gnu/libfoo.so.1"),
+            "{a}"
+        );
+        if debuginfod::enabled() {
+            assert!(
+                a.contains("debuginfod (DEBUGINFOD_URLS) had none for it"),
+                "{a}"
+            );
+        } else {
+            assert!(
+                a.contains("DEBUGINFOD_URLS=https://debuginfod.debian.net"),
+                "{a}"
+            );
+        }
+        let own = debug_advice_for("/home/u/app/build/app");
+        assert!(
+            own.contains("rebuild it with -g") && !own.contains("dbgsym"),
+            "{own}"
+        );
     }
 
     #[test]

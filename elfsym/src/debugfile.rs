@@ -25,6 +25,8 @@ pub enum DebugVia {
     BuildId,
     /// The name `.gnu_debuglink` gives, in one of the places GDB looks, with the right CRC32.
     DebugLink,
+    /// A debuginfod server's, by build-id (its client's cache, or fetched).
+    Debuginfod,
 }
 
 /// A module's separate debug file: where it is, how it was found, and its bytes (read once,

@@ -116,3 +116,116 @@ fn workers_named_by_their_creator_before_they_ran_keep_their_names_alive_at_exit
         assert_eq!(names, ["worker-0", "worker-1", "worker-2", "worker-3"]);
     }
 }
+
+/// `waitshim-analyze --json LOG` with `env` set (and `DEBUGINFOD_*` only as given): the text
+/// and JSON reports, and stderr.
+fn analyze_env(log: &Path, env: &[(&str, &Path)]) -> (String, serde_json::Value, String) {
+    let run = |json: bool| {
+        let mut cmd = Command::new(waitshim_tests::analyzer_path());
+        cmd.env_remove("DEBUGINFOD_URLS")
+            .env_remove("DEBUGINFOD_CACHE_PATH");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.arg(log).output().expect("run the analyzer");
+        assert!(out.status.success(), "{out:?}");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (text, err) = run(false);
+    let json = serde_json::from_str(&run(true).0).expect("JSON report");
+    (text, json, err)
+}
+
+#[test]
+fn a_program_without_debug_information_gets_its_lines_from_debuginfod_when_asked() {
+    // The analyzer told a Debian user to `apt-get install <pkg>-dbgsym`, which fails until the
+    // debug archive is added, and ignored DEBUGINFOD_URLS. The program's debug information is
+    // moved to a file only a (fake) debuginfod-find can hand over.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exe = dir.path().join("debuginfod");
+    std::fs::copy(waitshim_tests::fixture("debuginfod"), &exe).expect("copy the fixture");
+    let debug = dir.path().join("kept.debug");
+    for args in [
+        vec![
+            "--only-keep-debug".as_ref(),
+            exe.as_os_str(),
+            debug.as_os_str(),
+        ],
+        vec!["--strip-debug".as_ref(), exe.as_os_str()],
+    ] {
+        let ok = Command::new("objcopy").args(&args).status();
+        assert!(ok.is_ok_and(|s| s.success()), "objcopy {args:?}");
+    }
+    let run = waitshim_tests::Launch::program(&exe).run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "dbg: done\n");
+    let log = run.single_log().to_path_buf();
+    let site = |json: &serde_json::Value| {
+        let o = json["logs"][0]["objects"]
+            .as_array()
+            .and_then(|os| os.iter().find(|o| o["kind"] == "mutex"))
+            .cloned()
+            .unwrap_or_default();
+        o["creation_site"].clone()
+    };
+
+    // Not asked: the function from the symbol table, and advice that says how.
+    let (text, json, _) = analyze_env(&log, &[]);
+    assert_eq!(site(&json)["function"], "main", "{text}");
+    assert!(site(&json)["line"].is_null(), "{text}");
+    let advice = format!("ADVICE: {} has no debug information", exe.display());
+    assert!(text.contains(&advice), "{text}");
+
+    // Asked: debuginfod-find fetches the file into the client's cache, and the creation site
+    // gets its function and line.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let tool = bin.join("debuginfod-find");
+    std::fs::write(
+        &tool,
+        format!(
+            "#!/bin/sh\n[ \"$1\" = debuginfo ] || exit 1\nmkdir -p \"$DEBUGINFOD_CACHE_PATH/$2\" \
+             && cp '{}' \"$DEBUGINFOD_CACHE_PATH/$2/debuginfo\" \
+             && echo \"$DEBUGINFOD_CACHE_PATH/$2/debuginfo\"\n",
+            debug.display()
+        ),
+    )
+    .expect("write the tool");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let path = std::env::join_paths(std::iter::once(bin.clone()).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))
+    .expect("PATH");
+    let cache = dir.path().join("cache");
+    let url = Path::new("http://127.0.0.1:9");
+    let env = [
+        ("DEBUGINFOD_URLS", url),
+        ("DEBUGINFOD_CACHE_PATH", cache.as_path()),
+        ("PATH", Path::new(&path)),
+    ];
+    let (text, json, err) = analyze_env(&log, &env);
+    let s = site(&json);
+    assert_eq!(s["function"], "make_lock", "{text}");
+    assert_eq!(
+        s["line"].as_u64(),
+        Some(u64::from(line_of("debuginfod.c", "make-lock"))),
+        "{text}"
+    );
+    assert!(
+        !text.contains(&format!("ADVICE: {}", exe.display())),
+        "{text}"
+    );
+    assert!(err.contains("asking debuginfod"), "{err}");
+
+    // The cache alone serves the next run, the tool gone.
+    std::fs::remove_file(&tool).expect("remove the tool");
+    let (text, json, _) = analyze_env(&log, &env);
+    assert_eq!(site(&json)["function"], "make_lock", "{text}");
+}
