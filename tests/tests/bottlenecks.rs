@@ -198,3 +198,26 @@ fn diff_shows_the_lock_share_of_the_critical_path_fall_when_its_sections_shrink(
     );
     assert!(text.contains("inside mutex tuned_lock"), "{text}");
 }
+
+#[test]
+fn a_wait_ended_by_the_thread_that_made_the_mutex_is_a_hand_off_not_a_wait_nobody_ended() {
+    // main initialises the mutex, locks it while it is the only thread, and unlocks it once the
+    // waiter sleeps. The mutex was cached for main at its init, and the single-threaded fast
+    // path took main's lock for one it already owned: the owner stayed unset, the wait named
+    // no waker, and BOTTLENECKS said "waiting on mutex#1 ... with nobody to end the wait".
+    let run = run_both("debuginfod", &[]);
+    assert_eq!(run.stdout_text(), "dbg: done\n");
+    let a = run.analyze();
+    let p = path(&a.log(0));
+    assert!(
+        causes(p).iter().all(|(c, ..)| c != "waited"),
+        "{p}\n{}",
+        a.text
+    );
+    assert!(p["hops"].as_u64().unwrap_or(0) >= 1, "{p}");
+    assert!(
+        !a.text.contains("with nobody to end the wait"),
+        "{}",
+        a.text
+    );
+}

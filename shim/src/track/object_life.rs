@@ -199,7 +199,9 @@ impl Tracker {
         self.register(t, obj, subtype, origin::INIT, site);
         self.objects.insert(addr, obj);
         self.apply_pending_name(obj);
-        t.install(obj);
+        // Not cached for the thread: the single-threaded fast path takes a cached object to be
+        // its thread's since an acquisition cached it, and would leave the owner unset (a wait
+        // the initialising thread's unlock ended then named no waker). The first use caches it.
     }
 
     /// A destroy function succeeded at `addr`.
