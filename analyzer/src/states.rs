@@ -1106,6 +1106,19 @@ impl States {
     pub fn futex_object(&self, syscall: i32, what: &str) -> Option<(u64, u64)> {
         self.futex_objects.get(&futex_word(syscall, what)?).copied()
     }
+
+    /// The time threads were seen blocked on futex words outside the shim's calls and outside
+    /// every object of the log (Go's runtime, futexes called by inline system calls): waits the
+    /// wrappers could not attribute.
+    pub fn unattributed_futex_ns(&self) -> u64 {
+        self.resources
+            .by
+            .iter()
+            .filter(|((syscall, what), _)| {
+                futex_word(*syscall, what).is_some() && self.futex_object(*syscall, what).is_none()
+            })
+            .fold(0u64, |a, (_, w)| a.saturating_add(w.ns))
+    }
 }
 
 /// `read on pipe:[123]`, `futex`, `syscall 999`.

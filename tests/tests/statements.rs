@@ -668,3 +668,88 @@ fn a_thread_that_got_the_tid_of_one_that_ended_is_counted_and_listed_as_a_thread
         a.text
     );
 }
+
+/// A Go program using cgo: 8 goroutines take turns on one `sync.Mutex`, long enough that the
+/// runtime parks its threads on futexes.
+const GO_CGO: &str = r#"package main
+
+/*
+static int one(int x) { return (x & 1) + 1; }
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+)
+
+func main() {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	total := 0
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20000; i++ {
+				mu.Lock()
+				x := 0
+				for k := 0; k < 2000; k++ {
+					x += k
+				}
+				total += int(C.one(C.int(x)))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Println("total", total)
+}
+"#;
+
+#[test]
+fn a_go_program_with_cgo_is_told_its_futex_waits_are_there_but_not_attributed() {
+    // The report said "highwater: 0 (no thread ever waited)" and "WHERE THE WAITING WENT:
+    // nowhere" while THREAD STATES showed 600 ms of futex waits: Go's runtime calls futex by
+    // inline system calls, which no wrapper sees.
+    let go = waitshim_tests::debian_program("go", "golang-go");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    std::fs::write(d.join("main.go"), GO_CGO).expect("write main.go");
+    std::fs::write(d.join("go.mod"), "module gocgo\n\ngo 1.19\n").expect("write go.mod");
+    let built = Command::new(go)
+        .args(["build", "-o", "gocgo", "."])
+        .current_dir(d)
+        .env("GOTOOLCHAIN", "local")
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOCACHE", d.join("gocache"))
+        .env("HOME", d)
+        .env("CGO_ENABLED", "1")
+        .output()
+        .expect("run go build");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let native = Launch::program(d.join("gocgo")).native().run();
+    native.assert_success();
+    let run = Launch::program(d.join("gocgo")).run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "total 160000\n");
+    assert_eq!(run.stdout_text(), native.stdout_text());
+    let a = run.analyze();
+    let hwm = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("highwater:"))
+        .unwrap_or("");
+    assert!(
+        hwm.contains("yet the sampler saw threads blocked")
+            && hwm.contains("futex words of no tracked object"),
+        "{}",
+        a.text
+    );
+    assert!(!a.text.contains("no thread ever waited"), "{}", a.text);
+    assert!(a.text.contains("untracked futex word 0x"), "{}", a.text);
+}

@@ -260,11 +260,15 @@ fn summary(ctx: &mut Ctx<'_>, out: &mut String) {
             // Barrier and join waits do not count towards the mark: say so when they are all
             // the run had.
             let waited = crate::findings::any_wait(m);
+            let unseen = m.states.unattributed_futex_ns();
             let why = if waited {
                 "no thread waited on a lock, condition variable or semaphore; barrier and join \
                  waits do not count towards it"
+                    .to_string()
+            } else if unseen > 0 {
+                unattributed_futex_text(unseen)
             } else {
-                "no thread ever waited"
+                "no thread ever waited".to_string()
             };
             let _ = writeln!(out, "highwater: {} ({why})", m.hwm());
         }
@@ -610,16 +614,31 @@ fn ended_after_all(ctx: &mut Ctx<'_>, out: &mut String, hangs: bool) {
     }
 }
 
+/// Waiting the shim's wrappers did not see, but the sampler did: threads blocked on futex words
+/// of no object of the log, for `ns` in all.
+fn unattributed_futex_text(ns: u64) -> String {
+    format!(
+        "no wait through the calls the shim interposes; yet the sampler saw threads blocked {} \
+         in all on futex words of no tracked object: locks that bypass libc (Go's runtime, \
+         futexes called by inline system calls), which the shim cannot attribute to an object; \
+         THREAD STATES shows them by futex word",
+        fmt_ns(ns)
+    )
+}
+
 /// The first finding: which objects the threads' waiting went to, most first, with the share of
 /// the threads' time it took and the call site that waited most for each.
 fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
     let costs = crate::findings::costs(m);
     if costs.is_empty() {
-        let _ = writeln!(
-            out,
-            "\nWHERE THE WAITING WENT: nowhere (no thread ever waited for another)"
-        );
+        let unseen = m.states.unattributed_futex_ns();
+        let why = if unseen > 0 {
+            unattributed_futex_text(unseen)
+        } else {
+            "no thread ever waited for another".to_string()
+        };
+        let _ = writeln!(out, "\nWHERE THE WAITING WENT: nowhere ({why})");
         return;
     }
     use crate::findings::Group;
