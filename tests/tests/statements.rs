@@ -301,6 +301,33 @@ fn names_the_program_chose_reach_plain_text_outputs_escaped_and_json_as_they_are
     let gate = analyzer(&["check", "--fail-if", "hwm >= 1", path]);
     assert_plain("check", &gate);
     assert!(gate.contains(&format!("mutex#1 {shown}")), "{gate}");
+
+    // `run` in a GitHub Actions job: the runner reads what it prints, where a line starting
+    // `::` is a workflow command.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut ran = Command::new(analyzer_path());
+    ran.args(["run", "--"])
+        .arg(fixture("hostile_names"))
+        .arg("\n::warning::arg\u{1b}[2J")
+        .env("GITHUB_ACTIONS", "true")
+        .env("TMPDIR", tmp.path())
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("WAITSHIM_") {
+            ran.env_remove(k);
+        }
+    }
+    let o = ran.output().expect("run waitshim-analyze run");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{said}");
+    assert_plain("run", &said);
+    assert!(said.contains(&format!("mutex#1 {shown}")), "{said}");
+    assert!(said.contains(r#""\x0a::error::main""#), "{said}");
 }
 
 #[test]
