@@ -699,7 +699,7 @@ fn not_a_file(path: &std::ffi::CStr) -> Option<&'static str> {
 }
 
 /// (st_dev, st_ino) of an open descriptor.
-fn file_id(fd: libc::c_int) -> Option<(u64, u64)> {
+pub(crate) fn file_id(fd: libc::c_int) -> Option<(u64, u64)> {
     // SAFETY: fstat into a local struct.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();

@@ -90,6 +90,42 @@ pub fn paced_interval(asked_ns: u64, look_ns: u64) -> u64 {
 static FDS: [AtomicI32; 3 * MAX_FOLLOWED + 2] =
     [const { AtomicI32::new(-1) }; 3 * MAX_FOLLOWED + 2];
 
+/// The file each descriptor in [`FDS`] was kept for, (st_dev, st_ino), beside its slot. While
+/// the shim shares the program's table, the program may close a kept descriptor (`close_range`,
+/// `closefrom`) and get its number again for a file of its own: before a kept descriptor is
+/// read, rewound or closed, it is checked to be still the one kept ([`intact`]), as the log's
+/// is.
+static IDS: [(AtomicU64, AtomicU64); 3 * MAX_FOLLOWED + 2] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; 3 * MAX_FOLLOWED + 2];
+
+/// Whether `fd` may be used as the sampler's: always in the shim thread's own table (the program
+/// cannot reach it); in the program's, unless it is a kept descriptor whose number now names
+/// another file. A descriptor not kept (opened for the moment by this look) is the sampler's.
+fn intact(fd: i32) -> bool {
+    if crate::fdtable::own() {
+        return true;
+    }
+    match FDS.iter().position(|s| s.load(Ordering::Acquire) == fd) {
+        Some(i) => {
+            let want = (
+                IDS[i].0.load(Ordering::Acquire),
+                IDS[i].1.load(Ordering::Acquire),
+            );
+            crate::log::file_id(fd) == Some(want)
+        }
+        None => true,
+    }
+}
+
+/// [`pread_all`] of a descriptor the sampler keeps, if it is still the one kept ([`intact`]).
+fn pread_kept(fd: i32, buf: &mut [u8]) -> Option<&[u8]> {
+    if intact(fd) {
+        pread_all(fd, buf)
+    } else {
+        None
+    }
+}
+
 /// Set while the sampler follows threads without kept descriptors (past [`MAX_FOLLOWED`]): a
 /// thread that ends without one then writes its totals from its own clock ([`thread_ending`]).
 static PAST_CAP: AtomicBool = AtomicBool::new(false);
@@ -129,25 +165,33 @@ fn schedstat_of(tid: u32) -> Option<i32> {
 }
 
 fn keep(fd: i32) -> bool {
-    for slot in FDS.iter() {
+    let id = crate::log::file_id(fd).unwrap_or((0, 0));
+    for (slot, (dev, ino)) in FDS.iter().zip(IDS.iter()) {
         if slot
             .compare_exchange(-1, fd, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
+            dev.store(id.0, Ordering::Release);
+            ino.store(id.1, Ordering::Release);
             return true;
         }
     }
     false
 }
 
+/// Forgets kept descriptor `fd` and closes it, unless its number now names a file of the
+/// program's ([`intact`]): that one is only forgotten.
 fn release(fd: i32) {
+    let ours = intact(fd);
     for slot in FDS.iter() {
         if slot
             .compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            // SAFETY: our own descriptor, forgotten first.
-            unsafe { libc::close(fd) };
+            if ours {
+                // SAFETY: our own descriptor, forgotten first.
+                unsafe { libc::close(fd) };
+            }
             return;
         }
     }
@@ -165,8 +209,10 @@ pub fn after_fork_child() {
         t.store(0, Ordering::Relaxed);
     }
     for slot in FDS.iter() {
-        let fd = slot.swap(-1, Ordering::AcqRel);
-        if fd >= 0 && copied {
+        let fd = slot.load(Ordering::Acquire);
+        let ours = fd >= 0 && copied && intact(fd);
+        slot.store(-1, Ordering::Release);
+        if ours {
             // SAFETY: a descriptor the parent's sampler held, copied into this process.
             unsafe { libc::close(fd) };
         }
@@ -294,7 +340,7 @@ pub fn thread_ending(tr: &Tracker, tid: u32) {
         Some(_) if crate::fdtable::own() => (crate::clock::thread_cpu_ns(), 0, 0),
         Some(fd) => {
             let mut buf = [0u8; 128];
-            let sched = pread_all(fd, &mut buf).and_then(parse_schedstat);
+            let sched = pread_kept(fd, &mut buf).and_then(parse_schedstat);
             let Some(sched) = sched else {
                 return;
             };
@@ -796,7 +842,7 @@ fn read_switches(f: &mut Followed, buf: &mut [u8], now: u64, on_cpu: u64) -> Opt
         open_rotating(&path, 2).ok()
     };
     let sw = fd
-        .and_then(|fd| pread_all(fd, buf))
+        .and_then(|fd| pread_kept(fd, buf))
         .and_then(parse_switches)?;
     if f.switches == Some(sw) {
         return None;
@@ -1162,6 +1208,13 @@ impl Sampler {
 
     /// The tids of the process's threads, from `/proc/self/task`.
     fn tids(&mut self) -> Option<Vec<u32>> {
+        // Closed by the program and its number given to a file of its own: that file is not
+        // rewound nor read; the directory is opened again.
+        if let Some(fd) = self.task_dir.filter(|&fd| !intact(fd)) {
+            release(fd);
+            self.task_dir = None;
+            TASK_DIR.store(-1, Ordering::Relaxed);
+        }
         if self.task_dir.is_none() {
             let c = c"/proc/self/task";
             // SAFETY: a NUL-terminated path; our own descriptor.
@@ -1343,7 +1396,7 @@ impl Sampler {
             }
             f.clock = clock;
             let Some((on_cpu, delay, slices)) =
-                pread_all(f.schedstat, &mut self.buf).and_then(parse_schedstat)
+                pread_kept(f.schedstat, &mut self.buf).and_then(parse_schedstat)
             else {
                 seen[i] = false;
                 continue;
@@ -1359,7 +1412,7 @@ impl Sampler {
                 // Waiting for this look: its state is the one seen before (or running).
                 None
             } else {
-                let Some(text) = pread_all(f.syscall, &mut self.buf) else {
+                let Some(text) = pread_kept(f.syscall, &mut self.buf) else {
                     seen[i] = false;
                     continue;
                 };
@@ -1618,6 +1671,10 @@ impl Sampler {
     }
 
     fn sample_cpus(&mut self, tr: &Tracker, now: u64) {
+        if let Some(fd) = self.stat.filter(|&fd| !intact(fd)) {
+            release(fd);
+            self.stat = None;
+        }
         if self.stat.is_none() {
             self.stat = open_high("/proc/stat");
         }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use waitshim_format::Record;
 use waitshim_tests::{
-    analyze, analyzer_path, fixture, frame_is, line_of, rewrite_log, shim_path, Launch,
-    POLL_DEADLINE,
+    analyze, analyzer_path, fixture, frame_is, line_of, rewrite_log, shim_path, skip_or_fail,
+    Launch, POLL_DEADLINE,
 };
 
 #[test]
@@ -181,7 +181,10 @@ fn processes_of(exe: &Path) -> Vec<u32> {
 #[test]
 fn a_program_in_its_own_pid_namespace_is_found_running_and_once_killed_is_not() {
     let Some(unshare) = pid_namespace() else {
-        eprintln!("skipped: unshare cannot make a PID namespace here");
+        skip_or_fail(
+            "a_program_in_its_own_pid_namespace_is_found_running_and_once_killed_is_not",
+            "unshare cannot make a PID namespace here",
+        );
         return;
     };
     let program: PathBuf = fixture("sigkill");
@@ -298,6 +301,33 @@ fn names_the_program_chose_reach_plain_text_outputs_escaped_and_json_as_they_are
     let gate = analyzer(&["check", "--fail-if", "hwm >= 1", path]);
     assert_plain("check", &gate);
     assert!(gate.contains(&format!("mutex#1 {shown}")), "{gate}");
+
+    // `run` in a GitHub Actions job: the runner reads what it prints, where a line starting
+    // `::` is a workflow command.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut ran = Command::new(analyzer_path());
+    ran.args(["run", "--"])
+        .arg(fixture("hostile_names"))
+        .arg("\n::warning::arg\u{1b}[2J")
+        .env("GITHUB_ACTIONS", "true")
+        .env("TMPDIR", tmp.path())
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("WAITSHIM_") {
+            ran.env_remove(k);
+        }
+    }
+    let o = ran.output().expect("run waitshim-analyze run");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{said}");
+    assert_plain("run", &said);
+    assert!(said.contains(&format!("mutex#1 {shown}")), "{said}");
+    assert!(said.contains(r#""\x0a::error::main""#), "{said}");
 }
 
 #[test]
@@ -591,8 +621,10 @@ fn a_program_whose_threads_reuse_a_tid_is_reported_with_each_thread_not_one() {
 
 #[test]
 fn a_thread_that_got_the_tid_of_one_that_ended_is_counted_and_listed_as_a_thread_of_its_own() {
+    const TEST: &str =
+        "a_thread_that_got_the_tid_of_one_that_ended_is_counted_and_listed_as_a_thread_of_its_own";
     let Some(unshare) = pid_namespace() else {
-        eprintln!("skipped: unshare cannot make a PID namespace here");
+        skip_or_fail(TEST, "unshare cannot make a PID namespace here");
         return;
     };
     // `first` ends; `second` gets its tid (the fixture sets the namespace's next tid, rather
@@ -610,7 +642,7 @@ fn a_thread_that_got_the_tid_of_one_that_ended_is_counted_and_listed_as_a_thread
         .arg(fixture("tid_reuse"))
         .run();
     if run.status.code() == Some(77) {
-        eprintln!("skipped: {}", run.stderr_text());
+        skip_or_fail(TEST, run.stderr_text().trim_end());
         return;
     }
     run.assert_success();
