@@ -359,6 +359,9 @@ struct Loaded {
     /// Neither the file nor a separate debug file has a symbol table or debug information:
     /// `symbols` are the dynamic ones.
     stripped: bool,
+    /// The file's executable loaded segments: (address, file offset, size in the file), to
+    /// read the instruction before a return address ([`Symbolizer::scanned_chain`]).
+    code: Vec<(u64, u64, u64)>,
 }
 
 struct ModuleMap {
@@ -604,6 +607,107 @@ impl Symbolizer {
                 addr,
                 ..Frame::default()
             })
+    }
+
+    /// A chain scanned from a blocked thread's stack (its program counter, then words above its
+    /// stack pointer that point just after a call), innermost first, each frame with whether it
+    /// is doubtful: a return address whose call instruction is a direct call to another
+    /// function of the same module than the frame above it. Such a word was most likely left on
+    /// the stack by an earlier call (memcached's main thread under epoll_wait showed
+    /// `_int_realloc`), or the frame above was reached through a tail call.
+    pub fn scanned_chain(&mut self, model: &Model, chain_id: u32) -> Vec<(Frame, bool)> {
+        let Some(addrs) = model.chains.get(&chain_id) else {
+            return Vec::new();
+        };
+        // Each address's logical frames, and the (module, start) of the function it is in.
+        let mut each = Vec::with_capacity(addrs.len());
+        for &a in addrs {
+            let frames = self.frames(a, true);
+            let module = self.module_of(a.saturating_sub(1));
+            let start = module.zip(frames.last().and_then(|f| f.addr.checked_sub(f.offset?)));
+            if frames.iter().any(Frame::is_user) {
+                if let Some(m) = module {
+                    self.shown.insert(m);
+                }
+            }
+            each.push((frames, start));
+        }
+        // Frames since the last one whose call was seen to lead to the frame above it: a frame
+        // whose call leads to one of them makes those in between doubtful; one whose call leads
+        // to none of them is doubtful itself; one whose call cannot be told joins them.
+        let mut doubtful = vec![false; addrs.len()];
+        let mut open: Vec<usize> = vec![0];
+        for (k, &a) in addrs.iter().enumerate().skip(1) {
+            let Some(target) = self.direct_call_target(a) else {
+                open.push(k);
+                continue;
+            };
+            let callee = open
+                .iter()
+                .rposition(|&j| each[j].1.is_some_and(|(m, start)| (m, start) == target));
+            match callee {
+                Some(p) => {
+                    for &j in &open[p + 1..] {
+                        doubtful[j] = true;
+                    }
+                    open = vec![k];
+                }
+                None => doubtful[k] = true,
+            }
+        }
+        each.into_iter()
+            .zip(doubtful)
+            .flat_map(|((frames, _), d)| {
+                frames
+                    .into_iter()
+                    .filter(|f| !f.is_shim())
+                    .map(move |f| (f, d))
+            })
+            .collect()
+    }
+
+    /// Where the instruction before return address `ret` calls, as (module, function start),
+    /// when it is a direct call (`e8 rel32`) to the start of a named function of the same
+    /// module; None when it cannot be told (an indirect call, a call through the PLT or into
+    /// another module, an unreadable file).
+    fn direct_call_target(&mut self, ret: u64) -> Option<(usize, u64)> {
+        let before = self.code_before(ret)?;
+        if before[0] != 0xe8 {
+            return None;
+        }
+        let rel = i32::from_le_bytes([before[1], before[2], before[3], before[4]]);
+        let target = ret.wrapping_add_signed(i64::from(rel));
+        let module = self.module_of(target)?;
+        if Some(module) != self.module_of(ret.saturating_sub(1)) {
+            return None;
+        }
+        let t = self.frame(target, false);
+        (t.function.is_some() && t.offset == Some(0)).then_some((module, target))
+    }
+
+    /// The 5 bytes before `ret` in its module's file, if they lie in an executable segment.
+    fn code_before(&mut self, ret: u64) -> Option<[u8; 5]> {
+        use std::os::unix::fs::FileExt;
+        let i = self.module_of(ret.saturating_sub(1))?;
+        let m = self.modules.get(i)?;
+        let l = m.loaded.as_ref()?;
+        let at = ret.checked_sub(m.base)?.checked_sub(5)?;
+        let &(vaddr, offset, _) = l
+            .code
+            .iter()
+            .find(|&&(v, _, n)| at >= v && at + 5 <= v.saturating_add(n))?;
+        // Only the regular file the module was read from, never blocking (see read_elf_bytes).
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&m.path)
+            .ok()?;
+        if !file.metadata().ok()?.file_type().is_file() {
+            return None;
+        }
+        let mut b = [0u8; 5];
+        file.read_exact_at(&mut b, offset + (at - vaddr)).ok()?;
+        Some(b)
     }
 
     /// The chain's logical frames, innermost first, inlined frames included, without the shim's
@@ -1152,11 +1256,18 @@ fn load_module_with(
     if data.is_empty() {
         data = data_symbols(&elf, true);
     }
+    let code = elf
+        .program_headers
+        .iter()
+        .filter(|p| p.p_type == goblin::elf::program_header::PT_LOAD && p.is_executable())
+        .map(|p| (p.p_vaddr, p.p_offset, p.p_filesz))
+        .collect();
     Ok(Loaded {
         symbols,
         data,
         dwarf,
         stripped,
+        code,
     })
 }
 

@@ -899,3 +899,46 @@ fn idle_cpus_are_the_share_proc_stat_gives_never_over_100_percent() {
         assert!(line.contains("idle "), "{text}");
     }
 }
+
+#[test]
+fn return_addresses_an_earlier_call_left_on_the_stack_are_marked_doubtful() {
+    // A blocked thread's chain is scanned from its stack, and words left there by earlier
+    // calls were printed as frames (memcached's main thread under epoll_wait showed
+    // `_int_realloc`). The reader recursed through stale_call() before it blocked in read():
+    // those return addresses are marked, its real callers are not.
+    let run = run_both("stale_frames", &[]);
+    assert_eq!(run.stdout_text(), "stale_frames: read 1 byte\n");
+    let a = run.analyze();
+    let text = &a.text;
+    let resources = text
+        .find("Waited for outside tracked objects")
+        .unwrap_or_else(|| panic!("{text}"));
+    let start = resources
+        + text[resources..]
+            .find("  read on pipe:")
+            .unwrap_or_else(|| panic!("{text}"));
+    let chain: Vec<&str> = text[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("      "))
+        .collect();
+    let frame = |name: &str| chain.iter().find(|l| l.contains(&format!(" {name} (")));
+    let read_block = frame("read_block").unwrap_or_else(|| panic!("{text}"));
+    assert!(!read_block.contains(" ? "), "{read_block}\n{text}");
+    assert!(
+        chain.iter().any(|l| l.contains(" ? stale_call (")),
+        "{text}"
+    );
+    assert!(
+        chain
+            .iter()
+            .all(|l| !l.contains(" stale_call (") || l.contains(" ? ")),
+        "{text}"
+    );
+    assert!(
+        chain
+            .iter()
+            .any(|l| l.contains("(? : the scan found this return address")),
+        "{text}"
+    );
+}

@@ -520,6 +520,43 @@ fn chain_with(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, mark_user: bool, o
     }
 }
 
+/// A chain scanned from a blocked thread's stack, one frame a line: a frame whose call leads
+/// elsewhere than the frame above it is marked, and what the mark means said once.
+fn scanned_chain(ctx: &mut Ctx<'_>, chain_id: u32, indent: &str, out: &mut String) {
+    let frames = ctx.sym.scanned_chain(ctx.model, chain_id);
+    if frames.is_empty() {
+        chain(ctx, chain_id, indent, out);
+        return;
+    }
+    let shown = frames
+        .iter()
+        .enumerate()
+        .filter(|(_, (f, _))| !f.inlined)
+        .nth(MAX_FRAMES_SHOWN - 1)
+        .map_or(frames.len(), |(i, _)| i + 1);
+    let mut marked = false;
+    for (i, (f, doubtful)) in frames.iter().take(shown).enumerate() {
+        let mark = if *doubtful { "? " } else { "" };
+        marked |= doubtful;
+        let _ = writeln!(out, "{indent}#{i} {mark}{}", f.describe());
+    }
+    if frames.len() > shown {
+        let _ = writeln!(
+            out,
+            "{indent}... {} outer frames not shown",
+            frames.len() - shown
+        );
+    }
+    if marked {
+        let _ = writeln!(
+            out,
+            "{indent}(? : the scan found this return address, but the call before it leads to \
+             another function than the frame above: most likely left on the stack by an \
+             earlier call, or the frame above was reached through a tail call)"
+        );
+    }
+}
+
 fn deadlocks(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
     let real: Vec<&Deadlock> = m.real_deadlocks().collect();
@@ -893,7 +930,7 @@ fn resources(ctx: &mut Ctx<'_>, out: &mut String) {
                 out,
                 "      blocked at ({n} of {all} waits with a chain; scanned from the stack{more}):"
             );
-            chain(ctx, chain_id, "        ", out);
+            scanned_chain(ctx, chain_id, "        ", out);
         }
     }
     if rows.len() > shown {
