@@ -473,12 +473,20 @@ fn woken_before(pieces: &HashMap<u32, Pieces>, tid: u32, a: u64, t: u64, by: u64
         .last()
 }
 
-/// The longest hold of lock `o` the shim measured, if it measured any.
+/// The longest hold of lock `o` the shim measured, if it measured any. None for a recursive
+/// mutex: the shim times each level of it, so its longest measured hold is a nested level's
+/// (SQLite's connection mutex: 60 µs, while one sqlite3_exec holds it for milliseconds).
 fn longest_hold(model: &Model, o: u64) -> Option<u64> {
-    model
-        .objects
-        .get(&o)?
-        .counters
+    let obj = model.objects.get(&o)?;
+    let recursive = obj.create.as_ref().is_some_and(|c| {
+        c.kind == ObjectKind::Mutex as u8
+            && c.subtype & waitshim_format::mutex_kind::TYPE_MASK
+                == waitshim_format::mutex_kind::RECURSIVE
+    });
+    if recursive {
+        return None;
+    }
+    obj.counters
         .as_ref()
         .map(|c| c.hold_max_ns)
         .filter(|&ns| ns > 0)
