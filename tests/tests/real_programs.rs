@@ -368,3 +368,54 @@ fn pigz_is_held_back_by_its_compressors_work_and_its_idle_waits_are_said_idle() 
         .unwrap_or_else(|| panic!("no idle line:\n{}", a.text));
     assert!(idle.contains("cond#"), "{idle}");
 }
+
+/// A Java program: 4 threads take turns in one `synchronized` block.
+const JAVA_MONITOR: &str = r#"public class Monitor {
+    static final Object lock = new Object();
+    static long counter;
+    public static void main(String[] args) throws Exception {
+        Thread[] ts = new Thread[4];
+        for (int i = 0; i < 4; i++) {
+            ts[i] = new Thread(() -> {
+                for (int k = 0; k < 2000; k++) {
+                    synchronized (lock) {
+                        long x = 0;
+                        for (int j = 0; j < 20000; j++) x += j;
+                        counter += (x & 1) + 1;
+                    }
+                }
+            });
+            ts[i].start();
+        }
+        for (Thread t : ts) t.join();
+        System.out.println("counter " + counter);
+    }
+}
+"#;
+
+#[test]
+fn a_java_monitor_is_said_to_show_as_one_park_event_per_waiting_thread() {
+    // One contended `synchronized` block showed as 4 unrelated per-thread PlatformEvent
+    // condition variables of 1.3 % each, with nothing to say they were one Java lock.
+    let javac = debian_program("javac", "openjdk-17-jdk-headless");
+    let java = javac.with_file_name("java");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = dir.path().join("Monitor.java");
+    std::fs::write(&source, JAVA_MONITOR).expect("write Monitor.java");
+    let run = Launch::program(&java)
+        .arg(&source)
+        .timeout(std::time::Duration::from_secs(120))
+        .run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "counter 8000\n");
+    let a = run.analyze();
+    let note = a
+        .text
+        .lines()
+        .find(|l| l.starts_with("  (a JVM: "))
+        .unwrap_or_else(|| panic!("no JVM note:\n{}", a.text));
+    assert!(
+        note.contains("os::PlatformEvent") && note.contains("one thread's park event"),
+        "{note}"
+    );
+}

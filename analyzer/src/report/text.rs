@@ -651,6 +651,51 @@ fn ended_after_all(ctx: &mut Ctx<'_>, out: &mut String, hangs: bool) {
     }
 }
 
+/// HotSpot's per-thread park primitives: a Java monitor (`synchronized`), `Object.wait` and the
+/// java.util.concurrent locks park each thread on its own condition variable and mutex, made
+/// in these constructors.
+const JVM_PARK_CONSTRUCTORS: &[&str] = &["os::PlatformEvent::", "os::PlatformParker::"];
+
+/// Says, before a JVM's rows, that its park events are one object per thread, not per Java
+/// lock: one contended `synchronized` block showed as 4 unrelated condition variables.
+fn jvm_park_note(ctx: &mut Ctx<'_>, costs: &[crate::findings::Cost], out: &mut String) {
+    let (mut n, mut ns, mut jvm) = (0usize, 0u64, false);
+    for c in costs {
+        let Some(site) = ctx.creation_site(c.object_id) else {
+            continue;
+        };
+        let module = site.module.as_deref().map(crate::symbolize::basename);
+        jvm |= module.is_some_and(|m| m.starts_with("libjvm"));
+        let park = site
+            .function
+            .as_deref()
+            .is_some_and(|f| JVM_PARK_CONSTRUCTORS.iter().any(|p| f.starts_with(p)));
+        if park {
+            n += 1;
+            ns = ns.saturating_add(c.wait_ns);
+        }
+    }
+    if n > 0 {
+        let _ = writeln!(
+            out,
+            "  (a JVM: the {n} objects created in os::PlatformEvent or os::PlatformParker \
+             (libjvm.so), {} of waiting in all, are each one thread's park event, not a Java \
+             lock: Java monitors (synchronized), Object.wait and java.util.concurrent locks park \
+             a thread on its own, so one contended Java lock shows as one such row per thread \
+             that waited for it; which Java lock it was is not seen from pthread calls (JFR's \
+             jdk.JavaMonitorEnter events, or async-profiler in lock mode, name it))",
+            fmt_ns(ns)
+        );
+    } else if jvm {
+        let _ = writeln!(
+            out,
+            "  (a JVM: objects created in libjvm.so are the JVM's own locks and its threads' \
+             per-thread park events; a contended Java lock shows as one park event per waiting \
+             thread, not as one object; without libjvm's symbols the two cannot be told apart)"
+        );
+    }
+}
+
 /// Waiting the shim's wrappers did not see, but the sampler did: threads blocked on futex words
 /// of no object of the log, for `ns` in all.
 fn unattributed_futex_text(ns: u64) -> String {
@@ -721,6 +766,7 @@ fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
         "  {:>10} {:>7} {:>9} {:>10} {:>5}  object, and where it was waited for most",
         "waited", "share", "waits", "longest", "most"
     );
+    jvm_park_note(ctx, &costs, out);
     let shown = crate::findings::shown(&costs, top);
     let mut cut = false;
     for (i, c) in costs.iter().enumerate() {
