@@ -941,4 +941,23 @@ fn return_addresses_an_earlier_call_left_on_the_stack_are_marked_doubtful() {
             .any(|l| l.contains("(? : the scan found this return address")),
         "{text}"
     );
+    // The JSON gives the same marks, as indices into the chain's frames.
+    let log = a.log(0);
+    let read = log.0["thread_states"]["resources"]
+        .as_array()
+        .and_then(|rs| {
+            rs.iter()
+                .find(|r| r["what"].as_str().is_some_and(|w| w.starts_with("pipe:")))
+        })
+        .unwrap_or_else(|| panic!("no read on the pipe: {}", log.0["thread_states"]));
+    let c = &read["chains"][0];
+    let frames = &log.0["chains"][c["chain"].to_string()];
+    let marked: Vec<&str> = c["doubtful_frames"]
+        .as_array()
+        .expect("doubtful_frames")
+        .iter()
+        .filter_map(|i| frames[i.as_u64().unwrap_or(0) as usize]["function"].as_str())
+        .collect();
+    assert!(!marked.is_empty(), "{c}");
+    assert!(marked.iter().all(|f| *f == "stale_call"), "{marked:?}");
 }

@@ -819,6 +819,8 @@ struct ResourceJson {
 struct ResourceChainJson {
     chain: u32,
     waits: u64,
+    /// Indices into the chain's frames (in `chains`) the text report marks `?`.
+    doubtful_frames: Vec<usize>,
 }
 
 #[derive(Serialize)]
@@ -899,7 +901,10 @@ struct CpuJson {
     iowait_ns: u64,
 }
 
-fn thread_states(m: &crate::model::Model) -> StatesJson {
+fn thread_states(
+    m: &crate::model::Model,
+    doubtful: &std::collections::HashMap<u32, Vec<usize>>,
+) -> StatesJson {
     let st = &m.states;
     StatesJson {
         sampled: st.any(),
@@ -990,7 +995,11 @@ fn thread_states(m: &crate::model::Model) -> StatesJson {
                     .w
                     .chains
                     .iter()
-                    .map(|&(chain, waits)| ResourceChainJson { chain, waits })
+                    .map(|&(chain, waits)| ResourceChainJson {
+                        chain,
+                        waits,
+                        doubtful_frames: doubtful.get(&chain).cloned().unwrap_or_default(),
+                    })
                     .collect(),
                 other_chain_waits: r.w.other_chains,
                 futex_object_id: st.futex_object(r.syscall, r.what).map(|o| o.0),
@@ -1813,6 +1822,24 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
     });
     let basis = crate::whatif::Basis::of(&x);
     let critical_path = x.critical().map(|p| critical(m, p, basis.as_ref()));
+    // The frames of the scanned chains of blocked threads that the text report marks `?`.
+    let scanned: BTreeSet<u32> = crate::states::resource_rows(&m.states)
+        .iter()
+        .flat_map(|r| r.w.chains.iter().map(|c| c.0))
+        .collect();
+    let doubtful = scanned
+        .into_iter()
+        .map(|id| {
+            let frames = x.sym.scanned_chain(m, id);
+            let marked = frames
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, d))| *d)
+                .map(|(i, _)| i)
+                .collect();
+            (id, marked)
+        })
+        .collect();
     LogJson {
         critical_path,
         file: x.summary.path.display().to_string(),
@@ -1863,7 +1890,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
         quiet_objects: Each::new(ctx, m.quiet_by_count().into_iter(), quiet),
         threads: Each::new(ctx, m.threads_listed().into_iter(), thread),
         threads_summed: threads_summed(m),
-        thread_states: thread_states(m),
+        thread_states: thread_states(m, &doubtful),
         shim_cost: m.shim_cost.as_ref().map(|c| shim_cost(m, c)),
         policy: PolicyJson {
             versions: Each::new(ctx, p.versions.iter(), version),
