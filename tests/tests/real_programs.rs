@@ -84,8 +84,10 @@ fn sysbench_mutex_ranks_its_mutex_array_first() {
         "first finding: {first}\n{}",
         a.text
     );
-    // Both array mutexes (created by sysbench, waited on by its workers) was waited
-    // for longer than the start barrier's condition variable, and has records.
+    // The array's mutexes (created by sysbench, waited on by its workers) were waited for
+    // longer than the start barrier's condition variable, the busier one alone and both
+    // together (the other alone not always: on a loaded machine the workers reach the start
+    // barrier far apart, 32 ms against 25 ms in a clean-clone CI run), and each has records.
     let mut mutexes: Vec<&Value> = log
         .objects()
         .into_iter()
@@ -100,9 +102,12 @@ fn sysbench_mutex_ranks_its_mutex_array_first() {
         .filter(|o| o["kind"] == "cond")
         .map(|o| log.counter(o, "wait_total_ns"))
         .sum();
-    for m in &mutexes {
-        assert!(log.counter(m, "wait_total_ns") > cond_wait, "{}", a.text);
-    }
+    let waited: Vec<u64> = mutexes
+        .iter()
+        .map(|m| log.counter(m, "wait_total_ns"))
+        .collect();
+    assert!(waited[0] > cond_wait, "{}", a.text);
+    assert!(waited.iter().sum::<u64>() > cond_wait, "{}", a.text);
     for m in &mutexes {
         assert!(
             !log.records_on(m).is_empty(),
