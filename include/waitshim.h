@@ -10,6 +10,7 @@
  *     pthread_mutex_init(&queue_lock, NULL);
  *     WAITSHIM_NAME_OBJECT(&queue_lock, "queue");
  *     WAITSHIM_NAME_THREAD("io-worker");
+ *     WAITSHIM_PROGRESS("request served");
  *
  * Call the helpers (upper case); they check that the shim is there before calling it.
  */
@@ -40,6 +41,19 @@ int waitshim_snapshot(void) __attribute__((weak));
  * policy file, 0 without the shim. */
 int waitshim_policy_reload(void) __attribute__((weak));
 
+/* Progress points, for programs judged by their throughput and latency rather than by their run
+ * time (servers, pipelines that never end). Each `name` is a point; pass a string literal (it is
+ * matched by its address first, then by its text), at most 64 points. Safe from any thread; in a
+ * signal handler only at a point the program has already reached through the same string.
+ *
+ * waitshim_progress: one unit of work done (a request served, a block written).
+ * waitshim_progress_begin / _end: a transaction begins / ends (the end may come on another
+ * thread, and need not match the begin: the report's mean latency is exact whatever the order).
+ * An end also counts as a visit of the point. */
+void waitshim_progress(const char *name) __attribute__((weak));
+void waitshim_progress_begin(const char *name) __attribute__((weak));
+void waitshim_progress_end(const char *name) __attribute__((weak));
+
 static inline int WAITSHIM_PRESENT(void)
 {
     return waitshim_present ? waitshim_present() : 0;
@@ -65,6 +79,24 @@ static inline int WAITSHIM_SNAPSHOT(void)
 static inline int WAITSHIM_POLICY_RELOAD(void)
 {
     return waitshim_policy_reload ? waitshim_policy_reload() : 0;
+}
+
+static inline void WAITSHIM_PROGRESS(const char *name)
+{
+    if (waitshim_progress)
+        waitshim_progress(name);
+}
+
+static inline void WAITSHIM_BEGIN(const char *name)
+{
+    if (waitshim_progress_begin)
+        waitshim_progress_begin(name);
+}
+
+static inline void WAITSHIM_END(const char *name)
+{
+    if (waitshim_progress_end)
+        waitshim_progress_end(name);
 }
 
 #ifdef __cplusplus

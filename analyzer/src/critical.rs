@@ -22,7 +22,11 @@
 //!   most likely ended the call (connected, wrote, closed), which the shim does not see (an
 //!   estimate, said as such).
 //!
-//! The path's time adds up to the time from its first moment to the end of the run. Memory: one
+//! When the program has progress points, the path is that of its phase: from the first point's
+//! first visit to the last visit of any (a server's work, not its start-up, nor the idle time
+//! before it was stopped); the walk is the same, and only what lies in the phase is counted.
+//!
+//! The path's time adds up to the time from its first moment to its end. Memory: one
 //! block of waits per thread in memory, the rest in an unnamed temporary file, read backwards;
 //! the sampled states of every thread (one entry per change of state).
 
@@ -63,9 +67,15 @@ pub enum Cause {
 /// The critical path of a run, by what it was made of.
 #[derive(Debug, Clone, Default)]
 pub struct Path {
-    /// From its first moment to the end of the run.
+    /// From its first moment to the end of the run (or of the phase).
     pub start_ns: u64,
     pub end_ns: u64,
+    /// The phase the path covers, between progress points (None: the whole run).
+    pub phase: Option<(u64, u64)>,
+    /// With a phase: each thread's time on a CPU and ready for one within it, from the
+    /// sampler's states (intervals that straddle the phase's ends are split by the state's
+    /// share, an estimate).
+    pub phase_cpu: HashMap<u32, (u64, u64)>,
     /// What the time went to, most first.
     pub by: Vec<(Cause, u64)>,
     /// Waits the walk went through, ended by another thread (not on the path themselves).
@@ -256,18 +266,33 @@ type Pieces = Vec<(u64, u64, Own, bool)>;
 type Idle = Vec<(u64, u64, f64)>;
 
 /// The walk's account of the path.
-#[derive(Default)]
 struct Account {
     by: HashMap<Cause, u64>,
     held_running: HashMap<u64, u64>,
     estimated: bool,
+    /// Only what lies in this span is counted (the phase, or the whole run).
+    window: (u64, u64),
 }
 
 impl Account {
+    fn new(window: (u64, u64)) -> Account {
+        Account {
+            by: HashMap::new(),
+            held_running: HashMap::new(),
+            estimated: false,
+            window,
+        }
+    }
+
     fn add(&mut self, cause: Cause, ns: u64) {
         if ns > 0 {
             *self.by.entry(cause).or_default() += ns;
         }
+    }
+
+    /// [a, b) cut to the window.
+    fn clip(&self, a: u64, b: u64) -> (u64, u64) {
+        (a.max(self.window.0), b.min(self.window.1))
     }
 }
 
@@ -320,7 +345,33 @@ pub fn critical_path(model: &Model, first: &ReadSummary) -> io::Result<Option<Pa
     note?;
     let (pieces, idle) = sampled(model, first)?;
     let (file, heads) = steps.into_parts();
-    Ok(walk(model, file.as_ref(), heads, &pieces, &idle).map(|p| Path { holders, ..p }))
+    Ok(
+        walk(model, file.as_ref(), heads, &pieces, &idle).map(|p| Path {
+            phase_cpu: p.phase.map_or_else(HashMap::new, |w| phase_cpu(&pieces, w)),
+            holders,
+            ..p
+        }),
+    )
+}
+
+/// Each thread's time running and ready for a CPU within `w`, from its sampled pieces.
+fn phase_cpu(pieces: &HashMap<u32, Pieces>, w: (u64, u64)) -> HashMap<u32, (u64, u64)> {
+    pieces
+        .iter()
+        .map(|(&tid, p)| {
+            let mut run = (0, 0);
+            for (s, e, own, _) in p {
+                let ov = (*e).min(w.1).saturating_sub((*s).max(w.0));
+                match own {
+                    Own::Running => run.0 += ov,
+                    Own::Runnable => run.1 += ov,
+                    _ => {}
+                }
+            }
+            (tid, run)
+        })
+        .filter(|(_, r)| r.0 > 0)
+        .collect()
 }
 
 /// The sampler's pieces of each thread, and the idle CPUs.
@@ -398,6 +449,7 @@ fn own_time(
     pieces: &HashMap<u32, Pieces>,
     idle: &Idle,
 ) {
+    let (a, b) = acc.clip(a, b);
     if b <= a {
         return;
     }
@@ -513,17 +565,31 @@ fn walk(
 ) -> Option<Path> {
     let (mut tid, end) = last_thread(model)?;
     let run_start = model.start_ns();
+    let phase = model
+        .progress
+        .phase()
+        .filter(|&(a, b)| a < end && b > run_start);
+    let window = phase.map_or((0, u64::MAX), |(a, b)| (a, b.min(end)));
     let mut t = end;
     // The object whose release by `tid` at `t` brought the walk here (it ended a wait on it).
     let mut released: Option<u64> = None;
     // The thread whose wait `tid` ended at `t`, and when that wait began.
     let mut came_from: Option<(u32, u64)> = None;
-    let mut acc = Account::default();
+    let mut acc = Account::new(window);
     let mut hops = 0u64;
+    let done = |acc: Account, start: u64, hops: u64| {
+        let mut p = finish(acc, start.max(window.0), end.min(window.1), hops);
+        p.phase = phase;
+        p
+    };
     let mut cursors: HashMap<u32, Backwards<'_>> = HashMap::new();
     // Every step lowers `t`, or moves to the thread that ended a wait at that wait's end, which
     // is before the span just accounted ended: the walk ends.
     loop {
+        if t <= window.0 {
+            // The rest of the walk lies before the phase.
+            return Some(done(acc, window.0, hops));
+        }
         let cursor = cursors
             .entry(tid)
             .or_insert_with(|| Backwards::of(file, heads.remove(&tid)));
@@ -568,7 +634,7 @@ fn walk(
                 || thread_start <= run_start
                 || !model.threads.contains_key(&parent)
             {
-                return Some(finish(acc, thread_start, end, hops));
+                return Some(done(acc, thread_start, hops));
             }
             tid = parent;
             t = thread_start;
@@ -614,7 +680,8 @@ fn walk(
             tid = s.waker;
             t = s.end;
         } else {
-            acc.add(Cause::Waited(s.object_id), s.end - s.begin);
+            let (a, b) = acc.clip(s.begin, s.end);
+            acc.add(Cause::Waited(s.object_id), b.saturating_sub(a));
             released = None;
             t = s.begin;
         }
@@ -630,6 +697,8 @@ fn finish(acc: Account, start: u64, end: u64, hops: u64) -> Path {
         by,
         hops,
         estimated: acc.estimated,
+        phase: None,
+        phase_cpu: HashMap::new(),
         holders: HashMap::new(),
         held_running: acc.held_running,
     }

@@ -18,6 +18,7 @@ pub mod model;
 pub mod plain;
 pub mod policycheck;
 pub mod procgroup;
+pub mod progress;
 pub mod report;
 pub mod request;
 pub mod source;

@@ -1030,6 +1030,8 @@ pub struct Model {
     /// Module records read: a symbolizer built from fewer modules is out of date.
     pub modules_read: u64,
     wait_site_count: usize,
+    /// The program's progress points (C API): throughput, latency, the phase they span.
+    pub progress: crate::progress::Progress,
 }
 
 impl Model {
@@ -1435,6 +1437,14 @@ impl Model {
             Record::BlockedChain(c) => {
                 self.seen(c.ns);
                 self.states.blocked_chain(&c);
+            }
+            Record::ProgressPoint(p) => {
+                self.seen(p.ns);
+                self.progress.point(p);
+            }
+            Record::ProgressCounts(c) => {
+                self.seen(c.ns);
+                self.progress.counts(c);
             }
             Record::ShimCost(mut c) => {
                 self.seen(c.ns);

@@ -15,6 +15,10 @@
 //!
 //! The prediction is the run's time scaled by how the largest of these moves: when nothing is
 //! scaled it is the run's time. Which one bounds the prediction is said, with the assumptions.
+//!
+//! With progress points, the phase they span takes the run's place (the critical path is that
+//! of the phase; the run's CPU and hold totals are taken in proportion to the phase's length),
+//! and each point's throughput is predicted with it: the same visits in the predicted time.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -78,7 +82,10 @@ pub enum Bound {
 
 /// The run's figures the estimate starts from, worked out once per log.
 pub struct Basis {
+    /// The run's length, or the phase's between progress points.
     run_ns: u64,
+    /// The phase's share of the run, by which run-wide totals were scaled (1 without one).
+    phase_share: Option<f64>,
     path: Path,
     ncpus: u64,
     /// Each lock's total hold time (estimated when the shim timed only some holds).
@@ -121,13 +128,13 @@ impl Basis {
         if running.is_empty() {
             return None;
         }
-        let ready = m
+        let ready: BTreeMap<u32, u64> = m
             .states
             .threads
             .iter()
             .map(|(&t, s)| (t, s.run_delay_ns))
             .collect();
-        let holds = m
+        let holds: BTreeMap<u64, (u64, bool)> = m
             .objects
             .values()
             .filter(|o| {
@@ -142,8 +149,38 @@ impl Basis {
             })
             .filter_map(|o| Some((o.object_id, o.hold_total_estimate()?)))
             .collect();
+        let run = m.duration_ns().0;
+        let phase_share = path
+            .phase
+            .map(|_| (path.length_ns() as f64 / run.max(1) as f64).min(1.0));
+        // In a phase: the threads' CPU time within it; each lock's holds at most the phase
+        // long (they are the run's: the log has no hold times by moment).
+        let (running, ready, holds) = if phase_share.is_some() {
+            let within = |f: fn(&(u64, u64)) -> u64| -> BTreeMap<u32, u64> {
+                path.phase_cpu.iter().map(|(&t, r)| (t, f(r))).collect()
+            };
+            let cap = path.length_ns();
+            (
+                within(|r| r.0),
+                within(|r| r.1),
+                holds
+                    .into_iter()
+                    .map(|(o, (ns, est))| (o, (ns.min(cap), est)))
+                    .collect(),
+            )
+        } else {
+            (running, ready, holds)
+        };
+        if running.is_empty() {
+            return None;
+        }
         Some(Basis {
-            run_ns: m.duration_ns().0,
+            run_ns: if phase_share.is_some() {
+                path.length_ns()
+            } else {
+                run
+            },
+            phase_share,
             ncpus: u64::from(m.run.as_ref().map_or(1, |r| r.ncpus.max(1))),
             path,
             holds,
@@ -246,6 +283,20 @@ impl Basis {
         }
     }
 
+    /// The phase's share of the run, when the estimates are of a phase between progress points.
+    pub fn phase_share(&self) -> Option<f64> {
+        self.phase_share
+    }
+
+    /// What the estimate assumes: [`ASSUMPTIONS`], and how a phase was taken.
+    pub fn assumptions(&self) -> Vec<&'static str> {
+        let mut a = ASSUMPTIONS.to_vec();
+        if self.phase_share.is_some() {
+            a.push(PHASE_ASSUMPTION);
+        }
+        a
+    }
+
     pub fn hold_ns(&self, object_id: u64) -> Option<(u64, bool)> {
         self.holds.get(&object_id).copied()
     }
@@ -264,6 +315,39 @@ pub const ASSUMPTIONS: [&str; 4] = [
     "the machine keeps the CPUs it had: other programs take as much of them as they did",
 ];
 
+/// Said when the estimate is of a phase between progress points.
+pub const PHASE_ASSUMPTION: &str = "the phase between the first and the last progress mark \
+     takes the run's place: the critical path and the threads' CPU time are the phase's; each \
+     lock's hold time is the run's (the log does not time holds by moment), at most the phase's \
+     length; each point's visits stay as many, so its throughput moves with the phase's time";
+
+/// A progress point's throughput, measured and predicted.
+#[derive(Serialize)]
+pub struct ThroughputJson {
+    pub name: String,
+    pub visits: u64,
+    pub per_second: f64,
+    pub predicted_per_second: f64,
+}
+
+/// The progress points' throughput had the phase taken `p`'s predicted time.
+pub fn throughput(model: &crate::model::Model, p: &Prediction) -> Vec<ThroughputJson> {
+    model
+        .progress
+        .rows()
+        .into_iter()
+        .filter_map(|r| {
+            let per_second = r.per_second?;
+            Some(ThroughputJson {
+                name: r.name,
+                visits: r.visits,
+                per_second,
+                predicted_per_second: per_second * p.speedup(),
+            })
+        })
+        .collect()
+}
+
 #[derive(Serialize)]
 struct HoldJson<'a> {
     site: &'a str,
@@ -281,7 +365,19 @@ struct WhatIfJson<'a> {
     predicted_speedup: f64,
     bound: Bound,
     holds_estimated: bool,
-    assumptions: &'static [&'static str],
+    /// The phase between progress points the durations are of (absent: the whole run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phase: Option<PhaseJson>,
+    /// Each progress point's throughput, measured and predicted (empty without points).
+    throughput: Vec<ThroughputJson>,
+    assumptions: Vec<&'static str>,
+}
+
+#[derive(Serialize)]
+struct PhaseJson {
+    start_ns: u64,
+    end_ns: u64,
+    share_of_run: f64,
 }
 
 /// The objects `site` names (a C-API name, a variable, a creation site `file:line`, a file, the
@@ -367,7 +463,17 @@ pub fn run(
             predicted_speedup: p.speedup(),
             bound: p.bound,
             holds_estimated: p.holds_estimated,
-            assumptions: &ASSUMPTIONS,
+            phase: basis
+                .path
+                .phase
+                .zip(basis.phase_share)
+                .map(|((a, b), s)| PhaseJson {
+                    start_ns: a,
+                    end_ns: b,
+                    share_of_run: s,
+                }),
+            throughput: throughput(&a.model, &p),
+            assumptions: basis.assumptions(),
         };
         let ok = serde_json::to_writer_pretty(&mut *out, &doc).is_ok() && writeln!(out).is_ok();
         return if ok { 0 } else { EXIT_BAD_INPUT };
@@ -393,14 +499,25 @@ pub fn run(
         }
     }
     text.push_str(&format!(
-        "  run: {} as measured; predicted {} (speed-up {:.2}x), bound then by {}\n",
+        "  {}: {} as measured; predicted {} (speed-up {:.2}x), bound then by {}\n",
+        if basis.phase_share.is_some() {
+            "phase between progress points"
+        } else {
+            "run"
+        },
         crate::report::fmt_ns(p.baseline_ns),
         crate::report::fmt_ns(p.predicted_ns),
         p.speedup(),
         bound_text(&mut ctx, p.bound)
     ));
+    for t in throughput(&a.model, &p) {
+        text.push_str(&format!(
+            "  {}: {:.1}/s as measured; predicted {:.1}/s\n",
+            t.name, t.per_second, t.predicted_per_second
+        ));
+    }
     text.push_str("  an estimate, assuming:\n");
-    for a in ASSUMPTIONS {
+    for a in basis.assumptions() {
         text.push_str(&format!("    - {a}\n"));
     }
     if write!(out, "{text}").is_err() {
@@ -430,9 +547,12 @@ mod tests {
         let length: u64 = path_by.iter().map(|x| x.1).sum();
         Basis {
             run_ns: length,
+            phase_share: None,
             path: Path {
                 start_ns: 0,
                 end_ns: length,
+                phase: None,
+                phase_cpu: HashMap::new(),
                 by: path_by,
                 hops: 0,
                 estimated: false,

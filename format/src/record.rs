@@ -948,6 +948,50 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// A progress point the program declared (`WAITSHIM_PROGRESS`, `WAITSHIM_BEGIN`,
+    /// `WAITSHIM_END` in `include/waitshim.h`): written once, when the point is first reached.
+    /// Its counts follow in [`ProgressCounts`].
+    pub struct ProgressPoint {
+        /// 1, 2, ... within the process.
+        pub id: u32,
+        pub ns: u64,
+        pub name: String,
+    }
+}
+
+wire_struct! {
+    /// One progress point's totals since the process started, as of `ns`.
+    pub struct ProgressCount {
+        pub id: u32,
+        /// Visits (`WAITSHIM_PROGRESS`, and every `WAITSHIM_END`).
+        pub visits: u64,
+        /// When the first and the latest visit happened (0: none yet).
+        pub first_ns: u64,
+        pub last_ns: u64,
+        /// When the first transaction began (0: none yet).
+        pub first_begin_ns: u64,
+        /// Transactions begun (`WAITSHIM_BEGIN`) and ended (`WAITSHIM_END`).
+        pub begins: u64,
+        pub ends: u64,
+        /// The sums of the begin and the end times, in ns since the run started, wrapping:
+        /// `ends_sum - begins_sum + (begins - ends) * (ns - run start)` (wrapping) is the time
+        /// all transactions spent between their begin and their end up to `ns`, exactly,
+        /// whichever begin each end belongs to.
+        pub begins_sum: u64,
+        pub ends_sum: u64,
+    }
+}
+
+wire_struct! {
+    /// The totals of every progress point that changed since the last such record: written
+    /// with the periodic flush, at data requests and at the end.
+    pub struct ProgressCounts {
+        pub ns: u64,
+        pub points: Vec<ProgressCount>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -1026,4 +1070,6 @@ records! {
     ThreadSwitches = 37,
     ShimCost = 38,
     BlockedChain = 39,
+    ProgressPoint = 40,
+    ProgressCounts = 41,
 }

@@ -992,6 +992,52 @@ fn golden() -> Vec<(Record, &'static str)> {
                 c3 0c 00 00                          # chain_id = 0xcc3
             ",
         ),
+        (
+            ProgressPoint {
+                id: 1,
+                ns: 0x0115,
+                name: "served".into(),
+            }
+            .into(),
+            "
+                57 53 28 00 16 00 00 00 57 99 5e 66  # tag WS, type 40, body 22 bytes, crc32
+                01 00 00 00                          # id = 1
+                15 01 00 00 00 00 00 00              # ns = 0x115
+                06 00 00 00 73 65 72 76 65 64        # name = \"served\"
+                00 00                                # padding to 4 bytes
+            ",
+        ),
+        (
+            ProgressCounts {
+                ns: 0x0116,
+                points: vec![ProgressCount {
+                    id: 1,
+                    visits: 0x0dd1,
+                    first_ns: 0x0dd2,
+                    last_ns: 0x0dd3,
+                    first_begin_ns: 0x0dd4,
+                    begins: 0x0dd5,
+                    ends: 0x0dd6,
+                    begins_sum: 0x0dd7,
+                    ends_sum: 0x0dd8,
+                }],
+            }
+            .into(),
+            "
+                57 53 29 00 50 00 00 00 f8 75 64 11  # tag WS, type 41, body 80 bytes, crc32
+                16 01 00 00 00 00 00 00              # ns = 0x116
+                01 00 00 00                          # points: 1 element
+                01 00 00 00                          #   [0].id = 1
+                d1 0d 00 00 00 00 00 00              #   [0].visits = 0xdd1
+                d2 0d 00 00 00 00 00 00              #   [0].first_ns = 0xdd2
+                d3 0d 00 00 00 00 00 00              #   [0].last_ns = 0xdd3
+                d4 0d 00 00 00 00 00 00              #   [0].first_begin_ns = 0xdd4
+                d5 0d 00 00 00 00 00 00              #   [0].begins = 0xdd5
+                d6 0d 00 00 00 00 00 00              #   [0].ends = 0xdd6
+                d7 0d 00 00 00 00 00 00              #   [0].begins_sum = 0xdd7
+                d8 0d 00 00 00 00 00 00              #   [0].ends_sum = 0xdd8
+            ",
+        ),
     ]
 }
 

@@ -529,6 +529,27 @@ fn every_record() -> Vec<Record> {
             chain_id: 9,
         }
         .into(),
+        ProgressPoint {
+            id: 1,
+            ns: 34,
+            name: "request served".into(),
+        }
+        .into(),
+        ProgressCounts {
+            ns: 35,
+            points: vec![ProgressCount {
+                id: 1,
+                visits: 10,
+                first_ns: 20,
+                last_ns: 34,
+                first_begin_ns: 19,
+                begins: 11,
+                ends: 10,
+                begins_sum: u64::MAX - 5,
+                ends_sum: 400,
+            }],
+        }
+        .into(),
     ]
 }
 
@@ -575,6 +596,8 @@ fn variant_name(r: &Record) -> &'static str {
         Record::ThreadSwitches(_) => "ThreadSwitches",
         Record::ShimCost(_) => "ShimCost",
         Record::BlockedChain(_) => "BlockedChain",
+        Record::ProgressPoint(_) => "ProgressPoint",
+        Record::ProgressCounts(_) => "ProgressCounts",
         Record::Unknown { .. } => "Unknown",
     }
 }

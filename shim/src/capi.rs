@@ -82,3 +82,35 @@ pub extern "C" fn waitshim_policy_reload() -> c_int {
         Err(_) => -1,
     }
 }
+
+/// A progress point's call: `name` NUL-terminated (a string literal is fastest: it is matched
+/// by its address). Threads the shim does not know yet count too.
+fn progress(name: *const c_char, step: crate::track::progress::Step) {
+    let Some(tr) = tracker() else { return };
+    if name.is_null() {
+        return;
+    }
+    let in_handler = crate::track::threads::in_handler();
+    // Atomics, and at a point's first visit the shim's own lock and a log record: no
+    // cancellation point.
+    let _in = Inside::enter_quiet();
+    tr.progress.step(name, step, &tr.log, now_ns(), in_handler);
+}
+
+/// One unit of work done (a request served, a row written): throughput.
+#[no_mangle]
+pub extern "C" fn waitshim_progress(name: *const c_char) {
+    progress(name, crate::track::progress::Step::Visit);
+}
+
+/// A transaction named `name` begins (its end may come on another thread).
+#[no_mangle]
+pub extern "C" fn waitshim_progress_begin(name: *const c_char) {
+    progress(name, crate::track::progress::Step::Begin);
+}
+
+/// A transaction named `name` ends: a visit of the point, and the end of one begun one.
+#[no_mangle]
+pub extern "C" fn waitshim_progress_end(name: *const c_char) {
+    progress(name, crate::track::progress::Step::End);
+}

@@ -220,9 +220,14 @@ pub fn headline(ctx: &mut Ctx<'_>) -> Option<String> {
     }
     let (what, _) = describe(ctx, &top);
     Some(format!(
-        "held back by: {} ({:.1}% of the run's critical path; BOTTLENECKS below)",
+        "held back by: {} ({:.1}% of the {} critical path; BOTTLENECKS below)",
         what.strip_prefix("inside ").unwrap_or(&what),
-        100.0 * top.ns as f64 / length as f64
+        100.0 * top.ns as f64 / length as f64,
+        if p.phase.is_some() {
+            "progress phase's"
+        } else {
+            "run's"
+        }
     ))
 }
 
@@ -258,14 +263,31 @@ pub fn render(ctx: &mut Ctx<'_>, out: &mut String) {
     } else {
         ""
     };
-    let _ = writeln!(
-        out,
-        "\nBOTTLENECKS (what the end of the run waited for: its critical path, {} of the {} run, \
-         through {} hand-offs between threads{estimated})",
-        fmt_ns(length),
-        fmt_ns(run),
-        p.hops
-    );
+    match p.phase {
+        Some((a, b)) => {
+            let _ = writeln!(
+                out,
+                "\nBOTTLENECKS (what the work between the program's progress points waited for: \
+                 the critical path of that phase, {} of the {} run, from {} to {} after the \
+                 start, through {} hand-offs between threads{estimated})",
+                fmt_ns(length),
+                fmt_ns(run),
+                fmt_ns(ctx.model.rel(a)),
+                fmt_ns(ctx.model.rel(b)),
+                p.hops
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\nBOTTLENECKS (what the end of the run waited for: its critical path, {} of the \
+                 {} run, through {} hand-offs between threads{estimated})",
+                fmt_ns(length),
+                fmt_ns(run),
+                p.hops
+            );
+        }
+    }
     let items = gather(ctx, &p);
     let basis = crate::whatif::Basis::of(ctx);
     for (rank, item) in items
@@ -287,13 +309,28 @@ pub fn render(ctx: &mut Ctx<'_>, out: &mut String) {
             let [half, none] = [0.5, 0.0].map(|f| b.predict(&[(*o, f)].into()));
             let _ = writeln!(
                 out,
-                "                          what if: half as long, the run would take ~{} ({:.2}x); \
+                "                          what if: half as long, the {} would take ~{} ({:.2}x); \
                  none, ~{} ({:.2}x) (estimates: waitshim-analyze whatif)",
+                if p.phase.is_some() { "phase" } else { "run" },
                 fmt_ns(half.predicted_ns),
                 half.speedup(),
                 fmt_ns(none.predicted_ns),
                 none.speedup()
             );
+            // The first point's throughput then: what a server's author measures.
+            if let (Some(h), Some(n)) = (
+                crate::whatif::throughput(ctx.model, &half).first(),
+                crate::whatif::throughput(ctx.model, &none).first(),
+            ) {
+                let _ = writeln!(
+                    out,
+                    "                          \"{}\": {:.1}/s now; ~{:.1}/s and ~{:.1}/s then",
+                    crate::plain::escaped(&h.name),
+                    h.per_second,
+                    h.predicted_per_second,
+                    n.predicted_per_second
+                );
+            }
         }
     }
     let idle = idle(ctx, &p);

@@ -1431,6 +1431,9 @@ struct CriticalJson {
     length_ns: u64,
     hops: u64,
     estimated: bool,
+    /// The path is that of the phase between the program's progress points (start_ns to
+    /// end_ns), not of the whole run.
+    between_progress_points: bool,
     by: Vec<CauseJson>,
     /// For each lock listed as a bottleneck: the run's predicted time with its critical
     /// sections half as long and free (`crate::whatif`, estimates).
@@ -1444,6 +1447,46 @@ struct WhatIfJson {
     predicted_duration_ns: u64,
     predicted_speedup: f64,
     bound: crate::whatif::Bound,
+    /// Each progress point's throughput then (empty without points).
+    throughput: Vec<crate::whatif::ThroughputJson>,
+}
+
+/// One progress point (C API), times from the run's start.
+#[derive(Serialize)]
+struct ProgressJson {
+    id: u32,
+    name: String,
+    visits: u64,
+    first_ns: u64,
+    last_ns: u64,
+    first_begin_ns: Option<u64>,
+    per_second: Option<f64>,
+    begins: u64,
+    ends: u64,
+    in_flight: u64,
+    mean_latency_ns: Option<u64>,
+    latency_exact: bool,
+}
+
+fn progress(m: &Model) -> Vec<ProgressJson> {
+    m.progress
+        .rows()
+        .into_iter()
+        .map(|r| ProgressJson {
+            id: r.id,
+            name: r.name,
+            visits: r.visits,
+            first_ns: m.rel(r.first_ns),
+            last_ns: m.rel(r.last_ns),
+            first_begin_ns: (r.first_begin_ns > 0).then(|| m.rel(r.first_begin_ns)),
+            per_second: r.per_second,
+            begins: r.begins,
+            ends: r.ends,
+            in_flight: r.in_flight,
+            mean_latency_ns: r.mean_latency_ns,
+            latency_exact: r.latency_exact,
+        })
+        .collect()
 }
 
 fn critical(
@@ -1464,6 +1507,7 @@ fn critical(
                         predicted_duration_ns: x.predicted_ns,
                         predicted_speedup: x.speedup(),
                         bound: x.bound,
+                        throughput: crate::whatif::throughput(m, &x),
                     }
                 })
             })
@@ -1476,6 +1520,7 @@ fn critical(
         length_ns: p.length_ns(),
         hops: p.hops,
         estimated: p.estimated,
+        between_progress_points: p.phase.is_some(),
         by: p
             .by
             .iter()
@@ -1533,6 +1578,8 @@ struct LogJson<'c, 'a> {
     thread_states: StatesJson,
     /// CRITICAL_PATH: what the end of the run waited for; null without per-wait events.
     critical_path: Option<CriticalJson>,
+    /// PROGRESS: the program's progress points (empty without them).
+    progress: Vec<ProgressJson>,
     /// What the shim's own thread cost (null when the log has no figures: a run shorter than
     /// a flush interval with the sampler off).
     shim_cost: Option<ShimCostJson>,
@@ -1842,6 +1889,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
         .collect();
     LogJson {
         critical_path,
+        progress: progress(m),
         file: x.summary.path.display().to_string(),
         warnings: x.warnings().into_iter().map(From::from).collect(),
         ending: x.summary.ending.as_str(),

@@ -89,6 +89,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         thread_states(ctx, &mut body);
     } else {
         super::bottlenecks::render(ctx, &mut body);
+        progress(ctx, &mut body);
         waiting_went(ctx, &mut body);
         deadlocks(ctx, &mut body);
         still_waiting(ctx, &mut body);
@@ -2690,6 +2691,42 @@ fn collected_object(
                 "      ... {} more waiter-chain records on this object",
                 c.waiter_sets.len() - MAX_WAITER_SETS
             );
+        }
+    }
+}
+
+/// PROGRESS: the points the program marked through the C API, with their throughput and their
+/// transactions' latency.
+fn progress(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let rows = m.progress.rows();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("\nPROGRESS (points the program marked: WAITSHIM_PROGRESS, WAITSHIM_BEGIN/END)\n");
+    for r in rows {
+        let name = escaped(&r.name);
+        let rate = match r.per_second {
+            Some(s) => format!(
+                ", {s:.1}/s from {} to {} after the start",
+                fmt_ns(m.rel(r.first_ns)),
+                fmt_ns(m.rel(r.last_ns))
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(out, "  \"{name}\": {} visits{rate}", r.visits);
+        if r.begins > 0 || r.ends > 0 {
+            let latency = match r.mean_latency_ns {
+                Some(ns) if r.latency_exact => format!("mean latency {} (exact)", fmt_ns(ns)),
+                Some(ns) => format!(
+                    "mean latency ~{} (an estimate: the {} still open are counted up to the \
+                     end)",
+                    fmt_ns(ns),
+                    r.in_flight
+                ),
+                None => "no latency: no transaction ended".into(),
+            };
+            let _ = writeln!(out, "      {} begun, {} ended; {latency}", r.begins, r.ends);
         }
     }
 }

@@ -242,6 +242,9 @@ impl Tracker {
         self.write_churned(now);
         self.write_quiet(quiet, now);
         self.write_open_waits(now);
+        if let Some(r) = self.progress.counts(now, complete) {
+            self.log.write(&r.into());
+        }
         super::events::take_all(self, now, complete);
         self.last_flush.store(now, Ordering::Relaxed);
         self.flushing.store(false, Ordering::Release);

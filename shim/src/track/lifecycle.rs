@@ -71,6 +71,7 @@ fn build(config: Config, ppid: u32, parent: Option<&Tracker>) -> Result<&'static
         quiet_written: AtomicU64::new(0),
         quiet_sums: Mutex::new(HashMap::new()),
         waits_were_open: AtomicBool::new(false),
+        progress: progress::Points::default(),
     }));
     match parent {
         Some(p) => tr.modules.inherit(&p.modules, &tr.log),
@@ -262,6 +263,7 @@ fn nothing_to_report(tr: &Tracker, reason: u8) -> bool {
         && matches!(reason, end_reason::EXIT | end_reason::UNDERSCORE_EXIT)
         && !tr.threaded.load(Ordering::Relaxed)
         && tr.highwater.load(Ordering::Relaxed) == 0
+        && !tr.progress.any()
         && tr.log.dropped.load(Ordering::Relaxed) == 0
         && parent_is_traced()
 }

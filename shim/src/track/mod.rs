@@ -30,6 +30,7 @@ pub mod lockgraph;
 pub mod lockorder;
 mod object_life;
 pub mod objects;
+pub mod progress;
 pub mod registry;
 pub mod rwlock;
 pub mod semaphore;
@@ -120,6 +121,8 @@ pub struct Tracker {
     quiet_sums: Mutex<HashMap<(u8, u32), QuietSum>>,
     /// The last flush found contended waits in progress (and wrote them).
     waits_were_open: AtomicBool,
+    /// The program's progress points (C API).
+    pub progress: progress::Points,
 }
 
 /// Object kinds are below this (`ObjectKind as usize`).
