@@ -76,6 +76,75 @@ pub enum Group {
     Join,
 }
 
+/// What a futex word is, from the functions of the call chain that first slept on it (innermost
+/// first): language runtimes sleep on futexes for their locks, condition variables, parked
+/// threads and joins alike, and only their code says which. None when no frame says.
+///
+/// - a join: a scoped-thread scope, a `JoinHandle`/`JoinInner` join, Python's thread join;
+/// - waiting for another thread to act: a condition variable (`Condvar`, `condvar`), a parked
+///   thread (`park`, `Parker`: rayon's and crossbeam's sleepers, the JVM's `PlatformEvent` and
+///   `PlatformParker`, `Object.wait` as `ObjectMonitor::wait`), a channel's receive, a
+///   barrier;
+/// - a lock: a `Mutex`, `RwLock` or `lock_contended` frame.
+///
+/// The innermost frame that says decides, so a lock taken inside a condition variable's wait is
+/// a lock wait; a parked thread's caller says what it parked for (a scope or a join handle: a
+/// join; the JVM's monitor enter or mutex lock: a lock; else another thread's unpark).
+pub fn runtime_group<'a>(functions: impl IntoIterator<Item = &'a str>) -> Option<Group> {
+    let has = |f: &str, ps: &[&str]| ps.iter().any(|p| f.contains(p));
+    const JOIN: [&str; 4] = [
+        "std::thread::scoped::scope",
+        "JoinInner",
+        "JoinHandle",
+        "PyThread_join",
+    ];
+    const PARK: [&str; 3] = ["Parker", "::park", "PlatformEvent"];
+    const EVENT: [&str; 10] = [
+        "Condvar",
+        "condvar",
+        "ObjectMonitor::wait",
+        "Monitor::wait",
+        "rayon_core::sleep",
+        "crossbeam_channel",
+        "mpmc::",
+        "mpsc::",
+        "Barrier",
+        "Semaphore",
+    ];
+    const LOCK: [&str; 5] = [
+        "Mutex",
+        "RwLock",
+        "lock_contended",
+        "read_contended",
+        "write_contended",
+    ];
+    // A parked thread waits for whatever its caller parks for: a join when that is a scope or
+    // a join handle, else another thread's unpark.
+    let mut parked = false;
+    for f in functions {
+        if has(f, &JOIN) {
+            return Some(Group::Join);
+        }
+        if has(f, &PARK) {
+            parked = true;
+            continue;
+        }
+        if parked {
+            // What the caller parked for: a lock that parks its waiters (the JVM's monitors
+            // and mutexes), or anything else another thread's unpark ends.
+            let lock = has(f, &LOCK) || has(f, &["EnterI", "ObjectMonitor::enter", "::lock"]);
+            return Some(if lock { Group::Lock } else { Group::Event });
+        }
+        if has(f, &EVENT) {
+            return Some(Group::Event);
+        }
+        if has(f, &LOCK) {
+            return Some(Group::Lock);
+        }
+    }
+    parked.then_some(Group::Event)
+}
+
 impl Group {
     pub fn of(kind: Option<waitshim_format::ObjectKind>) -> Group {
         use waitshim_format::ObjectKind as K;
@@ -113,6 +182,12 @@ pub fn any_wait(m: &Model) -> bool {
 
 /// Every object threads waited for, by group, most costly first (ties by object id).
 pub fn costs(m: &Model) -> Vec<Cost> {
+    costs_grouped(m, &HashMap::new())
+}
+
+/// As [`costs`], with the futex words whose code says what they are (`groups`, from
+/// [`runtime_group`]) in their group rather than among the locks.
+pub fn costs_grouped(m: &Model, groups: &HashMap<u64, Group>) -> Vec<Cost> {
     let mut open: HashMap<u64, (u64, u64, u64)> = HashMap::new();
     // The waits in progress by object and call chain: each belongs to its site.
     let mut open_sites: HashMap<u64, BTreeMap<u32, (u64, u64)>> = HashMap::new();
@@ -202,7 +277,10 @@ pub fn costs(m: &Model) -> Vec<Cost> {
                 },
                 top_site,
                 other_sites,
-                group: Group::of(o.kind()),
+                group: groups
+                    .get(&o.object_id)
+                    .copied()
+                    .unwrap_or_else(|| Group::of(o.kind())),
             })
         })
         .collect();
@@ -367,6 +445,53 @@ pub fn collected_by_object(m: &Model) -> Vec<(u64, Collected)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_futex_is_grouped_by_the_innermost_frame_that_says_what_it_is() {
+        let cond = [
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::condvar::futex::Condvar>::wait_optional_timeout",
+            "std::sync::poison::condvar::Condvar::wait",
+            "app::consumer",
+        ];
+        assert_eq!(runtime_group(cond), Some(Group::Event));
+        let barrier_inside = [
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::condvar::futex::Condvar>::wait",
+            "<std::sync::barrier::Barrier>::wait",
+        ];
+        assert_eq!(runtime_group(barrier_inside), Some(Group::Event));
+        let mutex = [
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::mutex::futex::Mutex>::lock_contended",
+            "std::sync::poison::mutex::Mutex<T>::lock",
+            "app::worker",
+        ];
+        assert_eq!(runtime_group(mutex), Some(Group::Lock));
+        let scope = [
+            "std::sys::pal::unix::futex::futex_wait",
+            "<std::sys::sync::thread_parking::futex::Parker>::park",
+            "<std::thread::thread::Thread>::park",
+            "std::thread::scoped::scope",
+        ];
+        // Parked by a scope that waits for its threads: a join.
+        assert_eq!(runtime_group(scope), Some(Group::Join));
+        let parked = ["<std::thread::thread::Thread>::park", "app::idle_worker"];
+        assert_eq!(runtime_group(parked), Some(Group::Event));
+        let jvm = [
+            "os::PlatformEvent::park",
+            "ObjectMonitor::wait",
+            "JVM_MonitorWait",
+        ];
+        assert_eq!(runtime_group(jvm), Some(Group::Event));
+        let monitor_enter = [
+            "os::PlatformEvent::park",
+            "ObjectMonitor::EnterI",
+            "ObjectMonitor::enter",
+        ];
+        assert_eq!(runtime_group(monitor_enter), Some(Group::Lock));
+        assert_eq!(runtime_group(["futex_wait", "app::spin"]), None);
+    }
 
     fn cost(object_id: u64, group: Group, wait_ns: u64) -> Cost {
         Cost {

@@ -107,6 +107,44 @@ fn rust_std_mutex_and_condvar_waits_show_as_futexes_at_the_lock_and_wait_lines()
     );
     all_waited_at(&log, ready, RUST, line_of(RUST, "cond-wait"));
 
+    // What each futex word is, from std's own functions: the Mutex a lock, the Condvars (and
+    // the Barrier built on one) waits for another thread to act, the scope's park a join.
+    assert_eq!(counter["waits_are"], "lock", "{counter}");
+    assert_eq!(ready["waits_are"], "event", "{ready}");
+    let taken = log
+        .objects()
+        .into_iter()
+        .find(|o| o["global"]["name"] == "rust_mutex::TAKEN")
+        .expect("TAKEN");
+    assert_eq!(taken["waits_are"], "event", "{taken}");
+    let section = &a.text[a.text.find("WHERE THE WAITING WENT").expect("section")..];
+    let section = &section[..section.find("\n\n").unwrap_or(section.len())];
+    let locks = section.find("locks: waiting").expect("locks");
+    let events = section
+        .find("waiting for another thread to act")
+        .expect("events");
+    let joins = section.find("joins: waiting").expect("joins");
+    let at = |what: &str| {
+        section
+            .find(what)
+            .unwrap_or_else(|| panic!("{what}: {section}"))
+    };
+    assert!(
+        locks < at("rust_mutex::COUNTER") && at("rust_mutex::COUNTER") < events,
+        "{section}"
+    );
+    assert!(
+        events < at("rust_mutex::READY") && at("rust_mutex::READY") < joins,
+        "{section}"
+    );
+    assert!(
+        events < at("rust_mutex::TAKEN") && at("rust_mutex::TAKEN") < joins,
+        "{section}"
+    );
+    // main's wait at the end of thread::scope, for the scoped workers to finish.
+    let scope_line = format!("{RUST}:{} (rust_mutex::main)", line_of(RUST, "scope"));
+    assert!(joins < at(&scope_line), "{section}");
+
     assert!(a.text.contains("FUTEXES ("), "{}", a.text);
     assert!(
         a.text

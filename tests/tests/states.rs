@@ -38,7 +38,13 @@ fn running_runnable_tracked_and_blocked_threads_are_told_apart() {
     let log = a.log(0);
     let states = &log.0["thread_states"];
     assert_eq!(states["sampled"], true, "{states}");
-    assert_eq!(u(&states["interval_ns"]), 10_000_000);
+    // 10 ms by default; longer only when the sampler's looks cost more than its budget, as they
+    // may on a machine busy with other work.
+    let interval = u(&states["interval_ns"]);
+    assert!(
+        (10_000_000..=20_000_000).contains(&interval),
+        "interval {interval} ns"
+    );
     for i in 1..=3 {
         let s = state_of(states, &format!("spinner-{i}"));
         let (life, running, runnable) =

@@ -425,6 +425,8 @@ struct WaitSiteJson {
 struct ObjectJson {
     object_id: u64,
     kind: Option<&'static str>,
+    /// What waiting on it is: `lock`, `event` (another thread to act) or `join`.
+    waits_are: &'static str,
     subtype: Option<u32>,
     origin: Option<&'static str>,
     addr: Option<String>,
@@ -484,9 +486,16 @@ fn counters(o: &Object) -> Option<Counts> {
 fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
     let c = o.create.as_ref();
     let m = ctx.model;
+
+    let waits_are = match ctx.group_of(o.object_id) {
+        crate::findings::Group::Lock => "lock",
+        crate::findings::Group::Event => "event",
+        crate::findings::Group::Join => "join",
+    };
     ObjectJson {
         object_id: o.object_id,
         kind: o.kind().map(ObjectKind::name),
+        waits_are,
         subtype: c.map(|c| c.subtype),
         origin: c.map(|c| match c.origin {
             origin::INIT => "init",

@@ -249,6 +249,9 @@ pub struct Ctx<'a> {
     pub no_end: Option<NoEnd>,
     /// The run's critical path, worked out when first asked (it reads the log again).
     critical: std::cell::OnceCell<Option<crate::critical::Path>>,
+    /// The futex words whose code says what they are (`findings::runtime_group`), when first
+    /// asked.
+    runtime_groups: Option<std::collections::HashMap<u64, crate::findings::Group>>,
 }
 
 /// `thread 1234 "worker"` for a record that names thread `tid`; for a tid several threads had
@@ -273,7 +276,47 @@ impl<'a> Ctx<'a> {
             inversions: lockorder::find(model),
             no_end: NoEnd::find(summary, model, opts.symbols),
             critical: std::cell::OnceCell::new(),
+            runtime_groups: None,
         }
+    }
+
+    /// What each futex word threads waited on is, by the functions of the chain that first
+    /// slept on it: a language runtime's lock, condition variable, parked thread or join
+    /// ([`crate::findings::runtime_group`]). Words whose code says nothing are not in it.
+    pub fn runtime_groups(&mut self) -> &std::collections::HashMap<u64, crate::findings::Group> {
+        if self.runtime_groups.is_none() {
+            let m = self.model;
+            let mut groups = std::collections::HashMap::new();
+            for o in m.objects.values() {
+                if o.kind() != Some(waitshim_format::ObjectKind::Futex) || o.wait_total_ns() == 0 {
+                    continue;
+                }
+                let Some(c) = o.create.as_ref() else { continue };
+                let frames = self.sym.chain(m, c.chain_id);
+                let g = crate::findings::runtime_group(
+                    frames.iter().filter_map(|f| f.function.as_deref()),
+                );
+                if let Some(g) = g {
+                    groups.insert(o.object_id, g);
+                }
+            }
+            self.runtime_groups = Some(groups);
+        }
+        self.runtime_groups.get_or_insert_with(Default::default)
+    }
+
+    /// [`crate::findings::costs`], with runtime futex words in their groups.
+    pub fn costs(&mut self) -> Vec<crate::findings::Cost> {
+        let groups = self.runtime_groups().clone();
+        crate::findings::costs_grouped(self.model, &groups)
+    }
+
+    /// The group of object `id`'s waits, as WHERE THE WAITING WENT shows it.
+    pub fn group_of(&mut self, id: u64) -> crate::findings::Group {
+        if let Some(&g) = self.runtime_groups().get(&id) {
+            return g;
+        }
+        crate::findings::Group::of(self.model.objects.get(&id).and_then(|o| o.kind()))
     }
 
     /// The run's critical path (`crate::critical`), None without per-wait events to follow or

@@ -713,7 +713,7 @@ fn unattributed_futex_text(ns: u64) -> String {
 /// the threads' time it took and the call site that waited most for each.
 fn waiting_went(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
-    let costs = crate::findings::costs(m);
+    let costs = ctx.costs();
     if costs.is_empty() {
         let unseen = m.states.unattributed_futex_ns();
         let why = if unseen > 0 {
