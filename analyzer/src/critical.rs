@@ -296,8 +296,13 @@ impl Account {
     }
 }
 
-/// Whether the wait's reason means it took its object: the waiter now holds it.
-fn took_it(kind: Option<ObjectKind>, reason: u16) -> bool {
+/// Whether the wait's reason means it took its object: the waiter now holds it. A futex word a
+/// runtime's lock sleeps on (`lock_word`: Rust's `Mutex`, as its code says) is taken by the
+/// waiter its unlock woke: the waiter takes it on waking, or sleeps again (a later wait).
+fn took_it(kind: Option<ObjectKind>, reason: u16, lock_word: bool) -> bool {
+    if lock_word && kind == Some(ObjectKind::Futex) {
+        return reason == counter::ENDED_SIGNALLED;
+    }
     matches!(
         kind,
         Some(ObjectKind::Mutex | ObjectKind::RwLock | ObjectKind::Spin)
@@ -306,7 +311,13 @@ fn took_it(kind: Option<ObjectKind>, reason: u16) -> bool {
 
 /// The run's critical path, or None when the log has no per-wait events to follow (then only
 /// the sampled states would say anything, and not who ended whose wait).
-pub fn critical_path(model: &Model, first: &ReadSummary) -> io::Result<Option<Path>> {
+///
+/// `lock_words`: the futex words whose code says they are locks (`findings::runtime_group`).
+pub fn critical_path(
+    model: &Model,
+    first: &ReadSummary,
+    lock_words: &std::collections::HashSet<u64>,
+) -> io::Result<Option<Path>> {
     if !model.events.any() {
         return Ok(None);
     }
@@ -324,7 +335,7 @@ pub fn critical_path(model: &Model, first: &ReadSummary) -> io::Result<Option<Pa
             object_id: w.object_id,
             waker: w.waker_tid,
             reason: w.reason,
-            acquired: took_it(kind, w.reason),
+            acquired: took_it(kind, w.reason, lock_words.contains(&w.object_id)),
         };
         if step.acquired {
             let seen = holders.entry(w.object_id).or_default();
@@ -743,15 +754,48 @@ mod tests {
 
     #[test]
     fn a_lock_taken_by_a_wait_is_held_a_signalled_cond_is_not() {
-        assert!(took_it(Some(ObjectKind::Mutex), counter::ENDED_ACQUIRED));
-        assert!(took_it(Some(ObjectKind::RwLock), counter::ENDED_BRIEF));
-        assert!(!took_it(Some(ObjectKind::Mutex), counter::ENDED_TIMED_OUT));
-        assert!(!took_it(Some(ObjectKind::Cond), counter::ENDED_SIGNALLED));
+        assert!(took_it(
+            Some(ObjectKind::Mutex),
+            counter::ENDED_ACQUIRED,
+            false
+        ));
+        assert!(took_it(
+            Some(ObjectKind::RwLock),
+            counter::ENDED_BRIEF,
+            false
+        ));
+        assert!(!took_it(
+            Some(ObjectKind::Mutex),
+            counter::ENDED_TIMED_OUT,
+            false
+        ));
+        assert!(!took_it(
+            Some(ObjectKind::Cond),
+            counter::ENDED_SIGNALLED,
+            false
+        ));
         assert!(!took_it(
             Some(ObjectKind::Semaphore),
-            counter::ENDED_ACQUIRED
+            counter::ENDED_ACQUIRED,
+            false
         ));
-        assert!(!took_it(None, counter::ENDED_ACQUIRED));
+        assert!(!took_it(None, counter::ENDED_ACQUIRED, false));
+        // A futex word: a lock's when its code says so, and then taken by the waiter woken.
+        assert!(took_it(
+            Some(ObjectKind::Futex),
+            counter::ENDED_SIGNALLED,
+            true
+        ));
+        assert!(!took_it(
+            Some(ObjectKind::Futex),
+            counter::ENDED_TIMED_OUT,
+            true
+        ));
+        assert!(!took_it(
+            Some(ObjectKind::Futex),
+            counter::ENDED_SIGNALLED,
+            false
+        ));
     }
 
     #[test]

@@ -144,6 +144,28 @@ fn rust_std_mutex_and_condvar_waits_show_as_futexes_at_the_lock_and_wait_lines()
     // main's wait at the end of thread::scope, for the scoped workers to finish.
     let scope_line = format!("{RUST}:{} (rust_mutex::main)", line_of(RUST, "scope"));
     assert!(joins < at(&scope_line), "{section}");
+    // The Mutex serialises the workers: its critical sections lead the critical path (a waiter
+    // woken by an unlock takes the word), and the scope's join is not called idle.
+    let path = &log.0["critical_path"];
+    let first_held = path["by"]
+        .as_array()
+        .expect("critical_path.by")
+        .iter()
+        .find(|c| c["cause"] == "held")
+        .unwrap_or_else(|| panic!("no lock on the path: {path}"));
+    assert_eq!(first_held["object_id"], counter["object_id"], "{path}");
+    let scope = log.object_created_at(RUST, line_of(RUST, "scope"));
+    assert_eq!(scope["waits_are"], "join", "{scope}");
+    let idle = a
+        .text
+        .lines()
+        .find(|l| l.contains("  idle: "))
+        .unwrap_or("");
+    let scope_label = format!("futex#{} ", scope["object_id"]);
+    assert!(
+        !idle.contains("COUNTER") && !idle.contains(&scope_label),
+        "{idle}"
+    );
 
     assert!(a.text.contains("FUTEXES ("), "{}", a.text);
     assert!(

@@ -148,12 +148,16 @@ fn idle(ctx: &mut Ctx<'_>, p: &Path) -> Vec<Idle> {
     let on_path =
         |o: u64| p.ns(&Cause::Held(o)) + p.ns(&Cause::Waited(o)) + p.ns(&Cause::WakeLatency(o));
     let limit = (MIN_SHARE * p.length_ns() as f64) as u64;
-    let is_join = |ctx: &Ctx<'_>, id: u64| {
-        ctx.model
-            .objects
-            .get(&id)
-            .is_some_and(|o| o.kind() == Some(waitshim_format::ObjectKind::Thread))
-    };
+    let joins: std::collections::HashSet<u64> = ctx
+        .model
+        .objects
+        .values()
+        .map(|o| o.object_id)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .filter(|&id| ctx.group_of(id) == crate::findings::Group::Join)
+        .collect();
+    let is_join = |_: &Ctx<'_>, id: u64| joins.contains(&id);
     // A join is how a thread waits for another's work, which the path follows: never idle.
     let mut waits: Vec<(u64, u64)> = ctx
         .model

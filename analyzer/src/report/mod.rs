@@ -268,7 +268,7 @@ pub fn thread_label(m: &Model, tid: u32) -> String {
 
 impl<'a> Ctx<'a> {
     pub fn new(summary: &'a ReadSummary, model: &'a Model, opts: &'a Options) -> Self {
-        Ctx {
+        let mut ctx = Ctx {
             summary,
             model,
             sym: Symbolizer::new(model, opts.symbols),
@@ -277,7 +277,10 @@ impl<'a> Ctx<'a> {
             no_end: NoEnd::find(summary, model, opts.symbols),
             critical: std::cell::OnceCell::new(),
             runtime_groups: None,
-        }
+        };
+        // The critical path needs to know which futex words are locks.
+        ctx.runtime_groups();
+        ctx
     }
 
     /// What each futex word threads waited on is, by the functions of the chain that first
@@ -324,7 +327,14 @@ impl<'a> Ctx<'a> {
     pub fn critical(&self) -> Option<&crate::critical::Path> {
         self.critical
             .get_or_init(|| {
-                crate::critical::critical_path(self.model, self.summary)
+                let locks = self
+                    .runtime_groups
+                    .iter()
+                    .flatten()
+                    .filter(|(_, &g)| g == crate::findings::Group::Lock)
+                    .map(|(&id, _)| id)
+                    .collect();
+                crate::critical::critical_path(self.model, self.summary, &locks)
                     .ok()
                     .flatten()
             })
