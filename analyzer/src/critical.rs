@@ -30,7 +30,8 @@
 //! block of waits per thread in memory, the rest in an unnamed temporary file, read backwards;
 //! the sampled states of every thread (one entry per change of state).
 
-use std::collections::HashMap;
+/// The walk's maps: hashed once or more per wait event, with foldhash (seeded per process).
+pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -75,7 +76,7 @@ pub struct Path {
     /// With a phase: each thread's time on a CPU and ready for one within it, from the
     /// sampler's states (intervals that straddle the phase's ends are split by the state's
     /// share, an estimate).
-    pub phase_cpu: HashMap<u32, (u64, u64)>,
+    pub phase_cpu: FastMap<u32, (u64, u64)>,
     /// What the time went to, most first.
     pub by: Vec<(Cause, u64)>,
     /// Waits the walk went through, ended by another thread (not on the path themselves).
@@ -85,12 +86,12 @@ pub struct Path {
     /// The threads seen holding each lock, each with how many times it released the lock to a
     /// waiter: those that took it after waiting, and those that released it to a waiter
     /// (what-if spreads the holds nobody waited for over them).
-    pub holders: HashMap<u64, Vec<(u32, u64)>>,
+    pub holders: FastMap<u64, Vec<(u32, u64)>>,
     /// Of each lock's critical sections on the path, the time its holder was on a CPU or ready
     /// for one (or not seen otherwise): what shorter sections would save (less work inside is
     /// less time preempted too; a holder blocked in a call or stopped while holding is not made
     /// faster by it).
-    pub held_running: HashMap<u64, u64>,
+    pub held_running: FastMap<u64, u64>,
 }
 
 impl Path {
@@ -150,12 +151,58 @@ fn decode(b: &[u8]) -> Step {
     }
 }
 
-/// Each thread's waits in time order: the latest block in memory, the earlier ones in the file,
-/// each block pointing to the one before it, so that the walk reads them backwards.
+/// Blocks kept in memory before they go to an unnamed temporary file: 32 MiB, about a million
+/// waits (a system call per block read and written costs more than the walk itself).
+const IN_MEMORY: usize = 32 << 20;
+
+/// Where the blocks are: in memory, then, past [`IN_MEMORY`], in an unnamed temporary file.
+enum Store {
+    Memory(Vec<u8>),
+    File(File),
+}
+
+impl Store {
+    /// Writes `bytes` at `at` (the end), moving to a file once memory would hold more than
+    /// `limit` bytes.
+    fn write_at(&mut self, bytes: &[u8], at: u64, limit: usize) -> io::Result<()> {
+        if let Store::Memory(m) = self {
+            if m.len() + bytes.len() <= limit {
+                m.extend_from_slice(bytes);
+                return Ok(());
+            }
+            let file = crate::export::waiters::temporary()?;
+            file.write_all_at(m, 0)?;
+            *self = Store::File(file);
+        }
+        match self {
+            Store::File(f) => f.write_all_at(bytes, at),
+            Store::Memory(_) => unreachable!("moved to a file above"),
+        }
+    }
+
+    fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
+        match self {
+            Store::File(f) => f.read_exact_at(buf, at),
+            Store::Memory(m) => {
+                let at = usize::try_from(at).unwrap_or(usize::MAX);
+                let src = m
+                    .get(at..at.saturating_add(buf.len()))
+                    .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Each thread's waits in time order: the latest block in memory, the earlier ones in the
+/// store, each block pointing to the one before it, so that the walk reads them backwards.
 struct Steps {
-    file: Option<File>,
+    store: Store,
+    /// [`IN_MEMORY`], smaller in tests.
+    limit: usize,
     len: u64,
-    threads: HashMap<u32, ThreadSteps>,
+    threads: FastMap<u32, ThreadSteps>,
 }
 
 #[derive(Default)]
@@ -168,10 +215,15 @@ struct ThreadSteps {
 
 impl Steps {
     fn new() -> Steps {
+        Steps::with_limit(IN_MEMORY)
+    }
+
+    fn with_limit(limit: usize) -> Steps {
         Steps {
-            file: None,
+            limit,
+            store: Store::Memory(Vec::new()),
             len: 0,
-            threads: HashMap::new(),
+            threads: FastMap::default(),
         }
     }
 
@@ -191,25 +243,21 @@ impl Steps {
             encode(&s, &mut bytes);
         }
         bytes.resize(BLOCK_BYTES, 0);
-        if self.file.is_none() {
-            self.file = Some(crate::export::waiters::temporary()?);
-        }
-        let file = self.file.as_ref().expect("made above");
-        file.write_all_at(&bytes, self.len)?;
+        self.store.write_at(&bytes, self.len, self.limit)?;
         t.last_block = self.len;
         self.len += BLOCK_BYTES as u64;
         Ok(())
     }
 
-    /// The file, and each thread's latest waits and latest block in it.
-    fn into_parts(self) -> (Option<File>, HashMap<u32, ThreadSteps>) {
-        (self.file, self.threads)
+    /// The store, and each thread's latest waits and latest block in it.
+    fn into_parts(self) -> (Store, FastMap<u32, ThreadSteps>) {
+        (self.store, self.threads)
     }
 }
 
 /// A cursor over one thread's waits, latest first.
 struct Backwards<'a> {
-    file: Option<&'a File>,
+    file: &'a Store,
     /// The waits of the block being read, in order (the next is the last).
     current: Vec<Step>,
     next_block: u64,
@@ -217,7 +265,7 @@ struct Backwards<'a> {
 
 impl<'a> Backwards<'a> {
     /// Thread `t`'s waits, latest first, from its tail and its blocks in `file`.
-    fn of(file: Option<&'a File>, t: Option<ThreadSteps>) -> Backwards<'a> {
+    fn of(file: &'a Store, t: Option<ThreadSteps>) -> Backwards<'a> {
         let t = t.unwrap_or(ThreadSteps {
             tail: Vec::new(),
             last_block: NO_BLOCK,
@@ -235,7 +283,7 @@ impl<'a> Backwards<'a> {
                 return None;
             }
             let mut b = vec![0u8; BLOCK_BYTES];
-            self.file?.read_exact_at(&mut b, self.next_block).ok()?;
+            self.file.read_at(&mut b, self.next_block).ok()?;
             let n = (u32::from_le_bytes(b[0..4].try_into().ok()?) as usize).min(PER_BLOCK);
             self.next_block = u64::from_le_bytes(b[4..12].try_into().ok()?);
             self.current = (0..n)
@@ -267,8 +315,8 @@ type Idle = Vec<(u64, u64, f64)>;
 
 /// The walk's account of the path.
 struct Account {
-    by: HashMap<Cause, u64>,
-    held_running: HashMap<u64, u64>,
+    by: FastMap<Cause, u64>,
+    held_running: FastMap<u64, u64>,
     estimated: bool,
     /// Only what lies in this span is counted (the phase, or the whole run).
     window: (u64, u64),
@@ -277,8 +325,8 @@ struct Account {
 impl Account {
     fn new(window: (u64, u64)) -> Account {
         Account {
-            by: HashMap::new(),
-            held_running: HashMap::new(),
+            by: FastMap::default(),
+            held_running: FastMap::default(),
             estimated: false,
             window,
         }
@@ -322,7 +370,7 @@ pub fn critical_path(
         return Ok(None);
     }
     let mut steps = Steps::new();
-    let mut holders: HashMap<u64, Vec<(u32, u64)>> = HashMap::new();
+    let mut holders: FastMap<u64, Vec<(u32, u64)>> = FastMap::default();
     let mut failed = Ok(());
     let note = timeline::for_each_wait(model, first, |tid, w: Wait| {
         if w.unended || w.end <= w.start {
@@ -357,8 +405,8 @@ pub fn critical_path(
     let (pieces, idle) = sampled(model, first)?;
     let (file, heads) = steps.into_parts();
     Ok(
-        walk(model, file.as_ref(), heads, &pieces, &idle).map(|p| Path {
-            phase_cpu: p.phase.map_or_else(HashMap::new, |w| phase_cpu(&pieces, w)),
+        walk(model, &file, heads, &pieces, &idle).map(|p| Path {
+            phase_cpu: p.phase.map_or_else(FastMap::default, |w| phase_cpu(&pieces, w)),
             holders,
             ..p
         }),
@@ -366,7 +414,7 @@ pub fn critical_path(
 }
 
 /// Each thread's time running and ready for a CPU within `w`, from its sampled pieces.
-fn phase_cpu(pieces: &HashMap<u32, Pieces>, w: (u64, u64)) -> HashMap<u32, (u64, u64)> {
+fn phase_cpu(pieces: &FastMap<u32, Pieces>, w: (u64, u64)) -> FastMap<u32, (u64, u64)> {
     pieces
         .iter()
         .map(|(&tid, p)| {
@@ -386,8 +434,8 @@ fn phase_cpu(pieces: &HashMap<u32, Pieces>, w: (u64, u64)) -> HashMap<u32, (u64,
 }
 
 /// The sampler's pieces of each thread, and the idle CPUs.
-fn sampled(model: &Model, first: &ReadSummary) -> io::Result<(HashMap<u32, Pieces>, Idle)> {
-    let mut pieces: HashMap<u32, Pieces> = HashMap::new();
+fn sampled(model: &Model, first: &ReadSummary) -> io::Result<(FastMap<u32, Pieces>, Idle)> {
+    let mut pieces: FastMap<u32, Pieces> = FastMap::default();
     let mut idle = Idle::new();
     if !slices::any(model) {
         return Ok((pieces, idle));
@@ -457,7 +505,7 @@ fn own_time(
     b: u64,
     held: Option<u64>,
     after: u64,
-    pieces: &HashMap<u32, Pieces>,
+    pieces: &FastMap<u32, Pieces>,
     idle: &Idle,
 ) {
     let (a, b) = acc.clip(a, b);
@@ -524,7 +572,7 @@ fn ends_by_time(syscall: i32) -> bool {
 /// latest such end, if any. The walk came to `tid` from a thread whose wait began at `by`: that
 /// thread was still running when the call ended, and most likely ended it (it connected, wrote,
 /// closed), which the shim does not see.
-fn woken_before(pieces: &HashMap<u32, Pieces>, tid: u32, a: u64, t: u64, by: u64) -> Option<u64> {
+fn woken_before(pieces: &FastMap<u32, Pieces>, tid: u32, a: u64, t: u64, by: u64) -> Option<u64> {
     let p = pieces.get(&tid)?;
     let i = p.partition_point(|x| x.1 <= a);
     p[i..]
@@ -569,9 +617,9 @@ fn last_thread(model: &Model) -> Option<(u32, u64)> {
 
 fn walk(
     model: &Model,
-    file: Option<&File>,
-    mut heads: HashMap<u32, ThreadSteps>,
-    pieces: &HashMap<u32, Pieces>,
+    file: &Store,
+    mut heads: FastMap<u32, ThreadSteps>,
+    pieces: &FastMap<u32, Pieces>,
     idle: &Idle,
 ) -> Option<Path> {
     let (mut tid, end) = last_thread(model)?;
@@ -593,7 +641,7 @@ fn walk(
         p.phase = phase;
         p
     };
-    let mut cursors: HashMap<u32, Backwards<'_>> = HashMap::new();
+    let mut cursors: FastMap<u32, Backwards<'_>> = FastMap::default();
     // Every step lowers `t`, or moves to the thread that ended a wait at that wait's end, which
     // is before the span just accounted ended: the walk ends.
     loop {
@@ -709,8 +757,8 @@ fn finish(acc: Account, start: u64, end: u64, hops: u64) -> Path {
         hops,
         estimated: acc.estimated,
         phase: None,
-        phase_cpu: HashMap::new(),
-        holders: HashMap::new(),
+        phase_cpu: FastMap::default(),
+        holders: FastMap::default(),
         held_running: acc.held_running,
     }
 }
@@ -731,24 +779,27 @@ mod tests {
     }
 
     #[test]
-    fn a_threads_waits_come_back_latest_first_across_blocks_in_the_file() {
-        let mut steps = Steps::new();
-        let n = PER_BLOCK as u64 * 2 + 17;
-        for i in 0..n {
-            steps.add(1, step(i)).unwrap();
-            steps.add(2, step(1000 + i)).unwrap();
-        }
-        let (file, mut heads) = steps.into_parts();
-        assert!(file.is_some(), "two full blocks each went to the file");
-        for (tid, base) in [(1u32, 0u64), (2, 1000)] {
-            let mut back = Backwards::of(file.as_ref(), heads.remove(&tid));
-            let mut got = Vec::new();
-            while let Some(s) = back.peek() {
-                got.push(s);
-                back.pop();
+    fn a_threads_waits_come_back_latest_first_across_blocks_in_memory_and_in_the_file() {
+        // All in memory; the first three blocks in memory, the rest in the file.
+        for (limit, in_file) in [(IN_MEMORY, false), (3 * BLOCK_BYTES, true)] {
+            let mut steps = Steps::with_limit(limit);
+            let n = PER_BLOCK as u64 * 2 + 17;
+            for i in 0..n {
+                steps.add(1, step(i)).unwrap();
+                steps.add(2, step(1000 + i)).unwrap();
             }
-            let want: Vec<Step> = (0..n).rev().map(|i| step(base + i)).collect();
-            assert_eq!(got, want, "thread {tid}");
+            let (file, mut heads) = steps.into_parts();
+            assert_eq!(matches!(file, Store::File(_)), in_file);
+            for (tid, base) in [(1u32, 0u64), (2, 1000)] {
+                let mut back = Backwards::of(&file, heads.remove(&tid));
+                let mut got = Vec::new();
+                while let Some(s) = back.peek() {
+                    got.push(s);
+                    back.pop();
+                }
+                let want: Vec<Step> = (0..n).rev().map(|i| step(base + i)).collect();
+                assert_eq!(got, want, "thread {tid}, limit {limit}");
+            }
         }
     }
 
@@ -817,7 +868,7 @@ mod tests {
         let (accept, sleep) = (43, 35);
         assert_eq!(waitshim_format::syscalls::name(accept), Some("accept"));
         assert_eq!(waitshim_format::syscalls::name(sleep), Some("nanosleep"));
-        let mut pieces: HashMap<u32, Pieces> = HashMap::new();
+        let mut pieces: FastMap<u32, Pieces> = FastMap::default();
         pieces.insert(
             5,
             vec![
