@@ -529,6 +529,20 @@ fn every_record() -> Vec<Record> {
             chain_id: 9,
         }
         .into(),
+        DelayRule {
+            rule: 1,
+            site: "name:table".into(),
+            delay_ns: 20_000,
+        }
+        .into(),
+        Delayed {
+            object_id: 3,
+            rule: 1,
+            ns: 34,
+            sections: 400,
+            total_ns: 8_100_000,
+        }
+        .into(),
     ]
 }
 
@@ -575,6 +589,8 @@ fn variant_name(r: &Record) -> &'static str {
         Record::ThreadSwitches(_) => "ThreadSwitches",
         Record::ShimCost(_) => "ShimCost",
         Record::BlockedChain(_) => "BlockedChain",
+        Record::DelayRule(_) => "DelayRule",
+        Record::Delayed(_) => "Delayed",
         Record::Unknown { .. } => "Unknown",
     }
 }
