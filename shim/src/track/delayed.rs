@@ -7,6 +7,10 @@
 //! Armed, an unlock finds the object's entry (the thread's cache, else the registry) and reads
 //! the decision cached in its busy part; the rules (`crate::delay`, through `hooks::delay`)
 //! are asked once per object, again only when it is named through the C API.
+//!
+//! Not delayed: the release inside `pthread_cond_wait` (glibc's own, never through the
+//! interposed unlock), and unlocks in the program's signal handlers (no thread record there:
+//! nothing is looked up or allocated).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
