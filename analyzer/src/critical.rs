@@ -404,13 +404,13 @@ pub fn critical_path(
     note?;
     let (pieces, idle) = sampled(model, first)?;
     let (file, heads) = steps.into_parts();
-    Ok(
-        walk(model, &file, heads, &pieces, &idle).map(|p| Path {
-            phase_cpu: p.phase.map_or_else(FastMap::default, |w| phase_cpu(&pieces, w)),
-            holders,
-            ..p
-        }),
-    )
+    Ok(walk(model, &file, heads, &pieces, &idle).map(|p| Path {
+        phase_cpu: p
+            .phase
+            .map_or_else(FastMap::default, |w| phase_cpu(&pieces, w)),
+        holders,
+        ..p
+    }))
 }
 
 /// Each thread's time running and ready for a CPU within `w`, from its sampled pieces.

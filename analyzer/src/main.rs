@@ -19,6 +19,7 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze export --format FORMAT -o OUT FILE...\n       \
                       waitshim-analyze diff BEFORE AFTER [--json] [--html FILE]\n       \
                       waitshim-analyze whatif --hold SITE=FACTOR [--hold ...] [--json] LOG\n       \
+                      waitshim-analyze whatif --delayed LOG_D [--delayed ...] [--json] LOG\n       \
                       waitshim-analyze why-no-log -- CMD [ARGS]\n       \
                       waitshim-analyze check LOG... [--fail-if EXPR]... [--baseline FILE] [--format text|github|gitlab] [--junit FILE] [--sarif FILE]\n       \
                       waitshim-analyze baseline -o FILE LOG...\n       \
@@ -111,9 +112,15 @@ enum Command {
         /// SITE=FACTOR: the objects SITE names (a C-API name, a variable, a creation site
         /// file:line, a file, or the function that created them), and the factor their
         /// critical sections are scaled by. Repeat for several objects.
-        #[arg(long = "hold", required = true, value_name = "SITE=FACTOR",
+        #[arg(long = "hold", required_unless_present = "delayed", conflicts_with = "delayed",
+              value_name = "SITE=FACTOR",
               value_parser = |s: &str| s.parse::<waitshim_analyze::whatif::HoldChange>())]
         holds: Vec<waitshim_analyze::whatif::HoldChange>,
+        /// LOG_D: the log of a run of the same program slowed on purpose (WAITSHIM_DELAY):
+        /// check the estimate from LOG against it (measured and predicted run time and slope,
+        /// the error in %). Repeat for a least-squares fit over several delays.
+        #[arg(long = "delayed", value_name = "LOG_D")]
+        delayed: Vec<PathBuf>,
         /// Print one JSON document (schema waitshim-whatif/1) instead of text.
         #[arg(long)]
         json: bool,
@@ -307,12 +314,14 @@ fn main() {
         }
         Some(Command::Whatif {
             holds,
+            delayed,
             json,
             no_symbols,
             log,
         }) => {
             let opts = waitshim_analyze::whatif::WhatIfOptions {
                 holds,
+                delayed,
                 json,
                 symbols: !no_symbols,
             };

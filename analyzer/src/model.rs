@@ -967,6 +967,41 @@ impl Overflow {
     }
 }
 
+/// What `WAITSHIM_DELAY` did to the run: its rules, and per object the sections it lengthened
+/// and the busy time it added (the latest cumulative `Delayed` record of each).
+#[derive(Debug, Clone, Default)]
+pub struct DelayData {
+    pub rules: Vec<waitshim_format::DelayRule>,
+    pub objects: BTreeMap<u64, waitshim_format::Delayed>,
+}
+
+impl DelayData {
+    /// Whether the run was slowed on purpose.
+    pub fn any(&self) -> bool {
+        !self.rules.is_empty() || !self.objects.is_empty()
+    }
+
+    /// Sections lengthened and busy time added, over every object.
+    pub fn totals(&self) -> (u64, u64) {
+        self.objects
+            .values()
+            .fold((0, 0), |a, d| (a.0 + d.sections, a.1 + d.total_ns))
+    }
+
+    /// The delay per section of rule `rule`.
+    pub fn delay_of(&self, rule: u32) -> Option<u64> {
+        self.rules
+            .iter()
+            .find(|r| r.rule == rule)
+            .map(|r| r.delay_ns)
+    }
+}
+
+/// Delay rules kept (the shim writes at most 16).
+const MAX_DELAY_RULES: usize = 64;
+/// Delayed objects kept (bounded memory whatever the input).
+const MAX_DELAYED_OBJECTS: usize = 10_000;
+
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     pub run: Option<RunStart>,
@@ -996,6 +1031,8 @@ pub struct Model {
     pub notes: Vec<waitshim_format::Note>,
     /// Policy versions, rule statistics and what the rules collected.
     pub policy: PolicyData,
+    /// `WAITSHIM_DELAY`: the run was slowed on purpose ([`DelayData`]).
+    pub delay: DelayData,
     /// Objects never written on their own (created and destroyed uncontended), summed by the
     /// shim per (kind as u8, creation chain): the latest cumulative record of each pair.
     pub churned: BTreeMap<(u8, u32), ObjectsChurned>,
@@ -1738,6 +1775,27 @@ impl Model {
                     self.churned.insert(key, c);
                 } else {
                     self.overflow.churn_sites += 1;
+                }
+            }
+            Record::DelayRule(r) => {
+                if self.delay.rules.len() < MAX_DELAY_RULES
+                    && !self.delay.rules.iter().any(|x| x.rule == r.rule)
+                {
+                    self.delay.rules.push(r);
+                }
+            }
+            Record::Delayed(d) => {
+                self.seen(d.ns);
+                let known = self.delay.objects.contains_key(&d.object_id);
+                if known || self.delay.objects.len() < MAX_DELAYED_OBJECTS {
+                    let keep = self
+                        .delay
+                        .objects
+                        .get(&d.object_id)
+                        .is_none_or(|old| old.sections <= d.sections);
+                    if keep {
+                        self.delay.objects.insert(d.object_id, d);
+                    }
                 }
             }
             Record::Unknown { .. } => {}

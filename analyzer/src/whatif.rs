@@ -19,6 +19,13 @@
 //! With progress points, the phase they span takes the run's place (the critical path is that
 //! of the phase; the run's CPU and hold totals are taken in proportion to the phase's length),
 //! and each point's throughput is predicted with it: the same visits in the predicted time.
+//!
+//! `whatif BASE --delayed LOG_D [--delayed ...]` checks the estimate against the program
+//! itself: each LOG_D is a run slowed on purpose (`WAITSHIM_DELAY`, d of busy waiting added to
+//! each section of some locks). Its delays are a hold-time increase of BASE's objects (factor
+//! 1 + sections x d / total hold), the estimate predicts the run time, and the measured and
+//! predicted slopes (run-time change per µs of d) are compared; with two delayed runs or more,
+//! least-squares slopes over all of them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -392,6 +399,9 @@ fn resolve(figs: &Figures, site: &str) -> Vec<u64> {
 
 pub struct WhatIfOptions {
     pub holds: Vec<HoldChange>,
+    /// `--delayed`: logs of runs slowed on purpose (`WAITSHIM_DELAY`) to check the estimate
+    /// against ([`slope_check`]).
+    pub delayed: Vec<std::path::PathBuf>,
     pub json: bool,
     pub symbols: bool,
 }
@@ -426,6 +436,9 @@ pub fn run(
         );
         return EXIT_BAD_INPUT;
     };
+    if !opts.delayed.is_empty() {
+        return slope_check(log, &a, &figs, &mut ctx, &basis, opts, out, err);
+    }
     let mut changes: HashMap<u64, f64> = HashMap::new();
     let mut named = Vec::new();
     for h in &opts.holds {
@@ -526,6 +539,341 @@ pub fn run(
     0
 }
 
+/// One delayed run checked against the estimate from the base run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlopeCheck {
+    pub log: String,
+    /// The busy delay added to each lengthened section.
+    pub delay_ns: u64,
+    pub objects: Vec<DelayedObject>,
+    pub measured_duration_ns: u64,
+    /// None when the base run timed no hold of a delayed object.
+    pub predicted_duration_ns: Option<u64>,
+    /// Run-time change per µs of delay per section, in ns.
+    pub measured_slope_ns_per_us: f64,
+    pub predicted_slope_ns_per_us: Option<f64>,
+    /// (predicted slope - measured slope) / measured slope, in %.
+    pub error_pct: Option<f64>,
+}
+
+/// A delayed object of a delayed run, and what the estimate made of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DelayedObject {
+    /// Its id in the delayed log.
+    pub object_id: u64,
+    /// The object in the base log it is (same creation site, or name).
+    pub base_object_id: u64,
+    pub label: String,
+    pub sections: u64,
+    pub added_ns: u64,
+    /// The base run's total hold of it (None: not timed).
+    pub base_hold_ns: Option<u64>,
+    /// The factor its critical sections are scaled by in the estimate:
+    /// 1 + sections x delay / base hold.
+    pub factor: Option<f64>,
+}
+
+/// A least-squares line through (delay µs, run time ns), the base run at 0 included.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct SlopeFit {
+    pub runs: usize,
+    pub measured_slope_ns_per_us: f64,
+    pub predicted_slope_ns_per_us: Option<f64>,
+    pub error_pct: Option<f64>,
+}
+
+/// The slope of the least-squares line through `points` (x, y); None without two distinct x.
+pub fn least_squares_slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    if sxx <= 0.0 {
+        return None;
+    }
+    let sxy: f64 = points.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+    Some(sxy / sxx)
+}
+
+fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
+    (measured.abs() > 0.0).then(|| 100.0 * (predicted - measured) / measured)
+}
+
+/// The base log's object that `o` (of another run of the program) is: the same creation site,
+/// else the same C-API name, else the same variable.
+fn counterpart(base: &Figures, o: &crate::gate::metrics::ObjectFigures) -> Option<u64> {
+    let same = |f: &dyn Fn(&crate::gate::metrics::ObjectFigures) -> Option<String>| {
+        let want = f(o)?;
+        let found: Vec<u64> = base
+            .objects
+            .values()
+            .filter(|b| b.kind == o.kind && f(b).as_deref() == Some(want.as_str()))
+            .map(|b| b.object_id)
+            .collect();
+        (found.len() == 1).then(|| found[0])
+    };
+    same(&|x| x.created.as_ref().map(|p| p.site.clone()))
+        .or_else(|| same(&|x| x.api_name.clone()))
+        .or_else(|| same(&|x| x.global.clone()))
+}
+
+/// The assumptions of the slope check, besides the estimate's own.
+pub const SLOPE_ASSUMPTIONS: [&str; 2] = [
+    "a delay of d per section is a hold-time increase: the object's sections are scaled by \
+     1 + sections x d / (the base run's total hold of it)",
+    "the delayed runs did the base run's work: the slope is their run-time change per µs of \
+     delay per section",
+];
+
+#[derive(Serialize)]
+struct SlopeJson {
+    schema: &'static str,
+    log: String,
+    baseline_duration_ns: u64,
+    slope_check: Vec<SlopeCheck>,
+    /// With two delayed runs or more: least-squares slopes over all of them.
+    fit: Option<SlopeFit>,
+    assumptions: Vec<&'static str>,
+}
+
+/// `whatif BASE --delayed LOG_D...`: for each run slowed on purpose, the run time the estimate
+/// from BASE predicts for its delays, against the one measured; the slopes, and their error.
+#[allow(clippy::too_many_arguments)]
+fn slope_check(
+    log: &std::path::Path,
+    a: &Analysis,
+    figs: &Figures,
+    ctx: &mut Ctx<'_>,
+    basis: &Basis,
+    opts: &WhatIfOptions,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
+    let fail = |err: &mut dyn Write, msg: String| {
+        let _ = writeln!(err, "waitshim-analyze whatif: {msg}");
+        EXIT_BAD_INPUT
+    };
+    if a.model.delay.any() {
+        return fail(
+            err,
+            format!(
+                "{} was itself slowed on purpose (WAITSHIM_DELAY): give the log of a run \
+                 without delay as the base",
+                log.display()
+            ),
+        );
+    }
+    let exe = |a: &Analysis| a.model.run.as_ref().map(|r| r.exe.clone());
+    let base_ns = basis.run_ns;
+    let mut checks = Vec::new();
+    for path in &opts.delayed {
+        let d = match analyze(path) {
+            Ok(d) => d,
+            Err(e) => return fail(err, format!("--delayed {}: {e}", path.display())),
+        };
+        if exe(&d) != exe(a) {
+            return fail(
+                err,
+                format!(
+                    "--delayed {}: a run of another program ({}) than {} ({})",
+                    path.display(),
+                    exe(&d).unwrap_or_default(),
+                    log.display(),
+                    exe(a).unwrap_or_default()
+                ),
+            );
+        }
+        let delay = &d.model.delay;
+        if !delay.any() {
+            return fail(
+                err,
+                format!(
+                    "--delayed {}: no WAITSHIM_DELAY records: that run was not slowed on purpose",
+                    path.display()
+                ),
+            );
+        }
+        let delays: std::collections::BTreeSet<u64> =
+            delay.rules.iter().map(|r| r.delay_ns).collect();
+        let Some(&delay_ns) = delays.iter().next() else {
+            return fail(
+                err,
+                format!("--delayed {}: no WAITSHIM_DELAY rule", path.display()),
+            );
+        };
+        if delays.len() > 1 {
+            return fail(
+                err,
+                format!(
+                    "--delayed {}: rules with different delays; one slope needs one delay per \
+                     section",
+                    path.display()
+                ),
+            );
+        }
+        if delay.objects.is_empty() {
+            return fail(
+                err,
+                format!(
+                    "--delayed {}: its delay rules lengthened no section (no lock matched)",
+                    path.display()
+                ),
+            );
+        }
+        let dfigs = Figures::of(&d, opts.symbols);
+        let mut objects = Vec::new();
+        let mut changes: HashMap<u64, f64> = HashMap::new();
+        let mut all_timed = true;
+        for o in delay.objects.values() {
+            let Some(base_id) = dfigs
+                .objects
+                .get(&o.object_id)
+                .and_then(|f| counterpart(figs, f))
+            else {
+                return fail(
+                    err,
+                    format!(
+                        "--delayed {}: its delayed object #{} has no counterpart in {} (the same \
+                         creation site or name)",
+                        path.display(),
+                        o.object_id,
+                        log.display()
+                    ),
+                );
+            };
+            let hold = basis.hold_ns(base_id).map(|h| h.0).filter(|&h| h > 0);
+            let factor = hold.map(|h| 1.0 + o.sections as f64 * delay_ns as f64 / h as f64);
+            match factor {
+                Some(f) => {
+                    *changes.entry(base_id).or_insert(1.0) += f - 1.0;
+                }
+                None => all_timed = false,
+            }
+            objects.push(DelayedObject {
+                object_id: o.object_id,
+                base_object_id: base_id,
+                label: ctx.object_label(base_id),
+                sections: o.sections,
+                added_ns: o.total_ns,
+                base_hold_ns: hold,
+                factor,
+            });
+        }
+        let measured = d.model.duration_ns().0;
+        let us = delay_ns as f64 / 1000.0;
+        let predicted = all_timed.then(|| basis.predict(&changes).predicted_ns);
+        let measured_slope = (measured as f64 - base_ns as f64) / us;
+        let predicted_slope = predicted.map(|p| (p as f64 - base_ns as f64) / us);
+        checks.push(SlopeCheck {
+            log: path.display().to_string(),
+            delay_ns,
+            objects,
+            measured_duration_ns: measured,
+            predicted_duration_ns: predicted,
+            measured_slope_ns_per_us: measured_slope,
+            predicted_slope_ns_per_us: predicted_slope,
+            error_pct: predicted_slope.and_then(|p| error_pct(p, measured_slope)),
+        });
+    }
+    let fit = (checks.len() >= 2)
+        .then(|| {
+            let x = |c: &SlopeCheck| c.delay_ns as f64 / 1000.0;
+            let mut measured = vec![(0.0, base_ns as f64)];
+            measured.extend(checks.iter().map(|c| (x(c), c.measured_duration_ns as f64)));
+            let m = least_squares_slope(&measured)?;
+            let predicted: Option<Vec<(f64, f64)>> = std::iter::once(Some((0.0, base_ns as f64)))
+                .chain(
+                    checks
+                        .iter()
+                        .map(|c| c.predicted_duration_ns.map(|p| (x(c), p as f64))),
+                )
+                .collect();
+            let p = predicted.and_then(|p| least_squares_slope(&p));
+            Some(SlopeFit {
+                runs: checks.len(),
+                measured_slope_ns_per_us: m,
+                predicted_slope_ns_per_us: p,
+                error_pct: p.and_then(|p| error_pct(p, m)),
+            })
+        })
+        .flatten();
+    if opts.json {
+        let doc = SlopeJson {
+            schema: "waitshim-whatif/1",
+            log: log.display().to_string(),
+            baseline_duration_ns: base_ns,
+            slope_check: checks,
+            fit,
+            assumptions: basis
+                .assumptions()
+                .into_iter()
+                .chain(SLOPE_ASSUMPTIONS)
+                .collect(),
+        };
+        let ok = serde_json::to_writer_pretty(&mut *out, &doc).is_ok() && writeln!(out).is_ok();
+        return if ok { 0 } else { EXIT_BAD_INPUT };
+    }
+    let ms_per_us = |ns: f64| format!("{:+.3} ms per µs", ns / 1e6);
+    let pct = |e: Option<f64>| e.map_or_else(|| "n/a".to_string(), |e| format!("{e:+.1} %"));
+    let mut text = format!(
+        "slope check of the what-if estimate from {} ({} as measured)\n",
+        log.display(),
+        crate::report::fmt_ns(base_ns)
+    );
+    for c in &checks {
+        text.push_str(&format!(
+            "  {}: {} per section\n",
+            c.log,
+            crate::report::fmt_ns(c.delay_ns)
+        ));
+        for o in &c.objects {
+            let factor = o.factor.map_or_else(
+                || "base run timed no hold of it: no estimate".to_string(),
+                |f| format!("sections x{f:.3} in the estimate"),
+            );
+            text.push_str(&format!(
+                "    {}: {} sections lengthened ({} added); {factor}\n",
+                o.label,
+                o.sections,
+                crate::report::fmt_ns(o.added_ns)
+            ));
+        }
+        text.push_str(&format!(
+            "    run: measured {}, predicted {}\n    slope (run-time change per µs of delay \
+             per section): measured {}, predicted {}; error {}\n",
+            crate::report::fmt_ns(c.measured_duration_ns),
+            c.predicted_duration_ns
+                .map_or_else(|| "n/a".into(), crate::report::fmt_ns),
+            ms_per_us(c.measured_slope_ns_per_us),
+            c.predicted_slope_ns_per_us
+                .map_or_else(|| "n/a".into(), ms_per_us),
+            pct(c.error_pct)
+        ));
+    }
+    if let Some(f) = fit {
+        text.push_str(&format!(
+            "  least-squares fit over {} delayed runs and the base: slope measured {}, \
+             predicted {}; error {}\n",
+            f.runs,
+            ms_per_us(f.measured_slope_ns_per_us),
+            f.predicted_slope_ns_per_us
+                .map_or_else(|| "n/a".into(), ms_per_us),
+            pct(f.error_pct)
+        ));
+    }
+    text.push_str("  the estimate assumes:\n");
+    for a in basis.assumptions().iter().chain(&SLOPE_ASSUMPTIONS) {
+        text.push_str(&format!("    - {a}\n"));
+    }
+    if write!(out, "{text}").is_err() {
+        return EXIT_BAD_INPUT;
+    }
+    0
+}
+
 /// What bounds a prediction, in words.
 pub fn bound_text(ctx: &mut Ctx<'_>, b: Bound) -> String {
     match b {
@@ -564,6 +912,18 @@ mod tests {
             running: BTreeMap::new(),
             ready: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn the_least_squares_slope_of_a_line_and_of_noisy_points() {
+        assert_eq!(least_squares_slope(&[(0.0, 100.0)]), None);
+        assert_eq!(least_squares_slope(&[(1.0, 1.0), (1.0, 5.0)]), None);
+        let s = least_squares_slope(&[(0.0, 100.0), (10.0, 300.0), (20.0, 500.0)]).unwrap();
+        assert!((s - 20.0).abs() < 1e-9, "{s}");
+        let s = least_squares_slope(&[(0.0, 0.0), (1.0, 2.0), (2.0, 3.0)]).unwrap();
+        assert!((s - 1.5).abs() < 1e-9, "{s}");
+        assert_eq!(error_pct(11.0, 10.0).map(|e| e.round()), Some(10.0));
+        assert_eq!(error_pct(1.0, 0.0), None);
     }
 
     #[test]

@@ -345,6 +345,19 @@ fn golden_log() -> Vec<u8> {
         level: note_level::INFO,
         text: "policy reloaded".into(),
     });
+    // WAITSHIM_DELAY: the spinlock's sections were lengthened on purpose.
+    b.push(DelayRule {
+        rule: 0,
+        site: "site:spin_init*".into(),
+        delay_ns: 20_000,
+    });
+    b.push(Delayed {
+        object_id: 13,
+        rule: 0,
+        ns: T0 + 900 * MS,
+        sections: 53,
+        total_ns: 53 * 20_000 + 4_321,
+    });
     // A record of a newer shim: skipped and counted.
     b.bytes.extend(raw_frame(999, &[1, 2, 3, 4, 5]));
     // A record damaged on disk: one flipped byte in its body.

@@ -24,6 +24,8 @@ pub mod env {
     pub const DEPTH: &str = "WAITSHIM_DEPTH";
     /// Per-wait events ([`crate::WaitEvents`]): `all`, `ring:30s` (the last 30 s only) or `off`.
     pub const EVENTS: &str = "WAITSHIM_EVENTS";
+    /// Critical sections lengthened on purpose: `SITE=DURATION[;...]` (`waitshim_policy::delay`).
+    pub const DELAY: &str = "WAITSHIM_DELAY";
     /// The analyzer's history database (`history`, `run --history-job`).
     pub const HISTORY: &str = "WAITSHIM_HISTORY";
 }
@@ -84,6 +86,7 @@ mod tests {
             env::SAMPLE,
             env::DEPTH,
             env::EVENTS,
+            env::DELAY,
             env::HISTORY,
         ] {
             assert!(v.starts_with("WAITSHIM_"), "{v}");

@@ -992,6 +992,30 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// A `WAITSHIM_DELAY` rule in force: each critical section of the locks `site` selects
+    /// (a glob on their C-API name or on a function of their creation chain) was lengthened
+    /// by `delay_ns` of busy waiting before its release. A run with one is slowed on purpose.
+    pub struct DelayRule {
+        pub rule: u32,
+        /// The rule as written (`name:`/`site:` prefix included, if given).
+        pub site: String,
+        pub delay_ns: u64,
+    }
+}
+
+wire_struct! {
+    /// The critical sections of one object that `WAITSHIM_DELAY`'s rule `rule` lengthened so
+    /// far, and the busy time added to them in all: cumulative (the latest record counts).
+    pub struct Delayed {
+        pub object_id: u64,
+        pub rule: u32,
+        pub ns: u64,
+        pub sections: u64,
+        pub total_ns: u64,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -1072,4 +1096,6 @@ records! {
     BlockedChain = 39,
     ProgressPoint = 40,
     ProgressCounts = 41,
+    DelayRule = 42,
+    Delayed = 43,
 }

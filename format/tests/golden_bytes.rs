@@ -1038,6 +1038,40 @@ fn golden() -> Vec<(Record, &'static str)> {
                 d8 0d 00 00 00 00 00 00              #   [0].ends_sum = 0xdd8
             ",
         ),
+        (
+            DelayRule {
+                rule: 2,
+                site: "t".into(),
+                delay_ns: 20_000,
+            }
+            .into(),
+            "
+                57 53 2a 00 11 00 00 00 88 9e f3 00  # tag WS, type 42, body 17 bytes, crc32
+                02 00 00 00                          # rule = 2
+                01 00 00 00                          # site: 1 byte
+                74                                   #   't'
+                20 4e 00 00 00 00 00 00              # delay_ns = 20000
+                00 00 00                             # padding
+            ",
+        ),
+        (
+            Delayed {
+                object_id: 0x0dd1,
+                rule: 2,
+                ns: 0x0115,
+                sections: 0x0190,
+                total_ns: 0x0dd2,
+            }
+            .into(),
+            "
+                57 53 2b 00 24 00 00 00 b9 56 5b 95  # tag WS, type 43, body 36 bytes, crc32
+                d1 0d 00 00 00 00 00 00              # object_id = 0xdd1
+                02 00 00 00                          # rule = 2
+                15 01 00 00 00 00 00 00              # ns = 0x115
+                90 01 00 00 00 00 00 00              # sections = 400
+                d2 0d 00 00 00 00 00 00              # total_ns = 0xdd2
+            ",
+        ),
     ]
 }
 

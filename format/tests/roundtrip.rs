@@ -550,6 +550,20 @@ fn every_record() -> Vec<Record> {
             }],
         }
         .into(),
+        DelayRule {
+            rule: 1,
+            site: "name:table".into(),
+            delay_ns: 20_000,
+        }
+        .into(),
+        Delayed {
+            object_id: 3,
+            rule: 1,
+            ns: 34,
+            sections: 400,
+            total_ns: 8_100_000,
+        }
+        .into(),
     ]
 }
 
@@ -598,6 +612,8 @@ fn variant_name(r: &Record) -> &'static str {
         Record::BlockedChain(_) => "BlockedChain",
         Record::ProgressPoint(_) => "ProgressPoint",
         Record::ProgressCounts(_) => "ProgressCounts",
+        Record::DelayRule(_) => "DelayRule",
+        Record::Delayed(_) => "Delayed",
         Record::Unknown { .. } => "Unknown",
     }
 }

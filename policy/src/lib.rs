@@ -93,6 +93,7 @@
 //! assert_eq!(waitshim_policy::parse(&waitshim_policy::to_json(&policy)).unwrap(), policy);
 //! ```
 
+pub mod delay;
 pub mod duration;
 pub mod events;
 mod glob;

@@ -11,6 +11,8 @@
 //!   over the policy file's `sample`.
 //! - `WAITSHIM_EVENTS`: per-wait events, `all` (default), `ring:30s` (the last 30 s) or `off`;
 //!   wins over the policy file's `events`.
+//! - `WAITSHIM_DELAY`: `SITE=DURATION[;...]`, critical sections of the selected locks lengthened
+//!   on purpose by a busy delay (`crate::delay`).
 
 use waitshim_format::contract::{env as var, LOG_PATTERN};
 
@@ -30,6 +32,8 @@ pub struct Config {
     pub sample_ns: Option<u64>,
     /// `WAITSHIM_EVENTS` (None: not set, or not valid; the policy file may then say).
     pub events: Option<EventsMode>,
+    /// `WAITSHIM_DELAY` as set (checked when tracking starts, `crate::delay::init`).
+    pub delay: Option<String>,
 }
 
 pub use waitshim_policy::events::{parse as parse_events, EventsMode};
@@ -115,6 +119,7 @@ impl Config {
             disabled: flag(var::DISABLE),
             policy: text(var::POLICY),
             signal: text(var::SIGNAL),
+            delay: text(var::DELAY),
         }
     }
 }

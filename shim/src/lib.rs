@@ -19,6 +19,7 @@ mod chain;
 mod clock;
 mod config;
 mod confinement;
+mod delay;
 mod diag;
 mod fdtable;
 #[cfg(not(test))]

@@ -15,6 +15,7 @@ pub static HOOKS: Hooks = Hooks {
     ending,
     thread_ending: crate::sampler::thread_ending,
     flushed,
+    delay: crate::delay::decide,
 };
 
 /// Registers the layers above the core and starts tracking (the library constructor).
@@ -29,6 +30,7 @@ fn started(tr: &Tracker) {
     }
     crate::livestack::set_mailbox_of_caller(own_mailbox);
     crate::policy::init(&tr.log, tr.config.policy.as_deref());
+    crate::delay::init(&tr.log, tr.config.delay.as_deref());
     settle_events(tr);
     settle_sample(tr);
     crate::service::init(tr, tr.config.signal.as_deref());
@@ -92,6 +94,7 @@ fn forked_child(tr: &Tracker) {
     crate::sampler::after_fork_child();
     crate::service::after_fork_child();
     crate::policy::after_fork_child(&tr.log);
+    crate::delay::write_rules(&tr.log);
 }
 
 fn ending(_tr: &Tracker, in_handler: bool) {

@@ -1569,6 +1569,8 @@ struct LogJson<'c, 'a> {
     damage: DamageJson,
     records_read: u64,
     run: RunJson,
+    /// `WAITSHIM_DELAY`: the run was slowed on purpose; null when it was not.
+    delay: Option<DelayJson>,
     highwater: HighwaterJson<Each<'c, 'a, Iter<'a, Highwater>, RiseJson>>,
     deadlocks: Each<'c, 'a, Iter<'a, Deadlock>, DeadlockJson>,
     open_waits: OpenWaitsJson,
@@ -1602,6 +1604,65 @@ struct LogJson<'c, 'a> {
     chains: ChainsJson<'c, 'a>,
     modules: Each<'c, 'a, Values<'a, u32, Module>, ModuleJson<'a>>,
     symbols: SymbolsList<'c, 'a>,
+}
+
+#[derive(Serialize)]
+struct DelayJson {
+    rules: Vec<DelayRuleJson>,
+    objects: Vec<DelayedJson>,
+    /// Over every object.
+    sections: u64,
+    added_ns: u64,
+}
+
+#[derive(Serialize)]
+struct DelayRuleJson {
+    rule: u32,
+    site: String,
+    delay_ns: u64,
+}
+
+#[derive(Serialize)]
+struct DelayedJson {
+    object_id: u64,
+    label: String,
+    rule: u32,
+    sections: u64,
+    added_ns: u64,
+}
+
+/// What `WAITSHIM_DELAY` did, if anything.
+fn delay(x: &mut Ctx<'_>) -> Option<DelayJson> {
+    let d = &x.model.delay;
+    if !d.any() {
+        return None;
+    }
+    let (sections, added_ns) = d.totals();
+    let rules = d
+        .rules
+        .iter()
+        .map(|r| DelayRuleJson {
+            rule: r.rule,
+            site: r.site.clone(),
+            delay_ns: r.delay_ns,
+        })
+        .collect();
+    let objects: Vec<_> = d.objects.values().cloned().collect();
+    Some(DelayJson {
+        rules,
+        objects: objects
+            .into_iter()
+            .map(|o| DelayedJson {
+                object_id: o.object_id,
+                label: x.object_label(o.object_id),
+                rule: o.rule,
+                sections: o.sections,
+                added_ns: o.total_ns,
+            })
+            .collect(),
+        sections,
+        added_ns,
+    })
 }
 
 #[derive(Serialize)]
@@ -1836,6 +1897,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
     x.sym.open_modules(addrs.chain(routines));
 
     let p = &m.policy;
+    let delay = delay(&mut x);
     let final_hw = m.final_highwater();
     let potential_deadlocks = x
         .inversions
@@ -1908,6 +1970,7 @@ fn log<'c, 'a>(ctx: &'c RefCell<Ctx<'a>>) -> LogJson<'c, 'a> {
         },
         records_read: x.summary.records,
         run: run(m, x.no_end.as_ref()),
+        delay,
         highwater: HighwaterJson {
             hwm: m.hwm(),
             object_id: final_hw.map(|h| h.object_id),

@@ -86,6 +86,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
                  they waited in, such locks' futexes among them (\"untracked futex\").\n",
             );
         }
+        progress(ctx, &mut body);
         thread_states(ctx, &mut body);
     } else {
         super::bottlenecks::render(ctx, &mut body);
@@ -115,6 +116,7 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
         "waitshim report: {}",
         escaped(&ctx.summary.path.display().to_string())
     );
+    slowed_on_purpose(ctx, &mut out);
     for w in ctx.warnings() {
         let _ = writeln!(out, "WARNING: {}", w.message);
     }
@@ -125,6 +127,43 @@ pub fn render(ctx: &mut Ctx<'_>) -> String {
     out.push_str(&policy);
     out.push_str(&body);
     out
+}
+
+/// `WAITSHIM_DELAY`: said first, so that nobody takes a delayed run for a real one.
+fn slowed_on_purpose(ctx: &mut Ctx<'_>, out: &mut String) {
+    let d = &ctx.model.delay;
+    if !d.any() {
+        return;
+    }
+    let (sections, added) = d.totals();
+    let _ = writeln!(
+        out,
+        "SLOWED ON PURPOSE: WAITSHIM_DELAY lengthened {sections} critical sections by busy \
+         waiting, {} added in all; this run's times are not the program's own",
+        fmt_ns(added)
+    );
+    let rules = d.rules.clone();
+    let objects: Vec<_> = d.objects.values().cloned().collect();
+    for r in &rules {
+        let _ = writeln!(
+            out,
+            "  rule {}: {} per section of the locks it selects",
+            escaped(&r.site),
+            fmt_ns(r.delay_ns)
+        );
+        for o in objects.iter().filter(|o| o.rule == r.rule) {
+            let label = ctx.object_label(o.object_id);
+            let _ = writeln!(
+                out,
+                "    {label}: {} sections lengthened, {} added",
+                o.sections,
+                fmt_ns(o.total_ns)
+            );
+        }
+        if !objects.iter().any(|o| o.rule == r.rule) {
+            out.push_str("    no lock it selects ended a section\n");
+        }
+    }
 }
 
 fn summary(ctx: &mut Ctx<'_>, out: &mut String) {

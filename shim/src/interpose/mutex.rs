@@ -15,6 +15,7 @@ use waitshim_format::{mutex_kind, ObjectKind};
 
 use crate::layout::mutex::{self as glibc_mutex, subtype};
 use crate::real;
+use crate::track::delayed;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::threads::{current, current_fast, ThreadRec};
 use crate::track::{tracker, CallSite};
@@ -472,6 +473,10 @@ unsafe fn contended(
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int {
+    if delayed::armed() {
+        // SAFETY: the mutex being unlocked.
+        unsafe { delayed::before_release(m as usize, KIND) };
+    }
     match current_fast() {
         Some(t) if engage::disengaging_quick(t, m as usize) => {
             // SAFETY: forwarding.

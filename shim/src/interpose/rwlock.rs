@@ -4,6 +4,7 @@
 //! these wrappers hand it the real functions of the side asked for.
 
 use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec};
+use waitshim_format::ObjectKind;
 
 use crate::real::real_fns;
 use crate::track::engage::{self, Side};
@@ -197,6 +198,10 @@ unsafe fn lock(
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_rwlock_unlock(l: *mut pthread_rwlock_t) -> c_int {
+    if crate::track::delayed::armed() {
+        // SAFETY: the rwlock being unlocked.
+        unsafe { crate::track::delayed::before_release(l as usize, ObjectKind::RwLock) };
+    }
     // SAFETY: the rwlock being unlocked; forwarding.
     unsafe {
         rwlock::unlocking(l as usize);

@@ -130,6 +130,10 @@ pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_i
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_spin_unlock(l: *mut pthread_spinlock_t) -> c_int {
+    if crate::track::delayed::armed() {
+        // SAFETY: the spinlock being unlocked.
+        unsafe { crate::track::delayed::before_release(l as usize, KIND) };
+    }
     if let Some(t) = current() {
         // SAFETY: the spinlock being unlocked.
         unsafe { engage::disengaging(t, l as usize) };

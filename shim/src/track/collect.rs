@@ -95,22 +95,25 @@ fn both_spellings(name: Box<str>, out: &mut Vec<Box<str>>) {
     out.push(name);
 }
 
+/// The function names of `obj`'s creation (or first-use) chain, innermost first, each as its
+/// symbol is written and, when that differs, demangled: what `creation_site` selectors match.
+pub fn creation_names(tr: &Tracker, obj: &ObjEntry) -> Vec<Box<str>> {
+    let chain = obj.create_chain.load(Ordering::Relaxed);
+    tr.chains.frames(chain).map_or_else(Vec::new, |frames| {
+        let maps = crate::procmaps::read();
+        let mut names = Vec::new();
+        for &f in frames.iter() {
+            if let Some(name) = crate::symbols::function_at(&maps, f.saturating_sub(1)) {
+                both_spellings(name, &mut names);
+            }
+        }
+        names
+    })
+}
+
 impl Facts for WaitFacts<'_> {
     fn creation_site(&mut self) -> Vec<Box<str>> {
-        let chain = self.obj.create_chain.load(Ordering::Relaxed);
-        self.tr
-            .chains
-            .frames(chain)
-            .map_or_else(Vec::new, |frames| {
-                let maps = crate::procmaps::read();
-                let mut names = Vec::new();
-                for &f in frames.iter() {
-                    if let Some(name) = crate::symbols::function_at(&maps, f.saturating_sub(1)) {
-                        both_spellings(name, &mut names);
-                    }
-                }
-                names
-            })
+        creation_names(self.tr, self.obj)
     }
 
     fn thread_name(&mut self) -> Option<String> {

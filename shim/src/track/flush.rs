@@ -75,6 +75,7 @@ impl Tracker {
             }
         }
         b.flushed.store(v, Ordering::Relaxed);
+        super::delayed::write(self, obj, now);
     }
 
     /// Writes the counters of the objects that changed since the last flush, unless a flush is
@@ -191,6 +192,7 @@ impl Tracker {
                 // Being destroyed: its last counters are written by the destroy.
                 return;
             }
+            super::delayed::write(self, obj, now);
             let key = obj as *const ObjEntry as usize;
             let extra = pending.get(&key).copied().unwrap_or(0);
             let waiting = waits.get(&key);

@@ -33,7 +33,15 @@ pub struct Hooks {
     /// Every counter was just written (exit, exec): what the layers above keep reaches the log
     /// too (`all`: also what did not change since it was last written).
     pub flushed: fn(&Tracker, all: bool),
+    /// `WAITSHIM_DELAY`'s decision for a lock, asked once per object while a delay is armed
+    /// (`super::delayed`): its rule and busy delay per critical section, None for no delay.
+    /// Given the object's C-API name and, when a rule asks, its creation chain's functions.
+    pub delay: DelayFor,
 }
+
+/// See [`Hooks::delay`].
+pub type DelayFor =
+    fn(name: Option<&str>, creation: &mut dyn FnMut() -> Vec<Box<str>>) -> Option<(u32, u64)>;
 
 /// See [`Hooks::live_stack`]: (frames, how they were taken).
 pub type LiveStack =

@@ -15,6 +15,7 @@ mod churn;
 pub mod collect;
 pub mod cond;
 pub mod deadlock;
+pub mod delayed;
 pub mod drive;
 pub mod engage;
 pub mod events;

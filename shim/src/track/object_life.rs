@@ -80,6 +80,7 @@ impl Tracker {
             .remove(&obj.addr());
         if let Some(name) = name {
             collect::object_cell(obj).set_name(&name);
+            super::delayed::forget(obj);
             self.log.write(
                 &ObjectName {
                     object_id: self.id_of(obj),
@@ -290,6 +291,7 @@ impl Tracker {
         match self.objects.get(addr) {
             Some(obj) => {
                 collect::object_cell(obj).set_name(&name);
+                super::delayed::forget(obj);
                 self.log.write(
                     &ObjectName {
                         object_id: self.id_of(obj),

@@ -223,6 +223,13 @@ pub struct Busy {
     pub errnos: OnceLock<Box<[(AtomicU32, AtomicU64); ERRNOS]>>,
     /// Policy state, made at the first contended wait a user's policy looks at.
     pub policy: OnceLock<Box<crate::wants::ObjectCell>>,
+    /// `WAITSHIM_DELAY` (`super::delayed`): the decision for this object, cached (0: not
+    /// made yet), its lengthened sections, the busy time added to them, and the sections when
+    /// last written.
+    pub delay: AtomicU64,
+    pub delay_sections: AtomicU64,
+    pub delay_total: AtomicU64,
+    pub delay_written: AtomicU64,
 }
 
 impl Default for Busy {
@@ -249,6 +256,10 @@ impl Default for Busy {
             extra: OnceLock::new(),
             errnos: OnceLock::new(),
             policy: OnceLock::new(),
+            delay: AtomicU64::new(0),
+            delay_sections: AtomicU64::new(0),
+            delay_total: AtomicU64::new(0),
+            delay_written: AtomicU64::new(0),
         }
     }
 }
@@ -278,6 +289,10 @@ impl Busy {
             &self.quiet_until,
             &self.quiet_gap,
             &self.last_close_ns,
+            &self.delay,
+            &self.delay_sections,
+            &self.delay_total,
+            &self.delay_written,
         ] {
             a.store(0, Ordering::Relaxed);
         }
