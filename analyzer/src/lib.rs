@@ -20,6 +20,7 @@ pub mod policycheck;
 pub mod procgroup;
 pub mod report;
 pub mod request;
+pub mod shimpath;
 pub mod source;
 pub mod states;
 pub mod symbolize;
