@@ -260,6 +260,7 @@ const BIN: &str = "waitshim-analyze";
 /// clap_complete offers hidden subcommands too, and an option-like word cannot be a log's
 /// name given as it is.
 const GENERATE_FILES: &str = "--generate-files";
+
 fn generate_files(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let write_all = || -> std::io::Result<Vec<PathBuf>> {
         let man = dir.join("man");

@@ -156,20 +156,19 @@ impl fmt::Display for NotFound {
                 match self.install_to() {
                     Some(to) => write!(
                         f,
-                        "Install the shim for {exe_name}: `cargo install` installs programs only, \
-                         not the library, so build it from waitshim's source \
-                         (`cargo build --release -p waitshim-shim`) and copy \
-                         target/release/{FILE} to {} (install -D -m 644 target/release/{FILE} {}); \
-                         or install the .deb (scripts/deb.sh builds it); or give --shim PATH or \
-                         set {}=PATH",
-                        to.display(),
+                        "The shim is not installed for {exe_name} (`cargo install` installs \
+                         programs, not libraries). From waitshim's source:\n  \
+                         cargo build --release -p waitshim-shim\n  \
+                         install -D -m 644 target/release/{FILE} {}\n\
+                         or install the .deb (scripts/deb.sh builds it), or give --shim PATH, or \
+                         set {}=PATH.",
                         to.display(),
                         contract::env::SHIM
                     ),
                     None => write!(
                         f,
                         "Give --shim PATH or set {}=PATH (build the shim from waitshim's source: \
-                         `cargo build --release -p waitshim-shim`)",
+                         `cargo build --release -p waitshim-shim`).",
                         contract::env::SHIM
                     ),
                 }

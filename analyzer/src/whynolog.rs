@@ -364,22 +364,25 @@ fn check_preload(env: &Env, machine: Option<u16>, f: &mut Vec<Finding>) {
             env.var(contract::env::SHIM),
             crate::shimpath::current_exe(),
         );
-        let shim = match found {
-            Ok(p) => p.display().to_string(),
-            Err(crate::shimpath::NotFound::Named { by, path, error }) => format!(
-                "/path/to/libwaitshim.so (the {by} this environment names, {}, is not usable: \
-                 {error})",
-                path.display()
+        let (shim, note) = match found {
+            Ok(p) => (p.display().to_string(), String::new()),
+            Err(crate::shimpath::NotFound::Named { by, path, error }) => (
+                "/path/to/libwaitshim.so".to_string(),
+                format!(
+                    " (the {by} this environment names, {}, is not usable: {error})",
+                    path.display()
+                ),
             ),
-            Err(crate::shimpath::NotFound::Nowhere { .. }) => {
-                "/path/to/libwaitshim.so (this waitshim-analyze finds none: \
-                 `waitshim-analyze run -- true` lists where it looked)"
-                    .to_string()
-            }
+            Err(crate::shimpath::NotFound::Nowhere { .. }) => (
+                "/path/to/libwaitshim.so".to_string(),
+                " (this waitshim-analyze finds no shim: `waitshim-analyze run -- true` lists \
+                 where it looked)"
+                    .to_string(),
+            ),
         };
         f.push(problem(format!(
             "LD_PRELOAD is not set in this environment: nothing loads the shim; run \
-             LD_PRELOAD={shim} CMD, or `waitshim-analyze run -- CMD`, which sets it"
+             LD_PRELOAD={shim} CMD{note}, or `waitshim-analyze run -- CMD`, which sets it"
         )));
         return;
     };
