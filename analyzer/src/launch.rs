@@ -22,7 +22,7 @@ use crate::Options;
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     pub cmd: Vec<OsString>,
-    /// The shim to preload; by default `libwaitshim.so` beside this executable.
+    /// The shim to preload; by default the one [`crate::shimpath::locate`] finds.
     pub shim: Option<PathBuf>,
     /// Where the logs go; by default a new directory under the temporary directory.
     pub log_dir: Option<PathBuf>,
@@ -50,12 +50,6 @@ pub struct RunOptions {
     /// Add the run to this job's history (in `db`).
     pub history_job: Option<String>,
     pub db: crate::gate::cli::DbArgs,
-}
-
-/// The shim installed beside the running analyzer.
-pub fn default_shim() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.join("libwaitshim.so"))
 }
 
 /// A new directory for the logs of one run: `$TMPDIR/waitshim-run.<pid>.<n>`.
@@ -198,20 +192,11 @@ pub fn run(opts: &RunOptions, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         );
     }
     let stdout_is_document = (opts.json && opts.output.is_none()) || opts.format == Format::Gitlab;
-    let Some(shim) = opts.shim.clone().or_else(default_shim) else {
-        return fail(err, "cannot tell where libwaitshim.so is: give --shim PATH");
+    // An absolute path: the loader searches its library path for a relative one.
+    let shim = match crate::shimpath::locate(opts.shim.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return fail(err, &e.to_string()),
     };
-    if !shim.is_file() {
-        return fail(
-            err,
-            &format!(
-                "no shim at {} (install libwaitshim.so beside waitshim-analyze, or give --shim PATH)",
-                shim.display()
-            ),
-        );
-    }
-    // The loader wants an absolute path, or it searches the library path for the name.
-    let shim = std::fs::canonicalize(&shim).unwrap_or(shim);
     // The files the report goes to are opened before the command runs: a path that cannot be
     // written is said at once, not after a long test suite.
     let mut report_file = match &opts.output {

@@ -21,6 +21,7 @@ pub mod procgroup;
 pub mod progress;
 pub mod report;
 pub mod request;
+pub mod shimpath;
 pub mod source;
 pub mod states;
 pub mod symbolize;

@@ -1,7 +1,9 @@
-use std::path::PathBuf;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 use waitshim_analyze::gate::cli as gate;
 use waitshim_analyze::request::RequestOptions;
 use waitshim_analyze::top::{Source, TopOptions};
@@ -26,12 +28,12 @@ use waitshim_analyze::{Options, SortKey};
                       waitshim-analyze history add|show|check --job NAME [--db FILE|postgres://...] [--notify CMD] [LOG...]\n       \
                       waitshim-analyze run [--check] [--fail-if EXPR]... [--json] [--each] [-o FILE] [--shim PATH] [--log-dir DIR] -- CMD [ARGS]",
     // `waitshim-analyze top.log` and `./top` are files; only a first argument that is exactly a
-    // command's name is a command.
+    // command's name is a command: `help` too (`help`, `help run`), so a log named `help` is
+    // read as `./help`.
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true,
-    disable_help_subcommand = true,
-    after_help = "A log file named like a command (top, request, export, diff, whatif, policy, why-no-log, check, baseline, history, run) is read as a log when written \
-                  as a path: ./top.\n\n\
+    after_help = "A log file named like a command (help, top, request, export, diff, whatif, policy, why-no-log, check, baseline, history, run) is read as a log when written \
+                  as a path: ./help, ./top.\n\n\
                   Exit status of check, history check and run: 0 passed; 1 the gate failed; 2 the tool could not judge (no log, no shim, \
                   an input that cannot be read, a bad argument, a selector that matches no object); 3 the command given to run failed (its status is printed); \
                   4 the command and the gate failed."
@@ -254,8 +256,73 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The name the man pages and completions give the program.
+const BIN: &str = "waitshim-analyze";
+
+/// `waitshim-analyze --generate-files DIR`, taken before the command line is parsed: writes
+/// the man pages (DIR/man/: one per visible command, `waitshim-analyze-run.1`, beside the
+/// program's own) and the completions of bash, zsh and fish (DIR/completions/:
+/// `waitshim-analyze.bash`, `_waitshim-analyze`, `waitshim-analyze.fish`), made from the
+/// definition of the command line above; scripts/deb.sh packages them. Not a subcommand:
+/// clap_complete offers hidden subcommands too, and an option-like word cannot be a log's
+/// name given as it is.
+const GENERATE_FILES: &str = "--generate-files";
+
+fn generate_files(dir: &Path, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let write_all = || -> std::io::Result<Vec<PathBuf>> {
+        let man = dir.join("man");
+        let completions = dir.join("completions");
+        std::fs::create_dir_all(&man)?;
+        std::fs::create_dir_all(&completions)?;
+        // `help` has no page of its own.
+        clap_mangen::generate_to(Cli::command(), &man)?;
+        let mut written: Vec<PathBuf> = std::fs::read_dir(&man)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        written.sort();
+        let mut cmd = Cli::command();
+        for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+            written.push(clap_complete::generate_to(
+                shell,
+                &mut cmd,
+                BIN,
+                &completions,
+            )?);
+        }
+        Ok(written)
+    };
+    match write_all() {
+        Ok(files) => {
+            for f in files {
+                let _ = writeln!(out, "{}", f.display());
+            }
+            0
+        }
+        Err(e) => {
+            let _ = writeln!(
+                err,
+                "waitshim-analyze {GENERATE_FILES}: {}: {e}",
+                dir.display()
+            );
+            waitshim_analyze::exit::NOT_JUDGED
+        }
+    }
+}
+
 fn main() {
     waitshim_analyze::ignore_file_size_signal();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == GENERATE_FILES) {
+        let err = &mut std::io::stderr().lock();
+        let code = match &args[2..] {
+            [dir] => generate_files(Path::new(dir), &mut std::io::stdout().lock(), err),
+            _ => {
+                let _ = writeln!(err, "usage: waitshim-analyze {GENERATE_FILES} DIR");
+                waitshim_analyze::exit::NOT_JUDGED
+            }
+        };
+        std::process::exit(code);
+    }
     let cli = Cli::parse();
     let out = &mut std::io::stdout().lock();
     // Messages name files and programs: guarded as every plain-text output is.

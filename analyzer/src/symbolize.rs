@@ -281,7 +281,7 @@ fn system_debug_advice(path: &str) -> String {
 
 /// Whether a module is the shim itself.
 fn is_shim_path(path: &str) -> bool {
-    path.ends_with("libwaitshim.so")
+    path.ends_with(waitshim_format::contract::SHIM_FILE)
 }
 
 pub fn basename(path: &str) -> &str {

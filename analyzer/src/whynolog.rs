@@ -357,11 +357,33 @@ fn preload_entries(v: &OsStr) -> Vec<String> {
 
 fn check_preload(env: &Env, machine: Option<u16>, f: &mut Vec<Finding>) {
     let Some(v) = env.var("LD_PRELOAD") else {
-        f.push(problem(
+        // The shim `run` would preload, found as `run` finds it (crate::shimpath), with the
+        // command's environment.
+        let found = crate::shimpath::locate_in(
+            None,
+            env.var(contract::env::SHIM),
+            crate::shimpath::current_exe(),
+        );
+        let (shim, note) = match found {
+            Ok(p) => (p.display().to_string(), String::new()),
+            Err(crate::shimpath::NotFound::Named { by, path, error }) => (
+                "/path/to/libwaitshim.so".to_string(),
+                format!(
+                    " (the {by} this environment names, {}, is not usable: {error})",
+                    path.display()
+                ),
+            ),
+            Err(crate::shimpath::NotFound::Nowhere { .. }) => (
+                "/path/to/libwaitshim.so".to_string(),
+                " (this waitshim-analyze finds no shim: `waitshim-analyze run -- true` lists \
+                 where it looked)"
+                    .to_string(),
+            ),
+        };
+        f.push(problem(format!(
             "LD_PRELOAD is not set in this environment: nothing loads the shim; run \
-             LD_PRELOAD=/path/to/libwaitshim.so CMD (the absolute path of the library cargo built, \
-             target/release/libwaitshim.so)",
-        ));
+             LD_PRELOAD={shim} CMD{note}, or `waitshim-analyze run -- CMD`, which sets it"
+        )));
         return;
     };
     let entries = preload_entries(&v);

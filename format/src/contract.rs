@@ -28,7 +28,12 @@ pub mod env {
     pub const DELAY: &str = "WAITSHIM_DELAY";
     /// The analyzer's history database (`history`, `run --history-job`).
     pub const HISTORY: &str = "WAITSHIM_HISTORY";
+    /// The shim `waitshim-analyze run` preloads, before the places it searches (README, Install).
+    pub const SHIM: &str = "WAITSHIM_SHIM";
 }
+
+/// The shim's file name (as installed, and as it shows in a process's mappings).
+pub const SHIM_FILE: &str = "libwaitshim.so";
 
 /// The log path when [`env::LOG`] is not set: in the working directory, `%p` the pid.
 pub const LOG_PATTERN: &str = "waitshim.%p.log";
@@ -88,6 +93,7 @@ mod tests {
             env::EVENTS,
             env::DELAY,
             env::HISTORY,
+            env::SHIM,
         ] {
             assert!(v.starts_with("WAITSHIM_"), "{v}");
         }

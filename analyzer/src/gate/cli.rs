@@ -123,7 +123,9 @@ pub struct RunArgs {
     /// with --json), beside the summary.
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
-    /// The shim to preload (default: libwaitshim.so beside waitshim-analyze).
+    /// The shim to preload. Default: $WAITSHIM_SHIM, else the first libwaitshim.so found beside
+    /// waitshim-analyze, in ../lib/waitshim/, ../lib/, ../lib/<multiarch>/waitshim/ (from the
+    /// binary's directory, symlinks resolved).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,
     /// Directory for the logs (created if missing; default: a new one in $TMPDIR). Logs

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use waitshim_format::FILE_MAGIC;
 
 /// The shim's file name, as it appears in a process's mappings.
-pub const SHIM_NAME: &str = "libwaitshim.so";
+pub const SHIM_NAME: &str = waitshim_format::contract::SHIM_FILE;
 
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
