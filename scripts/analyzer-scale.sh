@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/analyzer-scale.sh [WORKDIR]
 #
-# The analyzer's scale figures (README, Performance of the analyzer): makes three real logs with
+# The analyzer's scale figures (docs/perf-method.md, Analyzer performance): makes three real logs with
 # fixtures under the shim, then times the text report, --json and every export format on each,
 # with the peak memory and the output's size:
 #   - big.log: fixtures/log_heavy.c 1000000 (1 M mutexes named with 200 characters: ~428 MB);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/sample-growth.sh [THREADS...]
 #
-# The log's growth from sampling (README, Thread states), per thread per second: for each thread
+# The log's growth from sampling (docs/report.md, Thread states), per thread per second: for each thread
 # count (default: 100 and 4) and each mode of fixtures/sample_growth.c (`sleep`: every thread
 # blocked in read all along; `run`: every thread computing), runs it for 2 s and for 6 s under
 # the shim with WAITSHIM_SAMPLE=10ms and with off, and prints

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Usage: scripts/screenshot.sh [OUT.png]
 #
-# The README's picture of the HTML timeline, made from a real run so that it stays true:
+# docs/exports.md's picture of the HTML timeline, made from a real run so that it stays true:
 # builds waitshim (release), runs fixtures/timeline_threads.c (8 workers on 2 cores, 2 s:
 # running, runnable, lock waits and sleeps) under the shim, exports the log with
 # `waitshim-analyze export --format html`, and takes a screenshot of the page with headless

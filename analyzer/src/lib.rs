@@ -86,7 +86,7 @@ pub mod exit {
         }
     }
 
-    /// What a code means, in the words `--help` and the README use.
+    /// What a code means, in the words `--help` and docs/ci.md use.
     pub fn meaning(code: i32) -> &'static str {
         match code {
             PASSED => "passed",

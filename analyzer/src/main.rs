@@ -81,7 +81,7 @@ enum Command {
     /// Write the run in a format other tools open: pprof (gzipped profile.proto), folded
     /// (stacks weighted by wait ns), flamegraph (SVG), chrome (Trace Event JSON), perfetto
     /// (native protobuf trace) or html (a self-contained page: a timeline per thread and the
-    /// objects table). See README, section Exports.
+    /// objects table). See docs/exports.md.
     Export(ExportArgs),
     /// Compare two runs: objects and wait sites matched by kind, creation site and the
     /// program's own frames (addresses differ), each metric before → after with its change;

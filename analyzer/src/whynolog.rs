@@ -454,7 +454,7 @@ fn check_preload(env: &Env, machine: Option<u16>, f: &mut Vec<Finding>) {
     }
 }
 
-/// WAITSHIM_DISABLE and the log's directory (README: `WAITSHIM_LOG`, `%p` for the pid, relative
+/// WAITSHIM_DISABLE and the log's directory (docs/settings.md: `WAITSHIM_LOG`, `%p` for the pid, relative
 /// to the program's working directory, default `waitshim.%p.log`).
 fn check_settings(env: &Env, f: &mut Vec<Finding>) {
     if let Some(v) = env.var(contract::env::DISABLE) {

@@ -1913,7 +1913,7 @@ intr 1 2 3\n";
         }
     }
 
-    /// Measurement for the README (ignored by default): what a look costs per thread, reading
+    /// Measurement for docs/report.md (ignored by default): what a look costs per thread, reading
     /// `schedstat` and `syscall` with `pread` on kept descriptors against opening, reading and
     /// closing them, as the threads in rotation are, and against asking only the thread's CPU
     /// clock, as for a thread that has not run since the last look. 100 threads blocked in a

@@ -1,5 +1,5 @@
 //! What CI systems read: JUnit XML, SARIF 2.1.0 and GitHub's job summary, checked against the
-//! schemas their publishers ship; and the README's CI recipes, run as GitHub-style and
+//! schemas their publishers ship; and the CI recipes of docs/ci.md, run as GitHub-style and
 //! GitLab-style runners would run them.
 
 use std::path::{Path, PathBuf};
@@ -458,17 +458,18 @@ fn checkout(tests: &str) -> Checkout {
     }
 }
 
-/// The YAML block of the README that follows the paragraph starting with `intro`.
+/// The YAML block of docs/ci.md (the CI guide the README leads to) that follows the paragraph
+/// starting with `intro`.
 fn readme_recipe(intro: &str) -> serde_yaml::Value {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(workspace_root().join("docs/ci.md")).unwrap();
     let at = readme
         .find(intro)
-        .unwrap_or_else(|| panic!("README has no {intro:?}"));
+        .unwrap_or_else(|| panic!("docs/ci.md has no {intro:?}"));
     let rest = &readme[at..];
     let start = rest.find("```yaml\n").expect("a yaml block") + "```yaml\n".len();
     let len = rest[start..].find("```").expect("the block's end");
     serde_yaml::from_str(&rest[start..start + len])
-        .unwrap_or_else(|e| panic!("the README's {intro:?} recipe is not YAML: {e}"))
+        .unwrap_or_else(|e| panic!("docs/ci.md's {intro:?} recipe is not YAML: {e}"))
 }
 
 /// The environment of a job: the machine's, less what a runner would not have (the shim's
@@ -665,7 +666,7 @@ fn annotated_place(co: &Checkout, annotation: &str) -> (String, u32) {
     (file, line)
 }
 
-/// The README's GitHub Actions job, run as GitHub's runner would, on tests that pass and code
+/// The GitHub Actions job of docs/ci.md, run as GitHub's runner would, on tests that pass and code
 /// with a lock-order inversion: the gate fails the step (exit 1), the annotations reach the
 /// step's output (not the report file) and point at the source line, the job summary and the
 /// JUnit and SARIF files are written, and the `if: always()` steps still run. On code without
@@ -777,7 +778,7 @@ fn the_readme_github_actions_job_runs_as_the_runner_runs_it() {
     );
 }
 
-/// The README's GitLab CI job, run as GitLab's runner would: the job fails with the gate's
+/// The GitLab CI job of docs/ci.md, run as GitLab's runner would: the job fails with the gate's
 /// status, the Code Quality report is the JSON array GitLab reads (the tests' output went to
 /// the job log, not into it) and points at the source line, the JUnit report validates, and
 /// the artifacts and the cache are there.

@@ -1425,7 +1425,7 @@ fn run_exit_codes_tell_the_tests_the_gate_and_the_tool_apart() {
     assert!(err.contains("tests say hello"), "{err}");
 
     // The codes are documented where a user looks: --help, run --help, check --help, and the
-    // README's table, each code with its outcome.
+    // docs/ci.md's table, each code with its outcome.
     let help = text(&analyzer(&["--help"], &[])).0;
     assert!(
         help.contains("0 passed; 1 the gate failed; 2 the tool could not judge")
@@ -1450,10 +1450,10 @@ fn run_exit_codes_tell_the_tests_the_gate_and_the_tool_apart() {
         "{help}"
     );
     let readme =
-        std::fs::read_to_string(waitshim_tests::workspace_root().join("README.md")).unwrap();
+        std::fs::read_to_string(waitshim_tests::workspace_root().join("docs/ci.md")).unwrap();
     let table: Vec<(String, String)> = readme
         .split_once("Exit statuses of `check`, `history check` and `run`")
-        .expect("the README's table of exit statuses")
+        .expect("docs/ci.md's table of exit statuses")
         .1
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -1476,7 +1476,7 @@ fn run_exit_codes_tell_the_tests_the_gate_and_the_tool_apart() {
         ("4", "CMD failed and the gate failed"),
     ] {
         let said = &table.iter().find(|(c, _)| c == code).unwrap().1;
-        assert!(said.contains(words), "README, status {code}: {said}");
+        assert!(said.contains(words), "docs/ci.md, status {code}: {said}");
     }
 }
 

@@ -45,7 +45,7 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 #[derive(Args, Debug, Clone)]
 pub struct GateArgs {
     /// Fail when this expression holds (repeatable), e.g. `hwm > 3`, `wait_total("queue.c:41") > 200ms`,
-    /// `lost_parallelism > 30% && threads > 2`. Metrics are listed in the README.
+    /// `lost_parallelism > 30% && threads > 2`. Metrics are listed in docs/ci.md.
     #[arg(long = "fail-if", value_name = "EXPR")]
     pub fail_if: Vec<String>,
     /// Compare with a baseline written by `waitshim-analyze baseline`.

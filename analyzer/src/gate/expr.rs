@@ -48,7 +48,7 @@ pub enum Scope {
 }
 
 /// A metric the gate knows: its name, what it measures, and whether it takes a selector. The
-/// README's table documents each one.
+/// docs/ci.md's table documents each one.
 pub struct MetricDef {
     pub name: &'static str,
     pub dim: Dim,

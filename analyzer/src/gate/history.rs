@@ -1077,7 +1077,7 @@ pub fn command(c: HistoryCommand, out: &mut dyn Write, err: &mut dyn Write) -> i
 /// How long a `--notify` command may run before it is stopped.
 pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The event a regression raises: what `--notify` gets on stdin (README, History).
+/// The event a regression raises: what `--notify` gets on stdin (docs/ci.md, History).
 pub fn regression_event(job: &str, run: &StoredRun, alerts: &[Alert]) -> serde_json::Value {
     serde_json::json!({
         "event": "waitshim-regression",

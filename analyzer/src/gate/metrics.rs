@@ -140,7 +140,7 @@ pub struct Figures {
     /// Objects with any activity, by id.
     pub objects: BTreeMap<u64, ObjectFigures>,
     /// From the shim's sampler, when the run was sampled: the program's CPU capacity, what of it
-    /// went unused while threads waited, and that by object (README, Thread states).
+    /// went unused while threads waited, and that by object (docs/report.md, Thread states).
     pub sampled_lost: Option<SampledLost>,
     /// The sampler's thread-state and CPU totals, when the run was sampled.
     pub states: Option<StateTotals>,
