@@ -276,12 +276,13 @@ fn json_has_the_policy_versions_rule_statistics_and_what_the_rules_collected() {
         .collect();
     let at = keys.iter().position(|&k| k == "threads").expect("threads");
     assert_eq!(
-        keys[at..at + 12],
+        keys[at..at + 13],
         [
             "threads",
             "threads_summed",
             "thread_states",
             "critical_path",
+            "progress",
             "shim_cost",
             "policy",
             "wait_events",
