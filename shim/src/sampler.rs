@@ -319,36 +319,15 @@ pub fn parse_switches(text: &[u8]) -> Option<(u64, u64)> {
 /// The calling thread ends (from the shim's thread-exit path, before its exit record): its
 /// scheduler totals, which the sampler's last look, up to an interval old, does not have and
 /// cannot get once the thread is gone. One `pread` of its `schedstat` through the sampler's
-/// descriptor and one `getrusage`; when the sampler's descriptors are in a table of its own
-/// (see `crate::fdtable`), the thread's CPU clock in place of the `pread` (run delay and
-/// timeslices then stand as the last look saw them); nothing when the sampler is off or never
-/// followed it.
+/// descriptor and one `getrusage`. When the sampler's descriptors are in a table of its own
+/// (see `crate::fdtable`), or it follows threads past its cap without them, the thread's CPU
+/// clock stands for the `pread`'s time on a CPU, and its timeslices are its context switches
+/// plus one ([`slices_from_switches`]); its run delay then stands as the last look saw it.
+/// Nothing when the sampler is off or never followed it.
 pub fn thread_ending(tr: &Tracker, tid: u32) {
     if interval() == 0 {
         return;
     }
-    // Only through the descriptor the sampler keeps for it, at the high numbers: opening one
-    // here would hold, for a moment, the lowest free number, which another thread of the
-    // program may be closing and reopening (closefrom) at the same time. A thread the sampler
-    // never followed (it lived less than an interval) keeps the figures of its last sample, if
-    // any. While the sampler follows threads past its cap (without kept descriptors), a thread
-    // without one writes what it has without a file: its CPU clock and switches (exact), its
-    // run-queue delay and timeslices 0 (unknown: its samples' figures stand).
-    // The sampler's descriptors in the shim thread's own table are not this thread's to use:
-    // a thread the sampler follows writes its CPU clock then, as one past the cap does.
-    let (on_cpu, delay, slices) = match schedstat_of(tid) {
-        Some(_) if crate::fdtable::own() => (crate::clock::thread_cpu_ns(), 0, 0),
-        Some(fd) => {
-            let mut buf = [0u8; 128];
-            let sched = pread_kept(fd, &mut buf).and_then(parse_schedstat);
-            let Some(sched) = sched else {
-                return;
-            };
-            sched
-        }
-        None if PAST_CAP.load(Ordering::Relaxed) => (crate::clock::thread_cpu_ns(), 0, 0),
-        None => return,
-    };
     // SAFETY: getrusage into a zeroed local of the right type.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
@@ -357,6 +336,35 @@ pub fn thread_ending(tr: &Tracker, tid: u32) {
         (ru.ru_nvcsw.max(0) as u64, ru.ru_nivcsw.max(0) as u64)
     } else {
         (0, 0)
+    };
+    let without_file = || {
+        let slices = if ok {
+            slices_from_switches(voluntary, involuntary)
+        } else {
+            0
+        };
+        (crate::clock::thread_cpu_ns(), 0, slices)
+    };
+    // Only through the descriptor the sampler keeps for it, at the high numbers: opening one
+    // here would hold, for a moment, the lowest free number, which another thread of the
+    // program may be closing and reopening (closefrom) at the same time. A thread the sampler
+    // never followed (it lived less than an interval) keeps the figures of its last sample, if
+    // any. The sampler's descriptors in the shim thread's own table are not this thread's to
+    // use; asking the shim's thread to read it would hold the thread's end until the shim's
+    // thread gets a CPU, milliseconds on a busy machine. Run delay 0: unknown, the samples'
+    // figure stands.
+    let (on_cpu, delay, slices) = match schedstat_of(tid) {
+        Some(_) if crate::fdtable::own() => without_file(),
+        Some(fd) => {
+            let mut buf = [0u8; 128];
+            let sched = pread_kept(fd, &mut buf).and_then(parse_schedstat);
+            let Some(sched) = sched else {
+                return;
+            };
+            sched
+        }
+        None if PAST_CAP.load(Ordering::Relaxed) => without_file(),
+        None => return,
     };
     tr.log.write(
         &ThreadTotals {
@@ -370,6 +378,13 @@ pub fn thread_ending(tr: &Tracker, tid: u32) {
         }
         .into(),
     );
+}
+
+/// The timeslices of a thread on a CPU, from its context switches: the kernel counts a
+/// timeslice each time it puts a thread on a CPU and a switch (voluntary or not) each time it
+/// takes one off to run another, so a running thread has had one more of the first.
+pub fn slices_from_switches(voluntary: u64, involuntary: u64) -> u64 {
+    voluntary.saturating_add(involuntary).saturating_add(1)
 }
 
 /// `syscall`: None while the thread runs (or is ready to); (-1, 0) blocked outside a system
@@ -1796,6 +1811,31 @@ mod tests {
         forget_schedstat(me);
         release(f.schedstat);
         release(f.syscall);
+    }
+
+    /// Checked against the kernel on this thread: its schedstat read while it runs has one
+    /// timeslice more than its switches. Sleeps give it switches to count; a reading that a
+    /// preemption fell between (the two schedstat readings differ) is taken again.
+    #[test]
+    fn a_running_threads_timeslices_are_its_switches_plus_one() {
+        let slices = || {
+            let text = std::fs::read("/proc/thread-self/schedstat").expect("schedstat");
+            parse_schedstat(&text).expect("parsed").2
+        };
+        for _ in 0..3 {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        for _ in 0..1000 {
+            let before = slices();
+            let status = std::fs::read("/proc/thread-self/status").expect("status");
+            let (voluntary, involuntary) = parse_switches(&status).expect("switches");
+            if slices() == before {
+                assert!(voluntary >= 3);
+                assert_eq!(slices_from_switches(voluntary, involuntary), before);
+                return;
+            }
+        }
+        panic!("preempted between the readings a thousand times");
     }
 
     #[test]

@@ -804,6 +804,9 @@ fn kernel_figures(pid: u32, tid: &str) -> (u64, u64, u64, u64, u64) {
 /// status while it sleeps at the end of its work, then lets the program end. The report's
 /// running time, run-queue delay, timeslices and context switches for each are those figures,
 /// plus what the worker did after the test looked (return from read, end): a few ms at most.
+/// A thread's run delay at its end is the one the sampler's last look saw (the thread cannot
+/// read its own schedstat without taking a descriptor from the program): the test lets the
+/// sampler look at the sleeping workers (100 ms, ten intervals) before it ends them.
 #[test]
 fn per_thread_statistics_are_the_kernels_own() {
     let running = Launch::fixture("proc_stats").spawn();
@@ -819,6 +822,7 @@ fn per_thread_statistics_are_the_kernels_own() {
         }
     }
     assert_eq!(kernel.len(), 3, "{kernel:?}");
+    std::thread::sleep(std::time::Duration::from_millis(100));
     // SAFETY: signalling the test's own child.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGUSR1) }, 0);
     let run = running.wait();
