@@ -26,9 +26,11 @@
 //! first visit to the last visit of any (a server's work, not its start-up, nor the idle time
 //! before it was stopped); the walk is the same, and only what lies in the phase is counted.
 //!
-//! The path's time adds up to the time from its first moment to its end. Memory: one
-//! block of waits per thread in memory, the rest in an unnamed temporary file, read backwards;
-//! the sampled states of every thread (one entry per change of state).
+//! The path's time adds up to the time from its first moment to its end. The walk reads the log
+//! once more, for the per-wait events and the sampler's records together. Memory: each thread's
+//! waits packed in blocks of 256 (about 12 bytes a wait), up to 32 MiB of them in memory and the
+//! rest in an unnamed temporary file, read backwards; the sampled states of every thread (one
+//! entry per change of state).
 
 /// The walk's maps: hashed once or more per wait event, with foldhash (seeded per process).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -36,7 +38,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use waitshim_format::{counter, ObjectKind};
+use waitshim_format::{counter, ObjectKind, Record};
 
 use crate::export::slices::{self, Event, State};
 use crate::export::timeline::{self, Wait};
@@ -108,7 +110,7 @@ impl Path {
     }
 }
 
-/// One wait, as the walk needs it: [`STEP_BYTES`] in the file.
+/// One wait, as the walk needs it; packed in blocks by [`encode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Step {
     begin: u64,
@@ -120,35 +122,81 @@ struct Step {
     acquired: bool,
 }
 
-const STEP_BYTES: usize = 8 + 8 + 8 + 4 + 2 + 1;
-/// Waits per block in the file.
+/// Waits per block.
 const PER_BLOCK: usize = 256;
-/// A block: its count (u32), the offset of the thread's previous block (u64, `NO_BLOCK` for
-/// the first), the waits.
-const BLOCK_BYTES: usize = 12 + PER_BLOCK * STEP_BYTES;
+/// A block's header: its count (u32), the offset of the thread's previous block (u64,
+/// `NO_BLOCK` for the first), the length of its waits in bytes (u32).
+const HEADER_BYTES: usize = 16;
+/// The most bytes one wait takes packed ([`encode`]): five numbers of at most 10 bytes.
+const MAX_STEP_BYTES: usize = 50;
 const NO_BLOCK: u64 = u64::MAX;
 /// Holders kept per lock: what-if spreads a lock's unseen holds over the first ones seen.
 const MAX_HOLDERS: usize = 64;
 
-fn encode(s: &Step, out: &mut Vec<u8>) {
-    out.extend_from_slice(&s.begin.to_le_bytes());
-    out.extend_from_slice(&s.end.to_le_bytes());
-    out.extend_from_slice(&s.object_id.to_le_bytes());
-    out.extend_from_slice(&s.waker.to_le_bytes());
-    out.extend_from_slice(&s.reason.to_le_bytes());
-    out.push(u8::from(s.acquired));
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
 }
 
-fn decode(b: &[u8]) -> Step {
-    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-    Step {
-        begin: u64_at(0),
-        end: u64_at(8),
-        object_id: u64_at(16),
-        waker: u32::from_le_bytes(b[24..28].try_into().expect("4 bytes")),
-        reason: u16::from_le_bytes(b[28..30].try_into().expect("2 bytes")),
-        acquired: b[30] != 0,
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
     }
+    out.push(v as u8);
+}
+
+fn get(b: &[u8], at: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*at)?;
+        *at += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// Packs `s` after `prev` (the wait before it in its block, or None for the first): its begin
+/// less the previous begin, its length, its object less the previous object, its waker, its
+/// reason and whether it took its object. About 12 bytes a wait, against 31 unpacked: a
+/// million waits stay in memory.
+fn encode(s: &Step, prev: Option<&Step>, out: &mut Vec<u8>) {
+    let (begin, object) = prev.map_or((0, 0), |p| (p.begin, p.object_id));
+    put(out, zigzag(s.begin.wrapping_sub(begin) as i64));
+    put(out, s.end.wrapping_sub(s.begin));
+    put(out, zigzag(s.object_id.wrapping_sub(object) as i64));
+    put(out, u64::from(s.waker));
+    put(out, u64::from(s.reason) << 1 | u64::from(s.acquired));
+}
+
+/// The waits of a block's bytes, in order ([`encode`]); None when they do not decode (a
+/// temporary file that changed under the analyzer).
+fn decode(b: &[u8], count: usize) -> Option<Vec<Step>> {
+    let mut out: Vec<Step> = Vec::with_capacity(count);
+    let mut at = 0;
+    for _ in 0..count {
+        let (begin, object) = out.last().map_or((0, 0), |p| (p.begin, p.object_id));
+        let begin = begin.wrapping_add(unzigzag(get(b, &mut at)?) as u64);
+        let end = begin.wrapping_add(get(b, &mut at)?);
+        let object_id = object.wrapping_add(unzigzag(get(b, &mut at)?) as u64);
+        let waker = u32::try_from(get(b, &mut at)?).ok()?;
+        let last = get(b, &mut at)?;
+        out.push(Step {
+            begin,
+            end,
+            object_id,
+            waker,
+            reason: u16::try_from(last >> 1).ok()?,
+            acquired: last & 1 != 0,
+        });
+    }
+    Some(out)
 }
 
 /// Blocks kept in memory before they go to an unnamed temporary file: 32 MiB, about a million
@@ -167,6 +215,11 @@ impl Store {
     fn write_at(&mut self, bytes: &[u8], at: u64, limit: usize) -> io::Result<()> {
         if let Store::Memory(m) = self {
             if m.len() + bytes.len() <= limit {
+                if m.capacity() == 0 {
+                    // All of it at once: pages are taken only as they are written, and growing
+                    // by doubling copied each wait about once more (7 % of the path's time).
+                    m.reserve_exact(limit);
+                }
                 m.extend_from_slice(bytes);
                 return Ok(());
             }
@@ -236,16 +289,21 @@ impl Steps {
         if t.tail.len() < PER_BLOCK {
             return Ok(());
         }
-        let mut bytes = Vec::with_capacity(BLOCK_BYTES);
+        let mut bytes = Vec::with_capacity(HEADER_BYTES + PER_BLOCK * MAX_STEP_BYTES);
         bytes.extend_from_slice(&(t.tail.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&t.last_block.to_le_bytes());
-        for s in t.tail.drain(..) {
-            encode(&s, &mut bytes);
+        bytes.extend_from_slice(&[0; 4]);
+        let mut prev = None;
+        for s in &t.tail {
+            encode(s, prev, &mut bytes);
+            prev = Some(s);
         }
-        bytes.resize(BLOCK_BYTES, 0);
+        t.tail.clear();
+        let len = (bytes.len() - HEADER_BYTES) as u32;
+        bytes[12..16].copy_from_slice(&len.to_le_bytes());
         self.store.write_at(&bytes, self.len, self.limit)?;
         t.last_block = self.len;
-        self.len += BLOCK_BYTES as u64;
+        self.len += bytes.len() as u64;
         Ok(())
     }
 
@@ -282,13 +340,17 @@ impl<'a> Backwards<'a> {
             if self.next_block == NO_BLOCK {
                 return None;
             }
-            let mut b = vec![0u8; BLOCK_BYTES];
-            self.file.read_at(&mut b, self.next_block).ok()?;
-            let n = (u32::from_le_bytes(b[0..4].try_into().ok()?) as usize).min(PER_BLOCK);
-            self.next_block = u64::from_le_bytes(b[4..12].try_into().ok()?);
-            self.current = (0..n)
-                .map(|i| decode(&b[12 + i * STEP_BYTES..12 + (i + 1) * STEP_BYTES]))
-                .collect();
+            let mut h = [0u8; HEADER_BYTES];
+            self.file.read_at(&mut h, self.next_block).ok()?;
+            let n = (u32::from_le_bytes(h[0..4].try_into().ok()?) as usize).min(PER_BLOCK);
+            let len = (u32::from_le_bytes(h[12..16].try_into().ok()?) as usize)
+                .min(PER_BLOCK * MAX_STEP_BYTES);
+            let mut b = vec![0u8; len];
+            self.file
+                .read_at(&mut b, self.next_block + HEADER_BYTES as u64)
+                .ok()?;
+            self.next_block = u64::from_le_bytes(h[4..12].try_into().ok()?);
+            self.current = decode(&b, n)?;
         }
         self.current.last().copied()
     }
@@ -307,8 +369,54 @@ enum Own {
     Stopped,
 }
 
-/// A thread's sampled pieces, kept in time order.
-type Pieces = Vec<(u64, u64, Own, bool)>;
+/// A sampled piece of a thread's time: start, end, what it did, whether estimated.
+type Piece = (u64, u64, Own, bool);
+
+/// A thread's sampled pieces, kept in time order, and where the last search for one ended.
+#[derive(Default)]
+struct Pieces {
+    v: Vec<Piece>,
+    hint: std::cell::Cell<usize>,
+}
+
+impl From<Vec<Piece>> for Pieces {
+    fn from(v: Vec<Piece>) -> Pieces {
+        Pieces {
+            v,
+            hint: Default::default(),
+        }
+    }
+}
+
+impl Pieces {
+    /// The pieces from the first that ends after `a` on. The walk asks of each thread at times
+    /// going back, a few pieces apart: the search steps from where the last one ended, and
+    /// bisects only when that is far (a binary search of each call missed the cache: 60 % of
+    /// the path's time on a 14 MB log).
+    fn after(&self, a: u64) -> &[Piece] {
+        let v = &self.v;
+        let mut i = self.hint.get().min(v.len());
+        let mut steps = 0;
+        while i > 0 && v[i - 1].1 > a {
+            i -= 1;
+            steps += 1;
+            if steps > 16 {
+                i = v[..i].partition_point(|x| x.1 <= a);
+                break;
+            }
+        }
+        while i < v.len() && v[i].1 <= a {
+            i += 1;
+            steps += 1;
+            if steps > 16 {
+                i += v[i..].partition_point(|x| x.1 <= a);
+                break;
+            }
+        }
+        self.hint.set(i);
+        &v[i..]
+    }
+}
 
 /// Idle CPUs over time, from the sampler: (start, end, idle CPUs on average).
 type Idle = Vec<(u64, u64, f64)>;
@@ -372,18 +480,25 @@ pub fn critical_path(
     let mut steps = Steps::new();
     let mut holders: FastMap<u64, Vec<(u32, u64)>> = FastMap::default();
     let mut failed = Ok(());
-    let note = timeline::for_each_wait(model, first, |tid, w: Wait| {
+    // Each object's kind and whether it is a futex lock word, looked up once.
+    let mut objects: FastMap<u64, (Option<ObjectKind>, bool)> = FastMap::default();
+    let mut on_wait = |tid: u32, w: Wait| {
         if w.unended || w.end <= w.start {
             return Ok::<(), io::Error>(());
         }
-        let kind = model.objects.get(&w.object_id).and_then(|o| o.kind());
+        let (kind, lock_word) = *objects.entry(w.object_id).or_insert_with(|| {
+            (
+                model.objects.get(&w.object_id).and_then(|o| o.kind()),
+                lock_words.contains(&w.object_id),
+            )
+        });
         let step = Step {
             begin: w.start,
             end: w.end,
             object_id: w.object_id,
             waker: w.waker_tid,
             reason: w.reason,
-            acquired: took_it(kind, w.reason, lock_words.contains(&w.object_id)),
+            acquired: took_it(kind, w.reason, lock_word),
         };
         if step.acquired {
             let seen = holders.entry(w.object_id).or_default();
@@ -399,10 +514,42 @@ pub fn critical_path(
             failed = steps.add(tid, step);
         }
         Ok(())
-    });
+    };
+    let mut pieces: FastMap<u32, Pieces> = FastMap::default();
+    let mut idle = Idle::new();
+    let mut on_state = |e: Event| {
+        on_sampled(&mut pieces, &mut idle, e);
+        Ok::<(), io::Error>(())
+    };
+    // One more read of the log for both: the per-wait events and the sampler's records. A
+    // read that found less leaves what it found: the path is split as far as it goes (the
+    // rest counts as work).
+    let mut waits = timeline::EventFold::new(model);
+    let mut states = slices::any(model).then(|| slices::Fold::new(model));
+    let _note = crate::export::read_again(first, "the critical path", |bytes, path| {
+        let mut result = Ok(());
+        let summary = crate::source::read_from(bytes, path, |rec| {
+            if result.is_err() {
+                return;
+            }
+            result = match (&rec, &mut states) {
+                (Record::WaitEvents(_), _) => waits.record(&rec, &mut on_wait),
+                (_, Some(s)) => s.record(rec, &mut on_state),
+                (_, None) => Ok(()),
+            };
+        });
+        let summary = summary.map_err(|e| e.why)?;
+        Ok(result.map(|()| summary))
+    })?;
+    waits.finish(model, &mut on_wait)?;
+    if let Some(s) = states {
+        s.finish(&mut on_state)?;
+    }
     failed?;
-    note?;
-    let (pieces, idle) = sampled(model, first)?;
+    for p in pieces.values_mut() {
+        p.v.sort_by_key(|x| x.0);
+    }
+    idle.sort_by_key(|a| a.0);
     let (file, heads) = steps.into_parts();
     Ok(walk(model, &file, heads, &pieces, &idle).map(|p| Path {
         phase_cpu: p
@@ -419,7 +566,7 @@ fn phase_cpu(pieces: &FastMap<u32, Pieces>, w: (u64, u64)) -> FastMap<u32, (u64,
         .iter()
         .map(|(&tid, p)| {
             let mut run = (0, 0);
-            for (s, e, own, _) in p {
+            for (s, e, own, _) in &p.v {
                 let ov = (*e).min(w.1).saturating_sub((*s).max(w.0));
                 match own {
                     Own::Running => run.0 += ov,
@@ -433,46 +580,32 @@ fn phase_cpu(pieces: &FastMap<u32, Pieces>, w: (u64, u64)) -> FastMap<u32, (u64,
         .collect()
 }
 
-/// The sampler's pieces of each thread, and the idle CPUs.
-fn sampled(model: &Model, first: &ReadSummary) -> io::Result<(FastMap<u32, Pieces>, Idle)> {
-    let mut pieces: FastMap<u32, Pieces> = FastMap::default();
-    let mut idle = Idle::new();
-    if !slices::any(model) {
-        return Ok((pieces, idle));
-    }
-    // A second read that found less leaves the states it found: the path is split as far as
-    // they go (the rest counts as work).
-    let _note = slices::for_each_in(model, first, |e| {
-        match e {
-            Event::Slice(s) => {
-                let own = match s.state {
-                    State::Running => Some(Own::Running),
-                    State::Runnable => Some(Own::Runnable),
-                    State::Blocked { syscall, what, .. } => Some(Own::Blocked(syscall, what)),
-                    State::Stopped => Some(Own::Stopped),
-                    State::Tracked(_) | State::Unseen => None,
-                };
-                if let Some(own) = own {
-                    pieces
-                        .entry(s.tid)
-                        .or_default()
-                        .push((s.start, s.end, own, s.estimated));
-                }
+/// A sampler's state slice or idle-CPU figure, added to the thread's pieces or the idle CPUs.
+fn on_sampled(pieces: &mut FastMap<u32, Pieces>, idle: &mut Idle, e: Event) {
+    match e {
+        Event::Slice(s) => {
+            let own = match s.state {
+                State::Running => Some(Own::Running),
+                State::Runnable => Some(Own::Runnable),
+                State::Blocked { syscall, what, .. } => Some(Own::Blocked(syscall, what)),
+                State::Stopped => Some(Own::Stopped),
+                State::Tracked(_) | State::Unseen => None,
+            };
+            if let Some(own) = own {
+                pieces
+                    .entry(s.tid)
+                    .or_default()
+                    .v
+                    .push((s.start, s.end, own, s.estimated));
             }
-            Event::IdleCpus {
-                start,
-                end,
-                idle: n,
-                ..
-            } => idle.push((start, end, n)),
         }
-        Ok::<(), io::Error>(())
-    })?;
-    for p in pieces.values_mut() {
-        p.sort_by_key(|x| x.0);
+        Event::IdleCpus {
+            start,
+            end,
+            idle: n,
+            ..
+        } => idle.push((start, end, n)),
     }
-    idle.sort_by_key(|a| a.0);
-    Ok((pieces, idle))
 }
 
 /// Idle CPUs on average over [a, b) (0 when the sampler said nothing of it).
@@ -514,10 +647,8 @@ fn own_time(
     }
     let total = b - a;
     let mut seen = 0u64;
-    let mut by_state: Vec<(Cause, u64)> = Vec::new();
     if let Some(p) = pieces.get(&tid) {
-        let i = p.partition_point(|x| x.1 <= a);
-        for (s, e, own, estimated) in &p[i..] {
+        for (s, e, own, estimated) in p.after(a) {
             if *s >= b {
                 break;
             }
@@ -545,11 +676,8 @@ fn own_time(
                 (Own::Blocked(sys, what), None) => Cause::Blocked(*sys, what.clone()),
                 (Own::Stopped, None) => Cause::Stopped,
             };
-            by_state.push((cause, ov));
+            acc.add(cause, ov);
         }
-    }
-    for (c, ns) in by_state {
-        acc.add(c, ns);
     }
     // What no sample covered: work (the thread ran between its waits), inside the lock if held.
     let unseen = total.saturating_sub(seen);
@@ -574,8 +702,7 @@ fn ends_by_time(syscall: i32) -> bool {
 /// closed), which the shim does not see.
 fn woken_before(pieces: &FastMap<u32, Pieces>, tid: u32, a: u64, t: u64, by: u64) -> Option<u64> {
     let p = pieces.get(&tid)?;
-    let i = p.partition_point(|x| x.1 <= a);
-    p[i..]
+    p.after(a)
         .iter()
         .take_while(|x| x.0 < t)
         .filter(|x| matches!(&x.2, Own::Blocked(sys, _) if !ends_by_time(*sys)))
@@ -780,8 +907,8 @@ mod tests {
 
     #[test]
     fn a_threads_waits_come_back_latest_first_across_blocks_in_memory_and_in_the_file() {
-        // All in memory; the first three blocks in memory, the rest in the file.
-        for (limit, in_file) in [(IN_MEMORY, false), (3 * BLOCK_BYTES, true)] {
+        // All in memory; the first two blocks (about 1.5 kB each) in memory, the rest in the file.
+        for (limit, in_file) in [(IN_MEMORY, false), (3000, true)] {
             let mut steps = Steps::with_limit(limit);
             let n = PER_BLOCK as u64 * 2 + 17;
             for i in 0..n {
@@ -801,6 +928,40 @@ mod tests {
                 assert_eq!(got, want, "thread {tid}, limit {limit}");
             }
         }
+    }
+
+    #[test]
+    fn waits_pack_and_unpack_whatever_their_figures_and_bad_bytes_are_refused() {
+        let steps = [
+            Step {
+                begin: u64::MAX - 10,
+                end: u64::MAX,
+                object_id: u64::MAX,
+                waker: u32::MAX,
+                reason: u16::MAX,
+                acquired: true,
+            },
+            // Earlier than the one before it, on a smaller object.
+            Step {
+                begin: 5,
+                end: 6,
+                object_id: 0,
+                waker: 0,
+                reason: 0,
+                acquired: false,
+            },
+            step(3),
+        ];
+        let mut bytes = Vec::new();
+        let mut prev = None;
+        for s in &steps {
+            encode(s, prev, &mut bytes);
+            prev = Some(s);
+        }
+        assert!(bytes.len() <= steps.len() * MAX_STEP_BYTES);
+        assert_eq!(decode(&bytes, steps.len()).unwrap(), steps);
+        assert_eq!(decode(&bytes[..bytes.len() - 1], steps.len()), None);
+        assert_eq!(decode(&[0xff; 11], 1), None);
     }
 
     #[test]
@@ -863,6 +1024,21 @@ mod tests {
     }
 
     #[test]
+    fn the_pieces_after_a_time_are_found_from_the_last_search_wherever_it_goes() {
+        let p: Pieces = (0..1000u64)
+            .map(|i| (i * 10, i * 10 + 10, Own::Running, false))
+            .collect::<Vec<_>>()
+            .into();
+        // Backwards a step at a time, far back, far forward, off both ends.
+        let mut times: Vec<u64> = (0..300).rev().map(|i| 9000 + i * 7).collect();
+        times.extend([5, 9995, 0, 10_000, 123_456, 3, 4321, 4320, 4319]);
+        for a in times {
+            let want = p.v.partition_point(|x| x.1 <= a);
+            assert_eq!(p.after(a).len(), p.v.len() - want, "at {a}");
+        }
+    }
+
+    #[test]
     fn a_blocked_call_is_taken_as_woken_by_the_thread_only_if_it_ended_before_that_thread_waited() {
         // x86-64's numbers, as the log carries them.
         let (accept, sleep) = (43, 35);
@@ -875,7 +1051,8 @@ mod tests {
                 (0, 100, Own::Blocked(accept, "socket".into()), true),
                 (100, 120, Own::Running, true),
                 (120, 300, Own::Blocked(sleep, String::new()), true),
-            ],
+            ]
+            .into(),
         );
         // The walk came from a thread that began waiting at 110: the accept ended before it.
         assert_eq!(woken_before(&pieces, 5, 0, 400, 110), Some(100));

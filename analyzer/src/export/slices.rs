@@ -249,31 +249,65 @@ fn fold<E>(
     path: &Path,
     mut f: impl FnMut(Event) -> Result<(), E>,
 ) -> Result<Result<ReadSummary, E>, String> {
-    let run_start = model.start_ns();
-    let end_of_log = model
-        .run_end
-        .as_ref()
-        .map_or(model.last_ns, |e| e.ns.max(model.last_ns));
-    let mut threads: HashMap<u32, Thread> = HashMap::new();
+    let mut fold = Fold::new(model);
     let mut result: Result<(), E> = Ok(());
-    let mut last_cpu: Option<u64> = None;
-    let mut interval = 0u64;
     let summary = crate::source::read_from(bytes, path, |rec| {
-        if result.is_err() {
-            return;
+        if result.is_ok() {
+            result = fold.record(rec, &mut f);
         }
+    });
+    let summary = summary.map_err(|e| e.why)?;
+    if let Err(e) = result.and_then(|()| fold.finish(&mut f)) {
+        return Ok(Err(e));
+    }
+    Ok(Ok(summary))
+}
+
+/// The state slices of a log's sampler records, record by record, for a read of the log that
+/// serves others too ([`crate::critical`]): [`Fold::record`] with each record, then
+/// [`Fold::finish`].
+pub struct Fold<'m> {
+    model: &'m Model,
+    run_start: u64,
+    end_of_log: u64,
+    threads: HashMap<u32, Thread>,
+    last_cpu: Option<u64>,
+    interval: u64,
+}
+
+impl<'m> Fold<'m> {
+    pub fn new(model: &'m Model) -> Fold<'m> {
+        Fold {
+            model,
+            run_start: model.start_ns(),
+            end_of_log: model
+                .run_end
+                .as_ref()
+                .map_or(model.last_ns, |e| e.ns.max(model.last_ns)),
+            threads: HashMap::new(),
+            last_cpu: None,
+            interval: 0,
+        }
+    }
+
+    /// The slices and idle-CPU figures `rec` completes, each handed to `f`.
+    pub fn record<E>(
+        &mut self,
+        rec: Record,
+        f: &mut dyn FnMut(Event) -> Result<(), E>,
+    ) -> Result<(), E> {
         match rec {
             Record::ThreadSamples(s) => {
-                interval = s.interval_ns;
+                self.interval = s.interval_ns;
                 for e in s.threads {
-                    let t = threads.entry(e.tid).or_insert_with(|| {
-                        let mt = model.threads.get(&e.tid);
+                    let t = self.threads.entry(e.tid).or_insert_with(|| {
+                        let mt = self.model.threads.get(&e.tid);
                         Thread {
-                            at: mt.and_then(|t| t.start_ns).unwrap_or(run_start),
+                            at: mt.and_then(|t| t.start_ns).unwrap_or(self.run_start),
                             state: None,
                             pending: None,
                             carry: (0, 0),
-                            end: mt.and_then(|t| t.exit_ns).unwrap_or(end_of_log),
+                            end: mt.and_then(|t| t.exit_ns).unwrap_or(self.end_of_log),
                         }
                     });
                     let now = s.ns.max(t.at);
@@ -322,13 +356,13 @@ fn fold<E>(
                             _ => (r, q),
                         });
                     // At most one interval's worth is carried.
-                    let cap = now.saturating_sub(from).max(interval);
+                    let cap = now.saturating_sub(from).max(self.interval);
                     t.carry = (
                         run.saturating_sub(placed_run).min(cap),
                         ready.saturating_sub(placed_ready).min(cap),
                     );
                     for (start, end, st, est) in pieces {
-                        if let Err(x) = emit(
+                        emit(
                             Slice {
                                 tid: e.tid,
                                 start,
@@ -337,20 +371,17 @@ fn fold<E>(
                                 estimated: est,
                                 exact: false,
                             },
-                            &mut threads,
-                            &mut f,
-                        ) {
-                            result = Err(x);
-                            return;
-                        }
+                            &mut self.threads,
+                            f,
+                        )?;
                     }
                 }
             }
             Record::BlockedChain(c) => {
                 // The chain of the wait the thread's latest listing began: on its state, and
                 // on the slice of it already cut, so that the whole wait carries it.
-                let Some(t) = threads.get_mut(&c.tid) else {
-                    return;
+                let Some(t) = self.threads.get_mut(&c.tid) else {
+                    return Ok(());
                 };
                 let set = |st: &mut State| {
                     if let State::Blocked { syscall, chain, .. } = st {
@@ -370,33 +401,32 @@ fn fold<E>(
             }
             Record::CpuSample(c) => {
                 let cpus = c.idle_ns.len();
-                let span = match last_cpu {
+                let span = match self.last_cpu {
                     Some(l) if c.ns > l => c.ns - l,
-                    _ => interval.max(100_000_000),
+                    _ => self.interval.max(100_000_000),
                 };
-                last_cpu = Some(c.ns);
+                self.last_cpu = Some(c.ns);
                 if cpus == 0 {
-                    return;
+                    return Ok(());
                 }
                 let idle: u64 = c.idle_ns.iter().fold(0, |a, &v| a.saturating_add(v));
                 let idle = (idle as f64 / span as f64).clamp(0.0, cpus as f64);
-                if let Err(x) = f(Event::IdleCpus {
+                f(Event::IdleCpus {
                     start: c.ns.saturating_sub(span),
                     end: c.ns,
                     idle,
                     cpus,
-                }) {
-                    result = Err(x);
-                }
+                })?;
             }
             _ => {}
         }
-    });
-    let summary = summary.map_err(|e| e.why)?;
-    if let Err(e) = result.and_then(|()| last_slices(&mut threads, &mut f)) {
-        return Ok(Err(e));
+        Ok(())
     }
-    Ok(Ok(summary))
+
+    /// Each thread's last state, up to its end, and the slices still pending.
+    pub fn finish<E>(mut self, f: &mut dyn FnMut(Event) -> Result<(), E>) -> Result<(), E> {
+        last_slices(&mut self.threads, f)
+    }
 }
 
 /// Each thread's last state, which lasts until its end; then the pending slices.

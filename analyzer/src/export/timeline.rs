@@ -221,50 +221,87 @@ fn for_each_event<E>(
     first: &ReadSummary,
     mut f: impl FnMut(u32, Wait) -> Result<(), E>,
 ) -> Result<Option<String>, E> {
-    let end_of_log = run_end(model);
-    let mut apart = Apart::default();
-    let mut emit = |tid: u32, w: Wait| -> Result<(), E> {
-        match apart.clip(tid, w) {
-            Some(w) => f(tid, w),
-            None => Ok(()),
-        }
-    };
+    let mut fold = EventFold::new(model);
     let note = super::read_again(first, "the per-wait events", |bytes, path| {
         let mut result = Ok(());
         let summary = crate::source::read_from(bytes, path, |rec| {
-            let Record::WaitEvents(r) = rec else { return };
-            if result.is_err() {
-                return;
-            }
-            let Ok(waits) = r.waits() else { return };
-            for w in waits {
-                if !EventsSeen::keeps(r.keep_ns, w.end_ns, end_of_log) {
-                    continue;
-                }
-                result = emit(
-                    r.tid,
-                    Wait {
-                        start: w.begin_ns,
-                        end: w.end_ns,
-                        object_id: w.object_id,
-                        chain_id: w.chain_id,
-                        holder_tid: 0,
-                        record_id: None,
-                        unended: false,
-                        waker_tid: w.waker,
-                        reason: w.reason,
-                    },
-                );
-                if result.is_err() {
-                    return;
-                }
+            if result.is_ok() {
+                result = fold.record(&rec, &mut f);
             }
         });
         let summary = summary.map_err(|e| e.why)?;
         Ok(result.map(|()| summary))
     })?;
-    open_waits(model, end_of_log, &mut emit)?;
+    fold.finish(model, &mut f)?;
     Ok(note)
+}
+
+/// The waits of the per-wait events, record by record, for a read of the log that serves
+/// others too ([`crate::critical`]): [`EventFold::record`] with each record, then
+/// [`EventFold::finish`] for the waits still open at the end.
+pub struct EventFold {
+    end_of_log: u64,
+    apart: Apart,
+}
+
+impl EventFold {
+    pub fn new(model: &Model) -> EventFold {
+        EventFold {
+            end_of_log: run_end(model),
+            apart: Apart::default(),
+        }
+    }
+
+    /// The waits of `rec`, if it is a record of per-wait events, each handed to `f`.
+    pub fn record<E>(
+        &mut self,
+        rec: &Record,
+        f: &mut impl FnMut(u32, Wait) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Record::WaitEvents(r) = rec else {
+            return Ok(());
+        };
+        let Ok(waits) = r.waits() else {
+            return Ok(());
+        };
+        for w in waits {
+            if !EventsSeen::keeps(r.keep_ns, w.end_ns, self.end_of_log) {
+                continue;
+            }
+            let w = Wait {
+                start: w.begin_ns,
+                end: w.end_ns,
+                object_id: w.object_id,
+                chain_id: w.chain_id,
+                holder_tid: 0,
+                record_id: None,
+                unended: false,
+                waker_tid: w.waker,
+                reason: w.reason,
+            };
+            if let Some(w) = self.apart.clip(r.tid, w) {
+                f(r.tid, w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The waits still open when the log ends.
+    pub fn finish<E>(
+        mut self,
+        model: &Model,
+        f: &mut impl FnMut(u32, Wait) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let apart = &mut self.apart;
+        open_waits(
+            model,
+            self.end_of_log,
+            &mut |tid, w| match apart.clip(tid, w) {
+                Some(w) => f(tid, w),
+                None => Ok(()),
+            },
+        )
+    }
 }
 
 /// The threads of one log, by tid, each with its lifetime stretched over its waits
