@@ -5,9 +5,9 @@
 # packages (g++ for the C++ fixture; pigz for the real-program tests; tmux to
 # drive the live view in a terminal), runs the fast tier (every crate's unit
 # tests, the fuzz crate compiled), then builds, runs every test, and checks
-# clippy and formatting. Stops at the first failing step and names it. Under
-# CI=true (as CI runs it) a test whose dependency is missing fails instead of
-# skipping.
+# clippy, formatting and the API docs' links. Stops at the first failing step
+# and names it. Under CI=true (as CI runs it) a test whose dependency is
+# missing fails instead of skipping.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -88,6 +88,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo fmt --check"
 cargo fmt --all --check
+
+step "cargo doc --no-deps (warnings are errors: a doc link that names nothing)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 current_step="done"
 say "all tests passed"

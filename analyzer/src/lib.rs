@@ -1,5 +1,5 @@
 //! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
-//! waited. Stages, in data-flow order: [`read`] → [`model`] → [`symbolize`] → [`report`]
+//! waited. Stages, in data-flow order: [`source`] → [`model`] → [`symbolize`] → [`report`]
 //! ([`lockorder`] finds the potential deadlocks the reports show; the model keeps its largest
 //! collections in [`table`]s). [`top`] follows a log live, [`request`] asks a running program
 //! for a snapshot of its data. Logs come from anywhere: any input gives an error or a report,

@@ -54,7 +54,7 @@ pub fn quoted(s: &str) -> String {
 /// A plain-text output stream with the same guarantees for everything written to it, whatever
 /// a caller forgot to escape: control characters other than line breaks and tabs are shown as
 /// escapes, and a line that would start with `::` (after white space) starts with `\` instead. Lines are passed
-/// on whole (a line is held until its end, or until [`Guard::flush`]).
+/// on whole (a line is held until its end, or until its `flush`).
 pub struct Guard<W: std::io::Write> {
     inner: W,
     line: Vec<u8>,

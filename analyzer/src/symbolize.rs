@@ -84,7 +84,7 @@ const RUNTIME_FUNCTION_PARTS: &[&str] = &[" as core::ops::function::Fn"];
 
 /// Whether a demangled function name is the C or C++ or Rust runtime's code rather than the
 /// program's own: start-up and thread entry, the standard library's lock, condition variable
-/// and thread wrappers ([`RUNTIME_FUNCTIONS`], [`RUNTIME_FUNCTION_PREFIXES`]).
+/// and thread wrappers (`RUNTIME_FUNCTIONS`, `RUNTIME_FUNCTION_PREFIXES`).
 pub fn is_runtime_function(name: &str) -> bool {
     // `<std::thread::Builder>::spawn_unchecked_::{{closure}}`: the type, not the wrapper.
     let bare = name.trim_start_matches('<');

@@ -400,7 +400,7 @@ fn resolve(figs: &Figures, site: &str) -> Vec<u64> {
 pub struct WhatIfOptions {
     pub holds: Vec<HoldChange>,
     /// `--delayed`: logs of runs slowed on purpose (`WAITSHIM_DELAY`) to check the estimate
-    /// against ([`slope_check`]).
+    /// against (`slope_check`).
     pub delayed: Vec<std::path::PathBuf>,
     pub json: bool,
     pub symbols: bool,

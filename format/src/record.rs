@@ -277,7 +277,7 @@ pub mod shim_task {
     }
 }
 
-/// Bits of [`PolicyVersion::actions`] and of the `actions` a rule lists.
+/// Bits of [`PolicyVersion`]'s `actions` and of the `actions` a rule lists.
 pub mod action {
     /// Count how often the rule's criteria held (always-on counters are kept anyway).
     pub const COUNT: u32 = 1;

@@ -20,6 +20,8 @@
 //! for ordinary code, also does it when it finds code the loader added since), and unloads must
 //! go through [`around_unload`].
 
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
 mod cache;
 mod cfi;
 mod expr;
@@ -73,7 +75,7 @@ pub fn backtrace(out: &mut [u64], skip: Range<u64>) -> usize {
 
 /// As [`backtrace`], also writing into `slots` (as long as `out`) the stack address each return
 /// address was read from (0 for the first frame, and after a signal frame): enough to tell
-/// later, with [`still_there`], whether the same frames are on the stack again.
+/// later, with [`read_slots`], whether the same frames are on the stack again.
 #[inline(never)]
 pub fn backtrace_slots(out: &mut [u64], slots: Option<&mut [u64]>, skip: Range<u64>) -> usize {
     let _errno = KeepErrno::new();

@@ -123,10 +123,8 @@ pub(crate) fn read() -> Option<Reader> {
             let t = slot.table.load(Ordering::Acquire);
             // SAFETY: the slot is published and counted as read: its table is complete (stored
             // before the slot was published) and is not replaced while `readers` is non-zero.
-            return Some(Reader {
-                slot,
-                table: unsafe { &*t },
-            });
+            let table = unsafe { &*t };
+            return Some(Reader { slot, table });
         }
         slot.readers.fetch_sub(1, Ordering::Release);
     }

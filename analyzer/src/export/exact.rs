@@ -75,7 +75,7 @@ struct Writing {
 }
 
 /// Each thread's exact waits, written as they come ([`Store::add`]), read back per thread in
-/// time order ([`Waits::next_for`]).
+/// time order ([`Waits::peek`], [`Waits::advance`]).
 pub struct Store {
     failed: bool,
     file: Option<File>,

@@ -259,7 +259,7 @@ impl<W: Write> Perfetto<W> {
         }
     }
 
-    /// Deflates the packets in batches of [`BATCH`] bytes, each written as one packet's
+    /// Deflates the packets in batches of `BATCH` bytes, each written as one packet's
     /// `compressed_packets` (as Perfetto's own tracing service does when asked to compress):
     /// Perfetto's readers inflate them and read the packets in their place.
     pub fn compressed(mut self, on: bool) -> Self {

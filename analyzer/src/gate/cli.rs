@@ -124,7 +124,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub report_dir: Option<PathBuf>,
     /// The shim to preload. Default: $WAITSHIM_SHIM, else the first libwaitshim.so found beside
-    /// waitshim-analyze, in ../lib/waitshim/, ../lib/, ../lib/<multiarch>/waitshim/ (from the
+    /// waitshim-analyze, in ../lib/waitshim/, ../lib/, `../lib/<multiarch>/waitshim/` (from the
     /// binary's directory, symlinks resolved).
     #[arg(long, value_name = "PATH")]
     pub shim: Option<PathBuf>,

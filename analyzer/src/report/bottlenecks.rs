@@ -235,7 +235,7 @@ pub fn headline(ctx: &mut Ctx<'_>) -> Option<String> {
     ))
 }
 
-/// Whether waiting on `what` was idle: under [`MIN_SHARE`] of the critical path (false when the
+/// Whether waiting on `what` was idle: under `MIN_SHARE` of the critical path (false when the
 /// run has none).
 pub fn idle_wait(ctx: &mut Ctx<'_>, what: &crate::states::Waited) -> bool {
     let Some(p) = ctx.critical() else {

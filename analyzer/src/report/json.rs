@@ -3,7 +3,7 @@
 //! Fields are only ever added; a field whose value is unknown is `null`.
 //!
 //! The report is written as it is made: the lists that grow with the log (objects, threads,
-//! contention records, chains, ...) are [`Each`] lists, whose elements are made one at a time
+//! contention records, chains, ...) are `Each` lists, whose elements are made one at a time
 //! while the serializer writes them, so that memory holds the model and one element, never the
 //! whole document.
 

@@ -1,11 +1,11 @@
 //! Progress on stderr while a large log is read, by the first read (`reading LOG`) and by every
 //! later pass over it (an export reads a log again for the per-wait events and the thread
 //! states: `writing perfetto trace from LOG (the per-wait events)`). Nothing is shown during the
-//! command's first [`QUIET_FOR`] (counted from the first pass's start, so a command of three
+//! command's first `QUIET_FOR` (counted from the first pass's start, so a command of three
 //! short passes that ends within a second shows nothing, and one whose third pass starts after a
 //! second shows that pass); after that, on a terminal, one line redrawn in place (`reading LOG
 //! [=====>    ] 412 of 980 MB (42%), 230 MB/s`) and erased when the pass ends; elsewhere (a CI
-//! log), a line as soon as the second has passed and then one every [`LOGGED_EVERY`], whatever
+//! log), a line as soon as the second has passed and then one every `LOGGED_EVERY`, whatever
 //! the log's size. Never on stdout, so reports and exports written there stay as they are.
 
 use std::io::{IsTerminal, Read, Write};
