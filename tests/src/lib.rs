@@ -78,20 +78,39 @@ pub fn analyzer_path() -> &'static Path {
     &artifacts().1
 }
 
+/// `waitshim-analyze ARGS...` (a command and `--json` among them), which must succeed: its
+/// JSON document.
+pub fn analyzer_json<S: AsRef<OsStr>>(args: &[S]) -> Value {
+    serde_json::from_slice(&analyzer_ok(args).stdout).expect("JSON")
+}
+
 /// `waitshim-analyze export --format FORMAT -o FILE LOG`, FILE named `file_name` beside the
 /// log; checks that it succeeded and returns FILE.
 pub fn export_beside(log: &Path, format: &str, file_name: &str) -> PathBuf {
     let out = log.with_file_name(file_name);
-    let o = std::process::Command::new(analyzer_path())
-        .args(["export", "--format", format, "-o"])
-        .arg(&out)
-        .arg(log)
+    let args: [&OsStr; 6] = [
+        "export".as_ref(),
+        "--format".as_ref(),
+        format.as_ref(),
+        "-o".as_ref(),
+        out.as_os_str(),
+        log.as_os_str(),
+    ];
+    analyzer_ok(&args);
+    out
+}
+
+/// `waitshim-analyze ARGS...`, which must succeed (its stderr in the failure otherwise).
+fn analyzer_ok<S: AsRef<OsStr>>(args: &[S]) -> std::process::Output {
+    let out = Command::new(analyzer_path())
+        .args(args)
         .output()
-        .expect("run waitshim-analyze export");
+        .expect("run waitshim-analyze");
     assert!(
-        o.status.success(),
-        "export --format {format} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
+        out.status.success(),
+        "waitshim-analyze {:?}: {}",
+        args.iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
+        String::from_utf8_lossy(&out.stderr)
     );
     out
 }

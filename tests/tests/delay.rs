@@ -204,19 +204,13 @@ fn whatif(args: &[&std::ffi::OsStr]) -> std::process::Output {
 }
 
 fn slope_check(base: &Run, delayed: &[&Run]) -> Value {
-    let mut args: Vec<&std::ffi::OsStr> = vec!["--json".as_ref()];
+    let mut args: Vec<&std::ffi::OsStr> = vec!["whatif".as_ref(), "--json".as_ref()];
     for d in delayed {
         args.push("--delayed".as_ref());
         args.push(d.single_log().as_os_str());
     }
     args.push(base.single_log().as_os_str());
-    let out = whatif(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    waitshim_tests::analyzer_json(&args)
 }
 
 #[test]

@@ -30,17 +30,14 @@ fn run(mode: &str, hold_us: u64, rounds: u64) -> (u64, std::path::PathBuf, waits
 }
 
 fn whatif(log: &std::path::Path, hold: &str) -> Value {
-    let out = Command::new(analyzer_path())
-        .args(["whatif", "--json", "--hold", hold])
-        .arg(log)
-        .output()
-        .expect("run waitshim-analyze whatif");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    let args: [&std::ffi::OsStr; 5] = [
+        "whatif".as_ref(),
+        "--json".as_ref(),
+        "--hold".as_ref(),
+        hold.as_ref(),
+        log.as_os_str(),
+    ];
+    waitshim_tests::analyzer_json(&args)
 }
 
 #[test]
