@@ -12,6 +12,7 @@ pub mod ending;
 pub mod export;
 pub mod findings;
 pub mod gate;
+pub mod histogram;
 pub mod launch;
 pub mod lockorder;
 pub mod model;

@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::histogram::Histogram;
 use crate::table::Table;
 
 use waitshim_format::{
@@ -638,6 +639,20 @@ impl ContentionRecord {
 pub const MAX_WINDOWED_WAITS: usize = 2_000_000;
 /// (object, waker) pairs counted in [`EventsSeen::woken_by`] at most.
 pub const MAX_WOKEN_BY: usize = 100_000;
+/// Objects whose wait times are kept as a distribution ([`EventsSeen::histograms`]): about 1 kB
+/// each.
+pub const MAX_HISTOGRAMS: usize = 4096;
+
+/// Adds a wait on `object` from `begin` to `end` to its distribution, within
+/// [`MAX_HISTOGRAMS`] objects.
+fn add_wait(histograms: &mut BTreeMap<u64, Histogram>, object: u64, end: u64, begin: u64) {
+    if histograms.len() < MAX_HISTOGRAMS || histograms.contains_key(&object) {
+        histograms
+            .entry(object)
+            .or_default()
+            .add(end.saturating_sub(begin));
+    }
+}
 /// Chunks (batches, one `WaitEvents` record each) of one thread's flight-recorder ring: the
 /// shim's `RING` (`shim/src/track/events.rs`), 1 KB each. A thread whose ring dropped waits
 /// and whose every chunk was kept had a full ring: it lost waits right before its oldest kept.
@@ -697,6 +712,8 @@ pub struct EventsSeen {
     pub windowed_cut: u64,
     /// Waits ended by another thread, by (object, that thread), of batches with no window.
     woken_by: BTreeMap<(u64, u32), u64>,
+    /// Wait times by object, of batches with no window (at most [`MAX_HISTOGRAMS`] objects).
+    histograms: BTreeMap<u64, Histogram>,
 }
 
 impl EventsSeen {
@@ -734,6 +751,17 @@ impl EventsSeen {
                 if out.len() < MAX_WOKEN_BY || out.contains_key(&key) {
                     *out.entry(key).or_default() += 1;
                 }
+            }
+        }
+        out
+    }
+
+    /// Wait times by object: those kept (the flight recorder's within its window).
+    pub fn histograms(&self, end_of_log: u64) -> BTreeMap<u64, Histogram> {
+        let mut out = self.histograms.clone();
+        for w in &self.windowed {
+            if Self::keeps(self.keep_ns, w.end_ns, end_of_log) {
+                add_wait(&mut out, w.object_id, w.end_ns, w.begin_ns);
             }
         }
         out
@@ -821,6 +849,7 @@ impl EventsSeen {
                     *self.woken_by.entry(key).or_default() += 1;
                 }
             }
+            add_wait(&mut self.histograms, w.object_id, w.end_ns, w.begin_ns);
         }
     }
 }

@@ -408,3 +408,41 @@ fn the_flight_recorder_keeps_the_last_second_and_says_how_many_were_dropped() {
     let a = all.analyze();
     assert_eq!(a.log(0).0["per_wait_events"]["dropped"], 0);
 }
+
+/// Wait times as a distribution: `fixtures/wait_lengths.c` makes 20 waits of at least 2 ms on
+/// one mutex (each hold timed from the moment the waiter sleeps on it) and then 3 of at least
+/// 150 ms. Half of them took at most the short ones' bucket, 90 % and 99 % reach the long ones,
+/// and no percentile exceeds the longest wait.
+#[test]
+fn an_objects_wait_times_are_told_as_percentiles_of_its_events() {
+    const MS: u64 = 1_000_000;
+    let run = Launch::fixture("wait_lengths").run();
+    run.assert_success();
+    assert_eq!(run.stdout_text(), "wait_lengths: 23 handoffs\n");
+    let a = run.analyze();
+    let log = a.log(0);
+    let line = waitshim_tests::line_of("wait_lengths.c", "creation-site");
+    let w = &log.object_created_at("wait_lengths.c", line)["wait_times"];
+    assert_eq!(w["events"], 23, "{w}");
+    let ns = |k: &str| w[k].as_u64().unwrap_or_else(|| panic!("{k} in {w}"));
+    let max = ns("max_ns");
+    assert!(max >= 150 * MS, "{w}");
+    let p50 = ns("p50_at_most_ns");
+    assert!((2 * MS..150 * MS).contains(&p50), "{w}");
+    assert!(ns("p90_at_most_ns") >= 150 * MS, "{w}");
+    assert_eq!(ns("p99_at_most_ns"), max, "{w}");
+    let buckets = w["buckets"].as_array().expect("buckets");
+    let mut total = 0;
+    for b in buckets {
+        assert!(b["from_ns"].as_u64() <= b["to_ns"].as_u64(), "{b}");
+        total += b["count"].as_u64().unwrap();
+    }
+    assert_eq!(total, 23, "{w}");
+    assert!(
+        a.text
+            .lines()
+            .any(|l| l.contains("wait times: p50 <= ") && l.ends_with("(23 events, bucket bounds)")),
+        "{}",
+        a.text
+    );
+}

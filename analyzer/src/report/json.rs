@@ -447,6 +447,48 @@ struct ObjectJson {
     lost_parallelism_ns: Option<u64>,
     /// Time of the process's stops during which a thread was seen in a wait on it (null: none).
     waited_while_stopped_ns: Option<u64>,
+    /// The distribution of its waits from the per-wait events (null without any).
+    wait_times: Option<WaitTimesJson>,
+}
+
+/// OBJECT's `wait_times`: percentiles as the upper bounds of log-scale buckets (four to a power
+/// of two), never above the longest wait; the buckets with waits.
+#[derive(Serialize)]
+struct WaitTimesJson {
+    events: u64,
+    total_ns: u64,
+    max_ns: u64,
+    p50_at_most_ns: u64,
+    p90_at_most_ns: u64,
+    p99_at_most_ns: u64,
+    buckets: Vec<BucketJson>,
+}
+
+#[derive(Serialize)]
+struct BucketJson {
+    from_ns: u64,
+    to_ns: u64,
+    count: u64,
+}
+
+fn wait_times(h: &crate::histogram::Histogram) -> WaitTimesJson {
+    let at = |share| h.at_most(share).unwrap_or(0);
+    WaitTimesJson {
+        events: h.waits,
+        total_ns: h.total_ns,
+        max_ns: h.max_ns,
+        p50_at_most_ns: at(0.5),
+        p90_at_most_ns: at(0.9),
+        p99_at_most_ns: at(0.99),
+        buckets: h
+            .buckets()
+            .map(|(from_ns, to_ns, count)| BucketJson {
+                from_ns,
+                to_ns,
+                count,
+            })
+            .collect(),
+    }
 }
 
 /// An object's counters: those every object has (when the log has its `Counters` record), then
@@ -539,6 +581,7 @@ fn object(ctx: &mut Ctx<'_>, o: &Object) -> ObjectJson {
             .collect(),
         lost_parallelism_ns: ctx.lost_to(o.object_id),
         waited_while_stopped_ns: ctx.model.states.stops.in_waits.get(&o.object_id).copied(),
+        wait_times: ctx.histogram(o.object_id).map(wait_times),
     }
 }
 

@@ -249,6 +249,8 @@ pub struct Ctx<'a> {
     pub no_end: Option<NoEnd>,
     /// The run's critical path, worked out when first asked (it reads the log again).
     critical: std::cell::OnceCell<Option<crate::critical::Path>>,
+    /// Wait times by object, from the per-wait events (made on first use).
+    histograms: std::cell::OnceCell<std::collections::BTreeMap<u64, crate::histogram::Histogram>>,
     /// The futex words whose code says what they are (`findings::runtime_group`), when first
     /// asked.
     runtime_groups: Option<std::collections::HashMap<u64, crate::findings::Group>>,
@@ -276,6 +278,7 @@ impl<'a> Ctx<'a> {
             inversions: lockorder::find(model),
             no_end: NoEnd::find(summary, model, opts.symbols),
             critical: std::cell::OnceCell::new(),
+            histograms: std::cell::OnceCell::new(),
             runtime_groups: None,
         };
         // The critical path needs to know which futex words are locks.
@@ -320,6 +323,15 @@ impl<'a> Ctx<'a> {
             return g;
         }
         crate::findings::Group::of(self.model.objects.get(&id).and_then(|o| o.kind()))
+    }
+
+    /// The distribution of the waits on `object_id` the per-wait events give (those the flight
+    /// recorder kept), if any.
+    pub fn histogram(&self, object_id: u64) -> Option<&crate::histogram::Histogram> {
+        self.histograms
+            .get_or_init(|| self.model.events.histograms(self.model.end_of_log()))
+            .get(&object_id)
+            .filter(|h| h.waits > 0)
     }
 
     /// The run's critical path (`crate::critical`), None without per-wait events to follow or

@@ -929,6 +929,23 @@ fn waiting_went_row(ctx: &mut Ctx<'_>, c: &crate::findings::Cost, out: &mut Stri
             fmt_ns(ns)
         );
     }
+    if let Some(h) = ctx.histogram(c.object_id) {
+        let _ = writeln!(out, "  {:>46}  {}", "", wait_times(h));
+    }
+}
+
+/// An object's wait times as its per-wait events give them: how long half, 90 % and 99 % of the
+/// waits took at most, as the bounds of their log-scale buckets (docs/report.md).
+fn wait_times(h: &crate::histogram::Histogram) -> String {
+    let at = |share| fmt_ns(h.at_most(share).unwrap_or(0));
+    format!(
+        "wait times: p50 <= {}, p90 <= {}, p99 <= {} ({} event{}, bucket bounds)",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        h.waits,
+        if h.waits == 1 { "" } else { "s" },
+    )
 }
 
 /// A share as a percentage, with a digit after the point below 10 %.
