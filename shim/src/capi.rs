@@ -9,8 +9,8 @@ use crate::track::threads::{current, Inside};
 use crate::track::tracker;
 
 fn text(s: *const c_char) -> Option<String> {
-    // SAFETY: the API takes NUL-terminated strings; null is refused.
     (!s.is_null()).then(|| {
+        // SAFETY: the API takes NUL-terminated strings; null is refused.
         unsafe { std::ffi::CStr::from_ptr(s) }
             .to_string_lossy()
             .into_owned()

@@ -231,7 +231,9 @@ mod tests {
 
     #[test]
     fn fields_of_a_locked_mutex_read_as_glibc_wrote_them() {
+        // SAFETY: all-zero bytes are a valid pthread_mutex_t; init below sets it up.
         let mut m: libc::pthread_mutex_t = unsafe { std::mem::zeroed() };
+        // SAFETY: all-zero bytes are a valid pthread_mutexattr_t; init below sets it up.
         let mut attr: libc::pthread_mutexattr_t = unsafe { std::mem::zeroed() };
         // SAFETY: plain pthread calls on local objects.
         unsafe {
@@ -260,6 +262,7 @@ mod tests {
 
     #[test]
     fn an_rwlock_shows_its_writer_and_its_readers() {
+        // SAFETY: all-zero bytes are a valid pthread_rwlock_t; init below sets it up.
         let mut l: libc::pthread_rwlock_t = unsafe { std::mem::zeroed() };
         let addr = &mut l as *mut _ as usize;
         // SAFETY: `l` is live for every call and read below.
@@ -282,7 +285,9 @@ mod tests {
     #[test]
     fn spinlock_barrier_and_semaphore_words() {
         let mut s: libc::pthread_spinlock_t = 0;
+        // SAFETY: all-zero bytes are a valid pthread_barrier_t; init below sets it up.
         let mut b: libc::pthread_barrier_t = unsafe { std::mem::zeroed() };
+        // SAFETY: all-zero bytes are a valid sem_t; sem_init below sets it up.
         let mut sem: libc::sem_t = unsafe { std::mem::zeroed() };
         // SAFETY: local objects, live for every call and read below.
         unsafe {

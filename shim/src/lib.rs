@@ -9,6 +9,7 @@
 // Unit tests exercise the core's rules alone; what only the interposed functions use is unused
 // there.
 #![cfg_attr(test, allow(dead_code, unused_imports))]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 // The interposed functions and the C API are left out of unit-test builds: exported from the
 // test program, they would interpose its own calls and start tracking it.

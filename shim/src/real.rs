@@ -122,10 +122,12 @@ macro_rules! real_fns {
             #[inline(always)]
             #[allow(clippy::missing_safety_doc)]
             pub unsafe fn $name($($arg: $t),*) -> $ret {
-                // SAFETY: the slot holds the address of the C library's function of this exact
-                // name, whose signature is the one declared here (from the C headers).
                 let f: unsafe extern "C" fn($($t),*) -> $ret =
+                    // SAFETY: the slot holds the address of the C library's function of this
+                    // exact name, whose signature is the one declared here (from the C headers).
                     unsafe { ::std::mem::transmute::<usize, _>(slot::$name.get()) };
+                // SAFETY: the caller passes arguments meeting the C function's own requirements,
+                // as it would calling that function directly.
                 unsafe { f($($arg),*) }
             }
         )*
@@ -163,6 +165,8 @@ pub static UNDERSCORE_CAPITAL_EXIT: RealFn = RealFn::new(b"_Exit\0");
 pub unsafe fn call_noreturn<T>(f: &RealFn, arg: T) -> ! {
     // SAFETY: per the contract above.
     let g: unsafe extern "C" fn(T) -> ! = unsafe { std::mem::transmute_copy::<usize, _>(&f.get()) };
+    // SAFETY: `g` is the C library's non-returning `void f(T)` the caller names, given its one
+    // argument.
     unsafe { g(arg) }
 }
 

@@ -51,9 +51,9 @@ mod real {
     macro_rules! forward {
         ($($name:ident = $slot:ident: fn($($arg:ident: $t:ty),*);)*) => {$(
             pub unsafe fn $name($($arg: $t),*) -> c_int {
-                // SAFETY: the slot holds the address of glibc's function of this name, whose C
-                // signature is the one declared here (from <pthread.h>).
                 let f: unsafe extern "C-unwind" fn($($t),*) -> c_int =
+                    // SAFETY: the slot holds the address of glibc's function of this name, whose
+                    // C signature is the one declared here (from <pthread.h>).
                     unsafe { std::mem::transmute::<usize, _>($slot.get()) };
                 // SAFETY: forwarding the caller's arguments.
                 unsafe { f($($arg),*) }

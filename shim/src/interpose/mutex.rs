@@ -95,7 +95,10 @@ unsafe extern "C" fn init_from(
     let r = unsafe { real::pthread_mutex_init(m, a) };
     // SAFETY: the entry stack pointer of a `pthread_mutex_init` that has not returned.
     let site = unsafe { CallSite::at_entry(entry_sp) };
-    engage::initialised(r, m as usize, KIND, subtype(m as usize), site);
+    // SAFETY: `m` points to the caller's mutex storage (init requires a valid pointer): a live
+    // mutex after a successful init; on failure the value read goes unused.
+    let sub = unsafe { subtype(m as usize) };
+    engage::initialised(r, m as usize, KIND, sub, site);
     r
 }
 
@@ -136,11 +139,14 @@ unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, entry_sp: usize) -> c_in
     // tail call, and trylock first.
     let addr = m as usize;
     if let Some(t) = current_fast() {
-        let kind = glibc_mutex::kind(addr);
+        // SAFETY: `m` is the mutex the caller is locking, live for the call (as
+        // `pthread_mutex_lock` requires of its caller).
+        let kind = unsafe { glibc_mutex::kind(addr) };
         if kind & NO_TRYLOCK_FIRST == 0 {
             if !(real::single_threaded()
                 && kind & mutex_kind::PSHARED == 0
-                && glibc_mutex::lock_word(addr) == 0)
+                // SAFETY: as above, `m` is the caller's live mutex.
+                && unsafe { glibc_mutex::lock_word(addr) } == 0)
             {
                 // SAFETY: forwarding the caller's arguments.
                 return unsafe { lock_trying(m, entry_sp, t) };
@@ -162,7 +168,9 @@ unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
     };
-    let kind = glibc_mutex::kind(m as usize);
+    // SAFETY: `m` is the mutex the caller is locking, live for the call (as
+    // `pthread_mutex_lock` requires of its caller).
+    let kind = unsafe { glibc_mutex::kind(m as usize) };
     if kind & NO_TRYLOCK_FIRST != 0 {
         // SAFETY: forwarding the caller's mutex.
         return unsafe { without_trylock(t, m, true, || real::pthread_mutex_lock(m)) };
@@ -172,9 +180,12 @@ unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c
     // glibc (which then locks without an atomic instruction), so the wrapper costs almost nothing.
     if real::single_threaded()
         && kind & mutex_kind::PSHARED == 0
-        && glibc_mutex::lock_word(m as usize) == 0
+        // SAFETY: as above, `m` is the caller's live mutex.
+        && unsafe { glibc_mutex::lock_word(m as usize) } == 0
     {
-        engage::engaged(t, m as usize, KIND, subtype);
+        // SAFETY: `m` is the caller's live mutex, which the real lock below takes at once;
+        // `subtype` reads it as a mutex.
+        unsafe { engage::engaged(t, m as usize, KIND, subtype) };
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
     }
@@ -193,8 +204,11 @@ unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &T
         return unsafe { without_trylock(t, m, true, || real::pthread_mutex_lock(m)) };
     }
     let addr = m as usize;
-    if glibc_mutex::lock_word(addr) != 0
-        && glibc_mutex::kind(addr) & mutex_kind::TYPE_MASK != mutex_kind::RECURSIVE
+    // SAFETY: `m` is the mutex the caller is locking, live for the call (as
+    // `pthread_mutex_lock` requires of its caller).
+    if unsafe { glibc_mutex::lock_word(addr) } != 0
+        // SAFETY: as above.
+        && unsafe { glibc_mutex::kind(addr) } & mutex_kind::TYPE_MASK != mutex_kind::RECURSIVE
     {
         // SAFETY: `m` is the caller's mutex; `pthread_mutex_lock` has not returned.
         return unsafe { lock_busy(t, m, EBUSY, entry_sp) };
@@ -203,7 +217,9 @@ unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &T
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
         if !engage::engaged_quick_contended(t, m as usize) {
-            engage::engaged(t, m as usize, KIND, subtype);
+            // SAFETY: `m` is the caller's live mutex, which this thread now holds; `subtype`
+            // reads it as a mutex.
+            unsafe { engage::engaged(t, m as usize, KIND, subtype) };
         }
         return 0;
     }
@@ -216,7 +232,8 @@ unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &T
 #[inline(never)]
 unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, entry_sp: usize) -> c_int {
     if r != EBUSY {
-        return acquired_or_failed(t, m, r);
+        // SAFETY: `m` is the caller's mutex, live while `pthread_mutex_lock` has not returned.
+        return unsafe { acquired_or_failed(t, m, r) };
     }
     // SAFETY: as below.
     if unsafe { took_after_backoff(t, m, entry_sp) } {
@@ -237,23 +254,28 @@ unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, entry_sp: 
 unsafe fn took_after_backoff(t: &ThreadRec, m: *mut pthread_mutex_t, entry_sp: usize) -> bool {
     let addr = m as usize;
     // Its own mutex (a relock) does not come free.
-    if glibc_mutex::owner(addr) == t.tid() {
+    // SAFETY: `m` is the caller's mutex, live per this function's contract.
+    if unsafe { glibc_mutex::owner(addr) } == t.tid() {
         return false;
     }
     if tracker().is_none() {
         return false;
     }
     let waited = engage::back_off();
-    // SAFETY: forwarding the caller's mutex.
-    if glibc_mutex::lock_word(addr) != 0 || unsafe { real::pthread_mutex_trylock(m) } != 0 {
+    // SAFETY: `m` is the caller's live mutex (this function's contract): its lock word is read,
+    // then it is forwarded to the real trylock.
+    if unsafe { glibc_mutex::lock_word(addr) != 0 || real::pthread_mutex_trylock(m) != 0 } {
         return false;
     }
     // SAFETY: per this function's contract.
     let site = unsafe { CallSite::at_entry(entry_sp) };
-    engage::with_object(t, addr, KIND, subtype(addr), |tr, obj| {
+    // SAFETY: `m` is the caller's live mutex, which this thread now holds.
+    let sub = unsafe { subtype(addr) };
+    engage::with_object(t, addr, KIND, sub, |tr, obj| {
         engage::waited_briefly(tr, t, obj, site, waited)
     });
-    engage::engaged(t, addr, KIND, subtype);
+    // SAFETY: as above; `subtype` reads it as a mutex.
+    unsafe { engage::engaged(t, addr, KIND, subtype) };
     true
 }
 
@@ -263,10 +285,14 @@ pub unsafe extern "C" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if let Some(t) = current() {
         match r {
-            0 => engage::engaged_try(t, m as usize, KIND, subtype),
-            EBUSY => engage::busy(t, m as usize, KIND, subtype),
+            // SAFETY: `m` is the caller's mutex, live for the call, and this thread now holds it;
+            // `subtype` reads it as a mutex.
+            0 => unsafe { engage::engaged_try(t, m as usize, KIND, subtype) },
+            // SAFETY: `m` is the caller's mutex, live for the call; `subtype` reads it as a mutex.
+            EBUSY => unsafe { engage::busy(t, m as usize, KIND, subtype) },
             _ => {
-                acquired_or_failed(t, m, r);
+                // SAFETY: `m` is the caller's mutex, live for the call.
+                unsafe { acquired_or_failed(t, m, r) };
             }
         }
     }
@@ -313,7 +339,11 @@ unsafe fn timed(
     pass: impl Fn(*mut pthread_mutex_t, *const timespec) -> c_int,
 ) -> c_int {
     let t = match current() {
-        Some(t) if glibc_mutex::kind(m as usize) & NO_TRYLOCK_FIRST != 0 || chained() => {
+        Some(t)
+            // SAFETY: `m` is the mutex the caller is locking, live for the call (as the timed
+            // lock functions require of their caller).
+            if unsafe { glibc_mutex::kind(m as usize) } & NO_TRYLOCK_FIRST != 0 || chained() =>
+        {
             // SAFETY: forwarding the caller's mutex and deadline.
             return unsafe { without_trylock(t, m, false, || pass(m, ts)) };
         }
@@ -323,11 +353,14 @@ unsafe fn timed(
             let r = pass(m, ts);
             if let Some(t) = other {
                 match r {
-                    0 => engage::engaged(t, m as usize, KIND, subtype),
+                    // SAFETY: `m` is the caller's live mutex, which this thread now holds;
+                    // `subtype` reads it as a mutex.
+                    0 => unsafe { engage::engaged(t, m as usize, KIND, subtype) },
                     ETIMEDOUT | EBUSY => {}
                     // EINVAL for the deadline, EOWNERDEAD (acquired), ...
                     _ => {
-                        acquired_or_failed(t, m, r);
+                        // SAFETY: `m` is the caller's mutex, live for the call.
+                        unsafe { acquired_or_failed(t, m, r) };
                     }
                 }
             }
@@ -337,11 +370,14 @@ unsafe fn timed(
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
-        engage::engaged(t, m as usize, KIND, subtype);
+        // SAFETY: `m` is the caller's live mutex, which this thread now holds; `subtype` reads it
+        // as a mutex.
+        unsafe { engage::engaged(t, m as usize, KIND, subtype) };
         return 0;
     }
     if r != EBUSY {
-        return acquired_or_failed(t, m, r);
+        // SAFETY: `m` is the caller's mutex, live for the call.
+        return unsafe { acquired_or_failed(t, m, r) };
     }
     // SAFETY: valid deadline checked above.
     unsafe { contended(t, m, Some((clk, *ts)), CallSite::default()) }
@@ -376,9 +412,12 @@ unsafe fn without_trylock(
     call: impl Fn() -> c_int,
 ) -> c_int {
     let addr = m as usize;
-    let waited = (glibc_mutex::owner(addr) != 0)
+    // SAFETY: `m` is the caller's mutex, live for the call.
+    let waited = (unsafe { glibc_mutex::owner(addr) } != 0)
         .then(|| {
-            engage::with_object(t, addr, KIND, subtype(addr), |tr, obj| {
+            // SAFETY: as above.
+            let sub = unsafe { subtype(addr) };
+            engage::with_object(t, addr, KIND, sub, |tr, obj| {
                 engage::attempting(t, obj);
                 // SAFETY: the caller's mutex, live for the call.
                 let mut w = unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) };
@@ -391,7 +430,9 @@ unsafe fn without_trylock(
                 let acquired = outcome.acquired();
                 engage::wait_end(tr, t, w, outcome);
                 if acquired {
-                    engage::engaged(t, addr, KIND, subtype);
+                    // SAFETY: the caller's live mutex, which this thread now holds; `subtype`
+                    // reads it as a mutex.
+                    unsafe { engage::engaged(t, addr, KIND, subtype) };
                 }
                 r
             })
@@ -402,9 +443,12 @@ unsafe fn without_trylock(
     }
     let r = call();
     match r {
-        0 => engage::engaged(t, addr, KIND, subtype),
+        // SAFETY: the caller's live mutex, which this thread now holds; `subtype` reads it as a
+        // mutex.
+        0 => unsafe { engage::engaged(t, addr, KIND, subtype) },
         _ => {
-            acquired_or_failed(t, m, r);
+            // SAFETY: `m` is the caller's mutex, live for the call.
+            unsafe { acquired_or_failed(t, m, r) };
         }
     }
     r
@@ -428,13 +472,20 @@ unsafe fn contended(
             }
         }
     };
-    let waited = engage::with_object(t, addr, KIND, subtype(addr), |tr, obj| {
-        let owner = glibc_mutex::owner(addr);
-        if owner == t.tid() && subtype(addr) & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK {
+    // SAFETY: `m` is the caller's mutex, live for the call.
+    let sub = unsafe { subtype(addr) };
+    let waited = engage::with_object(t, addr, KIND, sub, |tr, obj| {
+        // SAFETY: as above.
+        let owner = unsafe { glibc_mutex::owner(addr) };
+        if owner == t.tid()
+            // SAFETY: as above.
+            && unsafe { subtype(addr) } & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK
+        {
             // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
             let r = real_wait(deadline);
             if r != 0 {
-                engage::failed(t, addr, KIND, subtype, r);
+                // SAFETY: as above; `subtype` reads it as a mutex.
+                unsafe { engage::failed(t, addr, KIND, subtype, r) };
             }
             return r;
         }
@@ -461,7 +512,9 @@ unsafe fn contended(
         let acquired = outcome.acquired();
         engage::wait_end(tr, t, w, outcome);
         if acquired {
-            engage::engaged(t, addr, KIND, subtype);
+            // SAFETY: the caller's live mutex, which this thread now holds; `subtype` reads it
+            // as a mutex.
+            unsafe { engage::engaged(t, addr, KIND, subtype) };
         }
         if r == EOWNERDEAD {
             engage::acquired_owner_dead(obj);

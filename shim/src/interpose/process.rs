@@ -225,10 +225,10 @@ pub unsafe extern "C" fn prctl(
 ) -> libc::c_int {
     // SECCOMP_MODE_STRICT (1), or SECCOMP_MODE_FILTER (2) with a filter that would kill or
     // trap one of the shim's own calls.
-    // SAFETY: the filter the program passes, as the kernel will read it.
     if option == libc::PR_SET_SECCOMP
         && (a2 == 1
             || (a2 == 2
+                // SAFETY: the filter the program passes, as the kernel will read it.
                 && !unsafe { crate::seccomp::leaves_the_shim_be(a3 as *const libc::sock_fprog) }))
     {
         track::confining();
@@ -243,8 +243,8 @@ pub unsafe extern "C" fn prctl(
 pub unsafe extern "C" fn fork() -> libc::pid_t {
     // SAFETY: forwarding.
     let pid = unsafe { real_process::fork() };
-    // SAFETY: errno is this thread's.
     if pid < 0
+        // SAFETY: errno is this thread's.
         && unsafe { *libc::__errno_location() } == libc::EAGAIN
         && crate::service::step_back_for_tasks()
     {

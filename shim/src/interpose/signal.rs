@@ -131,9 +131,9 @@ extern "C" fn trampoline(sig: c_int, info: *mut siginfo_t, ctx: *mut c_void) {
     let Some(i) = index(sig) else { return };
     // A write into the log's mapping after another process truncated the file: the shim's own
     // fault, not the program's. The write completes elsewhere when the handler returns.
-    // SAFETY: the kernel passes a valid siginfo to a SA_SIGINFO handler.
     if sig == libc::SIGBUS
         && !info.is_null()
+        // SAFETY: the kernel passes a valid siginfo to a SA_SIGINFO handler.
         && crate::track::log_fault(unsafe { (*info).si_addr() } as usize)
     {
         return;

@@ -69,7 +69,9 @@ pub unsafe extern "C" fn pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int 
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_spin_trylock(l) };
     if r == 0 {
-        engage::engaged_with(t, hit, l as usize, KIND, subtype);
+        // SAFETY: `l` is the caller's spinlock, which this thread now holds; `subtype` reads
+        // nothing.
+        unsafe { engage::engaged_with(t, hit, l as usize, KIND, subtype) };
         return 0;
     }
     // SAFETY: the caller's spinlock.
@@ -120,9 +122,13 @@ pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_i
     let r = unsafe { real::pthread_spin_trylock(l) };
     if let Some(t) = current() {
         match r {
-            0 => engage::engaged_try(t, l as usize, KIND, subtype),
-            EBUSY => engage::busy(t, l as usize, KIND, subtype),
-            e => engage::failed(t, l as usize, KIND, subtype, e),
+            // SAFETY: `l` is the caller's spinlock, which this thread now holds; `subtype` reads
+            // nothing.
+            0 => unsafe { engage::engaged_try(t, l as usize, KIND, subtype) },
+            // SAFETY: `l` is the caller's spinlock, live for the call; `subtype` reads nothing.
+            EBUSY => unsafe { engage::busy(t, l as usize, KIND, subtype) },
+            // SAFETY: `l` is the caller's spinlock, live for the call; `subtype` reads nothing.
+            e => unsafe { engage::failed(t, l as usize, KIND, subtype, e) },
         }
     }
     r

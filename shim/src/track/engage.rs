@@ -345,8 +345,8 @@ unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
             .iter()
             .map(|&(_, o)| o)
             .find(|&o| {
-                // SAFETY: tracking entries are leaked and never freed.
                 !o.is_null() && {
+                    // SAFETY: tracking entries are leaked and never freed.
                     let o = unsafe { &*o };
                     o.flags() & EPISODE != 0 || o.waited_for()
                 }
@@ -490,9 +490,9 @@ impl Wait {
 unsafe fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
     // SAFETY: as the caller promises.
     let owner = unsafe { obj.holder() };
-    // SAFETY: as the caller promises.
     if owner == 0
         && obj.kind == ObjectKind::RwLock
+        // SAFETY: as the caller promises: `obj` is live, here an rwlock.
         && unsafe { glibc_rwlock::readers(obj.addr()) } > 0
     {
         // Held by readers: no waiter is being handed it.
@@ -552,10 +552,8 @@ unsafe fn wait_begin_at_here(
         // The holder's release must be looked at: its hold now makes a thread wait.
         // SAFETY: the object `t`, the calling thread, begins to wait on: live (the caller's
         // promise).
-        if let Some(h) = tr
-            .thread(unsafe { obj.holder() })
-            .filter(|h| h.tid() != t.tid())
-        {
+        let holder = unsafe { obj.holder() };
+        if let Some(h) = tr.thread(holder).filter(|h| h.tid() != t.tid()) {
             h.attention
                 .store(obj as *const ObjEntry as *mut ObjEntry, Ordering::Release);
         }

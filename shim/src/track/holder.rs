@@ -31,17 +31,21 @@ impl ObjEntry {
     /// Unless `checked`, the object is live (see [`ObjEntry::holder`]).
     unsafe fn holder_read(&self, checked: bool) -> u32 {
         use crate::layout;
-        // SAFETY (unchecked reads): as the caller promises; a registered entry's address is its
+        // Unchecked reads rely on the caller's promise; a registered entry's address is its
         // object's.
         match self.kind {
             ObjectKind::Mutex if checked => layout::mutex::owner_checked(self.addr()),
+            // SAFETY: not `checked`, so the caller promises this mutex is live.
             ObjectKind::Mutex => unsafe { layout::mutex::owner(self.addr()) },
+            // SAFETY: `writer` reads through the kernel when `checked`; otherwise the caller
+            // promises this rwlock is live.
             ObjectKind::RwLock => unsafe { layout::rwlock::writer(self.addr(), checked) },
             ObjectKind::Thread => self.owner.last.load(Ordering::Relaxed),
             ObjectKind::Spin => {
                 let word = if checked {
                     layout::read_checked(self.addr())
                 } else {
+                    // SAFETY: not `checked`, so the caller promises this spinlock is live.
                     unsafe { layout::spin::word(self.addr()) }
                 };
                 // Every acquisition of a spinlock goes through the shim and sets `last`.

@@ -424,8 +424,10 @@ impl ObjEntry {
             // SAFETY: just leaked, now published.
             Ok(_) => unsafe { &*fresh },
             Err(there) => {
-                // SAFETY: ours, never published; `there` was published by another thread.
+                // SAFETY: `fresh` is ours, never published.
                 drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: `there` is a `Busy` another thread leaked and published; published
+                // ones are never freed.
                 unsafe { &*there }
             }
         }
