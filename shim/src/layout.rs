@@ -41,6 +41,31 @@ pub fn read_checked(addr: usize) -> u32 {
     }
 }
 
+/// Copies `out.len()` bytes of this process's memory at `addr` into `out` through the kernel:
+/// the errno otherwise (EFAULT: some of it is not mapped readable), with nothing read.
+pub fn read_into(addr: usize, out: &mut [u8]) -> Result<(), i32> {
+    let local = libc::iovec {
+        iov_base: out.as_mut_ptr() as *mut libc::c_void,
+        iov_len: out.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: out.len(),
+    };
+    // SAFETY: the kernel writes at most `out.len()` bytes into `out`, and reads the program's
+    // memory itself, failing on what is not mapped.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n >= 0 && n as usize == out.len() {
+        return Ok(());
+    }
+    if n >= 0 {
+        // A partial read: the rest is not mapped.
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: errno is this thread's.
+    Err(unsafe { *libc::__errno_location() })
+}
+
 /// `pthread_mutex_t`: `__lock` at byte 0, `__count` at 4, `__owner` (tid of the holder) at 8,
 /// `__kind` at 16.
 pub mod mutex {

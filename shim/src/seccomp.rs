@@ -177,27 +177,41 @@ fn calls() -> Vec<Call> {
     c
 }
 
-/// Whether the shim may go on tracing once filter `prog` (`struct sock_fprog`, as the program
-/// passes it to `prctl` or `seccomp`) is in force: no call of the shim's would be answered
-/// otherwise than allowed, logged or failed with an errno. False when the filter cannot be
-/// read.
-///
-/// # Safety
-/// `prog` is null or points to a `struct sock_fprog` whose `filter` has `len` instructions (what
-/// the kernel itself requires of the call).
-pub unsafe fn leaves_the_shim_be(prog: *const libc::sock_fprog) -> bool {
-    if prog.is_null() {
+/// Whether the shim may go on tracing once filter `prog` (the address of a `struct
+/// sock_fprog`, as the program passes it to `prctl` or `seccomp`) is in force: no call of the
+/// shim's would be answered otherwise than allowed, logged or failed with an errno. The
+/// structure and the instructions are read through the kernel (`process_vm_readv`), so that a
+/// filter at an address that is not mapped gets the program the kernel's EFAULT, as without the
+/// shim, and tracing goes on (no filter is installed); false when the filter cannot be read
+/// otherwise (a filter already in force refuses the read) or would not run.
+pub fn leaves_the_shim_be(prog: usize) -> bool {
+    // struct sock_fprog { unsigned short len; struct sock_filter *filter; }: 16 bytes.
+    let mut head = [0u8; 16];
+    match crate::layout::read_into(prog, &mut head) {
+        Ok(()) => {}
+        Err(e) => return e == libc::EFAULT,
+    }
+    let len = usize::from(u16::from_ne_bytes([head[0], head[1]]));
+    let filter = u64::from_ne_bytes(head[8..16].try_into().expect("8 bytes")) as usize;
+    if len == 0 || len > 4096 {
         return false;
     }
-    // SAFETY: per the contract.
-    let p = unsafe { &*prog };
-    if p.filter.is_null() || p.len == 0 || p.len > 4096 {
-        return false;
+    // Up to 32 KiB: from the shim's own heap, not the program's stack.
+    let mut bytes = vec![0u8; len * std::mem::size_of::<libc::sock_filter>()];
+    if let Err(e) = crate::layout::read_into(filter, &mut bytes) {
+        return e == libc::EFAULT;
     }
-    // SAFETY: per the contract, `len` instructions.
-    let filter = unsafe { std::slice::from_raw_parts(p.filter, usize::from(p.len)) };
+    let filter: Vec<libc::sock_filter> = bytes
+        .chunks_exact(8)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
     calls().iter().all(|Call(nr, args)| {
-        let action = run(filter, *nr as u32, args).map_or(0, |r| r & RET_ACTION_FULL);
+        let action = run(&filter, *nr as u32, args).map_or(0, |r| r & RET_ACTION_FULL);
         matches!(action, RET_ALLOW | RET_LOG | RET_ERRNO)
     })
 }
@@ -333,8 +347,22 @@ mod tests {
             len: filter.len() as u16,
             filter: filter.as_ptr() as *mut libc::sock_filter,
         };
-        // SAFETY: a program of `len` instructions.
-        unsafe { leaves_the_shim_be(&prog) }
+        leaves_the_shim_be(&prog as *const libc::sock_fprog as usize)
+    }
+
+    #[test]
+    fn a_filter_at_an_address_that_is_not_mapped_leaves_the_shim_be_without_a_fault() {
+        // The kernel answers such a call with EFAULT and installs nothing; the shim must not
+        // fault first.
+        assert!(leaves_the_shim_be(0));
+        assert!(leaves_the_shim_be(8));
+        let prog = libc::sock_fprog {
+            len: 4,
+            filter: 8 as *mut libc::sock_filter,
+        };
+        assert!(leaves_the_shim_be(
+            &prog as *const libc::sock_fprog as usize
+        ));
     }
 
     #[test]

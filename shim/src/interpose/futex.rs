@@ -101,11 +101,7 @@ unsafe extern "C" fn tracked(number: c_long, args: *const [c_long; 6], caller: u
     if number == SYS_SECCOMP {
         // SECCOMP_SET_MODE_STRICT (0), or SECCOMP_SET_MODE_FILTER (1) with a filter that would
         // kill or trap one of the shim's own calls: tracing ends first (`track::confining`).
-        if a[0] == 0
-            || (a[0] == 1
-                // SAFETY: the filter the program passes, as the kernel will read it.
-                && !unsafe { crate::seccomp::leaves_the_shim_be(a[2] as *const libc::sock_fprog) })
-        {
+        if a[0] == 0 || (a[0] == 1 && !crate::seccomp::leaves_the_shim_be(a[2] as usize)) {
             crate::track::confining();
         }
         return forward(number, a);

@@ -226,10 +226,7 @@ pub unsafe extern "C" fn prctl(
     // SECCOMP_MODE_STRICT (1), or SECCOMP_MODE_FILTER (2) with a filter that would kill or
     // trap one of the shim's own calls.
     if option == libc::PR_SET_SECCOMP
-        && (a2 == 1
-            || (a2 == 2
-                // SAFETY: the filter the program passes, as the kernel will read it.
-                && !unsafe { crate::seccomp::leaves_the_shim_be(a3 as *const libc::sock_fprog) }))
+        && (a2 == 1 || (a2 == 2 && !crate::seccomp::leaves_the_shim_be(a3 as usize)))
     {
         track::confining();
     }
