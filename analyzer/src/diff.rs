@@ -28,6 +28,8 @@ pub struct ObjectFigures {
     pub records: u64,
     /// The name shown (the first object's).
     pub name: String,
+    /// Wait times from the per-wait events (empty without them).
+    pub wait_times: crate::histogram::Histogram,
 }
 
 impl ObjectFigures {
@@ -198,6 +200,9 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
                 .map_or(0, |(ns, _)| ns),
         );
         e.records += records.get(&c.object_id).copied().unwrap_or(0) as u64;
+        if let Some(h) = ctx.histogram(c.object_id) {
+            e.wait_times.merge(h);
+        }
         if let Some(o) = o {
             for s in o.wait_sites().values() {
                 let chain = chain_key(&mut ctx, s.chain_id);
@@ -448,6 +453,15 @@ pub fn text(b: &RunFigures, a: &RunFigures, top: usize) -> String {
             "    max wait     {}\n",
             change(x.max_wait_ns, y.max_wait_ns, fmt_ns)
         ));
+        if x.wait_times.waits > 0 && y.wait_times.waits > 0 {
+            let p = |h: &crate::histogram::Histogram, share| h.at_most(share).unwrap_or(0);
+            for (label, share) in [("p50 wait <=", 0.5), ("p99 wait <=", 0.99)] {
+                s.push_str(&format!(
+                    "    {label:<12} {}\n",
+                    change(p(&x.wait_times, share), p(&y.wait_times, share), fmt_ns)
+                ));
+            }
+        }
         s.push_str(&format!(
             "    hold total   {}\n",
             change(x.hold_ns, y.hold_ns, fmt_ns)
@@ -512,6 +526,13 @@ fn figures_json(o: &ObjectFigures) -> Value {
         "hold_total_ns": o.hold_ns,
         "records": o.records,
         "name": o.name,
+        "wait_times": (o.wait_times.waits > 0).then(|| json!({
+            "events": o.wait_times.waits,
+            "p50_at_most_ns": o.wait_times.at_most(0.5),
+            "p90_at_most_ns": o.wait_times.at_most(0.9),
+            "p99_at_most_ns": o.wait_times.at_most(0.99),
+            "max_ns": o.wait_times.max_ns,
+        })),
     })
 }
 

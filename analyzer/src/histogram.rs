@@ -46,6 +46,19 @@ impl Histogram {
         self.total_ns = self.total_ns.saturating_add(ns);
     }
 
+    /// Adds the waits of `other` (objects summed under one key, as `diff` matches them).
+    pub fn merge(&mut self, other: &Histogram) {
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.waits += other.waits;
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.total_ns = self.total_ns.saturating_add(other.total_ns);
+    }
+
     /// The wait time that `share` (0 to 1) of the waits did not exceed, as the upper bound of
     /// its bucket (at most the longest wait); None without waits.
     pub fn at_most(&self, share: f64) -> Option<u64> {
@@ -119,5 +132,15 @@ mod tests {
         assert_eq!(b.len(), 2);
         assert_eq!(b.iter().map(|x| x.2).sum::<u64>(), 23);
         assert!(b[0].0 <= 2_000_000 && 2_000_000 <= b[0].1);
+        // Two halves merged are the whole.
+        let (mut x, mut y) = (Histogram::default(), Histogram::default());
+        for _ in 0..20 {
+            x.add(2_000_000);
+        }
+        for ns in [150_000_000, 151_000_000, 152_000_000] {
+            y.add(ns);
+        }
+        x.merge(&y);
+        assert_eq!(x, h);
     }
 }

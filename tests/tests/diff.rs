@@ -43,6 +43,18 @@ fn convoy_with_more_threads_names_the_lock_whose_contention_grew() {
     assert_eq!(grew["before"]["max_waiters"], 2, "{grew}");
     assert_eq!(grew["after"]["max_waiters"], 7, "{grew}");
     assert_eq!(grew["after"]["waits"], 7, "{grew}");
+    // Its per-wait events give the distribution: one event per wait, and the tail is the
+    // longest wait (a bucket's bound never exceeds the maximum).
+    for (run, waits) in [("before", 2), ("after", 7)] {
+        let t = &grew[run]["wait_times"];
+        assert_eq!(t["events"], waits, "{grew}");
+        let (p50, p99, max) = (
+            t["p50_at_most_ns"].as_u64().expect("p50"),
+            t["p99_at_most_ns"].as_u64().expect("p99"),
+            t["max_ns"].as_u64().expect("max"),
+        );
+        assert!(p50 <= p99 && p99 == max, "{grew}");
+    }
     assert_eq!(doc["highwater"]["before"], 2);
     assert_eq!(doc["highwater"]["after"], 7);
     assert!(doc["highwater"]["object_after"]
@@ -82,6 +94,7 @@ fn convoy_with_more_threads_names_the_lock_whose_contention_grew() {
         "{text}"
     );
     assert!(objects.contains("max waiters  2 → 7 (+5"), "{text}");
+    assert!(objects.contains("p99 wait <="), "{text}");
     assert!(text.contains("highwater: 2 → 7"), "{text}");
 }
 
