@@ -17,7 +17,7 @@ use crate::layout::mutex::{self as glibc_mutex, subtype};
 use crate::real;
 use crate::track::delayed;
 use crate::track::engage::{self, Outcome, Side};
-use crate::track::threads::{current, current_fast, ThreadRec};
+use crate::track::threads::{current, current_fast, passes_through, ThreadRec};
 use crate::track::{tracker, CallSite};
 
 const KIND: ObjectKind = ObjectKind::Mutex;
@@ -156,6 +156,9 @@ unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, entry_sp: usize) -> c_in
                 return unsafe { resolved(&real::slot::pthread_mutex_lock)(m) };
             }
         }
+    } else if passes_through() {
+        // SAFETY: forwarding.
+        return unsafe { real::pthread_mutex_lock(m) };
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe { lock_tracked(m, entry_sp) }
@@ -535,6 +538,8 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int 
             // SAFETY: forwarding.
             unsafe { resolved(&real::slot::pthread_mutex_unlock)(m) }
         }
+        // SAFETY: forwarding.
+        None if passes_through() => unsafe { real::pthread_mutex_unlock(m) },
         // SAFETY: forwarding.
         _ => unsafe { unlock_tracked(m) },
     }

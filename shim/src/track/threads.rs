@@ -564,6 +564,9 @@ pub const MODE_INSIDE: usize = 1;
 pub const MODE_EXITED: usize = 2;
 /// Running one of the program's signal handlers (see `interpose::signal`).
 pub const MODE_HANDLER: usize = 3;
+/// Tracking is off for good in this process (no log could be made, or it was turned off):
+/// the thread's calls go straight to the real functions without asking again.
+pub const MODE_UNTRACKED: usize = 4;
 
 /// The calling thread's record, whatever the mode (null before registration and after exit).
 pub fn own_record() -> *const ThreadRec {
@@ -601,6 +604,11 @@ pub fn set_record(rec: *const ThreadRec) {
 
 pub fn mark_exited() {
     set_mode(MODE_EXITED);
+}
+
+/// The calling thread found tracking off for good: see [`MODE_UNTRACKED`].
+pub fn mark_untracked() {
+    set_mode(MODE_UNTRACKED);
 }
 
 /// The thread starts running a signal handler of the program: nothing is tracked until
@@ -816,6 +824,14 @@ pub fn current_fast() -> Option<&'static ThreadRec> {
     let p = raw::get(raw::FAST) as *const ThreadRec;
     // SAFETY: records are leaked and never freed.
     (!p.is_null()).then(|| unsafe { &*p })
+}
+
+/// Whether the calling thread's calls go straight to the real functions for now: inside the
+/// shim, in a signal handler, after its end, or untracked for good. Then [`current`] is None
+/// (one TLS word; for wrappers' paths taken when [`current_fast`] found no record).
+#[inline(always)]
+pub fn passes_through() -> bool {
+    raw::get(raw::MODE) != MODE_NORMAL
 }
 
 /// The calling thread's record when the shim should track this call: tracking is on, the
