@@ -141,12 +141,16 @@ fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
-fn put(out: &mut Vec<u8>, mut v: u64) {
+/// Writes `v` as a varint at `out[*at..]` (room for 10 bytes).
+#[inline(always)]
+fn put(out: &mut [u8; MAX_STEP_BYTES], at: &mut usize, mut v: u64) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        out[*at] = (v as u8) | 0x80;
+        *at += 1;
         v >>= 7;
     }
-    out.push(v as u8);
+    out[*at] = v as u8;
+    *at += 1;
 }
 
 fn get(b: &[u8], at: &mut usize) -> Option<u64> {
@@ -168,11 +172,22 @@ fn get(b: &[u8], at: &mut usize) -> Option<u64> {
 /// million waits stay in memory.
 fn encode(s: &Step, prev: Option<&Step>, out: &mut Vec<u8>) {
     let (begin, object) = prev.map_or((0, 0), |p| (p.begin, p.object_id));
-    put(out, zigzag(s.begin.wrapping_sub(begin) as i64));
-    put(out, s.end.wrapping_sub(s.begin));
-    put(out, zigzag(s.object_id.wrapping_sub(object) as i64));
-    put(out, u64::from(s.waker));
-    put(out, u64::from(s.reason) << 1 | u64::from(s.acquired));
+    let mut b = [0u8; MAX_STEP_BYTES];
+    let mut at = 0;
+    put(&mut b, &mut at, zigzag(s.begin.wrapping_sub(begin) as i64));
+    put(&mut b, &mut at, s.end.wrapping_sub(s.begin));
+    put(
+        &mut b,
+        &mut at,
+        zigzag(s.object_id.wrapping_sub(object) as i64),
+    );
+    put(&mut b, &mut at, u64::from(s.waker));
+    put(
+        &mut b,
+        &mut at,
+        u64::from(s.reason) << 1 | u64::from(s.acquired),
+    );
+    out.extend_from_slice(&b[..at]);
 }
 
 /// The waits of a block's bytes, in order ([`encode`]); None when they do not decode (a
@@ -256,6 +271,8 @@ struct Steps {
     limit: usize,
     len: u64,
     threads: FastMap<u32, ThreadSteps>,
+    /// The block being packed (one buffer for all of them).
+    scratch: Vec<u8>,
 }
 
 #[derive(Default)]
@@ -277,6 +294,7 @@ impl Steps {
             store: Store::Memory(Vec::new()),
             len: 0,
             threads: FastMap::default(),
+            scratch: Vec::with_capacity(HEADER_BYTES + PER_BLOCK * MAX_STEP_BYTES),
         }
     }
 
@@ -289,19 +307,20 @@ impl Steps {
         if t.tail.len() < PER_BLOCK {
             return Ok(());
         }
-        let mut bytes = Vec::with_capacity(HEADER_BYTES + PER_BLOCK * MAX_STEP_BYTES);
+        let bytes = &mut self.scratch;
+        bytes.clear();
         bytes.extend_from_slice(&(t.tail.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&t.last_block.to_le_bytes());
         bytes.extend_from_slice(&[0; 4]);
         let mut prev = None;
         for s in &t.tail {
-            encode(s, prev, &mut bytes);
+            encode(s, prev, bytes);
             prev = Some(s);
         }
         t.tail.clear();
         let len = (bytes.len() - HEADER_BYTES) as u32;
         bytes[12..16].copy_from_slice(&len.to_le_bytes());
-        self.store.write_at(&bytes, self.len, self.limit)?;
+        self.store.write_at(bytes, self.len, self.limit)?;
         t.last_block = self.len;
         self.len += bytes.len() as u64;
         Ok(())
@@ -478,18 +497,20 @@ pub fn critical_path(
         return Ok(None);
     }
     let mut steps = Steps::new();
-    let mut holders: FastMap<u64, Vec<(u32, u64)>> = FastMap::default();
     let mut failed = Ok(());
-    // Each object's kind and whether it is a futex lock word, looked up once.
-    let mut objects: FastMap<u64, (Option<ObjectKind>, bool)> = FastMap::default();
+    // Each object's kind, whether it is a futex lock word (looked up once), and its holders
+    // (None until a wait took it).
+    type Seen = (Option<ObjectKind>, bool, Option<Vec<(u32, u64)>>);
+    let mut objects: FastMap<u64, Seen> = FastMap::default();
     let mut on_wait = |tid: u32, w: Wait| {
         if w.unended || w.end <= w.start {
             return Ok::<(), io::Error>(());
         }
-        let (kind, lock_word) = *objects.entry(w.object_id).or_insert_with(|| {
+        let (kind, lock_word, holders) = objects.entry(w.object_id).or_insert_with(|| {
             (
                 model.objects.get(&w.object_id).and_then(|o| o.kind()),
                 lock_words.contains(&w.object_id),
+                None,
             )
         });
         let step = Step {
@@ -498,10 +519,10 @@ pub fn critical_path(
             object_id: w.object_id,
             waker: w.waker_tid,
             reason: w.reason,
-            acquired: took_it(kind, w.reason, lock_word),
+            acquired: took_it(*kind, w.reason, *lock_word),
         };
         if step.acquired {
-            let seen = holders.entry(w.object_id).or_default();
+            let seen = holders.get_or_insert_with(Vec::new);
             for (t, released) in [(tid, 0), (w.waker_tid, 1)] {
                 if let Some(h) = seen.iter_mut().find(|h| h.0 == t) {
                     h.1 += released;
@@ -550,6 +571,10 @@ pub fn critical_path(
         p.v.sort_by_key(|x| x.0);
     }
     idle.sort_by_key(|a| a.0);
+    let holders: FastMap<u64, Vec<(u32, u64)>> = objects
+        .into_iter()
+        .filter_map(|(o, (_, _, h))| Some((o, h?)))
+        .collect();
     let (file, heads) = steps.into_parts();
     Ok(walk(model, &file, heads, &pieces, &idle).map(|p| Path {
         phase_cpu: p

@@ -4,8 +4,8 @@
 //! entries again. An entry costs its size and a few bytes, where a `BTreeMap`, its nodes two
 //! thirds full when filled in order, costs half as much again.
 
+use crate::critical::FastMap as HashMap;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::hash::Hash;
 
 #[derive(Debug, Clone)]

@@ -17,7 +17,7 @@
 //! flight recorder (`ring:N`), only the waits that ended within the last N seconds of the log
 //! are drawn.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use waitshim_format::{ObjectKind, Record};
 
@@ -93,17 +93,29 @@ pub fn run_end(model: &Model) -> u64 {
 /// where the thread's previous one ended, and dropped if nothing of it is left.
 #[derive(Default)]
 struct Apart {
-    last_end: HashMap<u32, u64>,
+    last_end: crate::critical::FastMap<u32, u64>,
+    /// The thread of the last call and where its previous wait ended: waits come in batches
+    /// of one thread's, so most calls need no lookup.
+    last: Option<(u32, u64)>,
 }
 
 impl Apart {
     fn clip(&mut self, tid: u32, mut w: Wait) -> Option<Wait> {
-        let prev = self.last_end.entry(tid).or_insert(0);
-        w.start = w.start.max(*prev);
+        let prev = match self.last {
+            Some((t, end)) if t == tid => end,
+            last => {
+                if let Some((t, end)) = last {
+                    self.last_end.insert(t, end);
+                }
+                self.last_end.get(&tid).copied().unwrap_or(0)
+            }
+        };
+        w.start = w.start.max(prev);
         if w.end <= w.start {
+            self.last = Some((tid, prev));
             return None;
         }
-        *prev = w.end;
+        self.last = Some((tid, w.end));
         Some(w)
     }
 }
