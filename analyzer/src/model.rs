@@ -1031,6 +1031,9 @@ const MAX_DELAY_RULES: usize = 64;
 /// Delayed objects kept (bounded memory whatever the input).
 const MAX_DELAYED_OBJECTS: usize = 10_000;
 
+/// Tids whose yield counts are kept ([`Model::yields`]).
+pub const MAX_YIELD_TIDS: usize = 4096;
+
 #[derive(Debug, Clone, Default)]
 pub struct Model {
     pub run: Option<RunStart>,
@@ -1087,6 +1090,10 @@ pub struct Model {
     pub ended_sum: EndedSum,
     /// Threads that started on a tid an earlier thread of the log had.
     pub tids_reused: u64,
+    /// Each thread's `sched_yield` calls (`ThreadYields`), by tid: exact, the largest count the
+    /// log has (a tid the kernel gave again: the largest of its threads'); at most
+    /// [`MAX_YIELD_TIDS`] tids.
+    pub yields: BTreeMap<u32, u64>,
     /// Tids whose threads were put aside (the first [`MAX_STORED`]): what is kept of them.
     tid_uses: HashMap<u32, TidUses>,
     /// Threads of [`Model::threads`] that ended.
@@ -1824,6 +1831,16 @@ impl Model {
                         .is_none_or(|old| old.sections <= d.sections);
                     if keep {
                         self.delay.objects.insert(d.object_id, d);
+                    }
+                }
+            }
+            Record::ThreadYields(y) => {
+                self.seen(y.ns);
+                for c in y.threads {
+                    let known = self.yields.contains_key(&c.tid);
+                    if known || self.yields.len() < MAX_YIELD_TIDS {
+                        let n = self.yields.entry(c.tid).or_default();
+                        *n = (*n).max(c.yields);
                     }
                 }
             }

@@ -358,6 +358,21 @@ fn golden_log() -> Vec<u8> {
         sections: 53,
         total_ns: 53 * 20_000 + 4_321,
     });
+    // Thread 109 yielded: a flush's count, then a larger one at its end (the largest stands).
+    b.push(ThreadYields {
+        ns: T0 + 6 * MS,
+        threads: vec![YieldCount {
+            tid: 109,
+            yields: 40,
+        }],
+    });
+    b.push(ThreadYields {
+        ns: T0 + 7 * MS,
+        threads: vec![YieldCount {
+            tid: 109,
+            yields: 1_234,
+        }],
+    });
     // A record of a newer shim: skipped and counted.
     b.bytes.extend(raw_frame(999, &[1, 2, 3, 4, 5]));
     // A record damaged on disk: one flipped byte in its body.

@@ -1016,6 +1016,24 @@ wire_struct! {
     }
 }
 
+wire_struct! {
+    /// One thread's calls of `sched_yield` since it started (cumulative: the largest count of
+    /// a thread is its latest), in [`ThreadYields`].
+    pub struct YieldCount {
+        pub tid: u32,
+        pub yields: u64,
+    }
+}
+
+wire_struct! {
+    /// The yield counts of the threads that yielded since the previous such record (written at
+    /// each flush, and by a thread as it ends): exact, counted by the shim's `sched_yield`.
+    pub struct ThreadYields {
+        pub ns: u64,
+        pub threads: Vec<YieldCount>,
+    }
+}
+
 macro_rules! records {
     ($($variant:ident = $id:literal),* $(,)?) => {
         /// A decoded record. `Unknown` is a record type this version does not know: skipped.
@@ -1098,4 +1116,5 @@ records! {
     ProgressCounts = 41,
     DelayRule = 42,
     Delayed = 43,
+    ThreadYields = 44,
 }

@@ -1072,6 +1072,23 @@ fn golden() -> Vec<(Record, &'static str)> {
                 d2 0d 00 00 00 00 00 00              # total_ns = 0xdd2
             ",
         ),
+        (
+            ThreadYields {
+                ns: 0x0116,
+                threads: vec![YieldCount {
+                    tid: 0x29,
+                    yields: 0x030d40,
+                }],
+            }
+            .into(),
+            "
+                57 53 2c 00 18 00 00 00 6a 8b d2 8f  # tag WS, type 44, body 24 bytes, crc32
+                16 01 00 00 00 00 00 00              # ns = 0x116
+                01 00 00 00                          # threads: 1
+                29 00 00 00                          #   tid = 41
+                40 0d 03 00 00 00 00 00              #   yields = 200000
+            ",
+        ),
     ]
 }
 

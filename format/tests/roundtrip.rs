@@ -564,6 +564,20 @@ fn every_record() -> Vec<Record> {
             total_ns: 8_100_000,
         }
         .into(),
+        ThreadYields {
+            ns: 35,
+            threads: vec![
+                YieldCount {
+                    tid: 7,
+                    yields: 200_000,
+                },
+                YieldCount {
+                    tid: 8,
+                    yields: u64::MAX,
+                },
+            ],
+        }
+        .into(),
     ]
 }
 
@@ -614,6 +628,7 @@ fn variant_name(r: &Record) -> &'static str {
         Record::ProgressCounts(_) => "ProgressCounts",
         Record::DelayRule(_) => "DelayRule",
         Record::Delayed(_) => "Delayed",
+        Record::ThreadYields(_) => "ThreadYields",
         Record::Unknown { .. } => "Unknown",
     }
 }

@@ -973,3 +973,33 @@ fn return_addresses_an_earlier_call_left_on_the_stack_are_marked_doubtful() {
     assert!(!marked.is_empty(), "{c}");
     assert!(marked.iter().all(|f| *f == "stale_call"), "{marked:?}");
 }
+
+/// Seed 000's yield count: a thread that calls `sched_yield` 200,000 times shows exactly that
+/// many, counted by the shim's wrapper (the kernel's switch counts do not show yields that found
+/// no other thread to run); a thread that never yields shows none.
+#[test]
+fn each_threads_sched_yield_calls_are_counted_exactly() {
+    let run = run_both("yielder", &["200000"]);
+    assert_eq!(run.stdout_text(), "yielder: 200000 yields\n");
+    let a = run.analyze();
+    let threads = a.log(0).0["threads"].as_array().expect("threads").clone();
+    let named = |name: &str| {
+        threads
+            .iter()
+            .find(|t| t["name"] == name && t["is_main"] == false)
+            .unwrap_or_else(|| panic!("no thread {name}: {threads:?}"))
+            .clone()
+    };
+    assert_eq!(named("yielder")["yields"], 200_000);
+    assert_eq!(named("quiet")["yields"], Value::Null);
+    let line = a
+        .text
+        .lines()
+        .find(|l| l.contains("sched_yield calls"))
+        .unwrap_or_else(|| panic!("no yields line:\n{}", a.text));
+    assert!(line.contains("\"yielder\" 200000"), "{line}");
+    assert!(!line.contains("quiet"), "{line}");
+    // The main thread (named after the program) never yielded either.
+    let main = threads.iter().find(|t| t["is_main"] == true).expect("main");
+    assert_eq!(main["yields"], Value::Null);
+}

@@ -756,6 +756,7 @@ struct ThreadJson {
     start_routine: Option<FrameJson>,
     creation_chain: Option<u32>,
     created_at: Option<FrameJson>,
+    yields: Option<u64>,
 }
 
 /// Ended threads put aside without a row (see JSON.md, THREADS_SUMMED).
@@ -806,6 +807,7 @@ fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
         } else {
             None
         },
+        yields: m.yields.get(&t.tid).copied(),
     }
 }
 

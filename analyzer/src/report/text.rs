@@ -2389,6 +2389,39 @@ fn wait_sites(ctx: &mut Ctx<'_>, out: &mut String) {
     }
 }
 
+/// The threads that called `sched_yield`, most calls first, on one line.
+fn thread_yields(ctx: &mut Ctx<'_>, out: &mut String) {
+    let m = ctx.model;
+    let mut by: Vec<(u32, u64)> = m.yields.iter().map(|(&t, &n)| (t, n)).collect();
+    if by.is_empty() {
+        return;
+    }
+    by.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let shown = shown_rows(ctx);
+    let list: Vec<String> = by
+        .iter()
+        .take(shown)
+        .map(|&(tid, n)| {
+            let name = m
+                .threads
+                .get(&tid)
+                .and_then(|t| t.name.as_deref())
+                .map_or_else(String::new, |n| format!(" {}", quoted(n)));
+            format!("{tid}{name} {n}")
+        })
+        .collect();
+    let more = if by.len() > shown {
+        format!("; {} more threads", by.len() - shown)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(
+        out,
+        "  sched_yield calls (counted by the shim, exact): {}{more}",
+        list.join(", ")
+    );
+}
+
 fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
     let m = ctx.model;
     let listed = m.threads_listed();
@@ -2441,6 +2474,7 @@ fn threads(ctx: &mut Ctx<'_>, out: &mut String) {
             "  ≤: no exit record; it ended before the thread that got its tid started"
         );
     }
+    thread_yields(ctx, out);
     if listed.len() > shown {
         let _ = writeln!(
             out,

@@ -79,6 +79,26 @@ extern "C" {
 
 pub fn resolve() {
     real_join::slot::resolve();
+    real_yield::slot::resolve();
+}
+
+mod real_yield {
+    use libc::c_int;
+    crate::real::real_fns! {
+        sched_yield: fn() -> c_int;
+    }
+}
+
+/// `sched_yield`: counted for the calling thread (exact, written as `ThreadYields`), then the
+/// real call, whose result it returns. The shim's own yields are not counted (`current` is None
+/// inside the shim).
+#[no_mangle]
+pub unsafe extern "C" fn sched_yield() -> c_int {
+    if let Some(t) = track::threads::current() {
+        t.count_yield();
+    }
+    // SAFETY: no arguments; forwarding.
+    unsafe { real_yield::sched_yield() }
 }
 
 mod real_join {

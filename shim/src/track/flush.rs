@@ -244,12 +244,32 @@ impl Tracker {
         self.write_churned(now);
         self.write_quiet(quiet, now);
         self.write_open_waits(now);
+        self.write_yields(now);
         if let Some(r) = self.progress.counts(now, complete) {
             self.log.write(&r.into());
         }
         super::events::take_all(self, now, complete);
         self.last_flush.store(now, Ordering::Relaxed);
         self.flushing.store(false, Ordering::Release);
+    }
+
+    /// The yield counts of the threads that yielded since they were last written.
+    fn write_yields(&self, now: u64) {
+        let mut threads = Vec::new();
+        for e in self.threads.iter() {
+            let t = e.value().0;
+            let tid = t.tid();
+            if let Some(yields) = t.unwritten_yields() {
+                // A record served again to a new thread meanwhile: not the count of `tid`.
+                if t.tid() == tid {
+                    threads.push(waitshim_format::YieldCount { tid, yields });
+                }
+            }
+        }
+        if !threads.is_empty() {
+            self.log
+                .write(&waitshim_format::ThreadYields { ns: now, threads }.into());
+        }
     }
 
     /// Flushes if the last flush is old: counters reach the log while the run goes, so a killed

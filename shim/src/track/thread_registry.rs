@@ -303,6 +303,15 @@ fn thread_exited_here() {
         if let Some(h) = super::hooks::get() {
             (h.thread_ending)(tr, tid);
         }
+        if let Some(yields) = rec.unwritten_yields() {
+            tr.log.write(
+                &waitshim_format::ThreadYields {
+                    ns: now,
+                    threads: vec![waitshim_format::YieldCount { tid, yields }],
+                }
+                .into(),
+            );
+        }
         // Its own buffer: nobody else adds to it, so the take cannot fail.
         rec.events.take(tr, tid, now);
         tr.log.write(&ThreadExit { tid, ns: now }.into());

@@ -167,6 +167,10 @@ pub struct ThreadRec {
     /// When the thread is part of a wait-for cycle recorded as a deadlock: that record's time
     /// (0: none). If its wait ends after all (a deadline), the log says so.
     pub in_deadlock: AtomicU64,
+    /// Its calls of `sched_yield` (written only by the owning thread), and the count last
+    /// written to the log.
+    pub yields: AtomicU64,
+    pub yields_written: AtomicU64,
     /// A name was given (API or pthread_setname_np): the kernel name read at exit must not
     /// replace it.
     pub named: AtomicBool,
@@ -230,6 +234,8 @@ impl ThreadRec {
             wait_chain: AtomicU32::new(0),
             wait_start: AtomicU64::new(0),
             in_deadlock: AtomicU64::new(0),
+            yields: AtomicU64::new(0),
+            yields_written: AtomicU64::new(0),
             named: AtomicBool::new(false),
             attention: AtomicPtr::new(std::ptr::null_mut()),
             local: UnsafeCell::new(Local::default()),
@@ -392,6 +398,19 @@ impl ThreadRec {
         s.entry().filter(|&e| std::ptr::eq(e, obj)).map(|_| s)
     }
 
+    /// The owning thread called `sched_yield` (one writer: no atomic add needed).
+    #[inline(always)]
+    pub fn count_yield(&self) {
+        let n = self.yields.load(Ordering::Relaxed);
+        self.yields.store(n + 1, Ordering::Relaxed);
+    }
+
+    /// Its yields if they changed since they were last written, marking them written.
+    pub fn unwritten_yields(&self) -> Option<u64> {
+        let n = self.yields.load(Ordering::Relaxed);
+        (self.yields_written.swap(n, Ordering::Relaxed) != n).then_some(n)
+    }
+
     /// Makes the record of a thread that ended fit for a new thread.
     ///
     /// # Safety
@@ -403,6 +422,8 @@ impl ThreadRec {
         self.wait_chain.store(0, Ordering::Relaxed);
         self.wait_start.store(0, Ordering::Relaxed);
         self.in_deadlock.store(0, Ordering::Relaxed);
+        self.yields.store(0, Ordering::Relaxed);
+        self.yields_written.store(0, Ordering::Relaxed);
         self.wait_untimed.store(false, Ordering::Relaxed);
         self.attention
             .store(std::ptr::null_mut(), Ordering::Relaxed);
