@@ -319,8 +319,8 @@ impl Log {
                 }
                 self.growing.store(false, Ordering::Release);
             } else {
-                // SAFETY: plain system call.
-                unsafe { libc::sched_yield() };
+                // SAFETY: no arguments; the C library's own function.
+                unsafe { crate::real::sched_yield() };
             }
         }
     }
@@ -576,8 +576,8 @@ impl Log {
                 // A writer is stuck (stopped thread): leave the tail; readers handle zeros.
                 return;
             }
-            // SAFETY: plain system call.
-            unsafe { libc::sched_yield() };
+            // SAFETY: no arguments; the C library's own function.
+            unsafe { crate::real::sched_yield() };
         }
         let end = self
             .cursor

@@ -79,14 +79,6 @@ extern "C" {
 
 pub fn resolve() {
     real_join::slot::resolve();
-    real_yield::slot::resolve();
-}
-
-mod real_yield {
-    use libc::c_int;
-    crate::real::real_fns! {
-        sched_yield: fn() -> c_int;
-    }
 }
 
 /// `sched_yield`: counted for the calling thread (exact, written as `ThreadYields`), then the
@@ -98,7 +90,7 @@ pub unsafe extern "C" fn sched_yield() -> c_int {
         t.count_yield();
     }
     // SAFETY: no arguments; forwarding.
-    unsafe { real_yield::sched_yield() }
+    unsafe { real::sched_yield() }
 }
 
 mod real_join {
