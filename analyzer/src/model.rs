@@ -1094,6 +1094,9 @@ pub struct Model {
     /// log has (a tid the kernel gave again: the largest of its threads'); at most
     /// [`MAX_YIELD_TIDS`] tids.
     pub yields: BTreeMap<u32, u64>,
+    /// The same by call site: (tid, return address into the caller; 0 for a thread's calls
+    /// past the sites the shim counts apart) to count, for the tids of [`Model::yields`].
+    pub yield_sites: BTreeMap<(u32, u64), u64>,
     /// Tids whose threads were put aside (the first [`MAX_STORED`]): what is kept of them.
     tid_uses: HashMap<u32, TidUses>,
     /// Threads of [`Model::threads`] that ended.
@@ -1840,6 +1843,16 @@ impl Model {
                     let known = self.yields.contains_key(&c.tid);
                     if known || self.yields.len() < MAX_YIELD_TIDS {
                         let n = self.yields.entry(c.tid).or_default();
+                        *n = (*n).max(c.yields);
+                    }
+                }
+                for c in y.sites {
+                    let key = (c.tid, c.ret);
+                    if self.yields.contains_key(&c.tid)
+                        && (self.yield_sites.contains_key(&key)
+                            || self.yield_sites.len() < MAX_YIELD_TIDS * 8)
+                    {
+                        let n = self.yield_sites.entry(key).or_default();
                         *n = (*n).max(c.yields);
                     }
                 }

@@ -365,6 +365,11 @@ fn golden_log() -> Vec<u8> {
             tid: 109,
             yields: 40,
         }],
+        sites: vec![YieldSite {
+            tid: 109,
+            ret: APP_BASE + 0x2040,
+            yields: 40,
+        }],
     });
     b.push(ThreadYields {
         ns: T0 + 7 * MS,
@@ -372,6 +377,18 @@ fn golden_log() -> Vec<u8> {
             tid: 109,
             yields: 1_234,
         }],
+        sites: vec![
+            YieldSite {
+                tid: 109,
+                ret: APP_BASE + 0x2040,
+                yields: 1_200,
+            },
+            YieldSite {
+                tid: 109,
+                ret: 0,
+                yields: 34,
+            },
+        ],
     });
     // A record of a newer shim: skipped and counted.
     b.bytes.extend(raw_frame(999, &[1, 2, 3, 4, 5]));

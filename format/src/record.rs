@@ -1026,11 +1026,27 @@ wire_struct! {
 }
 
 wire_struct! {
+    /// One thread's calls of `sched_yield` from one call site (the return address into the
+    /// caller) since it started, in [`ThreadYields`]. A thread's first [`YIELD_SITES`] sites
+    /// are counted apart; `ret` 0 counts its calls from any other.
+    pub struct YieldSite {
+        pub tid: u32,
+        pub ret: u64,
+        pub yields: u64,
+    }
+}
+
+/// Call sites of `sched_yield` counted apart per thread ([`YieldSite`]).
+pub const YIELD_SITES: usize = 4;
+
+wire_struct! {
     /// The yield counts of the threads that yielded since the previous such record (written at
-    /// each flush, and by a thread as it ends): exact, counted by the shim's `sched_yield`.
+    /// each flush, and by a thread as it ends): exact, counted by the shim's `sched_yield`;
+    /// `sites` splits them by call site.
     pub struct ThreadYields {
         pub ns: u64,
         pub threads: Vec<YieldCount>,
+        pub sites: Vec<YieldSite>,
     }
 }
 

@@ -1079,13 +1079,22 @@ fn golden() -> Vec<(Record, &'static str)> {
                     tid: 0x29,
                     yields: 0x030d40,
                 }],
+                sites: vec![YieldSite {
+                    tid: 0x29,
+                    ret: 0x1234,
+                    yields: 0x030d40,
+                }],
             }
             .into(),
             "
-                57 53 2c 00 18 00 00 00 6a 8b d2 8f  # tag WS, type 44, body 24 bytes, crc32
+                57 53 2c 00 30 00 00 00 40 f8 91 b9  # tag WS, type 44, body 48 bytes, crc32
                 16 01 00 00 00 00 00 00              # ns = 0x116
                 01 00 00 00                          # threads: 1
                 29 00 00 00                          #   tid = 41
+                40 0d 03 00 00 00 00 00              #   yields = 200000
+                01 00 00 00                          # sites: 1
+                29 00 00 00                          #   tid = 41
+                34 12 00 00 00 00 00 00              #   ret = 0x1234
                 40 0d 03 00 00 00 00 00              #   yields = 200000
             ",
         ),

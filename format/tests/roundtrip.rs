@@ -576,6 +576,18 @@ fn every_record() -> Vec<Record> {
                     yields: u64::MAX,
                 },
             ],
+            sites: vec![
+                YieldSite {
+                    tid: 7,
+                    ret: 0x5555_5555_1234,
+                    yields: 199_999,
+                },
+                YieldSite {
+                    tid: 8,
+                    ret: 0x5555_5555_5678,
+                    yields: 1,
+                },
+            ],
         }
         .into(),
     ]

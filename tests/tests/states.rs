@@ -3,7 +3,7 @@
 //! names the system call and the descriptor a blocked thread waits on.
 
 use serde_json::Value;
-use waitshim_tests::{run_both, Launch};
+use waitshim_tests::{line_of, run_both, Launch};
 
 fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
@@ -990,7 +990,28 @@ fn each_threads_sched_yield_calls_are_counted_exactly() {
             .unwrap_or_else(|| panic!("no thread {name}: {threads:?}"))
             .clone()
     };
-    assert_eq!(named("yielder")["yields"], 200_000);
+    let yielder = named("yielder");
+    assert_eq!(yielder["yields"], 200_000);
+    // By call site: the two loops, exactly.
+    let at = |tag: &str| format!("yielder.c:{}", line_of("yielder.c", tag));
+    let sites = yielder["yield_sites"]
+        .as_array()
+        .expect("yield_sites")
+        .clone();
+    let count_at = |tag: &str| {
+        let (file, line) = ("yielder.c", line_of("yielder.c", tag));
+        sites
+            .iter()
+            .find(|s| {
+                s["at"]["file"].as_str().is_some_and(|f| f.ends_with(file))
+                    && s["at"]["line"] == line
+            })
+            .map(|s| s["yields"].clone())
+            .unwrap_or_else(|| panic!("no site {tag}: {sites:?}"))
+    };
+    assert_eq!(count_at("yield-few"), 50_000);
+    assert_eq!(count_at("yield-many"), 150_000);
+    assert_eq!(sites.len(), 2, "{sites:?}");
     assert_eq!(named("quiet")["yields"], Value::Null);
     let line = a
         .text
@@ -999,6 +1020,17 @@ fn each_threads_sched_yield_calls_are_counted_exactly() {
         .unwrap_or_else(|| panic!("no yields line:\n{}", a.text));
     assert!(line.contains("\"yielder\" 200000"), "{line}");
     assert!(!line.contains("quiet"), "{line}");
+    let from = a
+        .text
+        .lines()
+        .find(|l| l.trim_start().starts_with("from: "))
+        .unwrap_or_else(|| panic!("no yield sites line:\n{}", a.text));
+    let (many, few) = (
+        format!("{} (yielder) 150000", at("yield-many")),
+        format!("{} (yielder) 50000", at("yield-few")),
+    );
+    let (i, j) = (from.find(&many), from.find(&few));
+    assert!(i.is_some() && j.is_some() && i < j, "{from}");
     // The main thread (named after the program) never yielded either.
     let main = threads.iter().find(|t| t["is_main"] == true).expect("main");
     assert_eq!(main["yields"], Value::Null);

@@ -757,6 +757,13 @@ struct ThreadJson {
     creation_chain: Option<u32>,
     created_at: Option<FrameJson>,
     yields: Option<u64>,
+    yield_sites: Option<Vec<YieldSiteJson>>,
+}
+
+#[derive(Serialize)]
+struct YieldSiteJson {
+    at: Option<FrameJson>,
+    yields: u64,
 }
 
 /// Ended threads put aside without a row (see JSON.md, THREADS_SUMMED).
@@ -808,6 +815,22 @@ fn thread(ctx: &mut Ctx<'_>, t: &Thread) -> ThreadJson {
             None
         },
         yields: m.yields.get(&t.tid).copied(),
+        yield_sites: m.yields.contains_key(&t.tid).then(|| {
+            let mut sites: Vec<(u64, u64)> = m
+                .yield_sites
+                .range((t.tid, 0)..=(t.tid, u64::MAX))
+                .filter(|(_, &n)| n > 0)
+                .map(|(&(_, ret), &n)| (ret, n))
+                .collect();
+            sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            sites
+                .into_iter()
+                .map(|(ret, yields)| YieldSiteJson {
+                    at: (ret != 0).then(|| FrameJson::from(ctx.sym.frame(ret, true))),
+                    yields,
+                })
+                .collect()
+        }),
     }
 }
 

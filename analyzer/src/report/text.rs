@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write;
 use waitshim_format::contract::holder_stack;
 
-use waitshim_format::{counter, end_reason, Counters, Deadlock, DeadlockBroken, ObjectKind};
+use waitshim_format::{
+    counter, end_reason, Counters, Deadlock, DeadlockBroken, ObjectKind, YIELD_SITES,
+};
 
 use super::record_words::{self, WaitedFor};
 use super::{fmt_ns, Ctx, SortKey};
@@ -2420,6 +2422,34 @@ fn thread_yields(ctx: &mut Ctx<'_>, out: &mut String) {
         "  sched_yield calls (counted by the shim, exact): {}{more}",
         list.join(", ")
     );
+    // By call site, all threads together.
+    let mut sites: BTreeMap<u64, u64> = BTreeMap::new();
+    for (&(_, ret), &n) in &m.yield_sites {
+        *sites.entry(ret).or_default() += n;
+    }
+    let mut sites: Vec<(u64, u64)> = sites.into_iter().filter(|s| s.1 > 0).collect();
+    if sites.is_empty() {
+        return;
+    }
+    sites.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let list: Vec<String> = sites
+        .iter()
+        .take(shown)
+        .map(|&(ret, n)| {
+            let at = if ret == 0 {
+                format!("other sites (past the first {YIELD_SITES} of a thread)")
+            } else {
+                ctx.sym.frame(ret, true).site()
+            };
+            format!("{at} {n}")
+        })
+        .collect();
+    let more = if sites.len() > shown {
+        format!("; {} more sites", sites.len() - shown)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(out, "    from: {}{more}", list.join(", "));
 }
 
 fn threads(ctx: &mut Ctx<'_>, out: &mut String) {

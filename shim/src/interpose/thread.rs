@@ -81,13 +81,19 @@ pub fn resolve() {
     real_join::slot::resolve();
 }
 
-/// `sched_yield`: counted for the calling thread (exact, written as `ThreadYields`), then the
-/// real call, whose result it returns. The shim's own yields are not counted (`current` is None
-/// inside the shim).
+/// `sched_yield`: counted for the calling thread and its call site (exact, written as
+/// `ThreadYields`), then the real call, whose result it returns. The shim's own yields go to
+/// the real function directly. The trampoline hands `yield_from` the return address into the
+/// caller (the call site), then jumps to it.
+#[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn sched_yield() -> c_int {
+    std::arch::naked_asm!("mov rdi, qword ptr [rsp]", "jmp {}", sym yield_from)
+}
+
+unsafe extern "C" fn yield_from(ret: usize) -> c_int {
     if let Some(t) = track::threads::current() {
-        t.count_yield();
+        t.count_yield(ret);
     }
     // SAFETY: no arguments; forwarding.
     unsafe { real::sched_yield() }

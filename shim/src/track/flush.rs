@@ -256,19 +256,36 @@ impl Tracker {
     /// The yield counts of the threads that yielded since they were last written.
     fn write_yields(&self, now: u64) {
         let mut threads = Vec::new();
+        let mut sites = Vec::new();
         for e in self.threads.iter() {
             let t = e.value().0;
             let tid = t.tid();
             if let Some(yields) = t.unwritten_yields() {
-                // A record served again to a new thread meanwhile: not the count of `tid`.
+                let at = sites.len();
+                sites.extend(t.unwritten_yield_sites().map(|(ret, yields)| {
+                    waitshim_format::YieldSite {
+                        tid,
+                        ret: ret as u64,
+                        yields,
+                    }
+                }));
+                // A record served again to a new thread meanwhile: not the counts of `tid`.
                 if t.tid() == tid {
                     threads.push(waitshim_format::YieldCount { tid, yields });
+                } else {
+                    sites.truncate(at);
                 }
             }
         }
         if !threads.is_empty() {
-            self.log
-                .write(&waitshim_format::ThreadYields { ns: now, threads }.into());
+            self.log.write(
+                &waitshim_format::ThreadYields {
+                    ns: now,
+                    threads,
+                    sites,
+                }
+                .into(),
+            );
         }
     }
 

@@ -304,10 +304,19 @@ fn thread_exited_here() {
             (h.thread_ending)(tr, tid);
         }
         if let Some(yields) = rec.unwritten_yields() {
+            let sites = rec
+                .unwritten_yield_sites()
+                .map(|(ret, yields)| waitshim_format::YieldSite {
+                    tid,
+                    ret: ret as u64,
+                    yields,
+                })
+                .collect();
             tr.log.write(
                 &waitshim_format::ThreadYields {
                     ns: now,
                     threads: vec![waitshim_format::YieldCount { tid, yields }],
+                    sites,
                 }
                 .into(),
             );

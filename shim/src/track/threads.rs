@@ -149,6 +149,14 @@ impl Default for Timed {
     }
 }
 
+/// One call site's `sched_yield` calls in a [`ThreadRec`], and the count last written.
+#[derive(Default)]
+pub struct YieldSiteCount {
+    pub ret: AtomicUsize,
+    pub yields: AtomicU64,
+    pub written: AtomicU64,
+}
+
 pub struct ThreadRec {
     pub tid: AtomicU32,
     /// `pthread_self()` of the thread, to find it by `pthread_t`.
@@ -171,6 +179,8 @@ pub struct ThreadRec {
     /// written to the log.
     pub yields: AtomicU64,
     pub yields_written: AtomicU64,
+    /// The same by call site: its first `YIELD_SITES` sites, then the rest (`ret` 0).
+    pub yield_sites: [YieldSiteCount; waitshim_format::YIELD_SITES + 1],
     /// A name was given (API or pthread_setname_np): the kernel name read at exit must not
     /// replace it.
     pub named: AtomicBool,
@@ -236,6 +246,7 @@ impl ThreadRec {
             in_deadlock: AtomicU64::new(0),
             yields: AtomicU64::new(0),
             yields_written: AtomicU64::new(0),
+            yield_sites: Default::default(),
             named: AtomicBool::new(false),
             attention: AtomicPtr::new(std::ptr::null_mut()),
             local: UnsafeCell::new(Local::default()),
@@ -398,17 +409,39 @@ impl ThreadRec {
         s.entry().filter(|&e| std::ptr::eq(e, obj)).map(|_| s)
     }
 
-    /// The owning thread called `sched_yield` (one writer: no atomic add needed).
+    /// The owning thread called `sched_yield` from `ret` (one writer: no atomic add needed).
     #[inline(always)]
-    pub fn count_yield(&self) {
-        let n = self.yields.load(Ordering::Relaxed);
-        self.yields.store(n + 1, Ordering::Relaxed);
+    pub fn count_yield(&self, ret: usize) {
+        let bump = |a: &AtomicU64| a.store(a.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        bump(&self.yields);
+        let (sites, rest) = self.yield_sites.split_at(waitshim_format::YIELD_SITES);
+        for c in sites {
+            match c.ret.load(Ordering::Relaxed) {
+                r if r == ret && ret != 0 => return bump(&c.yields),
+                0 if ret != 0 => {
+                    c.ret.store(ret, Ordering::Relaxed);
+                    return bump(&c.yields);
+                }
+                _ => {}
+            }
+        }
+        bump(&rest[0].yields);
     }
 
     /// Its yields if they changed since they were last written, marking them written.
     pub fn unwritten_yields(&self) -> Option<u64> {
         let n = self.yields.load(Ordering::Relaxed);
         (self.yields_written.swap(n, Ordering::Relaxed) != n).then_some(n)
+    }
+
+    /// Its yields by call site (return address, 0: the other sites) for the sites whose count
+    /// changed since it was last written, marking them written.
+    pub fn unwritten_yield_sites(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        self.yield_sites.iter().filter_map(|c| {
+            let n = c.yields.load(Ordering::Relaxed);
+            let ret = c.ret.load(Ordering::Relaxed);
+            (c.written.swap(n, Ordering::Relaxed) != n).then_some((ret, n))
+        })
     }
 
     /// Makes the record of a thread that ended fit for a new thread.
@@ -424,6 +457,11 @@ impl ThreadRec {
         self.in_deadlock.store(0, Ordering::Relaxed);
         self.yields.store(0, Ordering::Relaxed);
         self.yields_written.store(0, Ordering::Relaxed);
+        for c in &self.yield_sites {
+            c.ret.store(0, Ordering::Relaxed);
+            c.yields.store(0, Ordering::Relaxed);
+            c.written.store(0, Ordering::Relaxed);
+        }
         self.wait_untimed.store(false, Ordering::Relaxed);
         self.attention
             .store(std::ptr::null_mut(), Ordering::Relaxed);
@@ -930,4 +968,41 @@ pub unsafe fn tid_of(th: libc::pthread_t) -> u32 {
 pub fn gettid() -> u32 {
     // SAFETY: plain system call.
     unsafe { crate::sys::call6(libc::SYS_gettid, [0; 6]) as u32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yields_are_counted_by_site_up_to_four_then_together_and_written_once() {
+        let t = ThreadRec::new();
+        for (ret, n) in [
+            (0x10, 3),
+            (0x20, 1),
+            (0x30, 2),
+            (0x40, 1),
+            (0x50, 5),
+            (0x60, 1),
+        ] {
+            for _ in 0..n {
+                t.count_yield(ret);
+            }
+        }
+        t.count_yield(0x10);
+        assert_eq!(t.unwritten_yields(), Some(14));
+        assert_eq!(t.unwritten_yields(), None, "written once");
+        let sites: Vec<(usize, u64)> = t.unwritten_yield_sites().collect();
+        // The first four sites apart, the fifth and sixth as one (ret 0).
+        assert_eq!(sites, [(0x10, 4), (0x20, 1), (0x30, 2), (0x40, 1), (0, 6)]);
+        assert_eq!(t.unwritten_yield_sites().count(), 0);
+        t.count_yield(0x30);
+        assert_eq!(t.unwritten_yield_sites().collect::<Vec<_>>(), [(0x30, 3)]);
+        assert_eq!(t.unwritten_yields(), Some(15));
+        // SAFETY: no thread owns this record.
+        unsafe { t.reset() };
+        assert_eq!(t.unwritten_yields(), None);
+        t.count_yield(0x70);
+        assert_eq!(t.unwritten_yield_sites().collect::<Vec<_>>(), [(0x70, 1)]);
+    }
 }
