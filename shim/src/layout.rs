@@ -23,27 +23,14 @@ unsafe fn load(addr: usize) -> u32 {
 
 /// Reads 4 bytes of this process's memory through the kernel: 0 if the address is unmapped.
 pub fn read_checked(addr: usize) -> u32 {
-    let mut v: u32 = 0;
-    let local = libc::iovec {
-        iov_base: &mut v as *mut u32 as *mut libc::c_void,
-        iov_len: 4,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: 4,
-    };
-    // SAFETY: reading 4 bytes of our own address space into a local through the kernel.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n == 4 {
-        v
-    } else {
-        0
-    }
+    let mut v = [0u8; 4];
+    read_into(addr, &mut v).map_or(0, |()| u32::from_ne_bytes(v))
 }
 
-/// Copies `out.len()` bytes of this process's memory at `addr` into `out` through the kernel:
-/// the errno otherwise (EFAULT: some of it is not mapped readable), with nothing read.
-pub fn read_into(addr: usize, out: &mut [u8]) -> Result<(), i32> {
+/// Copies up to `out.len()` bytes of this process's memory at `addr` into `out` through the
+/// kernel, which fails cleanly on what is not mapped readable: the count copied (less than
+/// asked where the readable memory ends), or the errno when nothing could be.
+pub fn read_some(addr: usize, out: &mut [u8]) -> Result<usize, i32> {
     let local = libc::iovec {
         iov_base: out.as_mut_ptr() as *mut libc::c_void,
         iov_len: out.len(),
@@ -55,15 +42,21 @@ pub fn read_into(addr: usize, out: &mut [u8]) -> Result<(), i32> {
     // SAFETY: the kernel writes at most `out.len()` bytes into `out`, and reads the program's
     // memory itself, failing on what is not mapped.
     let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n >= 0 && n as usize == out.len() {
-        return Ok(());
-    }
     if n >= 0 {
-        // A partial read: the rest is not mapped.
-        return Err(libc::EFAULT);
+        return Ok(n as usize);
     }
     // SAFETY: errno is this thread's.
     Err(unsafe { *libc::__errno_location() })
+}
+
+/// Copies `out.len()` bytes of this process's memory at `addr` into `out` through the kernel:
+/// the errno otherwise (EFAULT: some of it is not mapped readable).
+pub fn read_into(addr: usize, out: &mut [u8]) -> Result<(), i32> {
+    match read_some(addr, out)? {
+        n if n == out.len() => Ok(()),
+        // A partial read: the rest is not mapped.
+        _ => Err(libc::EFAULT),
+    }
 }
 
 /// `pthread_mutex_t`: `__lock` at byte 0, `__count` at 4, `__owner` (tid of the holder) at 8,

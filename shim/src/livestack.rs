@@ -192,17 +192,7 @@ fn whereabouts(tid: u32) -> Whereabouts {
 /// Reads `buf.len()` bytes of this process's memory at `addr` through the kernel (an unmapped
 /// address fails cleanly); the count read.
 fn read_mem(addr: u64, buf: &mut [u8]) -> usize {
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr() as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: buf.len(),
-    };
-    // SAFETY: reads into our own buffer; the kernel checks the source range.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n.max(0) as usize
+    crate::layout::read_some(addr as usize, buf).unwrap_or(0)
 }
 
 /// Whether `ret` is a return address: code, right after a call instruction (a direct call whose
