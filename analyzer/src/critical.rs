@@ -192,8 +192,16 @@ fn encode(s: &Step, prev: Option<&Step>, out: &mut Vec<u8>) {
 
 /// The waits of a block's bytes, in order ([`encode`]); None when they do not decode (a
 /// temporary file that changed under the analyzer).
+#[cfg(test)]
 fn decode(b: &[u8], count: usize) -> Option<Vec<Step>> {
     let mut out: Vec<Step> = Vec::with_capacity(count);
+    decode_into(b, count, &mut out)?;
+    Some(out)
+}
+
+/// [`decode`] into `out` (emptied first), keeping its allocation.
+fn decode_into(b: &[u8], count: usize, out: &mut Vec<Step>) -> Option<()> {
+    out.clear();
     let mut at = 0;
     for _ in 0..count {
         let (begin, object) = out.last().map_or((0, 0), |p| (p.begin, p.object_id));
@@ -211,7 +219,7 @@ fn decode(b: &[u8], count: usize) -> Option<Vec<Step>> {
             acquired: last & 1 != 0,
         });
     }
-    Some(out)
+    Some(())
 }
 
 /// Blocks kept in memory before they go to an unnamed temporary file: 32 MiB, about a million
@@ -364,12 +372,20 @@ impl<'a> Backwards<'a> {
             let n = (u32::from_le_bytes(h[0..4].try_into().ok()?) as usize).min(PER_BLOCK);
             let len = (u32::from_le_bytes(h[12..16].try_into().ok()?) as usize)
                 .min(PER_BLOCK * MAX_STEP_BYTES);
-            let mut b = vec![0u8; len];
-            self.file
-                .read_at(&mut b, self.next_block + HEADER_BYTES as u64)
-                .ok()?;
+            let at = self.next_block + HEADER_BYTES as u64;
             self.next_block = u64::from_le_bytes(h[4..12].try_into().ok()?);
-            self.current = decode(&b, n)?;
+            match self.file {
+                Store::Memory(m) => {
+                    let from = usize::try_from(at).ok()?;
+                    let b = m.get(from..from.checked_add(len)?)?;
+                    decode_into(b, n, &mut self.current)?;
+                }
+                Store::File(_) => {
+                    let mut b = vec![0u8; len];
+                    self.file.read_at(&mut b, at).ok()?;
+                    decode_into(&b, n, &mut self.current)?;
+                }
+            }
         }
         self.current.last().copied()
     }
@@ -794,6 +810,13 @@ fn walk(
         p
     };
     let mut cursors: FastMap<u32, Backwards<'_>> = FastMap::default();
+    // Each thread's start and creator, and each lock's longest hold, looked up once.
+    let threads: FastMap<u32, (Option<u64>, u32)> = model
+        .threads
+        .values()
+        .map(|th| (th.tid, (th.start_ns, th.parent_tid)))
+        .collect();
+    let mut holds: FastMap<u64, Option<u64>> = FastMap::default();
     // Every step lowers `t`, or moves to the thread that ended a wait at that wait's end, which
     // is before the span just accounted ended: the walk ends.
     loop {
@@ -811,10 +834,9 @@ fn walk(
             }
             cursor.pop();
         }
-        let thread_start = model
-            .threads
+        let thread_start = threads
             .get(&tid)
-            .and_then(|th| th.start_ns)
+            .and_then(|th| th.0)
             .unwrap_or(run_start)
             .min(t);
         let prev_end = cursor
@@ -839,11 +861,11 @@ fn walk(
         let Some(s) = cursor.peek().filter(|s| s.end > thread_start) else {
             // Back to the thread's start: on at its creator, when it created it.
             own_time(&mut acc, tid, thread_start, t, None, 0, pieces, idle);
-            let parent = model.threads.get(&tid).map_or(0, |th| th.parent_tid);
+            let parent = threads.get(&tid).map_or(0, |th| th.1);
             if parent == 0
                 || parent == tid
                 || thread_start <= run_start
-                || !model.threads.contains_key(&parent)
+                || !threads.contains_key(&parent)
             {
                 return Some(done(acc, thread_start, hops));
             }
@@ -860,7 +882,12 @@ fn walk(
         // (the log has no event for that): the critical section is at most the lock's longest
         // measured hold, at the end of the span; before it, the thread's own time.
         let inside = match held {
-            Some(o) => (t - s.end).min(longest_hold(model, o).unwrap_or(u64::MAX)),
+            Some(o) => (t - s.end).min(
+                holds
+                    .entry(o)
+                    .or_insert_with(|| longest_hold(model, o))
+                    .unwrap_or(u64::MAX),
+            ),
             None => 0,
         };
         own_time(
@@ -883,7 +910,7 @@ fn walk(
             pieces,
             idle,
         );
-        if s.waker != 0 && s.waker != tid && model.threads.contains_key(&s.waker) {
+        if s.waker != 0 && s.waker != tid && threads.contains_key(&s.waker) {
             // Not on the path: the thread that ended the wait is, up to the moment it did.
             hops += 1;
             released = Some(s.object_id);
