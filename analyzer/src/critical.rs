@@ -278,7 +278,11 @@ struct Steps {
     /// [`IN_MEMORY`], smaller in tests.
     limit: usize,
     len: u64,
-    threads: FastMap<u32, ThreadSteps>,
+    /// Each thread's steps, in the order the threads first waited, found through `index`; the
+    /// last thread's is found without a lookup (waits come in batches of one thread's).
+    threads: Vec<(u32, ThreadSteps)>,
+    index: FastMap<u32, usize>,
+    last: usize,
     /// The block being packed (one buffer for all of them).
     scratch: Vec<u8>,
 }
@@ -301,16 +305,33 @@ impl Steps {
             limit,
             store: Store::Memory(Vec::new()),
             len: 0,
-            threads: FastMap::default(),
+            threads: Vec::new(),
+            index: FastMap::default(),
+            last: usize::MAX,
             scratch: Vec::with_capacity(HEADER_BYTES + PER_BLOCK * MAX_STEP_BYTES),
         }
     }
 
     fn add(&mut self, tid: u32, s: Step) -> io::Result<()> {
-        let t = self.threads.entry(tid).or_insert_with(|| ThreadSteps {
-            tail: Vec::new(),
-            last_block: NO_BLOCK,
-        });
+        let i = match self.threads.get(self.last) {
+            Some((t, _)) if *t == tid => self.last,
+            _ => {
+                let n = self.threads.len();
+                let i = *self.index.entry(tid).or_insert(n);
+                if i == n {
+                    self.threads.push((
+                        tid,
+                        ThreadSteps {
+                            tail: Vec::new(),
+                            last_block: NO_BLOCK,
+                        },
+                    ));
+                }
+                self.last = i;
+                i
+            }
+        };
+        let t = &mut self.threads[i].1;
         t.tail.push(s);
         if t.tail.len() < PER_BLOCK {
             return Ok(());
@@ -336,7 +357,7 @@ impl Steps {
 
     /// The store, and each thread's latest waits and latest block in it.
     fn into_parts(self) -> (Store, FastMap<u32, ThreadSteps>) {
-        (self.store, self.threads)
+        (self.store, self.threads.into_iter().collect())
     }
 }
 
@@ -458,7 +479,11 @@ type Idle = Vec<(u64, u64, f64)>;
 
 /// The walk's account of the path.
 struct Account {
-    by: FastMap<Cause, u64>,
+    /// Each cause's time, in the order first met, found through `index`; the two causes met
+    /// last without a lookup (a walk alternates between a few).
+    by: Vec<(Cause, u64)>,
+    index: FastMap<Cause, usize>,
+    recent: [usize; 2],
     held_running: FastMap<u64, u64>,
     estimated: bool,
     /// Only what lies in this span is counted (the phase, or the whole run).
@@ -468,7 +493,9 @@ struct Account {
 impl Account {
     fn new(window: (u64, u64)) -> Account {
         Account {
-            by: FastMap::default(),
+            by: Vec::new(),
+            index: FastMap::default(),
+            recent: [usize::MAX; 2],
             held_running: FastMap::default(),
             estimated: false,
             window,
@@ -477,7 +504,25 @@ impl Account {
 
     fn add(&mut self, cause: Cause, ns: u64) {
         if ns > 0 {
-            *self.by.entry(cause).or_default() += ns;
+            let hit = self
+                .recent
+                .into_iter()
+                .find(|&i| self.by.get(i).is_some_and(|b| b.0 == cause));
+            let i = match hit {
+                Some(i) => i,
+                None => {
+                    let n = self.by.len();
+                    let i = *self.index.entry(cause.clone()).or_insert(n);
+                    if i == n {
+                        self.by.push((cause, 0));
+                    }
+                    i
+                }
+            };
+            self.by[i].1 += ns;
+            if self.recent[0] != i {
+                self.recent = [i, self.recent[0]];
+            }
         }
     }
 
@@ -517,18 +562,34 @@ pub fn critical_path(
     // Each object's kind, whether it is a futex lock word (looked up once), and its holders
     // (None until a wait took it).
     type Seen = (Option<ObjectKind>, bool, Option<Vec<(u32, u64)>>);
-    let mut objects: FastMap<u64, Seen> = FastMap::default();
+    // In the order first waited on, found through `index`; the last one without a lookup.
+    let mut objects: Vec<(u64, Seen)> = Vec::new();
+    let mut index: FastMap<u64, usize> = FastMap::default();
+    let mut last = usize::MAX;
     let mut on_wait = |tid: u32, w: Wait| {
         if w.unended || w.end <= w.start {
             return Ok::<(), io::Error>(());
         }
-        let (kind, lock_word, holders) = objects.entry(w.object_id).or_insert_with(|| {
-            (
-                model.objects.get(&w.object_id).and_then(|o| o.kind()),
-                lock_words.contains(&w.object_id),
-                None,
-            )
-        });
+        let i = match objects.get(last) {
+            Some((o, _)) if *o == w.object_id => last,
+            _ => {
+                let n = objects.len();
+                let i = *index.entry(w.object_id).or_insert(n);
+                if i == n {
+                    objects.push((
+                        w.object_id,
+                        (
+                            model.objects.get(&w.object_id).and_then(|o| o.kind()),
+                            lock_words.contains(&w.object_id),
+                            None,
+                        ),
+                    ));
+                }
+                last = i;
+                i
+            }
+        };
+        let (kind, lock_word, holders) = &mut objects[i].1;
         let step = Step {
             begin: w.start,
             end: w.end,
@@ -927,7 +988,7 @@ fn walk(
 }
 
 fn finish(acc: Account, start: u64, end: u64, hops: u64) -> Path {
-    let mut by: Vec<(Cause, u64)> = acc.by.into_iter().collect();
+    let mut by: Vec<(Cause, u64)> = acc.by;
     by.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Path {
         start_ns: start,

@@ -818,7 +818,7 @@ impl EventsSeen {
 
     fn add(&mut self, r: &WaitEvents) {
         self.records += 1;
-        self.log_bytes += waitshim_format::frame_len(&Record::WaitEvents(r.clone())) as u64;
+        self.log_bytes += waitshim_format::frame::frame_len_of(r) as u64;
         let d = self.dropped_by_shim.entry(r.tid).or_default();
         *d = (*d).max(r.dropped);
         self.keep_ns = self.keep_ns.max(r.keep_ns);

@@ -32,6 +32,13 @@ pub fn frame_len(rec: &Record) -> usize {
     padded(FRAME_HEADER_LEN + m.0)
 }
 
+/// [`frame_len`] of the record whose body is `body`, without making the record (a copy).
+pub fn frame_len_of(body: &impl crate::wire::Field) -> usize {
+    let mut m = Measure::default();
+    body.encode(&mut m);
+    padded(FRAME_HEADER_LEN + m.0)
+}
+
 fn crc(ty: u16, len: u32, body: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
     h.update(&ty.to_le_bytes());

@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use waitshim_format::events::WaitSpan;
-use waitshim_format::frame::FRAME_HEADER_LEN;
+use waitshim_format::frame::{frame_len_of, FRAME_HEADER_LEN};
 use waitshim_format::*;
 
 /// A few records of different shapes, for the damage tests (which rely on their order: a note
@@ -740,6 +740,10 @@ fn every_record_round_trips() {
         let mut frame = Vec::new();
         append_frame(rec, &mut frame);
         assert_eq!(frame.len(), frame_len(rec), "{name} frame length");
+        if let Record::WaitEvents(w) = rec {
+            // The model measures event batches without copying them into a record.
+            assert_eq!(frame_len_of(w), frame.len(), "{name} frame_len_of");
+        }
         assert_eq!(frame.len() % 4, 0, "{name} frame alignment");
         assert_eq!(
             frame.len(),
