@@ -26,11 +26,11 @@
 //! first visit to the last visit of any (a server's work, not its start-up, nor the idle time
 //! before it was stopped); the walk is the same, and only what lies in the phase is counted.
 //!
-//! The path's time adds up to the time from its first moment to its end. The walk reads the log
-//! once more, for the per-wait events and the sampler's records together. Memory: each thread's
-//! waits packed in blocks of 256 (about 12 bytes a wait), up to 32 MiB of them in memory and the
-//! rest in an unnamed temporary file, read backwards; the sampled states of every thread (one
-//! entry per change of state).
+//! The path's time adds up to the time from its first moment to its end. What the walk needs of
+//! the log ([`Input`]) is gathered in the model's own read of it ([`crate::pass`]). Memory: each
+//! thread's waits in blocks of 256 (30 bytes a wait), up to 32 MiB of them in memory and the rest
+//! in an unnamed temporary file, read backwards; the sampled states of every thread (one entry
+//! per change of state).
 
 /// The walk's maps: hashed once or more per wait event, with foldhash (seeded per process).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -38,7 +38,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-use waitshim_format::{counter, ObjectKind, Record};
+use waitshim_format::events::WaitSpan;
+use waitshim_format::{counter, ObjectKind, Record, WaitEvents};
 
 use crate::export::slices::{self, Event, State};
 use crate::export::timeline::{self, Wait};
@@ -115,114 +116,120 @@ impl Path {
 struct Step {
     begin: u64,
     end: u64,
-    object_id: u64,
+    /// The object's place in [`Input`]'s objects (below [`MAX_OBJECTS`]).
+    object: u32,
     waker: u32,
-    reason: u16,
-    /// The wait took its object (a lock's acquisition, as opposed to a signal or a post).
-    acquired: bool,
+    /// By which rule the wait may have taken its object: which applies is decided at the walk,
+    /// when every object's kind is known ([`took_it`]).
+    takes: Takes,
 }
+
+/// Whether a wait's way of ending means it took its object, by the object's kind: a pthread
+/// lock's (ended acquired, brief or open) or a runtime lock word's (ended by a wake).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Takes {
+    No = 0,
+    IfLock = 1,
+    IfLockWord = 2,
+}
+
+impl Takes {
+    fn of(reason: u16) -> Takes {
+        if took_it(Some(ObjectKind::Mutex), reason, false) {
+            Takes::IfLock
+        } else if took_it(Some(ObjectKind::Futex), reason, true) {
+            Takes::IfLockWord
+        } else {
+            Takes::No
+        }
+    }
+
+    fn from_bits(b: u32) -> Takes {
+        match b {
+            1 => Takes::IfLock,
+            2 => Takes::IfLockWord,
+            _ => Takes::No,
+        }
+    }
+}
+
+/// Objects a walk can tell apart: a step keeps its object's place in 30 bits.
+const MAX_OBJECTS: usize = 1 << 30;
 
 /// Waits per block.
 const PER_BLOCK: usize = 256;
 /// A block's header: its count (u32), the offset of the thread's previous block (u64,
 /// `NO_BLOCK` for the first), the length of its waits in bytes (u32).
 const HEADER_BYTES: usize = 16;
-/// The most bytes one wait takes packed ([`encode`]): five numbers of at most 10 bytes.
-const MAX_STEP_BYTES: usize = 50;
+/// The bytes of one wait in a block ([`encode`]).
+const STEP_BYTES: usize = 20;
+/// A wait's length in a block that says the wait was longer: its end is in [`Steps::long`].
+const LONG: u32 = u32::MAX;
 const NO_BLOCK: u64 = u64::MAX;
 /// Holders kept per lock: what-if spreads a lock's unseen holds over the first ones seen.
 const MAX_HOLDERS: usize = 64;
 
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-/// Writes `v` as a varint at `out[*at..]` (room for 10 bytes).
-#[inline(always)]
-fn put(out: &mut [u8; MAX_STEP_BYTES], at: &mut usize, mut v: u64) {
-    while v >= 0x80 {
-        out[*at] = (v as u8) | 0x80;
-        *at += 1;
-        v >>= 7;
-    }
-    out[*at] = v as u8;
-    *at += 1;
-}
-
-fn get(b: &[u8], at: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *b.get(*at)?;
-        *at += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(v);
+/// Writes `s` at the end of `out`, little-endian: its begin (8 bytes), its length (4; [`LONG`]
+/// for a wait of 4.3 s or more, whose end `long` then keeps by thread `tid` and begin), its
+/// object's place
+/// with its [`Takes`] in the top two bits (4), its waker (4). Fixed-size rather than packed in
+/// varints: unpacking took a quarter of the path's time, and memory is bounded either way
+/// ([`IN_MEMORY`]).
+fn encode(s: &Step, tid: u32, out: &mut Vec<u8>, long: &mut FastMap<(u32, u64), u64>) {
+    let len = match u32::try_from(s.end - s.begin) {
+        Ok(n) if n != LONG => n,
+        _ => {
+            long.insert((tid, s.begin), s.end);
+            LONG
         }
-    }
-    None
-}
-
-/// Packs `s` after `prev` (the wait before it in its block, or None for the first): its begin
-/// less the previous begin, its length, its object less the previous object, its waker, its
-/// reason and whether it took its object. About 12 bytes a wait, against 31 unpacked: a
-/// million waits stay in memory.
-fn encode(s: &Step, prev: Option<&Step>, out: &mut Vec<u8>) {
-    let (begin, object) = prev.map_or((0, 0), |p| (p.begin, p.object_id));
-    let mut b = [0u8; MAX_STEP_BYTES];
-    let mut at = 0;
-    put(&mut b, &mut at, zigzag(s.begin.wrapping_sub(begin) as i64));
-    put(&mut b, &mut at, s.end.wrapping_sub(s.begin));
-    put(
-        &mut b,
-        &mut at,
-        zigzag(s.object_id.wrapping_sub(object) as i64),
-    );
-    put(&mut b, &mut at, u64::from(s.waker));
-    put(
-        &mut b,
-        &mut at,
-        u64::from(s.reason) << 1 | u64::from(s.acquired),
-    );
-    out.extend_from_slice(&b[..at]);
+    };
+    let mut b = [0u8; STEP_BYTES];
+    b[0..8].copy_from_slice(&s.begin.to_le_bytes());
+    b[8..12].copy_from_slice(&len.to_le_bytes());
+    b[12..16].copy_from_slice(&(s.object | (s.takes as u32) << 30).to_le_bytes());
+    b[16..20].copy_from_slice(&s.waker.to_le_bytes());
+    out.extend_from_slice(&b);
 }
 
 /// The waits of a block's bytes, in order ([`encode`]); None when they do not decode (a
 /// temporary file that changed under the analyzer).
 #[cfg(test)]
-fn decode(b: &[u8], count: usize) -> Option<Vec<Step>> {
+fn decode(b: &[u8], count: usize, tid: u32, long: &FastMap<(u32, u64), u64>) -> Option<Vec<Step>> {
     let mut out: Vec<Step> = Vec::with_capacity(count);
-    decode_into(b, count, &mut out)?;
+    decode_into(b, count, tid, long, &mut out)?;
     Some(out)
 }
 
 /// [`decode`] into `out` (emptied first), keeping its allocation.
-fn decode_into(b: &[u8], count: usize, out: &mut Vec<Step>) -> Option<()> {
+fn decode_into(
+    b: &[u8],
+    count: usize,
+    tid: u32,
+    long: &FastMap<(u32, u64), u64>,
+    out: &mut Vec<Step>,
+) -> Option<()> {
     out.clear();
-    let mut at = 0;
-    for _ in 0..count {
-        let (begin, object) = out.last().map_or((0, 0), |p| (p.begin, p.object_id));
-        let begin = begin.wrapping_add(unzigzag(get(b, &mut at)?) as u64);
-        let end = begin.wrapping_add(get(b, &mut at)?);
-        let object_id = object.wrapping_add(unzigzag(get(b, &mut at)?) as u64);
-        let waker = u32::try_from(get(b, &mut at)?).ok()?;
-        let last = get(b, &mut at)?;
+    let b = b.get(..count.checked_mul(STEP_BYTES)?)?;
+    for c in b.chunks_exact(STEP_BYTES) {
+        let u32_at = |i: usize| u32::from_le_bytes(c[i..i + 4].try_into().unwrap_or_default());
+        let begin = u64::from_le_bytes(c[0..8].try_into().ok()?);
+        let end = match u32_at(8) {
+            LONG => *long.get(&(tid, begin))?,
+            n => begin.checked_add(u64::from(n))?,
+        };
+        let object = u32_at(12);
         out.push(Step {
             begin,
             end,
-            object_id,
-            waker,
-            reason: u16::try_from(last >> 1).ok()?,
-            acquired: last & 1 != 0,
+            object: object & (MAX_OBJECTS as u32 - 1),
+            waker: u32_at(16),
+            takes: Takes::from_bits(object >> 30),
         });
     }
     Some(())
 }
 
-/// Blocks kept in memory before they go to an unnamed temporary file: 32 MiB, about a million
+/// Blocks kept in memory before they go to an unnamed temporary file: 32 MiB, about 1.1 million
 /// waits (a system call per block read and written costs more than the walk itself).
 const IN_MEMORY: usize = 32 << 20;
 
@@ -285,9 +292,11 @@ struct Steps {
     last: usize,
     /// The block being packed (one buffer for all of them).
     scratch: Vec<u8>,
+    /// The ends of waits too long for a block, by thread and begin ([`encode`]).
+    long: FastMap<(u32, u64), u64>,
 }
 
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct ThreadSteps {
     /// The thread's waits not yet in the file (the latest), in order.
     tail: Vec<Step>,
@@ -308,7 +317,8 @@ impl Steps {
             threads: Vec::new(),
             index: FastMap::default(),
             last: usize::MAX,
-            scratch: Vec::with_capacity(HEADER_BYTES + PER_BLOCK * MAX_STEP_BYTES),
+            scratch: Vec::with_capacity(HEADER_BYTES + PER_BLOCK * STEP_BYTES),
+            long: FastMap::default(),
         }
     }
 
@@ -341,10 +351,8 @@ impl Steps {
         bytes.extend_from_slice(&(t.tail.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&t.last_block.to_le_bytes());
         bytes.extend_from_slice(&[0; 4]);
-        let mut prev = None;
         for s in &t.tail {
-            encode(s, prev, bytes);
-            prev = Some(s);
+            encode(s, tid, bytes, &mut self.long);
         }
         t.tail.clear();
         let len = (bytes.len() - HEADER_BYTES) as u32;
@@ -355,31 +363,38 @@ impl Steps {
         Ok(())
     }
 
-    /// The store, and each thread's latest waits and latest block in it.
-    fn into_parts(self) -> (Store, FastMap<u32, ThreadSteps>) {
-        (self.store, self.threads.into_iter().collect())
+    /// Thread `tid`'s latest waits and latest block in the store, for a cursor to start from.
+    fn of(&self, tid: u32) -> Option<ThreadSteps> {
+        self.index.get(&tid).map(|&i| self.threads[i].1.clone())
     }
 }
 
 /// A cursor over one thread's waits, latest first.
 struct Backwards<'a> {
     file: &'a Store,
+    long: &'a FastMap<(u32, u64), u64>,
+    tid: u32,
     /// The waits of the block being read, in order (the next is the last).
     current: Vec<Step>,
     next_block: u64,
+    /// A block read from the file (one buffer for all of them).
+    read: Vec<u8>,
 }
 
 impl<'a> Backwards<'a> {
-    /// Thread `t`'s waits, latest first, from its tail and its blocks in `file`.
-    fn of(file: &'a Store, t: Option<ThreadSteps>) -> Backwards<'a> {
-        let t = t.unwrap_or(ThreadSteps {
+    /// Thread `tid`'s waits, latest first, from its tail and its blocks in the store.
+    fn of(steps: &'a Steps, tid: u32) -> Backwards<'a> {
+        let t = steps.of(tid).unwrap_or(ThreadSteps {
             tail: Vec::new(),
             last_block: NO_BLOCK,
         });
         Backwards {
-            file,
+            file: &steps.store,
+            long: &steps.long,
+            tid,
             current: t.tail,
             next_block: t.last_block,
+            read: Vec::new(),
         }
     }
 
@@ -392,19 +407,20 @@ impl<'a> Backwards<'a> {
             self.file.read_at(&mut h, self.next_block).ok()?;
             let n = (u32::from_le_bytes(h[0..4].try_into().ok()?) as usize).min(PER_BLOCK);
             let len = (u32::from_le_bytes(h[12..16].try_into().ok()?) as usize)
-                .min(PER_BLOCK * MAX_STEP_BYTES);
+                .min(PER_BLOCK * STEP_BYTES);
             let at = self.next_block + HEADER_BYTES as u64;
             self.next_block = u64::from_le_bytes(h[4..12].try_into().ok()?);
             match self.file {
                 Store::Memory(m) => {
                     let from = usize::try_from(at).ok()?;
                     let b = m.get(from..from.checked_add(len)?)?;
-                    decode_into(b, n, &mut self.current)?;
+                    decode_into(b, n, self.tid, self.long, &mut self.current)?;
                 }
                 Store::File(_) => {
-                    let mut b = vec![0u8; len];
-                    self.file.read_at(&mut b, at).ok()?;
-                    decode_into(&b, n, &mut self.current)?;
+                    let b = &mut self.read;
+                    b.resize(len, 0);
+                    self.file.read_at(b, at).ok()?;
+                    decode_into(b, n, self.tid, self.long, &mut self.current)?;
                 }
             }
         }
@@ -545,118 +561,300 @@ fn took_it(kind: Option<ObjectKind>, reason: u16, lock_word: bool) -> bool {
     ) && matches!(reason, counter::ENDED_ACQUIRED | counter::ENDED_BRIEF | 0)
 }
 
+/// Candidate holders of one object, under each rule by which a wait takes it ([`took_it`]),
+/// each holder with how many times it released the object to a waiter; which rule applies is
+/// known once every object's kind is. None until a wait took it under that rule.
+#[derive(Default)]
+struct Candidates {
+    /// Waits that ended acquired, brief or open: a pthread lock's.
+    lock: Option<Vec<(u32, u64)>>,
+    /// Waits ended by a wake: a runtime's lock word's.
+    word: Option<Vec<(u32, u64)>>,
+    /// Where the last waiter and waker were found ([`add_holders`]).
+    hint: [usize; 2],
+}
+
+/// Counts `tid` as a holder of its own wait's object, and `waker` as one that released it.
+/// `hint`: where the last two were found (a thread's waits come in batches, and the same
+/// waker often releases to it again).
+fn add_holders(seen: &mut Option<Vec<(u32, u64)>>, hint: &mut [usize; 2], tid: u32, waker: u32) {
+    let seen = seen.get_or_insert_with(Vec::new);
+    for (k, (t, released)) in [(tid, 0), (waker, 1)].into_iter().enumerate() {
+        let at = match seen.get(hint[k]) {
+            Some(h) if h.0 == t => Some(hint[k]),
+            _ => seen.iter().position(|h| h.0 == t),
+        };
+        if let Some(i) = at {
+            seen[i].1 += released;
+            hint[k] = i;
+        } else if t != 0 && seen.len() < MAX_HOLDERS {
+            hint[k] = seen.len();
+            seen.push((t, released));
+        }
+    }
+}
+
+/// What the walk needs of a log, gathered in the model's own read of it ([`crate::pass`]): each
+/// thread's waits, packed; each lock's candidate holders; each thread's sampled states and the
+/// idle CPUs. The one exception is a log with a flight recorder, whose kept waits are known
+/// only at its end: for it, [`critical_path`] reads the waits again.
+pub struct Input {
+    steps: Steps,
+    failed: Option<io::Error>,
+    /// Each object waited on, in the order first waited on, found through `index`; the last
+    /// one without a lookup; and its candidate holders.
+    ids: Vec<u64>,
+    candidates: Vec<Candidates>,
+    index: FastMap<u64, usize>,
+    last: usize,
+    waits: timeline::EventFold,
+    states: Option<slices::Fold>,
+    pieces: FastMap<u32, Pieces>,
+    idle: Idle,
+    /// In the model's own read: thread ends are known at the end only.
+    streaming: bool,
+    /// A flight recorder's batch was left out ([`timeline::EventFold::streaming`]).
+    windowed: bool,
+}
+
+impl Input {
+    /// For the model's own read of the log.
+    pub fn streaming() -> Input {
+        Input::with(
+            timeline::EventFold::streaming(),
+            slices::Fold::streaming(),
+            true,
+        )
+    }
+
+    fn with(waits: timeline::EventFold, states: slices::Fold, streaming: bool) -> Input {
+        Input {
+            steps: Steps::new(),
+            failed: None,
+            ids: Vec::new(),
+            candidates: Vec::new(),
+            index: FastMap::default(),
+            last: usize::MAX,
+            waits,
+            states: Some(states),
+            pieces: FastMap::default(),
+            idle: Idle::new(),
+            streaming,
+            windowed: false,
+        }
+    }
+
+    /// Reads the log `first` summarises again, after its model was made (a log with a flight
+    /// recorder). A read that finds less leaves what it found: the path is split as far as it
+    /// goes (the rest counts as work).
+    fn read_again(model: &Model, first: &ReadSummary) -> io::Result<Input> {
+        let mut input = Input::with(
+            timeline::EventFold::new(model),
+            slices::Fold::new(model),
+            false,
+        );
+        let _note = crate::export::read_again(first, "the critical path", |bytes, path| {
+            let summary = crate::source::read_from(bytes, path, |rec| match &rec {
+                Record::WaitEvents(batch) => {
+                    if let Ok(w) = batch.waits() {
+                        crate::pass::Sink::waits(&mut input, batch, &w, model);
+                    }
+                }
+                rec => crate::pass::Sink::record(&mut input, rec, model),
+            });
+            let summary = summary.map_err(|e| e.why)?;
+            Ok(Ok::<_, io::Error>(summary))
+        })?;
+        crate::pass::Sink::finish(&mut input, model);
+        Ok(input)
+    }
+
+    /// The holders of each lock, under the rule its kind says.
+    fn holders(
+        &self,
+        model: &Model,
+        lock_words: &std::collections::HashSet<u64>,
+    ) -> FastMap<u64, Vec<(u32, u64)>> {
+        self.ids
+            .iter()
+            .zip(&self.candidates)
+            .filter_map(|(o, c)| {
+                let kind = model.objects.get(o).and_then(|x| x.kind());
+                let rule = if lock_words.contains(o) && kind == Some(ObjectKind::Futex) {
+                    &c.word
+                } else if took_it(kind, counter::ENDED_ACQUIRED, false) {
+                    &c.lock
+                } else {
+                    &None
+                };
+                Some((*o, rule.clone()?))
+            })
+            .collect()
+    }
+}
+
+impl crate::pass::Sink for Input {
+    fn record(&mut self, rec: &Record, model: &Model) {
+        if !matches!(
+            rec,
+            Record::ThreadSamples(_) | Record::BlockedChain(_) | Record::CpuSample(_)
+        ) {
+            return;
+        }
+        let (pieces, idle) = (&mut self.pieces, &mut self.idle);
+        if let Some(states) = &mut self.states {
+            let _ = states.record(rec, model, &mut |e| {
+                on_sampled(pieces, idle, e);
+                Ok::<(), ()>(())
+            });
+        }
+    }
+
+    fn waits(&mut self, batch: &WaitEvents, waits: &[WaitSpan], model: &Model) {
+        if self.streaming && batch.keep_ns > 0 {
+            self.windowed = true;
+            return;
+        }
+        let Input {
+            steps,
+            failed,
+            ids,
+            candidates,
+            index,
+            last,
+            ..
+        } = self;
+        let mut on_wait = |tid: u32, w: Wait| {
+            if w.end <= w.start {
+                return Ok::<(), ()>(());
+            }
+            let i = match ids.get(*last) {
+                Some(o) if *o == w.object_id => *last,
+                _ => {
+                    let n = ids.len();
+                    if n == MAX_OBJECTS && !index.contains_key(&w.object_id) {
+                        *failed = Some(io::Error::other("too many objects for the walk"));
+                        return Ok(());
+                    }
+                    let i = *index.entry(w.object_id).or_insert(n);
+                    if i == n {
+                        ids.push(w.object_id);
+                        candidates.push(Candidates::default());
+                    }
+                    *last = i;
+                    i
+                }
+            };
+            // Which rule applies is known once the object's kind is; until then, both are kept.
+            let kind = model.objects.get(&w.object_id).and_then(|o| o.kind());
+            let c = &mut candidates[i];
+            let lockish = |k| {
+                matches!(
+                    k,
+                    None | Some(ObjectKind::Mutex | ObjectKind::RwLock | ObjectKind::Spin)
+                )
+            };
+            let takes = Takes::of(w.reason);
+            match takes {
+                Takes::IfLock if lockish(kind) => {
+                    add_holders(&mut c.lock, &mut c.hint, tid, w.waker_tid)
+                }
+                Takes::IfLockWord if matches!(kind, None | Some(ObjectKind::Futex)) => {
+                    add_holders(&mut c.word, &mut c.hint, tid, w.waker_tid)
+                }
+                _ => {}
+            }
+            if failed.is_none() {
+                let step = Step {
+                    begin: w.start,
+                    end: w.end,
+                    object: i as u32,
+                    waker: w.waker_tid,
+                    takes,
+                };
+                *failed = steps.add(tid, step).err();
+            }
+            Ok(())
+        };
+        let _ = self
+            .waits
+            .batch(batch.tid, batch.keep_ns, waits, &mut on_wait);
+    }
+
+    fn finish(&mut self, model: &Model) {
+        let (pieces, idle) = (&mut self.pieces, &mut self.idle);
+        if let Some(states) = self.states.take() {
+            let _ = states.finish(model, &mut |e| {
+                on_sampled(pieces, idle, e);
+                Ok::<(), ()>(())
+            });
+        }
+        let end = model.end_of_log();
+        for (tid, p) in pieces.iter_mut() {
+            p.v.sort_by_key(|x| x.0);
+            if self.streaming {
+                // Cut at the thread's end, known only now.
+                let until = model
+                    .threads
+                    .get(tid)
+                    .and_then(|t| t.exit_ns)
+                    .unwrap_or(end);
+                p.v.retain_mut(|x| {
+                    x.1 = x.1.min(until);
+                    x.1 > x.0
+                });
+            }
+        }
+        idle.sort_by_key(|a| a.0);
+    }
+}
+
 /// The run's critical path, or None when the log has no per-wait events to follow (then only
-/// the sampled states would say anything, and not who ended whose wait).
+/// the sampled states would say anything, and not who ended whose wait). `input` is what the
+/// model's read gathered for it ([`Input`]), None to read the log again.
 ///
 /// `lock_words`: the futex words whose code says they are locks (`findings::runtime_group`).
 pub fn critical_path(
     model: &Model,
     first: &ReadSummary,
     lock_words: &std::collections::HashSet<u64>,
+    input: Option<&Input>,
 ) -> io::Result<Option<Path>> {
     if !model.events.any() {
         return Ok(None);
     }
-    let mut steps = Steps::new();
-    let mut failed = Ok(());
-    // Each object's kind, whether it is a futex lock word (looked up once), and its holders
-    // (None until a wait took it).
-    type Seen = (Option<ObjectKind>, bool, Option<Vec<(u32, u64)>>);
-    // In the order first waited on, found through `index`; the last one without a lookup.
-    let mut objects: Vec<(u64, Seen)> = Vec::new();
-    let mut index: FastMap<u64, usize> = FastMap::default();
-    let mut last = usize::MAX;
-    let mut on_wait = |tid: u32, w: Wait| {
-        if w.unended || w.end <= w.start {
-            return Ok::<(), io::Error>(());
+    let again;
+    let input = match input {
+        Some(i) if !i.windowed => i,
+        _ => {
+            again = Input::read_again(model, first)?;
+            &again
         }
-        let i = match objects.get(last) {
-            Some((o, _)) if *o == w.object_id => last,
-            _ => {
-                let n = objects.len();
-                let i = *index.entry(w.object_id).or_insert(n);
-                if i == n {
-                    objects.push((
-                        w.object_id,
-                        (
-                            model.objects.get(&w.object_id).and_then(|o| o.kind()),
-                            lock_words.contains(&w.object_id),
-                            None,
-                        ),
-                    ));
-                }
-                last = i;
-                i
-            }
-        };
-        let (kind, lock_word, holders) = &mut objects[i].1;
-        let step = Step {
-            begin: w.start,
-            end: w.end,
-            object_id: w.object_id,
-            waker: w.waker_tid,
-            reason: w.reason,
-            acquired: took_it(*kind, w.reason, *lock_word),
-        };
-        if step.acquired {
-            let seen = holders.get_or_insert_with(Vec::new);
-            for (t, released) in [(tid, 0), (w.waker_tid, 1)] {
-                if let Some(h) = seen.iter_mut().find(|h| h.0 == t) {
-                    h.1 += released;
-                } else if t != 0 && seen.len() < MAX_HOLDERS {
-                    seen.push((t, released));
-                }
-            }
-        }
-        if failed.is_ok() {
-            failed = steps.add(tid, step);
-        }
-        Ok(())
     };
-    let mut pieces: FastMap<u32, Pieces> = FastMap::default();
-    let mut idle = Idle::new();
-    let mut on_state = |e: Event| {
-        on_sampled(&mut pieces, &mut idle, e);
-        Ok::<(), io::Error>(())
+    if let Some(e) = &input.failed {
+        return Err(io::Error::new(e.kind(), e.to_string()));
+    }
+    let holders = input.holders(model, lock_words);
+    let took = |o: u64, takes: Takes| {
+        let kind = model.objects.get(&o).and_then(|x| x.kind());
+        match takes {
+            Takes::IfLock => took_it(kind, counter::ENDED_ACQUIRED, false),
+            Takes::IfLockWord => took_it(kind, counter::ENDED_SIGNALLED, lock_words.contains(&o)),
+            Takes::No => false,
+        }
     };
-    // One more read of the log for both: the per-wait events and the sampler's records. A
-    // read that found less leaves what it found: the path is split as far as it goes (the
-    // rest counts as work).
-    let mut waits = timeline::EventFold::new(model);
-    let mut states = slices::any(model).then(|| slices::Fold::new(model));
-    let _note = crate::export::read_again(first, "the critical path", |bytes, path| {
-        let mut result = Ok(());
-        let summary = crate::source::read_from(bytes, path, |rec| {
-            if result.is_err() {
-                return;
-            }
-            result = match (&rec, &mut states) {
-                (Record::WaitEvents(_), _) => waits.record(&rec, &mut on_wait),
-                (_, Some(s)) => s.record(rec, &mut on_state),
-                (_, None) => Ok(()),
-            };
-        });
-        let summary = summary.map_err(|e| e.why)?;
-        Ok(result.map(|()| summary))
-    })?;
-    waits.finish(model, &mut on_wait)?;
-    if let Some(s) = states {
-        s.finish(&mut on_state)?;
-    }
-    failed?;
-    for p in pieces.values_mut() {
-        p.v.sort_by_key(|x| x.0);
-    }
-    idle.sort_by_key(|a| a.0);
-    let holders: FastMap<u64, Vec<(u32, u64)>> = objects
-        .into_iter()
-        .filter_map(|(o, (_, _, h))| Some((o, h?)))
-        .collect();
-    let (file, heads) = steps.into_parts();
-    Ok(walk(model, &file, heads, &pieces, &idle).map(|p| Path {
+    Ok(walk(
+        model,
+        &input.steps,
+        &input.ids,
+        &input.pieces,
+        &input.idle,
+        took,
+    )
+    .map(|p| Path {
         phase_cpu: p
             .phase
-            .map_or_else(FastMap::default, |w| phase_cpu(&pieces, w)),
+            .map_or_else(FastMap::default, |w| phase_cpu(&input.pieces, w)),
         holders,
         ..p
     }))
@@ -740,7 +938,7 @@ fn own_time(
     b: u64,
     held: Option<u64>,
     after: u64,
-    pieces: &FastMap<u32, Pieces>,
+    pieces: Option<&Pieces>,
     idle: &Idle,
 ) {
     let (a, b) = acc.clip(a, b);
@@ -749,7 +947,7 @@ fn own_time(
     }
     let total = b - a;
     let mut seen = 0u64;
-    if let Some(p) = pieces.get(&tid) {
+    if let Some(p) = pieces {
         for (s, e, own, estimated) in p.after(a) {
             if *s >= b {
                 break;
@@ -798,12 +996,12 @@ fn ends_by_time(syscall: i32) -> bool {
     )
 }
 
-/// Where thread `tid`'s span [a, t) ends a blocked call (not a sleep) no later than `by`: the
+/// Where a thread's span [a, t) (its `pieces`) ends a blocked call (not a sleep) no later than `by`: the
 /// latest such end, if any. The walk came to `tid` from a thread whose wait began at `by`: that
 /// thread was still running when the call ended, and most likely ended it (it connected, wrote,
 /// closed), which the shim does not see.
-fn woken_before(pieces: &FastMap<u32, Pieces>, tid: u32, a: u64, t: u64, by: u64) -> Option<u64> {
-    let p = pieces.get(&tid)?;
+fn woken_before(pieces: Option<&Pieces>, a: u64, t: u64, by: u64) -> Option<u64> {
+    let p = pieces?;
     p.after(a)
         .iter()
         .take_while(|x| x.0 < t)
@@ -844,12 +1042,15 @@ fn last_thread(model: &Model) -> Option<(u32, u64)> {
         .map(|(at, _, tid)| (tid, at))
 }
 
+/// The walk back from the run's end ([`critical_path`]) through `steps`, whose objects are
+/// `ids`; `took(object, takes)`: whether a wait that may have taken its object did.
 fn walk(
     model: &Model,
-    file: &Store,
-    mut heads: FastMap<u32, ThreadSteps>,
+    steps: &Steps,
+    ids: &[u64],
     pieces: &FastMap<u32, Pieces>,
     idle: &Idle,
+    took: impl Fn(u64, Takes) -> bool,
 ) -> Option<Path> {
     let (mut tid, end) = last_thread(model)?;
     let run_start = model.start_ns();
@@ -870,7 +1071,18 @@ fn walk(
         p.phase = phase;
         p
     };
-    let mut cursors: FastMap<u32, Backwards<'_>> = FastMap::default();
+    // The threads the walk has been on, found through `on_index`; the current one without a
+    // lookup (the walk stays on a thread for many waits).
+    struct On<'a> {
+        tid: u32,
+        cursor: Backwards<'a>,
+        start: Option<u64>,
+        parent: u32,
+        pieces: Option<&'a Pieces>,
+    }
+    let mut on: Vec<On<'_>> = Vec::new();
+    let mut on_index: FastMap<u32, usize> = FastMap::default();
+    let mut cur = usize::MAX;
     // Each thread's start and creator, and each lock's longest hold, looked up once.
     let threads: FastMap<u32, (Option<u64>, u32)> = model
         .threads
@@ -878,6 +1090,7 @@ fn walk(
         .map(|th| (th.tid, (th.start_ns, th.parent_tid)))
         .collect();
     let mut holds: FastMap<u64, Option<u64>> = FastMap::default();
+    let mut takes: FastMap<(u64, Takes), bool> = FastMap::default();
     // Every step lowers `t`, or moves to the thread that ended a wait at that wait's end, which
     // is before the span just accounted ended: the walk ends.
     loop {
@@ -885,9 +1098,23 @@ fn walk(
             // The rest of the walk lies before the phase.
             return Some(done(acc, window.0, hops));
         }
-        let cursor = cursors
-            .entry(tid)
-            .or_insert_with(|| Backwards::of(file, heads.remove(&tid)));
+        if on.get(cur).is_none_or(|o| o.tid != tid) {
+            let n = on.len();
+            cur = *on_index.entry(tid).or_insert(n);
+            if cur == n {
+                let th = threads.get(&tid).copied();
+                on.push(On {
+                    tid,
+                    cursor: Backwards::of(steps, tid),
+                    start: th.and_then(|th| th.0),
+                    parent: th.map_or(0, |th| th.1),
+                    pieces: pieces.get(&tid),
+                });
+            }
+        }
+        let o = &mut on[cur];
+        let mine = o.pieces;
+        let cursor = &mut o.cursor;
         // Waits that ended after `t` are not this thread's past from here.
         while let Some(s) = cursor.peek() {
             if s.end <= t {
@@ -895,11 +1122,8 @@ fn walk(
             }
             cursor.pop();
         }
-        let thread_start = threads
-            .get(&tid)
-            .and_then(|th| th.0)
-            .unwrap_or(run_start)
-            .min(t);
+        let thread_start = o.start.unwrap_or(run_start).min(t);
+        let parent = o.parent;
         let prev_end = cursor
             .peek()
             .map_or(thread_start, |s| s.end.max(thread_start));
@@ -908,9 +1132,9 @@ fn walk(
         if let Some((from, began)) = came_from.take() {
             // The sampled end of a call is known to within one interval.
             let slack = model.states.interval_ns.max(1);
-            if let Some(c) = woken_before(pieces, tid, prev_end, t, began.saturating_add(slack)) {
+            if let Some(c) = woken_before(mine, prev_end, t, began.saturating_add(slack)) {
                 let c = c.min(began);
-                own_time(&mut acc, tid, c, t, None, 0, pieces, idle);
+                own_time(&mut acc, tid, c, t, None, 0, mine, idle);
                 acc.estimated = true;
                 hops += 1;
                 tid = from;
@@ -921,8 +1145,7 @@ fn walk(
         }
         let Some(s) = cursor.peek().filter(|s| s.end > thread_start) else {
             // Back to the thread's start: on at its creator, when it created it.
-            own_time(&mut acc, tid, thread_start, t, None, 0, pieces, idle);
-            let parent = threads.get(&tid).map_or(0, |th| th.1);
+            own_time(&mut acc, tid, thread_start, t, None, 0, mine, idle);
             if parent == 0
                 || parent == tid
                 || thread_start <= run_start
@@ -936,9 +1159,14 @@ fn walk(
             continue;
         };
         cursor.pop();
+        let object = ids.get(s.object as usize).copied().unwrap_or(0);
         // The span since that wait; inside the lock it took if the walk came here through this
         // thread's release of it.
-        let held = (s.acquired && released == Some(s.object_id)).then_some(s.object_id);
+        let held = (released == Some(object)
+            && *takes
+                .entry((object, s.takes))
+                .or_insert_with(|| took(object, s.takes)))
+        .then_some(object);
         // The thread may have let the lock go and taken it again, uncontended, since that wait
         // (the log has no event for that): the critical section is at most the lock's longest
         // measured hold, at the end of the span; before it, the thread's own time.
@@ -951,36 +1179,18 @@ fn walk(
             ),
             None => 0,
         };
-        own_time(
-            &mut acc,
-            tid,
-            s.end,
-            t - inside,
-            None,
-            s.object_id,
-            pieces,
-            idle,
-        );
-        own_time(
-            &mut acc,
-            tid,
-            t - inside,
-            t,
-            held,
-            s.object_id,
-            pieces,
-            idle,
-        );
+        own_time(&mut acc, tid, s.end, t - inside, None, object, mine, idle);
+        own_time(&mut acc, tid, t - inside, t, held, object, mine, idle);
         if s.waker != 0 && s.waker != tid && threads.contains_key(&s.waker) {
             // Not on the path: the thread that ended the wait is, up to the moment it did.
             hops += 1;
-            released = Some(s.object_id);
+            released = Some(object);
             came_from = Some((tid, s.begin));
             tid = s.waker;
             t = s.end;
         } else {
             let (a, b) = acc.clip(s.begin, s.end);
-            acc.add(Cause::Waited(s.object_id), b.saturating_sub(a));
+            acc.add(Cause::Waited(object), b.saturating_sub(a));
             released = None;
             t = s.begin;
         }
@@ -1010,28 +1220,27 @@ mod tests {
     fn step(i: u64) -> Step {
         Step {
             begin: i * 10,
-            end: i * 10 + 5,
-            object_id: i,
+            // Every 100th wait longer than a block's length field holds.
+            end: i * 10 + if i.is_multiple_of(100) { 1 << 40 } else { 5 },
+            object: i as u32,
             waker: (i % 7) as u32,
-            reason: counter::ENDED_ACQUIRED,
-            acquired: i.is_multiple_of(2),
+            takes: [Takes::No, Takes::IfLock, Takes::IfLockWord][i as usize % 3],
         }
     }
 
     #[test]
     fn a_threads_waits_come_back_latest_first_across_blocks_in_memory_and_in_the_file() {
-        // All in memory; the first two blocks (about 1.5 kB each) in memory, the rest in the file.
-        for (limit, in_file) in [(IN_MEMORY, false), (3000, true)] {
+        // All in memory; the first two blocks (5 kB each) in memory, the rest in the file.
+        for (limit, in_file) in [(IN_MEMORY, false), (11_000, true)] {
             let mut steps = Steps::with_limit(limit);
             let n = PER_BLOCK as u64 * 2 + 17;
             for i in 0..n {
                 steps.add(1, step(i)).unwrap();
                 steps.add(2, step(1000 + i)).unwrap();
             }
-            let (file, mut heads) = steps.into_parts();
-            assert_eq!(matches!(file, Store::File(_)), in_file);
+            assert_eq!(matches!(steps.store, Store::File(_)), in_file);
             for (tid, base) in [(1u32, 0u64), (2, 1000)] {
-                let mut back = Backwards::of(&file, heads.remove(&tid));
+                let mut back = Backwards::of(&steps, tid);
                 let mut got = Vec::new();
                 while let Some(s) = back.peek() {
                     got.push(s);
@@ -1049,32 +1258,35 @@ mod tests {
             Step {
                 begin: u64::MAX - 10,
                 end: u64::MAX,
-                object_id: u64::MAX,
+                object: MAX_OBJECTS as u32 - 1,
                 waker: u32::MAX,
-                reason: u16::MAX,
-                acquired: true,
+                takes: Takes::IfLockWord,
             },
-            // Earlier than the one before it, on a smaller object.
+            // Earlier than the one before it, on a smaller object, and as long as can be.
             Step {
-                begin: 5,
-                end: 6,
-                object_id: 0,
+                begin: 0,
+                end: u64::MAX,
+                object: 0,
                 waker: 0,
-                reason: 0,
-                acquired: false,
+                takes: Takes::No,
             },
             step(3),
         ];
         let mut bytes = Vec::new();
-        let mut prev = None;
+        let mut long = FastMap::default();
         for s in &steps {
-            encode(s, prev, &mut bytes);
-            prev = Some(s);
+            encode(s, 9, &mut bytes, &mut long);
         }
-        assert!(bytes.len() <= steps.len() * MAX_STEP_BYTES);
-        assert_eq!(decode(&bytes, steps.len()).unwrap(), steps);
-        assert_eq!(decode(&bytes[..bytes.len() - 1], steps.len()), None);
-        assert_eq!(decode(&[0xff; 11], 1), None);
+        assert_eq!(bytes.len(), steps.len() * STEP_BYTES);
+        assert_eq!(long.len(), 1, "one wait did not fit a block");
+        assert_eq!(decode(&bytes, steps.len(), 9, &long).unwrap(), steps);
+        // Another thread's block does not find this thread's long waits.
+        assert_eq!(decode(&bytes, steps.len(), 8, &long), None);
+        assert_eq!(
+            decode(&bytes[..bytes.len() - 1], steps.len(), 9, &long),
+            None
+        );
+        assert_eq!(decode(&[0xff; 11], 1, 9, &long), None);
     }
 
     #[test]
@@ -1168,10 +1380,10 @@ mod tests {
             .into(),
         );
         // The walk came from a thread that began waiting at 110: the accept ended before it.
-        assert_eq!(woken_before(&pieces, 5, 0, 400, 110), Some(100));
+        assert_eq!(woken_before(pieces.get(&5), 0, 400, 110), Some(100));
         // One that began waiting at 90 had not yet: the accept was not its doing.
-        assert_eq!(woken_before(&pieces, 5, 0, 400, 90), None);
+        assert_eq!(woken_before(pieces.get(&5), 0, 400, 90), None);
         // A sleep ends by itself, whoever waited after it.
-        assert_eq!(woken_before(&pieces, 5, 110, 400, 400), None);
+        assert_eq!(woken_before(pieces.get(&5), 110, 400, 400), None);
     }
 }

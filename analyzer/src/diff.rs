@@ -133,7 +133,7 @@ fn chain_key(ctx: &mut Ctx<'_>, chain_id: u32) -> String {
 
 /// The figures of one analysed log.
 pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
-    let mut ctx = Ctx::new(&a.summary, &a.model, opts);
+    let mut ctx = Ctx::new(a, opts);
     let m = &a.model;
     let mut out = RunFigures {
         program: m
@@ -619,10 +619,7 @@ fn write_page(
     let written = analyses
         .iter()
         .try_for_each(|a| {
-            let mut src = Source::new(
-                Ctx::new(&a.summary, &a.model, opts),
-                a.model.run.as_ref().map_or(0, |r| r.pid),
-            );
+            let mut src = Source::new(Ctx::new(a, opts), a.model.run.as_ref().map_or(0, |r| r.pid));
             page.add(&mut src)?;
             notes.extend(
                 src.notes

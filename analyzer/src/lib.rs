@@ -1,7 +1,7 @@
 //! waitshim-analyze: reads the logs libwaitshim.so writes and reports why the program's threads
-//! waited. Stages, in data-flow order: [`source`] → [`model`] → [`symbolize`] → [`report`]
-//! ([`lockorder`] finds the potential deadlocks the reports show; the model keeps its largest
-//! collections in [`table`]s). [`top`] follows a log live, [`request`] asks a running program
+//! waited. Stages, in data-flow order: [`source`] → [`pass`] (one read into the [`model`] and
+//! the sinks beside it) → [`symbolize`] → [`report`] ([`lockorder`] finds the potential deadlocks
+//! the reports show; the model keeps its largest collections in [`table`]s). [`top`] follows a log live, [`request`] asks a running program
 //! for a snapshot of its data. Logs come from anywhere: any input gives an error or a report,
 //! in memory that grows with the run's objects, threads and chains, never with its events.
 
@@ -16,6 +16,7 @@ pub mod histogram;
 pub mod launch;
 pub mod lockorder;
 pub mod model;
+pub mod pass;
 pub mod plain;
 pub mod policycheck;
 pub mod procgroup;
@@ -100,39 +101,59 @@ pub mod exit {
     }
 }
 
-/// One log read into a model.
+/// One log read into a model, with what its critical path needs, gathered in the same read.
 pub struct Analysis {
     pub summary: source::ReadSummary,
     pub model: model::Model,
+    /// None: the critical path reads the log again when asked for.
+    pub walk: Option<critical::Input>,
 }
 
-/// Reads and models the log at `path`.
+impl Analysis {
+    /// A model made elsewhere (a live program's snapshot): the critical path, if asked for,
+    /// reads the log again.
+    pub fn of(summary: source::ReadSummary, model: model::Model) -> Analysis {
+        Analysis {
+            summary,
+            model,
+            walk: None,
+        }
+    }
+}
+
+/// Reads and models the log at `path`, in one read ([`pass`]).
 pub fn analyze(path: &Path) -> Result<Analysis, source::ReadError> {
-    let mut model = model::Model::new();
-    let summary = source::read_log(path, |r| model.add(r))?;
-    model.finish();
-    Ok(Analysis { summary, model })
+    let mut walk = critical::Input::streaming();
+    let (summary, model) = pass::read(path, &mut [&mut walk])?;
+    Ok(Analysis {
+        summary,
+        model,
+        walk: Some(walk),
+    })
 }
 
 /// Reads and models a log from any byte stream (`name` labels it in the report).
 pub fn analyze_bytes(bytes: &[u8], name: &Path) -> Result<Analysis, source::ReadError> {
-    let mut model = model::Model::new();
-    let summary = source::read_from(bytes, name, |r| model.add(r))?;
-    model.finish();
-    Ok(Analysis { summary, model })
+    let mut walk = critical::Input::streaming();
+    let (summary, model) = pass::read_from(bytes, name, &mut [&mut walk])?;
+    Ok(Analysis {
+        summary,
+        model,
+        walk: Some(walk),
+    })
 }
 
 /// The text report of one analysed log, guarded ([`plain::Guard`]) against what the names the
 /// program chose might do to a terminal or a CI log.
 pub fn text_report(a: &Analysis, opts: &Options) -> String {
-    let mut ctx = report::Ctx::new(&a.summary, &a.model, opts);
+    let mut ctx = report::Ctx::new(a, opts);
     plain::guarded(&report::text::render(&mut ctx))
 }
 
 /// The JSON report of one analysed log (one element of the document's `logs`), as a value: for
 /// tests and small logs (`run` writes reports as they are made).
 pub fn json_report(a: &Analysis, opts: &Options) -> serde_json::Value {
-    report::json::render(report::Ctx::new(&a.summary, &a.model, opts))
+    report::json::render(report::Ctx::new(a, opts))
 }
 
 /// Reports on every file, each in its own section (or element of `logs`), one file at a time so

@@ -10,12 +10,13 @@ use std::collections::{BTreeMap, HashMap};
 use crate::histogram::Histogram;
 use crate::table::Table;
 
+use waitshim_format::events::WaitSpan;
 use waitshim_format::{
     contention_reason, counter, snapshot_source, ContentionClose, ContentionOpen, Counters,
-    Deadlock, DeadlockBroken, Exec, Highwater, HolderStack, KindCounters, LockOrder, Module,
-    ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, OpenWaits, PolicyVersion, Record,
-    RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitEvents, WaitSite,
-    WaiterChains,
+    Deadlock, DeadlockBroken, DecodeError, Exec, Highwater, HolderStack, KindCounters, LockOrder,
+    Module, ObjectCreate, ObjectKind, ObjectsChurned, ObjectsQuiet, OpenWaits, PolicyVersion,
+    Record, RuleStats, RunEnd, RunStart, Snapshot, WaitEvent, WaitEventReason, WaitEvents,
+    WaitSite, WaiterChains,
 };
 
 /// Most objects, threads and chains kept per log; beyond this they are counted, not stored.
@@ -646,11 +647,11 @@ pub const MAX_HISTOGRAMS: usize = 4096;
 /// Adds a wait on `object` from `begin` to `end` to its distribution, within
 /// [`MAX_HISTOGRAMS`] objects.
 fn add_wait(histograms: &mut BTreeMap<u64, Histogram>, object: u64, end: u64, begin: u64) {
-    if histograms.len() < MAX_HISTOGRAMS || histograms.contains_key(&object) {
-        histograms
-            .entry(object)
-            .or_default()
-            .add(end.saturating_sub(begin));
+    let ns = end.saturating_sub(begin);
+    if let Some(h) = histograms.get_mut(&object) {
+        h.add(ns);
+    } else if histograms.len() < MAX_HISTOGRAMS {
+        histograms.entry(object).or_default().add(ns);
     }
 }
 /// Chunks (batches, one `WaitEvents` record each) of one thread's flight-recorder ring: the
@@ -816,13 +817,15 @@ impl EventsSeen {
         })
     }
 
-    fn add(&mut self, r: &WaitEvents) {
+    /// Takes in batch `r`, whose waits `waits` are (unpacked once for every reader of them,
+    /// [`crate::pass`]).
+    fn add(&mut self, r: &WaitEvents, waits: Result<&[WaitSpan], &DecodeError>) {
         self.records += 1;
         self.log_bytes += waitshim_format::frame::frame_len_of(r) as u64;
         let d = self.dropped_by_shim.entry(r.tid).or_default();
         *d = (*d).max(r.dropped);
         self.keep_ns = self.keep_ns.max(r.keep_ns);
-        let Ok(waits) = r.waits() else {
+        let Ok(waits) = waits else {
             self.damaged += 1;
             return;
         };
@@ -842,11 +845,13 @@ impl EventsSeen {
             }
             return;
         }
-        for w in &waits {
+        for w in waits {
             if w.waker != 0 {
                 let key = (w.object_id, w.waker);
-                if self.woken_by.len() < MAX_WOKEN_BY || self.woken_by.contains_key(&key) {
-                    *self.woken_by.entry(key).or_default() += 1;
+                if let Some(n) = self.woken_by.get_mut(&key) {
+                    *n += 1;
+                } else if self.woken_by.len() < MAX_WOKEN_BY {
+                    self.woken_by.insert(key, 1);
                 }
             }
             add_wait(&mut self.histograms, w.object_id, w.end_ns, w.begin_ns);
@@ -1479,6 +1484,13 @@ impl Model {
         }
     }
 
+    /// Folds one batch of per-wait events into the model, its waits already unpacked (or why
+    /// they could not be).
+    pub fn add_wait_events(&mut self, e: &WaitEvents, waits: Result<&[WaitSpan], &DecodeError>) {
+        self.seen(e.base_ns);
+        self.events.add(e, waits);
+    }
+
     /// Folds one record into the model.
     pub fn add(&mut self, record: Record) {
         match record {
@@ -1532,8 +1544,8 @@ impl Model {
                 }
             }
             Record::WaitEvents(e) => {
-                self.seen(e.base_ns);
-                self.events.add(&e);
+                let waits = e.waits();
+                self.add_wait_events(&e, waits.as_deref());
             }
             Record::OpenWaits(mut w) => {
                 self.seen(w.ns);
@@ -2031,7 +2043,8 @@ mod coverage_tests {
     fn batches(e: &mut EventsSeen, tid: u32, from: u64, n: u64, dropped: u64) {
         for i in 0..n {
             let b = from + i * 10;
-            e.add(&WaitEvents::pack(tid, b, dropped, 2_000, &[span(b, b + 5)]));
+            let r = WaitEvents::pack(tid, b, dropped, 2_000, &[span(b, b + 5)]);
+            e.add(&r, r.waits().as_deref());
         }
     }
 
@@ -2059,7 +2072,8 @@ mod coverage_tests {
     #[test]
     fn every_wait_written_has_no_coverage_and_no_kept_wait_has_none_to_say() {
         let mut e = EventsSeen::default();
-        e.add(&WaitEvents::pack(1, 0, 0, 0, &[span(0, 5)]));
+        let r = WaitEvents::pack(1, 0, 0, 0, &[span(0, 5)]);
+        e.add(&r, r.waits().as_deref());
         assert_eq!(e.coverage(10), None);
         let mut e = EventsSeen::default();
         batches(&mut e, 1, 0, 2, 0);

@@ -233,7 +233,7 @@ pub fn run(opts: &RequestOptions, out: &mut dyn Write, err: &mut dyn Write) -> i
         }
     };
     model.finish();
-    let analysis = Analysis { summary, model };
+    let analysis = Analysis::of(summary, model);
     let _ = write!(out, "\n{}", crate::text_report(&analysis, &opts.report));
     0
 }

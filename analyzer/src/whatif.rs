@@ -425,7 +425,7 @@ pub fn run(
         symbols: opts.symbols,
         ..Options::default()
     };
-    let mut ctx = Ctx::new(&a.summary, &a.model, &ropts);
+    let mut ctx = Ctx::new(&a, &ropts);
     let Some(basis) = Basis::of(&ctx) else {
         let _ = writeln!(
             err,

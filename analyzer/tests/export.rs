@@ -367,10 +367,7 @@ fn states_of(
     opts: &waitshim_analyze::Options,
 ) -> (usize, Vec<String>) {
     use waitshim_analyze::export::{slices, Source};
-    let src = Source::new(
-        waitshim_analyze::report::Ctx::new(&analysis.summary, &analysis.model, opts),
-        0,
-    );
+    let src = Source::new(waitshim_analyze::report::Ctx::new(analysis, opts), 0);
     let mut n = 0;
     slices::for_each(&src, |ev| -> Result<(), ()> {
         if let slices::Event::Slice(_) = ev {

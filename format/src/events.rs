@@ -115,7 +115,19 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    #[inline]
     fn get(&mut self) -> Result<u64, DecodeError> {
+        // Most fields take one byte (an object, a chain, a reason, a nearby waker).
+        match self.buf.get(self.pos) {
+            Some(&b) if b < 0x80 => {
+                self.pos += 1;
+                Ok(u64::from(b))
+            }
+            _ => self.get_long(),
+        }
+    }
+
+    fn get_long(&mut self) -> Result<u64, DecodeError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = *self.buf.get(self.pos).ok_or(DecodeError::ShortBody)?;

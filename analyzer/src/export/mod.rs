@@ -389,7 +389,7 @@ fn export_to<W: Write + 'static>(
             }
         };
         let pid = a.model.run.as_ref().map_or(0, |r| r.pid);
-        let mut src = Source::new(Ctx::new(&a.summary, &a.model, &report_opts), pid);
+        let mut src = Source::new(Ctx::new(&a, &report_opts), pid);
         exporter.add(&mut src)?;
         for note in src.notes.take() {
             let _ = writeln!(err, "waitshim-analyze export: {}: {note}", path.display());

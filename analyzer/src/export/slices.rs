@@ -253,11 +253,11 @@ fn fold<E>(
     let mut result: Result<(), E> = Ok(());
     let summary = crate::source::read_from(bytes, path, |rec| {
         if result.is_ok() {
-            result = fold.record(rec, &mut f);
+            result = fold.record(&rec, model, &mut f);
         }
     });
     let summary = summary.map_err(|e| e.why)?;
-    if let Err(e) = result.and_then(|()| fold.finish(&mut f)) {
+    if let Err(e) = result.and_then(|()| fold.finish(model, &mut f)) {
         return Ok(Err(e));
     }
     Ok(Ok(summary))
@@ -266,48 +266,60 @@ fn fold<E>(
 /// The state slices of a log's sampler records, record by record, for a read of the log that
 /// serves others too ([`crate::critical`]): [`Fold::record`] with each record, then
 /// [`Fold::finish`].
-pub struct Fold<'m> {
-    model: &'m Model,
-    run_start: u64,
-    end_of_log: u64,
+pub struct Fold {
+    /// Where the log ends, when the model handed to [`Fold::record`] is the whole log's (a
+    /// read after the model's); None in the model's own read, where each thread's end is known
+    /// only at [`Fold::finish`] (slices are then cut at the threads' ends by the caller).
+    end_of_log: Option<u64>,
     threads: HashMap<u32, Thread>,
     last_cpu: Option<u64>,
     interval: u64,
 }
 
-impl<'m> Fold<'m> {
-    pub fn new(model: &'m Model) -> Fold<'m> {
+impl Fold {
+    /// For a read of the log after the model's: `model` is the whole log's.
+    pub fn new(model: &Model) -> Fold {
         Fold {
-            model,
-            run_start: model.start_ns(),
-            end_of_log: model
-                .run_end
-                .as_ref()
-                .map_or(model.last_ns, |e| e.ns.max(model.last_ns)),
+            end_of_log: Some(model.end_of_log()),
             threads: HashMap::new(),
             last_cpu: None,
             interval: 0,
         }
     }
 
-    /// The slices and idle-CPU figures `rec` completes, each handed to `f`.
+    /// For the model's own read ([`crate::pass`]): the model handed to each record is what the
+    /// log said before it.
+    pub fn streaming() -> Fold {
+        Fold {
+            end_of_log: None,
+            threads: HashMap::new(),
+            last_cpu: None,
+            interval: 0,
+        }
+    }
+
+    /// The slices and idle-CPU figures `rec` completes, each handed to `f`. A thread first
+    /// listed starts where `model` says it started (the run's start if it does not know).
     pub fn record<E>(
         &mut self,
-        rec: Record,
+        rec: &Record,
+        model: &Model,
         f: &mut dyn FnMut(Event) -> Result<(), E>,
     ) -> Result<(), E> {
         match rec {
             Record::ThreadSamples(s) => {
                 self.interval = s.interval_ns;
-                for e in s.threads {
+                for e in &s.threads {
+                    let end_of_log = self.end_of_log;
                     let t = self.threads.entry(e.tid).or_insert_with(|| {
-                        let mt = self.model.threads.get(&e.tid);
+                        let mt = model.threads.get(&e.tid);
                         Thread {
-                            at: mt.and_then(|t| t.start_ns).unwrap_or(self.run_start),
+                            at: mt.and_then(|t| t.start_ns).unwrap_or(model.start_ns()),
                             state: None,
                             pending: None,
                             carry: (0, 0),
-                            end: mt.and_then(|t| t.exit_ns).unwrap_or(self.end_of_log),
+                            end: end_of_log
+                                .map_or(u64::MAX, |end| mt.and_then(|t| t.exit_ns).unwrap_or(end)),
                         }
                     });
                     let now = s.ns.max(t.at);
@@ -423,8 +435,23 @@ impl<'m> Fold<'m> {
         Ok(())
     }
 
-    /// Each thread's last state, up to its end, and the slices still pending.
-    pub fn finish<E>(mut self, f: &mut dyn FnMut(Event) -> Result<(), E>) -> Result<(), E> {
+    /// Each thread's last state, up to its end (in `model`, the whole log's), and the slices
+    /// still pending.
+    pub fn finish<E>(
+        mut self,
+        model: &Model,
+        f: &mut dyn FnMut(Event) -> Result<(), E>,
+    ) -> Result<(), E> {
+        if self.end_of_log.is_none() {
+            let end = model.end_of_log();
+            for (tid, t) in &mut self.threads {
+                t.end = model
+                    .threads
+                    .get(tid)
+                    .and_then(|t| t.exit_ns)
+                    .unwrap_or(end);
+            }
+        }
         last_slices(&mut self.threads, f)
     }
 }

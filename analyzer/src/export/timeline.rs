@@ -100,6 +100,7 @@ struct Apart {
 }
 
 impl Apart {
+    #[inline]
     fn clip(&mut self, tid: u32, mut w: Wait) -> Option<Wait> {
         let prev = match self.last {
             Some((t, end)) if t == tid => end,
@@ -252,14 +253,26 @@ fn for_each_event<E>(
 /// others too ([`crate::critical`]): [`EventFold::record`] with each record, then
 /// [`EventFold::finish`] for the waits still open at the end.
 pub struct EventFold {
-    end_of_log: u64,
+    /// Where the log ends: None in the model's own read ([`EventFold::streaming`]).
+    end_of_log: Option<u64>,
     apart: Apart,
 }
 
 impl EventFold {
+    /// For a read of the log after the model's (`model` is the whole log's).
     pub fn new(model: &Model) -> EventFold {
         EventFold {
-            end_of_log: run_end(model),
+            end_of_log: Some(run_end(model)),
+            apart: Apart::default(),
+        }
+    }
+
+    /// For the model's own read ([`crate::pass`]), where the end of the log is not yet known:
+    /// a flight recorder's batches (which keep only the waits near the end) are left out, and
+    /// the caller reads them again once the end is known.
+    pub fn streaming() -> EventFold {
+        EventFold {
+            end_of_log: None,
             apart: Apart::default(),
         }
     }
@@ -276,8 +289,25 @@ impl EventFold {
         let Ok(waits) = r.waits() else {
             return Ok(());
         };
+        self.batch(r.tid, r.keep_ns, &waits, f)
+    }
+
+    /// The waits of one batch of per-wait events (thread `tid`'s, already unpacked), each
+    /// handed to `f`.
+    pub fn batch<E>(
+        &mut self,
+        tid: u32,
+        keep_ns: u64,
+        waits: &[waitshim_format::events::WaitSpan],
+        f: &mut impl FnMut(u32, Wait) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let end_of_log = match (keep_ns, self.end_of_log) {
+            (0, _) => 0,
+            (_, Some(end)) => end,
+            (_, None) => return Ok(()),
+        };
         for w in waits {
-            if !EventsSeen::keeps(r.keep_ns, w.end_ns, self.end_of_log) {
+            if !EventsSeen::keeps(keep_ns, w.end_ns, end_of_log) {
                 continue;
             }
             let w = Wait {
@@ -291,8 +321,8 @@ impl EventFold {
                 waker_tid: w.waker,
                 reason: w.reason,
             };
-            if let Some(w) = self.apart.clip(r.tid, w) {
-                f(r.tid, w)?;
+            if let Some(w) = self.apart.clip(tid, w) {
+                f(tid, w)?;
             }
         }
         Ok(())
@@ -307,7 +337,7 @@ impl EventFold {
         let apart = &mut self.apart;
         open_waits(
             model,
-            self.end_of_log,
+            run_end(model),
             &mut |tid, w| match apart.clip(tid, w) {
                 Some(w) => f(tid, w),
                 None => Ok(()),

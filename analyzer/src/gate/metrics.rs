@@ -217,7 +217,7 @@ impl Figures {
             symbols,
             ..Options::default()
         };
-        let mut ctx = Ctx::new(&a.summary, &a.model, &opts);
+        let mut ctx = Ctx::new(a, &opts);
         let m = &a.model;
         let costs: BTreeMap<u64, findings::Cost> = findings::costs(m)
             .into_iter()

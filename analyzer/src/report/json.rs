@@ -2131,7 +2131,7 @@ impl<I: Iterator<Item = Analysis>> Serialize for Logs<'_, I> {
         let mut seq = s.serialize_seq(None)?;
         let analyses = self.analyses.borrow_mut().take();
         for a in analyses.into_iter().flatten() {
-            let ctx = RefCell::new(Ctx::new(&a.summary, &a.model, self.opts));
+            let ctx = RefCell::new(Ctx::new(&a, self.opts));
             seq.serialize_element(&log(&ctx))?;
         }
         seq.end()

@@ -247,7 +247,9 @@ pub struct Ctx<'a> {
     pub inversions: Inversions,
     /// Why the log has no end record, when it has none.
     pub no_end: Option<NoEnd>,
-    /// The run's critical path, worked out when first asked (it reads the log again).
+    /// What the model's read gathered for the critical path (None: it reads the log again).
+    walk: Option<&'a crate::critical::Input>,
+    /// The run's critical path, worked out when first asked.
     critical: std::cell::OnceCell<Option<crate::critical::Path>>,
     /// Wait times by object, from the per-wait events (made on first use).
     histograms: std::cell::OnceCell<std::collections::BTreeMap<u64, crate::histogram::Histogram>>,
@@ -269,10 +271,12 @@ pub fn thread_label(m: &Model, tid: u32) -> String {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(summary: &'a ReadSummary, model: &'a Model, opts: &'a Options) -> Self {
+    pub fn new(a: &'a crate::Analysis, opts: &'a Options) -> Self {
+        let (summary, model) = (&a.summary, &a.model);
         let mut ctx = Ctx {
             summary,
             model,
+            walk: a.walk.as_ref(),
             sym: Symbolizer::new(model, opts.symbols),
             opts,
             inversions: lockorder::find(model),
@@ -346,7 +350,7 @@ impl<'a> Ctx<'a> {
                     .filter(|(_, &g)| g == crate::findings::Group::Lock)
                     .map(|(&id, _)| id)
                     .collect();
-                crate::critical::critical_path(self.model, self.summary, &locks)
+                crate::critical::critical_path(self.model, self.summary, &locks, self.walk)
                     .ok()
                     .flatten()
             })
