@@ -176,7 +176,7 @@ pub fn figures(a: &Analysis, opts: &Options) -> RunFigures {
                 .push((w.chain_id, waited));
         }
     }
-    for c in crate::findings::costs(m) {
+    for c in ctx.costs() {
         let key = object_key(&mut ctx, c.object_id);
         let o = m.objects.get(&c.object_id);
         let name = match ctx.global_name(c.object_id) {

@@ -167,6 +167,36 @@ fn rust_std_mutex_and_condvar_waits_show_as_futexes_at_the_lock_and_wait_lines()
         "{idle}"
     );
 
+    // The gate's run-level figures are of the objects the report calls locks: the Condvars'
+    // waits are not lock waits there either.
+    let lock_waits: u64 = log
+        .objects()
+        .iter()
+        .filter(|o| o["waits_are"] == "lock")
+        .map(|o| log.counter(o, "contended"))
+        .sum();
+    assert!(
+        lock_waits >= log.counter(counter, "contended"),
+        "{lock_waits}"
+    );
+    let gate = std::process::Command::new(waitshim_tests::analyzer_path())
+        .args(["check", "--no-default-gate", "--fail-if"])
+        .arg(format!("waits != {lock_waits}"))
+        .arg(run.single_log())
+        .output()
+        .expect("run check");
+    assert!(
+        gate.status.success(),
+        "the gate's lock waits are not the report's {lock_waits}: {}",
+        String::from_utf8_lossy(&gate.stdout)
+    );
+    // The HTML page's table says what each futex word is.
+    let page = waitshim_tests::export_beside(run.single_log(), "html", "out.html");
+    let page = std::fs::read_to_string(page).expect("page");
+    for kind in ["futex (a lock)", "futex (waits for another thread to act)"] {
+        assert!(page.contains(kind), "{kind} is not in the page");
+    }
+
     assert!(a.text.contains("FUTEXES ("), "{}", a.text);
     assert!(
         a.text

@@ -399,13 +399,23 @@ impl<W: Write> Exporter for Html<W> {
                 "marks": marks,
             }));
         }
-        let costs = crate::findings::costs(model);
+        // In WHERE THE WAITING WENT's order, a runtime's futex words in the group their code
+        // says, and named so: a Rust `Condvar`'s word is not a lock.
+        let costs = src.ctx.costs();
         let mut table = Vec::new();
         for c in costs.iter().take(MAX_OBJECTS) {
             let kind = model
                 .objects
                 .get(&c.object_id)
                 .map_or("?", |o| o.kind_name());
+            let kind = match src.ctx.runtime_groups().get(&c.object_id) {
+                Some(crate::findings::Group::Lock) => format!("{kind} (a lock)"),
+                Some(crate::findings::Group::Event) => {
+                    format!("{kind} (waits for another thread to act)")
+                }
+                Some(crate::findings::Group::Join) => format!("{kind} (a join)"),
+                None => kind.to_string(),
+            };
             let created = src
                 .creation_site(c.object_id)
                 .map(|s| format!("{} {s}", src.ctx.site_words(c.object_id)));

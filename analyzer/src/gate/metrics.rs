@@ -2,9 +2,10 @@
 //! model (the same counters, [`findings::costs`] and [`findings::thread_time`] the reports use).
 //!
 //! Run-level wait figures are over the *lock* group of objects (mutexes, rwlocks, spinlocks,
-//! futex words: see [`findings::Group`]): a condition variable a worker idles on while there is
-//! no work is not lost time, a lock another thread holds is. Per-object figures are of whatever
-//! the selector names, of any kind.
+//! and the futex words a runtime's locks sleep on: see [`findings::Group`] and
+//! [`Ctx::group_of`]): a condition variable a worker idles on while there is no work is not lost
+//! time, a lock another thread holds is. Per-object figures are of whatever the selector names,
+//! of any kind.
 
 use std::collections::BTreeMap;
 
@@ -219,7 +220,8 @@ impl Figures {
         };
         let mut ctx = Ctx::new(a, &opts);
         let m = &a.model;
-        let costs: BTreeMap<u64, findings::Cost> = findings::costs(m)
+        let costs: BTreeMap<u64, findings::Cost> = ctx
+            .costs()
             .into_iter()
             .map(|c| (c.object_id, c))
             .collect();
@@ -250,7 +252,9 @@ impl Figures {
                 .saturating_add(o.kind_counter(counter::READ_CONTENDED));
             let brief = o.kind_counter(counter::ENDED_BRIEF);
             let kind = o.kind_name();
-            let group = o.kind().map(|k| Group::of(Some(k)));
+            // A futex word is in the group its code says (a Rust `Condvar`'s waits are for
+            // another thread to act, not for a lock).
+            let group = o.kind().map(|_| ctx.group_of(id));
             let api_name = o.name().map(str::to_string);
             let global = ctx.global_name(id);
             let created = ctx.creation_site(id).map(|f| Place::of(&f, Place::CREATED));

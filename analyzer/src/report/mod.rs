@@ -645,15 +645,16 @@ impl<'a> Ctx<'a> {
         let counts = model.records_per_object();
         // By group, as WHERE THE WAITING WENT: locks, then condition variables, semaphores and
         // barriers, then joins (see `findings::costs`).
+        let groups = self.runtime_groups.as_ref();
         let wait = |r: &ContentionRecord| {
             model
                 .objects
                 .get(&r.object_id)
                 .map_or((crate::findings::Group::Join, 0), |o| {
-                    (
-                        crate::findings::Group::of(o.kind()),
-                        u64::MAX - o.wait_total_ns(),
-                    )
+                    let group = groups
+                        .and_then(|g| g.get(&o.object_id).copied())
+                        .unwrap_or_else(|| crate::findings::Group::of(o.kind()));
+                    (group, u64::MAX - o.wait_total_ns())
                 })
         };
         let count = |r: &ContentionRecord| counts.get(&r.object_id).copied().unwrap_or(0);
