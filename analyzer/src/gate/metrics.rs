@@ -220,11 +220,8 @@ impl Figures {
         };
         let mut ctx = Ctx::new(a, &opts);
         let m = &a.model;
-        let costs: BTreeMap<u64, findings::Cost> = ctx
-            .costs()
-            .into_iter()
-            .map(|c| (c.object_id, c))
-            .collect();
+        let costs: BTreeMap<u64, findings::Cost> =
+            ctx.costs().into_iter().map(|c| (c.object_id, c)).collect();
         let mut still: BTreeMap<u64, u64> = BTreeMap::new();
         if let Some(o) = &m.open_waits {
             for w in &o.waits {
