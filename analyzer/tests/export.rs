@@ -432,3 +432,58 @@ fn a_log_changed_between_the_two_reads_of_an_export_is_said_on_stderr() {
     assert_eq!((code, err.as_str()), (0, ""));
     assert!(out.exists());
 }
+
+/// A flight recorder's log: the profile's split of a wait site by waiting thread takes the
+/// waits within the recorder's window, as the traces do; the older ones, like the waits it
+/// dropped, stay with the site but with no thread.
+#[test]
+fn a_profile_splits_a_site_by_thread_from_the_flight_recorders_window_only() {
+    use waitshim_analyze::export::{samples, Source, WaitsByThread};
+    use waitshim_format::events::WaitSpan;
+    use waitshim_format::{counter, WaitEvents, WaitSite};
+    let mut b = LogBuilder::started("/nonexistent/ring", &["./ring"]);
+    b.thread(100, "main").thread(101, "worker");
+    b.mutex(1, 0x7000_0000_1000, 0);
+    let span = |begin: u64| WaitSpan {
+        begin_ns: T0 + begin,
+        end_ns: T0 + begin + 2 * MS,
+        object_id: 1,
+        chain_id: 10,
+        reason: counter::ENDED_ACQUIRED,
+        shared: false,
+        waker: 100,
+    };
+    // A window of 100 ms before the end at 1 s: the wait at 100 ms is older, the one at 950 ms
+    // within it.
+    let window = 100 * MS;
+    b.push(WaitEvents::pack(101, T0, 0, window, &[span(100 * MS)]));
+    b.push(WaitEvents::pack(
+        101,
+        T0 + 900 * MS,
+        0,
+        window,
+        &[span(950 * MS)],
+    ));
+    b.counters(1, 10, 3, 6 * MS);
+    b.push(WaitSite {
+        object_id: 1,
+        chain_id: 10,
+        count: 3,
+        wait_total_ns: 6 * MS,
+        wait_max_ns: 2 * MS,
+    });
+    b.end(1000 * MS, 1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = b.write(dir.path(), "ring.log");
+    let a = waitshim_analyze::analyze(&log).expect("a log");
+    let opts = waitshim_analyze::Options::default();
+    let src = Source::new(waitshim_analyze::report::Ctx::new(&a, &opts), 0);
+    let by = WaitsByThread::of(&src);
+    let mut split: Vec<(Option<u32>, u64, u64)> = samples(&a.model, Side::Waiters, Some(&by))
+        .into_iter()
+        .filter(|s| s.object_id == 1 && s.chain_id == 10)
+        .map(|s| (s.tid, s.count, s.delay_ns))
+        .collect();
+    split.sort_unstable();
+    assert_eq!(split, vec![(None, 2, 4 * MS), (Some(101), 1, 2 * MS)]);
+}

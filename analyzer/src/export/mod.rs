@@ -421,8 +421,10 @@ pub struct Sample {
 }
 
 /// The waits of each (object, wait site) by thread, from the log's per-wait events (read from
-/// the log again): what splits a wait site's sample by waiting thread. Memory: one entry per
-/// (object, site, thread) that waited.
+/// the log again), under the rules every reader of them keeps ([`timeline::EventFold`]): a
+/// flight recorder's waits within its window only, and a thread's waits kept apart (a wait
+/// listed again continues where its earlier listing ended). What splits a wait site's sample
+/// by waiting thread. Memory: one entry per (object, site, thread) that waited.
 #[derive(Debug, Default)]
 pub struct WaitsByThread(HashMap<(u64, u32), BTreeMap<u32, (u64, u64)>>);
 
@@ -431,14 +433,17 @@ impl WaitsByThread {
     /// finds less than the first leaves a note on `src` (see [`read_again`]).
     pub fn of(src: &Source<'_>) -> Self {
         let mut by = Self::default();
-        if !src.ctx.model.events.any() {
+        let model = src.ctx.model;
+        if !model.events.any() {
             return by;
         }
+        let mut fold = timeline::EventFold::new(model);
         let note = read_again(src.ctx.summary, "the per-wait events", |bytes, path| {
             let summary = crate::source::read_from(bytes, path, |rec| {
-                if let waitshim_format::Record::WaitEvents(r) = rec {
-                    by.add_batch(&r);
-                }
+                let _ = fold.record(&rec, &mut |tid, w| {
+                    by.add(tid, &w);
+                    Ok::<(), std::convert::Infallible>(())
+                });
             })
             .map_err(|e| e.why)?;
             Ok(Ok::<_, std::convert::Infallible>(summary))
@@ -447,18 +452,15 @@ impl WaitsByThread {
         by
     }
 
-    fn add_batch(&mut self, r: &waitshim_format::WaitEvents) {
-        let Ok(waits) = r.waits() else { return };
-        for w in waits {
-            let e = self
-                .0
-                .entry((w.object_id, w.chain_id))
-                .or_default()
-                .entry(r.tid)
-                .or_default();
-            e.0 = e.0.saturating_add(1);
-            e.1 = e.1.saturating_add(w.end_ns.saturating_sub(w.begin_ns));
-        }
+    fn add(&mut self, tid: u32, w: &timeline::Wait) {
+        let e = self
+            .0
+            .entry((w.object_id, w.chain_id))
+            .or_default()
+            .entry(tid)
+            .or_default();
+        e.0 = e.0.saturating_add(1);
+        e.1 = e.1.saturating_add(w.end.saturating_sub(w.start));
     }
 }
 
@@ -493,7 +495,7 @@ fn split_by_thread(
 /// chain for what an object's counters count beyond its wait sites, so that the delays add up
 /// to the objects' wait totals. With `by_thread` (the log's per-wait events), a site's sample
 /// is split: one per thread with the waits its events give, and the rest (waits too brief to
-/// block, events the flight recorder dropped) without a thread; a site whose events add up to
+/// block, events the flight recorder dropped or that are older than its window) without a thread; a site whose events add up to
 /// more than its counters (which never happens in a whole log) is left whole; then one per wait still going on when the log ended (the log's
 /// last list of them), which the counters do not count: a deadlock's waits never end, and a
 /// profile without them would say that the deadlocked threads never waited. Holders: one per completed contention record, its delay the sum
