@@ -793,13 +793,13 @@ impl crate::pass::Sink for Input {
         for (tid, p) in pieces.iter_mut() {
             p.v.sort_by_key(|x| x.0);
             if self.streaming {
-                // Cut at the thread's end, known only now.
-                let until = model
-                    .threads
-                    .get(tid)
-                    .and_then(|t| t.exit_ns)
-                    .unwrap_or(end);
+                // Cut to the thread's life, known only now (a sample may come before the
+                // thread's start record).
+                let t = model.threads.get(tid);
+                let from = t.and_then(|t| t.start_ns).unwrap_or(0);
+                let until = t.and_then(|t| t.exit_ns).unwrap_or(end);
                 p.v.retain_mut(|x| {
+                    x.0 = x.0.max(from);
                     x.1 = x.1.min(until);
                     x.1 > x.0
                 });
