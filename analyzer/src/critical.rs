@@ -151,6 +151,16 @@ impl Takes {
             _ => Takes::No,
         }
     }
+
+    /// Whether a wait under this rule took object `o`, now that its kind is known.
+    fn took(self, model: &Model, o: u64, lock_words: &std::collections::HashSet<u64>) -> bool {
+        let kind = model.objects.get(&o).and_then(|x| x.kind());
+        match self {
+            Takes::IfLock => took_it(kind, counter::ENDED_ACQUIRED, false),
+            Takes::IfLockWord => took_it(kind, counter::ENDED_SIGNALLED, lock_words.contains(&o)),
+            Takes::No => false,
+        }
+    }
 }
 
 /// Objects a walk can tell apart: a step keeps its object's place in 30 bits.
@@ -679,10 +689,9 @@ impl Input {
             .iter()
             .zip(&self.candidates)
             .filter_map(|(o, c)| {
-                let kind = model.objects.get(o).and_then(|x| x.kind());
-                let rule = if lock_words.contains(o) && kind == Some(ObjectKind::Futex) {
+                let rule = if Takes::IfLockWord.took(model, *o, lock_words) {
                     &c.word
-                } else if took_it(kind, counter::ENDED_ACQUIRED, false) {
+                } else if Takes::IfLock.took(model, *o, lock_words) {
                     &c.lock
                 } else {
                     &None
@@ -835,14 +844,7 @@ pub fn critical_path(
         return Err(io::Error::new(e.kind(), e.to_string()));
     }
     let holders = input.holders(model, lock_words);
-    let took = |o: u64, takes: Takes| {
-        let kind = model.objects.get(&o).and_then(|x| x.kind());
-        match takes {
-            Takes::IfLock => took_it(kind, counter::ENDED_ACQUIRED, false),
-            Takes::IfLockWord => took_it(kind, counter::ENDED_SIGNALLED, lock_words.contains(&o)),
-            Takes::No => false,
-        }
-    };
+    let took = |o: u64, takes: Takes| takes.took(model, o, lock_words);
     Ok(walk(
         model,
         &input.steps,
