@@ -28,9 +28,13 @@
 //!
 //! The path's time adds up to the time from its first moment to its end. What the walk needs of
 //! the log ([`Input`]) is gathered in the model's own read of it ([`crate::pass`]). Memory: each
-//! thread's waits in blocks of 256 (30 bytes a wait), up to 32 MiB of them in memory and the rest
+//! thread's waits in blocks of 256 (20 bytes a wait), up to 32 MiB of them in memory and the rest
 //! in an unnamed temporary file, read backwards; the sampled states of every thread (one entry
 //! per change of state).
+//!
+//! What-if runs the recorded threads again from the same input ([`replay`]).
+
+pub mod replay;
 
 /// The walk's maps: hashed once or more per wait event, with foldhash (seeded per process).
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -292,6 +296,8 @@ impl Store {
 /// store, each block pointing to the one before it, so that the walk reads them backwards.
 struct Steps {
     store: Store,
+    /// How many waits it holds.
+    count: u64,
     /// [`IN_MEMORY`], smaller in tests.
     limit: usize,
     len: u64,
@@ -323,6 +329,7 @@ impl Steps {
         Steps {
             limit,
             store: Store::Memory(Vec::new()),
+            count: 0,
             len: 0,
             threads: Vec::new(),
             index: FastMap::default(),
@@ -353,6 +360,7 @@ impl Steps {
         };
         let t = &mut self.threads[i].1;
         t.tail.push(s);
+        self.count += 1;
         if t.tail.len() < PER_BLOCK {
             return Ok(());
         }

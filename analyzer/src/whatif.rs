@@ -32,6 +32,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use crate::critical::replay::Replay;
 use crate::critical::{Cause, Path};
 use crate::gate::metrics::Figures;
 use crate::report::Ctx;
@@ -85,6 +86,8 @@ pub enum Bound {
     Thread {
         tid: u32,
     },
+    /// The replay of the recorded threads ([`crate::critical::replay`]).
+    Replay,
 }
 
 /// The run's figures the estimate starts from, worked out once per log.
@@ -101,6 +104,10 @@ pub struct Basis {
     running: BTreeMap<u32, u64>,
     /// Each thread's time ready for a CPU it did not get (the kernel's figure).
     ready: BTreeMap<u32, u64>,
+    /// The recorded threads to run again, and how long the run took in the replay with
+    /// nothing scaled; None for a phase between progress points, a flight recorder's log, or a
+    /// log past [`crate::critical::replay::MAX_WAITS`] (then the bounds alone estimate).
+    replay: Option<(Replay, f64)>,
 }
 
 /// A prediction for one set of changes.
@@ -181,7 +188,16 @@ impl Basis {
         if running.is_empty() {
             return None;
         }
+        let replay = if phase_share.is_none() {
+            ctx.replay().and_then(|r| {
+                let (base, _) = r.run(|_| 1.0, |_| 1.0);
+                (base > 0.0).then_some((r, base))
+            })
+        } else {
+            None
+        };
         Some(Basis {
+            replay,
             run_ns: if phase_share.is_some() {
                 path.length_ns()
             } else {
@@ -265,6 +281,42 @@ impl Basis {
 
     /// The run's time had the objects in `changes` held for their factor of the time.
     pub fn predict(&self, changes: &HashMap<u64, f64>) -> Prediction {
+        let holds_estimated = |bound: Bound| {
+            changes
+                .keys()
+                .any(|o| self.holds.get(o).is_some_and(|h| h.1))
+                || matches!(bound, Bound::Serialised { object_id } if self.holds.get(&object_id).is_some_and(|h| h.1))
+        };
+        let cap = self.run_ns.saturating_mul(1000);
+        if let Some((replay, base)) = &self.replay {
+            let outside = self.outside_factors(replay, changes);
+            let (then, _) = replay.run(
+                |o| changes.get(&o).copied().unwrap_or(1.0),
+                |t| outside.get(&t).copied().unwrap_or(1.0),
+            );
+            let mut predicted = self.run_ns as f64 * then / base;
+            if changes.values().all(|&f| f <= 1.0) {
+                // Shorter sections make no run longer: a replay that says so met an order the
+                // recording did not show, and the run as measured is the better figure.
+                predicted = predicted.min(self.run_ns as f64);
+            }
+            let mut bound = Bound::Replay;
+            // No lock's sections take less than all of them one after another (a hold total
+            // estimated past the run's length is taken as the run's: they cannot overlap).
+            for (&o, &(hold, _)) in &self.holds {
+                let serial = changes.get(&o).copied().unwrap_or(1.0) * hold.min(self.run_ns) as f64;
+                if serial > predicted {
+                    predicted = serial;
+                    bound = Bound::Serialised { object_id: o };
+                }
+            }
+            return Prediction {
+                baseline_ns: self.run_ns,
+                predicted_ns: (predicted.round() as u64).min(cap),
+                bound,
+                holds_estimated: holds_estimated(bound),
+            };
+        }
         let largest = |b: Vec<(Bound, f64)>| {
             b.into_iter().fold(
                 (Bound::CriticalPath, 0.0f64),
@@ -278,16 +330,49 @@ impl Basis {
         } else {
             self.run_ns
         };
-        let holds_estimated = changes
-            .keys()
-            .any(|o| self.holds.get(o).is_some_and(|h| h.1))
-            || matches!(bound, Bound::Serialised { object_id } if self.holds.get(&object_id).is_some_and(|h| h.1));
         Prediction {
             baseline_ns: self.run_ns,
-            predicted_ns: predicted.min(self.run_ns.saturating_mul(1000)),
+            predicted_ns: predicted.min(cap),
             bound,
-            holds_estimated,
+            holds_estimated: holds_estimated(bound),
         }
+    }
+
+    /// For the replay: how much each thread's work outside the known critical sections takes
+    /// with `changes`. The holds of a scaled lock that the replay does not place (nobody waited
+    /// for them) are spread over its holders as [`Basis::bounds`] spreads them: each holder's
+    /// part of them is that part of its work outside the known sections.
+    fn outside_factors(&self, replay: &Replay, changes: &HashMap<u64, f64>) -> HashMap<u32, f64> {
+        let seen: HashMap<u64, u64> = replay.sections().collect();
+        let outside: HashMap<u32, u64> = replay.outside_work().collect();
+        let mut f: HashMap<u32, f64> = HashMap::new();
+        for (&o, &factor) in changes {
+            let Some(&(hold, _)) = self.holds.get(&o) else {
+                continue;
+            };
+            let unseen = hold.saturating_sub(seen.get(&o).copied().unwrap_or(0)) as f64;
+            let holders = self.path.holders.get(&o).map(Vec::as_slice).unwrap_or(&[]);
+            let cpu = |t: u32| self.running.get(&t).copied().unwrap_or(0) as f64;
+            let releases: f64 = holders.iter().map(|h| h.1 as f64).sum();
+            let all_cpu: f64 = holders.iter().map(|h| cpu(h.0)).sum();
+            for h in holders {
+                let weight = if releases > 0.0 {
+                    h.1 as f64 / releases
+                } else if all_cpu > 0.0 {
+                    cpu(h.0) / all_cpu
+                } else {
+                    0.0
+                };
+                let work = outside.get(&h.0).copied().unwrap_or(0) as f64;
+                if work <= 0.0 {
+                    continue;
+                }
+                let share = (weight * unseen / work).min(1.0);
+                let g = f.entry(h.0).or_insert(1.0);
+                *g = (*g - (1.0 - factor) * share).max(0.0);
+            }
+        }
+        f
     }
 
     /// The phase's share of the run, when the estimates are of a phase between progress points.
@@ -295,8 +380,12 @@ impl Basis {
         self.phase_share
     }
 
-    /// What the estimate assumes: [`ASSUMPTIONS`], and how a phase was taken.
+    /// What the estimate assumes: [`REPLAY_ASSUMPTIONS`] or [`ASSUMPTIONS`], and how a phase
+    /// was taken.
     pub fn assumptions(&self) -> Vec<&'static str> {
+        if self.replay.is_some() {
+            return REPLAY_ASSUMPTIONS.to_vec();
+        }
         let mut a = ASSUMPTIONS.to_vec();
         if self.phase_share.is_some() {
             a.push(PHASE_ASSUMPTION);
@@ -304,10 +393,42 @@ impl Basis {
         a
     }
 
+    /// How long the replay of the run as measured took (nothing scaled), if the estimate
+    /// replays the run: how far the replay is from the run it replays.
+    pub fn replayed_ns(&self) -> Option<u64> {
+        self.replay.as_ref().map(|r| r.1.round() as u64)
+    }
+
+    /// The CPUs the replay gave the program (its average), if it replays the run.
+    pub fn replay_cpus(&self) -> Option<f64> {
+        self.replay.as_ref().map(|r| r.0.cpus)
+    }
+
     pub fn hold_ns(&self, object_id: u64) -> Option<(u64, bool)> {
         self.holds.get(&object_id).copied()
     }
 }
+
+/// What the replay assumes, as the report and JSON say it.
+pub const REPLAY_ASSUMPTIONS: [&str; 5] = [
+    "the recorded threads run again on the CPUs the program had on average (its CPU time plus \
+     the idle CPUs the sampler saw); each thread's work keeps its length except the scaled \
+     critical sections, and the threads that have work share the CPUs",
+    "a lock held by one thread at a time (a mutex, a spin lock, a runtime's lock word) is \
+     locked again: a thread waits for it only while another holds it in the replay; any other \
+     wait ends when the thread that ended it reaches the same point of its own work, at once if \
+     it already has; waits nobody is known to have ended keep their length",
+    "a critical section is known where its holder released the lock to a waiter (from the \
+     holder's previous wait, at most the lock's longest measured hold), and after a wait that \
+     took the lock (its mean hold, when nobody waited for the release); the holds nobody \
+     waited for are shared among the threads seen holding the lock, by how often each released \
+     it to a waiter, as part of their work",
+    "time blocked in a system call or stopped, and time ready for a CPU while one was idle \
+     (being woken), keep their length; the run takes no less than a lock's critical sections \
+     one after another",
+    "the prediction is the run's measured time scaled by the replay's: the replay with \
+     nothing scaled stands for the run as measured",
+];
 
 /// What the estimate assumes, as the report and JSON say it.
 pub const ASSUMPTIONS: [&str; 4] = [
@@ -372,6 +493,13 @@ struct WhatIfJson<'a> {
     predicted_speedup: f64,
     bound: Bound,
     holds_estimated: bool,
+    /// How long the replay of the run as measured took, when the estimate replays the run
+    /// (absent: the bounds estimate it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replayed_duration_ns: Option<u64>,
+    /// The CPUs the replay gave the program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replay_cpus: Option<f64>,
     /// The phase between progress points the durations are of (absent: the whole run).
     #[serde(skip_serializing_if = "Option::is_none")]
     phase: Option<PhaseJson>,
@@ -476,6 +604,8 @@ pub fn run(
             predicted_speedup: p.speedup(),
             bound: p.bound,
             holds_estimated: p.holds_estimated,
+            replayed_duration_ns: basis.replayed_ns(),
+            replay_cpus: basis.replay_cpus(),
             phase: basis
                 .path
                 .phase
@@ -527,6 +657,14 @@ pub fn run(
         text.push_str(&format!(
             "  {}: {:.1}/s as measured; predicted {:.1}/s\n",
             t.name, t.per_second, t.predicted_per_second
+        ));
+    }
+    if let (Some(ns), Some(cpus)) = (basis.replayed_ns(), basis.replay_cpus()) {
+        text.push_str(&format!(
+            "  the replay of the run as measured, on {cpus:.2} CPUs, takes {} against the {} \
+             measured\n",
+            crate::report::fmt_ns(ns),
+            crate::report::fmt_ns(p.baseline_ns)
         ));
     }
     text.push_str("  an estimate, assuming:\n");
@@ -884,6 +1022,7 @@ pub fn bound_text(ctx: &mut Ctx<'_>, b: Bound) -> String {
         ),
         Bound::Cpus => "the program's CPU time over the machine's CPUs".into(),
         Bound::Thread { tid } => format!("the CPU time of {}", ctx.thread_label(tid)),
+        Bound::Replay => "the replay of the recorded threads".into(),
     }
 }
 
@@ -911,6 +1050,7 @@ mod tests {
             holds: BTreeMap::new(),
             running: BTreeMap::new(),
             ready: BTreeMap::new(),
+            replay: None,
         }
     }
 

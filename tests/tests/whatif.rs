@@ -50,6 +50,22 @@ fn a_lock_that_serialises_the_run_is_predicted_to_pay_off_and_an_idle_one_not() 
         lock >= 1.5,
         "halving the lock's sections of a serialised run: {doc}"
     );
+    // The estimate replays the recorded threads, and the replay of the run as measured comes
+    // close to the run itself.
+    assert_eq!(doc["bound"]["kind"], "replay", "{doc}");
+    let replayed = doc["replayed_duration_ns"].as_f64().expect("replayed");
+    let measured = doc["baseline_duration_ns"].as_f64().expect("baseline");
+    assert!(
+        (replayed / measured - 1.0).abs() < 0.3,
+        "the replay of the run as measured: {replayed} against {measured}"
+    );
+    let cpus = std::thread::available_parallelism().map_or(1024, |n| n.get()) as f64;
+    assert!(
+        doc["replay_cpus"]
+            .as_f64()
+            .is_some_and(|c| c > 0.0 && c <= cpus),
+        "{doc}"
+    );
     let free = whatif(&log, "tuned_lock=0")["predicted_speedup"]
         .as_f64()
         .expect("speed-up");

@@ -343,18 +343,28 @@ impl<'a> Ctx<'a> {
     pub fn critical(&self) -> Option<&crate::critical::Path> {
         self.critical
             .get_or_init(|| {
-                let locks = self
-                    .runtime_groups
-                    .iter()
-                    .flatten()
-                    .filter(|(_, &g)| g == crate::findings::Group::Lock)
-                    .map(|(&id, _)| id)
-                    .collect();
+                let locks = self.lock_words();
                 crate::critical::critical_path(self.model, self.summary, &locks, self.walk)
                     .ok()
                     .flatten()
             })
             .as_ref()
+    }
+
+    /// The futex words whose code says they are locks (`findings::runtime_group`).
+    fn lock_words(&self) -> std::collections::HashSet<u64> {
+        self.runtime_groups
+            .iter()
+            .flatten()
+            .filter(|(_, &g)| g == crate::findings::Group::Lock)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// The recorded threads, ready for what-if to run again; None when the one read did not
+    /// gather them (a flight recorder's log) or the log is past the replay's size.
+    pub fn replay(&self) -> Option<crate::critical::replay::Replay> {
+        crate::critical::replay::Replay::of(self.model, self.walk?, &self.lock_words())
     }
 
     /// Where the object was created (the first frame of the program's own code, see
