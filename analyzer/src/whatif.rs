@@ -188,14 +188,17 @@ impl Basis {
         if running.is_empty() {
             return None;
         }
-        let replay = if phase_share.is_none() {
-            ctx.replay().and_then(|r| {
-                let (base, _) = r.run(|_| 1.0, |_| 1.0);
+        // With a phase, the replay's phase stands for it (when the replay could place both its
+        // ends); else the run.
+        let in_phase = phase_share.is_some();
+        let replay = ctx
+            .replay()
+            .filter(|r| !in_phase || r.has_phase())
+            .and_then(|r| {
+                let base = r.run(|_| 1.0, |_| 1.0);
+                let base = if in_phase { base.phase? } else { base.end };
                 (base > 0.0).then_some((r, base))
-            })
-        } else {
-            None
-        };
+            });
         Some(Basis {
             replay,
             run_ns: if phase_share.is_some() {
@@ -290,10 +293,15 @@ impl Basis {
         let cap = self.run_ns.saturating_mul(1000);
         if let Some((replay, base)) = &self.replay {
             let outside = self.outside_factors(replay, changes);
-            let (then, _) = replay.run(
+            let out = replay.run(
                 |o| changes.get(&o).copied().unwrap_or(1.0),
                 |t| outside.get(&t).copied().unwrap_or(1.0),
             );
+            let then = if self.phase_share.is_some() {
+                out.phase.unwrap_or(*base)
+            } else {
+                out.end
+            };
             let mut predicted = self.run_ns as f64 * then / base;
             if changes.values().all(|&f| f <= 1.0) {
                 // Shorter sections make no run longer: a replay that says so met an order the
@@ -302,8 +310,14 @@ impl Basis {
             }
             let mut bound = Bound::Replay;
             // No lock's sections take less than all of them one after another (a hold total
-            // estimated past the run's length is taken as the run's: they cannot overlap).
-            for (&o, &(hold, _)) in &self.holds {
+            // estimated past the run's length is taken as the run's: they cannot overlap). Not
+            // for a phase: the holds are the run's.
+            let holds = if self.phase_share.is_some() {
+                BTreeMap::new()
+            } else {
+                self.holds.clone()
+            };
+            for (&o, &(hold, _)) in &holds {
                 let serial = changes.get(&o).copied().unwrap_or(1.0) * hold.min(self.run_ns) as f64;
                 if serial > predicted {
                     predicted = serial;
@@ -384,7 +398,11 @@ impl Basis {
     /// was taken.
     pub fn assumptions(&self) -> Vec<&'static str> {
         if self.replay.is_some() {
-            return REPLAY_ASSUMPTIONS.to_vec();
+            let mut a = REPLAY_ASSUMPTIONS.to_vec();
+            if self.phase_share.is_some() {
+                a.push(REPLAY_PHASE_ASSUMPTION);
+            }
+            return a;
         }
         let mut a = ASSUMPTIONS.to_vec();
         if self.phase_share.is_some() {
@@ -429,6 +447,13 @@ pub const REPLAY_ASSUMPTIONS: [&str; 5] = [
     "the prediction is the run's measured time scaled by the replay's: the replay with \
      nothing scaled stands for the run as measured",
 ];
+
+/// Said when the replay's estimate is of a phase between progress points.
+pub const REPLAY_PHASE_ASSUMPTION: &str = "the phase between the first and the last progress \
+     mark takes the run's place: the log does not say which thread reached a mark, so each end \
+     is placed on every thread that was running then (not in a wait), and the replay's phase \
+     runs from the earliest of them reaching the start to the latest reaching the end; each \
+     point's visits stay as many, so its throughput moves with the phase's time";
 
 /// What the estimate assumes, as the report and JSON say it.
 pub const ASSUMPTIONS: [&str; 4] = [
@@ -661,8 +686,13 @@ pub fn run(
     }
     if let (Some(ns), Some(cpus)) = (basis.replayed_ns(), basis.replay_cpus()) {
         text.push_str(&format!(
-            "  the replay of the run as measured, on {cpus:.2} CPUs, takes {} against the {} \
+            "  the replay of the {} as measured, on {cpus:.2} CPUs, takes {} against the {} \
              measured\n",
+            if basis.phase_share.is_some() {
+                "phase"
+            } else {
+                "run"
+            },
             crate::report::fmt_ns(ns),
             crate::report::fmt_ns(p.baseline_ns)
         ));

@@ -166,6 +166,16 @@ fn a_server_marking_its_requests_gets_their_throughput_and_latency_and_its_phase
     );
     let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(doc["phase"]["start_ns"].is_u64(), "{doc}");
+    // It replays the phase: the replay of the phase as measured comes close to the phase, and
+    // halving the sections of the lock the workers are serialised on pays off.
+    assert_eq!(doc["bound"]["kind"], "replay", "{doc}");
+    let replayed = doc["replayed_duration_ns"].as_f64().expect("replayed");
+    let phase = doc["baseline_duration_ns"].as_f64().expect("baseline");
+    assert!(
+        (replayed / phase - 1.0).abs() < 0.3,
+        "the replay of the phase as measured: {replayed} against {phase}"
+    );
+    assert!(doc["predicted_speedup"].as_f64() > Some(1.3), "{doc}");
     let names: Vec<&str> = doc["throughput"]
         .as_array()
         .expect("throughput")

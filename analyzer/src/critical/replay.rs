@@ -108,6 +108,23 @@ pub struct Replay {
     pub cpus: f64,
     /// The track whose end is the run's.
     last: u32,
+    /// Where the phase between progress points begins and ends in each thread that was not
+    /// waiting then (the one that reached the mark was running): (items done, which end: 0 the
+    /// start, 1 the end), by track, in order.
+    probes: Vec<Vec<(u32, u8)>>,
+}
+
+/// A replay's outcome.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outcome {
+    /// When the run ended, from its start.
+    pub end: f64,
+    /// Waits let go because nothing was left to end them (0 when the recorded order held).
+    pub let_go: u64,
+    /// The phase's length: from the earliest of the threads that were running at its start
+    /// reaching it to the latest of those running at its end reaching that (None without a
+    /// phase, or when none reached it).
+    pub phase: Option<f64>,
 }
 
 /// A sampled piece of time as the replay takes it.
@@ -214,6 +231,11 @@ impl Replay {
         let mut marks_at: Vec<Vec<(u64, u32, u32)>> = vec![Vec::new(); tids.len()];
         let mut wait_marks: Vec<Vec<(u32, u32)>> = Vec::with_capacity(tids.len());
         let mut start_marks = vec![NO_MARK; tids.len()];
+        let mut probe_marks: Vec<(u32, u8)> = Vec::new();
+        let phase = model
+            .progress
+            .phase()
+            .filter(|&(a, b)| a >= run_start && b <= run_end);
         let mut nmarks = 0u32;
         // Whether a wait took its object, by the object's place and the wait's rule.
         let mut takes: Vec<[Option<bool>; 3]> = vec![[None; 3]; input.ids.len()];
@@ -247,6 +269,16 @@ impl Replay {
                 marks_at[p as usize].push((life.start, nmarks, 0));
                 start_marks[i] = nmarks;
                 nmarks = nmarks.checked_add(1).filter(|&n| n < NO_WAIT)?;
+            }
+            // The phase's ends, on a thread alive and not waiting then.
+            for (end, at) in phase.iter().flat_map(|&(a, b)| [(0u8, a), (1u8, b)]) {
+                let j = life.waits.partition_point(|s| s.end <= at);
+                let waiting = life.waits.get(j).is_some_and(|s| s.begin <= at);
+                if at >= life.start && at <= life.end && !waiting {
+                    marks_at[i].push((at, nmarks, 0));
+                    probe_marks.push((nmarks, end));
+                    nmarks = nmarks.checked_add(1).filter(|&n| n < NO_WAIT)?;
+                }
             }
         }
         let mut marks = vec![(0u32, 0u32); nmarks as usize];
@@ -311,7 +343,16 @@ impl Replay {
             life.waits = Vec::new();
         }
         let ncpus = f64::from(model.run.as_ref().map_or(1, |r| r.ncpus.max(1)));
+        let mut probes: Vec<Vec<(u32, u8)>> = vec![Vec::new(); tracks.len()];
+        for (m, end) in probe_marks {
+            let (track, k) = marks[m as usize];
+            probes[track as usize].push((k, end));
+        }
+        for p in &mut probes {
+            p.sort_unstable();
+        }
         Some(Replay {
+            probes,
             cpus: cpus_had(model, input, ncpus, run_start, run_end),
             last: *place.get(&last_tid)?,
             tracks,
@@ -331,11 +372,15 @@ impl Replay {
         self.tracks.iter().map(|t| (t.tid, t.outside_work))
     }
 
+    /// Whether the replay measures the phase between progress points ([`Outcome::phase`]).
+    pub fn has_phase(&self) -> bool {
+        let ends = |e| self.probes.iter().flatten().any(|p| p.1 == e);
+        ends(0) && ends(1)
+    }
+
     /// Runs the threads again: the known sections of lock `o` take `section(o)` times as long,
-    /// each thread's work outside them `outside(tid)` times. Returns when the run ended, from
-    /// its start, and how many waits had to be let go because nothing was left to end them (0
-    /// when the recorded order held).
-    pub fn run(&self, section: impl Fn(u64) -> f64, outside: impl Fn(u32) -> f64) -> (f64, u64) {
+    /// each thread's work outside them `outside(tid)` times.
+    pub fn run(&self, section: impl Fn(u64) -> f64, outside: impl Fn(u32) -> f64) -> Outcome {
         let factor: Vec<f64> = self.objects.iter().map(|&o| clean(section(o))).collect();
         let out: Vec<f64> = self.tracks.iter().map(|t| clean(outside(t.tid))).collect();
         Sim::new(self, factor, out).run()
@@ -666,6 +711,10 @@ struct Sim<'a> {
     t: f64,
     service: f64,
     released: u64,
+    /// Each thread's next probe, and when the phase's ends were reached: the earliest start,
+    /// the latest end.
+    next_probe: Vec<usize>,
+    phase: [Option<f64>; 2],
 }
 
 impl<'a> Sim<'a> {
@@ -684,6 +733,8 @@ impl<'a> Sim<'a> {
             t: 0.0,
             service: 0.0,
             released: 0,
+            next_probe: vec![0; n],
+            phase: [None; 2],
         }
     }
 
@@ -696,7 +747,36 @@ impl<'a> Sim<'a> {
         }
     }
 
-    fn run(mut self) -> (f64, u64) {
+    fn outcome(&self) -> Outcome {
+        Outcome {
+            end: self.t,
+            let_go: self.released,
+            phase: match self.phase {
+                [Some(a), Some(b)] => Some((b - a).max(0.0)),
+                _ => None,
+            },
+        }
+    }
+
+    /// Notes the phase's ends thread `i` has reached.
+    fn probe(&mut self, i: usize) {
+        let probes = self.r.probes.get(i).map_or(&[][..], |p| &p[..]);
+        while let Some(&(k, end)) = probes.get(self.next_probe[i]) {
+            if k > self.done[i] {
+                break;
+            }
+            let t = self.t;
+            let e = &mut self.phase[end as usize];
+            *e = Some(match (*e, end) {
+                (None, _) => t,
+                (Some(x), 0) => x.min(t),
+                (Some(x), _) => x.max(t),
+            });
+            self.next_probe[i] += 1;
+        }
+    }
+
+    fn run(mut self) -> Outcome {
         let mut ready: Vec<u32> = Vec::new();
         for (i, tr) in self.r.tracks.iter().enumerate() {
             if tr.start_mark == NO_MARK {
@@ -718,7 +798,7 @@ impl<'a> Sim<'a> {
         let last = self.r.last as usize;
         loop {
             if self.at[last] == At::Done {
-                return (self.t, self.released);
+                return self.outcome();
             }
             let rate = self.rate();
             let by_work = self
@@ -739,7 +819,7 @@ impl<'a> Sim<'a> {
                     let Some(i) = (0..self.at.len())
                         .find(|&i| matches!(self.at[i], At::Blocked | At::Unstarted))
                     else {
-                        return (self.t, self.released);
+                        return self.outcome();
                     };
                     self.released += 1;
                     for h in &mut self.waiters {
@@ -798,6 +878,7 @@ impl<'a> Sim<'a> {
             let iu = i as usize;
             loop {
                 self.wake(i, ready);
+                self.probe(iu);
                 let Some(&item) = self.r.tracks[iu].items.get(self.done[iu] as usize) else {
                     self.at[iu] = At::Done;
                     break;
@@ -907,6 +988,10 @@ mod tests {
     use super::*;
     use crate::critical::Takes;
 
+    fn ran(o: Outcome) -> (f64, u64) {
+        (o.end, o.let_go)
+    }
+
     fn replay(tracks: Vec<Track>, marks: Vec<(u32, u32)>, cpus: f64) -> Replay {
         Replay {
             objects: vec![7],
@@ -915,6 +1000,7 @@ mod tests {
             marks,
             cpus,
             last: 0,
+            probes: Vec::new(),
         }
     }
 
@@ -957,13 +1043,13 @@ mod tests {
             vec![(0, 0), (0, 0), (1, 1), (2, 2), (1, 3), (2, 2)],
             2.0,
         );
-        let (base, let_go) = r.run(|_| 1.0, |_| 1.0);
+        let (base, let_go) = ran(r.run(|_| 1.0, |_| 1.0));
         assert_eq!(let_go, 0);
         assert!((base - 300.0).abs() < 1e-6, "{base}");
-        let (half, _) = r.run(|_| 0.5, |_| 1.0);
+        let (half, _) = ran(r.run(|_| 0.5, |_| 1.0));
         assert!((half - 150.0).abs() < 1e-6, "{half}");
         // Only the work outside: no change.
-        let (outside, _) = r.run(|_| 1.0, |_| 0.5);
+        let (outside, _) = ran(r.run(|_| 1.0, |_| 0.5));
         assert!((outside - 300.0).abs() < 1e-6, "{outside}");
     }
 
@@ -989,10 +1075,10 @@ mod tests {
             vec![(1, 4), (2, 4)],
             2.0,
         );
-        let (t, let_go) = r.run(|_| 1.0, |_| 1.0);
+        let (t, let_go) = ran(r.run(|_| 1.0, |_| 1.0));
         assert_eq!(let_go, 0);
         assert!((t - 300.0).abs() < 1e-6, "{t}");
-        let (t, _) = r.run(|_| 0.5, |_| 1.0);
+        let (t, _) = ran(r.run(|_| 0.5, |_| 1.0));
         assert!((t - 200.0).abs() < 1e-6, "{t}");
         // The same sections as single items.
         let fused = |tid| {
@@ -1007,9 +1093,9 @@ mod tests {
             vec![(1, 2), (2, 2)],
             2.0,
         );
-        assert!((r2.run(|_| 1.0, |_| 1.0).0 - 300.0).abs() < 1e-6);
-        assert!((r2.run(|_| 0.5, |_| 1.0).0 - 200.0).abs() < 1e-6);
-        assert!((r2.run(|_| 0.0, |_| 1.0).0 - 100.0).abs() < 1e-6);
+        assert!((r2.run(|_| 1.0, |_| 1.0).end - 300.0).abs() < 1e-6);
+        assert!((r2.run(|_| 0.5, |_| 1.0).end - 200.0).abs() < 1e-6);
+        assert!((r2.run(|_| 0.0, |_| 1.0).end - 100.0).abs() < 1e-6);
         // A thread that comes to the lock when it is free does not wait.
         let late = track(
             3,
@@ -1022,7 +1108,7 @@ mod tests {
             ],
         );
         let r = replay(vec![joiner(), taker(2), late], vec![(1, 4), (2, 4)], 2.0);
-        let (t, _) = r.run(|_| 1.0, |_| 1.0);
+        let (t, _) = ran(r.run(|_| 1.0, |_| 1.0));
         assert!((t - 260.0).abs() < 1e-6, "{t}");
     }
 
@@ -1059,6 +1145,26 @@ mod tests {
         assert_eq!(s, vec![(300, 450, 1), (600, 640, 1), (750, 900, 1)]);
     }
 
+    /// The phase between progress points runs from the earliest thread at its start to the
+    /// latest at its end.
+    #[test]
+    fn the_phase_is_measured_between_its_ends_on_the_threads_that_ran_then() {
+        let a = track(1, NO_MARK, vec![work(100), work(200), work(50)]);
+        let b = track(2, NO_MARK, vec![work(150), work(100)]);
+        let mut r = replay(vec![a, b], vec![], 2.0);
+        // The start: after a's first item (100) and b's first (150); the end: after a's second
+        // (300) and b's second (250).
+        r.probes = vec![vec![(1, 0), (2, 1)], vec![(1, 0), (2, 1)]];
+        let o = r.run(|_| 1.0, |_| 1.0);
+        assert_eq!(o.phase, Some(200.0));
+        assert!((o.end - 350.0).abs() < 1e-6);
+        let o = r.run(|_| 1.0, |_| 0.5);
+        assert_eq!(o.phase, Some(100.0));
+        // No end reached: no phase.
+        r.probes = vec![vec![(1, 0)], vec![]];
+        assert_eq!(r.run(|_| 1.0, |_| 1.0).phase, None);
+    }
+
     /// Three threads of work on two CPUs share them; a wait for a point already passed vanishes.
     #[test]
     fn the_cpus_are_shared_and_a_passed_point_is_not_waited_for() {
@@ -1074,16 +1180,16 @@ mod tests {
         let a = track(2, NO_MARK, vec![work(300)]);
         let b = track(3, NO_MARK, vec![work(300)]);
         let r = replay(vec![main, a, b], vec![(1, 1), (2, 1)], 2.0);
-        let (t, _) = r.run(|_| 1.0, |_| 1.0);
+        let (t, _) = ran(r.run(|_| 1.0, |_| 1.0));
         // 900 of work on 2 CPUs.
         assert!((t - 450.0).abs() < 1e-6, "{t}");
         let r1 = Replay {
             cpus: 1.0,
             ..r.clone()
         };
-        assert!((r1.run(|_| 1.0, |_| 1.0).0 - 900.0).abs() < 1e-6);
+        assert!((r1.run(|_| 1.0, |_| 1.0).end - 900.0).abs() < 1e-6);
         // Main's own work halved: it still waits for the others' 300 each, shared on 2 CPUs.
-        let (t, _) = r.run(|_| 1.0, |tid| if tid == 1 { 0.5 } else { 1.0 });
+        let (t, _) = ran(r.run(|_| 1.0, |tid| if tid == 1 { 0.5 } else { 1.0 }));
         assert!((t - 375.0).abs() < 1e-6, "{t}");
     }
 
@@ -1104,11 +1210,11 @@ mod tests {
             ],
         );
         let r = replay(vec![main], vec![], 1.0);
-        assert!((r.run(|_| 0.0, |_| 0.0).0 - 70.0).abs() < 1e-6);
+        assert!((r.run(|_| 0.0, |_| 0.0).end - 70.0).abs() < 1e-6);
         let a = track(1, NO_MARK, vec![Item::Wait { ns: 5, mark: 0 }, work(10)]);
         let b = track(2, NO_MARK, vec![Item::Wait { ns: 5, mark: 1 }, work(10)]);
         let r = replay(vec![a, b], vec![(1, 1), (0, 1)], 2.0);
-        let (t, let_go) = r.run(|_| 1.0, |_| 1.0);
+        let (t, let_go) = ran(r.run(|_| 1.0, |_| 1.0));
         assert!(let_go >= 1 && t.is_finite(), "{t} {let_go}");
     }
 }
