@@ -422,10 +422,13 @@ fn lost_parallelism_is_attributed_to_the_mutex_and_absent_when_cpu_bound() {
         .filter(|b| b["runnable"] == true)
         .map(|b| u(&b["ns"]))
         .sum();
-    // Lost to the mutex, the barrier or a CPU only (each interval's shares are rounded down:
-    // a few ns each).
+    // Lost to the mutex, the barrier or a CPU (each interval's shares are rounded down: a few
+    // ns each), save what a look caught blocked in a futex call the shim does not track (a CI
+    // run saw one: 9.8 ms on an untracked word in a mapping of libraries or stacks, as threads
+    // start or end): the look gives that word its interval. At most two such intervals.
+    let interval = u(&states["interval_ns"]);
     assert!(
-        on_mutex + on_barrier + on_cpu + 1000 >= lost_ns,
+        on_mutex + on_barrier + on_cpu + 1000 + 2 * interval >= lost_ns,
         "lost to something else: {lost}"
     );
     // The barrier's waits are brief (a wake-up each), but an interval is attributed by what a
