@@ -233,37 +233,20 @@ impl Basis {
                 continue;
             };
             let hold = hold as f64;
-            // Each holder's part of the holds: by how often it released the lock to a waiter
-            // (a lock held long is the one others wait for), else by its CPU time.
-            let holders = p.holders.get(&o).map(Vec::as_slice).unwrap_or(&[]);
-            let cpu = |t: u32| self.running.get(&t).copied().unwrap_or(0) as f64;
-            let releases: f64 = holders.iter().map(|h| h.1 as f64).sum();
-            let weight = |h: &(u32, u64)| {
-                if releases > 0.0 {
-                    h.1 as f64 / releases
-                } else {
-                    let all: f64 = holders.iter().map(|h| cpu(h.0)).sum();
-                    if all > 0.0 {
-                        cpu(h.0) / all
-                    } else {
-                        0.0
-                    }
-                }
-            };
             let unseen = (hold - p.ns(&Cause::Held(o)) as f64).max(0.0);
-            for h in holders {
-                let c = cpu(h.0);
+            for (tid, weight) in self.holder_weights(o) {
+                let c = self.cpu(tid);
                 if c <= 0.0 {
                     continue;
                 }
                 // The holds the path did not see as such are part of this thread's computing
                 // there: its work, and its waits for a CPU (less work, less of those).
-                let ready = self.ready.get(&h.0).copied().unwrap_or(0) as f64;
-                let on_path = (weight(h) * unseen / (c + ready)).min(1.0);
-                let computing = p.ns(&Cause::Work(h.0)) + p.ns(&Cause::CpusBusy(h.0));
+                let ready = self.ready.get(&tid).copied().unwrap_or(0) as f64;
+                let on_path = (weight * unseen / (c + ready)).min(1.0);
+                let computing = p.ns(&Cause::Work(tid)) + p.ns(&Cause::CpusBusy(tid));
                 path -= cut * on_path * computing as f64;
-                let share = (weight(h) * hold / c).min(1.0);
-                if let Some(t) = thread_cpu.get_mut(&h.0) {
+                let share = (weight * hold / c).min(1.0);
+                if let Some(t) = thread_cpu.get_mut(&tid) {
                     let saved = cut * share * c;
                     *t -= saved;
                     total_cpu -= saved;
@@ -312,12 +295,8 @@ impl Basis {
             // No lock's sections take less than all of them one after another (a hold total
             // estimated past the run's length is taken as the run's: they cannot overlap). Not
             // for a phase: the holds are the run's.
-            let holds = if self.phase_share.is_some() {
-                BTreeMap::new()
-            } else {
-                self.holds.clone()
-            };
-            for (&o, &(hold, _)) in &holds {
+            let holds = self.holds.iter().filter(|_| self.phase_share.is_none());
+            for (&o, &(hold, _)) in holds {
                 let serial = changes.get(&o).copied().unwrap_or(1.0) * hold.min(self.run_ns) as f64;
                 if serial > predicted {
                     predicted = serial;
@@ -352,9 +331,36 @@ impl Basis {
         }
     }
 
+    /// Thread `t`'s CPU time.
+    fn cpu(&self, t: u32) -> f64 {
+        self.running.get(&t).copied().unwrap_or(0) as f64
+    }
+
+    /// Each thread seen holding lock `o`, with its part of the lock's holds: by how often it
+    /// released the lock to a waiter (a lock held long is the one others wait for), else by
+    /// its CPU time.
+    fn holder_weights(&self, o: u64) -> Vec<(u32, f64)> {
+        let holders = self.path.holders.get(&o).map(Vec::as_slice).unwrap_or(&[]);
+        let releases: f64 = holders.iter().map(|h| h.1 as f64).sum();
+        let all_cpu: f64 = holders.iter().map(|h| self.cpu(h.0)).sum();
+        holders
+            .iter()
+            .map(|h| {
+                let w = if releases > 0.0 {
+                    h.1 as f64 / releases
+                } else if all_cpu > 0.0 {
+                    self.cpu(h.0) / all_cpu
+                } else {
+                    0.0
+                };
+                (h.0, w)
+            })
+            .collect()
+    }
+
     /// For the replay: how much each thread's work outside the known critical sections takes
     /// with `changes`. The holds of a scaled lock that the replay does not place (nobody waited
-    /// for them) are spread over its holders as [`Basis::bounds`] spreads them: each holder's
+    /// for them) are spread over its holders ([`Basis::holder_weights`]): each holder's
     /// part of them is that part of its work outside the known sections.
     fn outside_factors(&self, replay: &Replay, changes: &HashMap<u64, f64>) -> HashMap<u32, f64> {
         let seen: HashMap<u64, u64> = replay.sections().collect();
@@ -365,24 +371,13 @@ impl Basis {
                 continue;
             };
             let unseen = hold.saturating_sub(seen.get(&o).copied().unwrap_or(0)) as f64;
-            let holders = self.path.holders.get(&o).map(Vec::as_slice).unwrap_or(&[]);
-            let cpu = |t: u32| self.running.get(&t).copied().unwrap_or(0) as f64;
-            let releases: f64 = holders.iter().map(|h| h.1 as f64).sum();
-            let all_cpu: f64 = holders.iter().map(|h| cpu(h.0)).sum();
-            for h in holders {
-                let weight = if releases > 0.0 {
-                    h.1 as f64 / releases
-                } else if all_cpu > 0.0 {
-                    cpu(h.0) / all_cpu
-                } else {
-                    0.0
-                };
-                let work = outside.get(&h.0).copied().unwrap_or(0) as f64;
+            for (tid, weight) in self.holder_weights(o) {
+                let work = outside.get(&tid).copied().unwrap_or(0) as f64;
                 if work <= 0.0 {
                     continue;
                 }
                 let share = (weight * unseen / work).min(1.0);
-                let g = f.entry(h.0).or_insert(1.0);
+                let g = f.entry(tid).or_insert(1.0);
                 *g = (*g - (1.0 - factor) * share).max(0.0);
             }
         }
