@@ -655,7 +655,7 @@ fn add_wait(histograms: &mut BTreeMap<u64, Histogram>, object: u64, end: u64, be
     }
 }
 /// Chunks (batches, one `WaitEvents` record each) of one thread's flight-recorder ring: the
-/// shim's `RING` (`shim/src/track/events.rs`), 1 KB each. A thread whose ring dropped waits
+/// shim's `RING` (`core/src/track/events.rs`), 1 KB each. A thread whose ring dropped waits
 /// and whose every chunk was kept had a full ring: it lost waits right before its oldest kept.
 pub const RING_CHUNKS: u64 = 64;
 /// Bytes of one thread's flight-recorder ring ([`RING_CHUNKS`] chunks of 1 KB).

@@ -20,6 +20,8 @@ pub static HOOKS: Hooks = Hooks {
 
 /// Registers the layers above the core and starts tracking (the library constructor).
 pub fn start() {
+    #[cfg(not(test))]
+    crate::interpose::settle();
     crate::track::hooks::register(&HOOKS);
     crate::track::init();
 }

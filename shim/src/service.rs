@@ -196,7 +196,8 @@ extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     // are found by their own names; `request` finds this one by it).
     unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
     SERVICE_TID.store(gettid(), Ordering::Release);
-    let own_table = crate::fdtable::separate();
+    // Under a filter from the start, `unshare` may be one it kills for.
+    let own_table = !crate::confinement::seccomp_at_start() && crate::fdtable::separate();
     if let Some(tr) = tracker() {
         tr.log.open_for_shim_thread(own_table);
     }

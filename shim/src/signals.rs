@@ -1,11 +1,7 @@
 //! The shim's signal handlers (data requests, live holder stacks): installed only on signals the
 //! program leaves alone, with `SA_RESTART` so that the system calls that can be restarted are.
 
-use crate::real::RealFn;
-
-/// The C library's `sigaction`: the shim's own handlers must not go through the wrapper that
-/// puts the program's handlers behind a trampoline (interpose/signal.rs).
-pub static SIGACTION: RealFn = RealFn::new(b"sigaction\0");
+use crate::real::SIGACTION;
 
 /// The real `sigaction`.
 ///

@@ -6,22 +6,10 @@
 
 use libc::{c_int, c_uint, pthread_barrier_t, pthread_barrierattr_t};
 
-use crate::real::real_fns;
 use crate::track::barrier;
 use crate::track::engage;
 
-pub fn resolve() {
-    real::slot::resolve();
-}
-
-mod real {
-    use libc::{c_int, c_uint, pthread_barrier_t, pthread_barrierattr_t};
-    super::real_fns! {
-        pthread_barrier_init: fn(b: *mut pthread_barrier_t, a: *const pthread_barrierattr_t, count: c_uint) -> c_int;
-        pthread_barrier_destroy: fn(b: *mut pthread_barrier_t) -> c_int;
-        pthread_barrier_wait: fn(b: *mut pthread_barrier_t) -> c_int;
-    }
-}
+use crate::real::barrier as real;
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_barrier_init(

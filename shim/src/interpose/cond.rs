@@ -24,57 +24,7 @@ const KIND: ObjectKind = ObjectKind::Cond;
 /// The C library's functions, bound to the `GLIBC_2.3.2` versions. Called through `C-unwind`
 /// pointers: a wait is a cancellation point, and glibc cancels a thread by unwinding it through
 /// our frames (our bookkeeping runs on the way out, see [`Pending`]).
-mod real {
-    use libc::{c_int, clockid_t, pthread_cond_t, pthread_condattr_t, pthread_mutex_t, timespec};
-
-    use crate::real::RealFn;
-
-    const V: &[u8] = b"GLIBC_2.3.2\0";
-    static INIT: RealFn = RealFn::versioned(b"pthread_cond_init\0", V);
-    static DESTROY: RealFn = RealFn::versioned(b"pthread_cond_destroy\0", V);
-    static WAIT: RealFn = RealFn::versioned(b"pthread_cond_wait\0", V);
-    static TIMEDWAIT: RealFn = RealFn::versioned(b"pthread_cond_timedwait\0", V);
-    pub static SIGNAL: RealFn = RealFn::versioned(b"pthread_cond_signal\0", V);
-    pub static BROADCAST: RealFn = RealFn::versioned(b"pthread_cond_broadcast\0", V);
-    /// Added in glibc 2.30 (versions `GLIBC_2.30` and `GLIBC_2.34`, both the new implementation):
-    /// the default version is the right one.
-    static CLOCKWAIT: RealFn = RealFn::new(b"pthread_cond_clockwait\0");
-
-    pub fn resolve() {
-        for f in [
-            &INIT, &DESTROY, &WAIT, &TIMEDWAIT, &SIGNAL, &BROADCAST, &CLOCKWAIT,
-        ] {
-            f.available();
-        }
-    }
-
-    macro_rules! forward {
-        ($($name:ident = $slot:ident: fn($($arg:ident: $t:ty),*);)*) => {$(
-            pub unsafe fn $name($($arg: $t),*) -> c_int {
-                let f: unsafe extern "C-unwind" fn($($t),*) -> c_int =
-                    // SAFETY: the slot holds the address of glibc's function of this name, whose
-                    // C signature is the one declared here (from <pthread.h>).
-                    unsafe { std::mem::transmute::<usize, _>($slot.get()) };
-                // SAFETY: forwarding the caller's arguments.
-                unsafe { f($($arg),*) }
-            }
-        )*};
-    }
-
-    forward! {
-        init = INIT: fn(c: *mut pthread_cond_t, a: *const pthread_condattr_t);
-        destroy = DESTROY: fn(c: *mut pthread_cond_t);
-        wait = WAIT: fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t);
-        timedwait = TIMEDWAIT: fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, ts: *const timespec);
-        clockwait = CLOCKWAIT: fn(c: *mut pthread_cond_t, m: *mut pthread_mutex_t, clk: clockid_t, ts: *const timespec);
-        signal = SIGNAL: fn(c: *mut pthread_cond_t);
-        broadcast = BROADCAST: fn(c: *mut pthread_cond_t);
-    }
-}
-
-pub fn resolve() {
-    real::resolve();
-}
+use crate::real::cond as real;
 
 /// Whether glibc would wait with this deadline at all: it answers EINVAL at once, before touching
 /// the mutex, for a deadline out of range (and crashes on a null one, which it must do itself).

@@ -23,13 +23,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_int, c_long};
 
-use crate::real::RealFn;
 use crate::track::futex::{self, WaitCall};
 
 const SYS_FUTEX: c_long = libc::SYS_futex;
 const SYS_SECCOMP: c_long = libc::SYS_seccomp;
 
-static SYSCALL: RealFn = RealFn::new(b"syscall\0");
+use crate::real::futex::SYSCALL;
 /// glibc's `syscall` for the trampoline; 0 until resolved, which sends every call to
 /// `c/syscall.c` (it forwards them itself before the hook is set).
 static REAL: AtomicUsize = AtomicUsize::new(0);

@@ -12,16 +12,10 @@ pub mod signal;
 pub mod spin;
 pub mod thread;
 
-/// Resolves the real functions of every family (see [`crate::real::resolve_all`]).
-pub fn resolve_all() {
+/// What the wrappers learn from the C library's functions once they are resolved (the table,
+/// `crate::real`, is the core's): whether another interposer follows the shim's mutex functions,
+/// and the futex trampoline's hook. From the library constructor.
+pub fn settle() {
     mutex::resolve();
-    cond::resolve();
-    rwlock::resolve();
-    spin::resolve();
-    barrier::resolve();
-    sem::resolve();
-    signal::resolve();
-    thread::resolve();
-    process::resolve();
     futex::resolve();
 }

@@ -47,17 +47,7 @@ pub unsafe extern "C" fn dlopen(file: *const c_char, flags: c_int) -> *mut c_voi
     h
 }
 
-mod real_exec {
-    use libc::{c_char, c_int};
-    crate::real::real_fns! {
-        execve: fn(p: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
-        execv: fn(p: *const c_char, a: *const *const c_char) -> c_int;
-        execvp: fn(f: *const c_char, a: *const *const c_char) -> c_int;
-        execvpe: fn(f: *const c_char, a: *const *const c_char, e: *const *const c_char) -> c_int;
-        fexecve: fn(fd: c_int, a: *const *const c_char, e: *const *const c_char) -> c_int;
-        execveat: fn(d: c_int, p: *const c_char, a: *const *const c_char, e: *const *const c_char, f: c_int) -> c_int;
-    }
-}
+use crate::real::exec as real_exec;
 
 /// Runs `call`, an exec of `what`, with the log ended before it (see [`track::before_exec`])
 /// and taken up again if it fails; errno is the exec's.
@@ -196,20 +186,9 @@ type StartMainFn = unsafe extern "C" fn(
 
 /// The program's `main`, called through `main_returns` so its return value is the exit status.
 static PROGRAM_MAIN: AtomicUsize = AtomicUsize::new(0);
-static START_MAIN: real::RealFn = real::RealFn::new(b"__libc_start_main\0");
+use crate::real::process::START_MAIN;
 
-pub fn resolve() {
-    START_MAIN.available();
-    real_exec::slot::resolve();
-    real_process::slot::resolve();
-}
-
-mod real_process {
-    crate::real::real_fns! {
-        fork: fn() -> libc::pid_t;
-        prctl: fn(option: libc::c_int, a2: libc::c_ulong, a3: libc::c_ulong, a4: libc::c_ulong, a5: libc::c_ulong) -> libc::c_int;
-    }
-}
+use crate::real::process as real_process;
 
 /// `prctl`, as glibc's (variadic there: x86-64 passes the four further arguments in the same
 /// registers, which glibc reads whatever the caller passed, and so does this). A program that

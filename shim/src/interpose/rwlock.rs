@@ -6,30 +6,10 @@
 use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec};
 use waitshim_format::ObjectKind;
 
-use crate::real::real_fns;
 use crate::track::engage::{self, Side};
 use crate::track::rwlock;
 
-pub fn resolve() {
-    real::slot::resolve();
-}
-
-mod real {
-    use libc::{c_int, clockid_t, pthread_rwlock_t, pthread_rwlockattr_t, timespec};
-    super::real_fns! {
-        pthread_rwlock_init: fn(l: *mut pthread_rwlock_t, a: *const pthread_rwlockattr_t) -> c_int;
-        pthread_rwlock_destroy: fn(l: *mut pthread_rwlock_t) -> c_int;
-        pthread_rwlock_rdlock: fn(l: *mut pthread_rwlock_t) -> c_int;
-        pthread_rwlock_tryrdlock: fn(l: *mut pthread_rwlock_t) -> c_int;
-        pthread_rwlock_timedrdlock: fn(l: *mut pthread_rwlock_t, t: *const timespec) -> c_int;
-        pthread_rwlock_clockrdlock: fn(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec) -> c_int;
-        pthread_rwlock_wrlock: fn(l: *mut pthread_rwlock_t) -> c_int;
-        pthread_rwlock_trywrlock: fn(l: *mut pthread_rwlock_t) -> c_int;
-        pthread_rwlock_timedwrlock: fn(l: *mut pthread_rwlock_t, t: *const timespec) -> c_int;
-        pthread_rwlock_clockwrlock: fn(l: *mut pthread_rwlock_t, c: clockid_t, t: *const timespec) -> c_int;
-        pthread_rwlock_unlock: fn(l: *mut pthread_rwlock_t) -> c_int;
-    }
-}
+use crate::real::rwlock as real;
 
 /// The timed locks check their deadline (and clock) before anything else, even on a free lock;
 /// the wrappers leave such calls to glibc whole.

@@ -13,34 +13,13 @@
 
 use libc::{c_char, c_int, c_uint, clockid_t, mode_t, sem_t, timespec};
 
-use crate::real::RealFn;
 use crate::track::semaphore;
 
 /// The C library's functions, in their own module: the wrappers below have the same names.
-mod glibc {
-    use libc::{c_char, c_int, c_uint, clockid_t, sem_t, timespec};
-
-    crate::real::real_fns! {
-        sem_init: fn(s: *mut sem_t, pshared: c_int, value: c_uint) -> c_int;
-        sem_destroy: fn(s: *mut sem_t) -> c_int;
-        sem_close: fn(s: *mut sem_t) -> c_int;
-        sem_unlink: fn(name: *const c_char) -> c_int;
-        sem_wait: fn(s: *mut sem_t) -> c_int;
-        sem_trywait: fn(s: *mut sem_t) -> c_int;
-        sem_timedwait: fn(s: *mut sem_t, t: *const timespec) -> c_int;
-        sem_clockwait: fn(s: *mut sem_t, c: clockid_t, t: *const timespec) -> c_int;
-        sem_post: fn(s: *mut sem_t) -> c_int;
-        sem_getvalue: fn(s: *mut sem_t, v: *mut c_int) -> c_int;
-    }
-}
+use crate::real::sem as glibc;
 
 /// `sem_open` is variadic, which the table's macro cannot declare.
-static SEM_OPEN: RealFn = RealFn::new(b"sem_open\0");
-
-pub fn resolve() {
-    glibc::slot::resolve();
-    SEM_OPEN.available();
-}
+use crate::real::sem::SEM_OPEN;
 
 fn valid(ts: *const timespec) -> bool {
     // SAFETY: a non-null pointer from the caller of a timed wait points to a timespec.

@@ -33,14 +33,7 @@ use libc::{c_int, c_void, sighandler_t, siginfo_t, SIG_DFL, SIG_ERR, SIG_IGN};
 use crate::real::RealFn;
 use crate::track::threads;
 
-mod glibc {
-    use libc::c_int;
-
-    crate::real::real_fns! {
-        sigaction: fn(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int;
-        siginterrupt: fn(sig: c_int, flag: c_int) -> c_int;
-    }
-}
+use crate::real::signal as glibc;
 
 /// Signal numbers are below this (glibc's `_NSIG`).
 const NSIG: usize = 65;
@@ -400,17 +393,7 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
     r
 }
 
-static LONGJMP: RealFn = RealFn::new(b"longjmp\0");
-static UNDERSCORE_LONGJMP: RealFn = RealFn::new(b"_longjmp\0");
-static SIGLONGJMP: RealFn = RealFn::new(b"siglongjmp\0");
-static LONGJMP_CHK: RealFn = RealFn::new(b"__longjmp_chk\0");
-
-pub fn resolve() {
-    glibc::slot::resolve();
-    for f in [&LONGJMP, &UNDERSCORE_LONGJMP, &SIGLONGJMP, &LONGJMP_CHK] {
-        f.available();
-    }
-}
+use crate::real::signal::{LONGJMP, LONGJMP_CHK, SIGLONGJMP, UNDERSCORE_LONGJMP};
 
 type JumpFn = unsafe extern "C" fn(*mut c_void, c_int) -> !;
 

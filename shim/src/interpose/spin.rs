@@ -13,25 +13,11 @@ use waitshim_format::ObjectKind;
 
 use crate::clock::now_ns;
 use crate::layout::spin as glibc_spin;
-use crate::real::real_fns;
 use crate::track::engage::{self, Outcome, Side};
 use crate::track::threads::{current, ThreadRec};
 use crate::track::CallSite;
 
-pub fn resolve() {
-    real::slot::resolve();
-}
-
-mod real {
-    use libc::{c_int, pthread_spinlock_t};
-    super::real_fns! {
-        pthread_spin_init: fn(l: *mut pthread_spinlock_t, pshared: c_int) -> c_int;
-        pthread_spin_destroy: fn(l: *mut pthread_spinlock_t) -> c_int;
-        pthread_spin_lock: fn(l: *mut pthread_spinlock_t) -> c_int;
-        pthread_spin_trylock: fn(l: *mut pthread_spinlock_t) -> c_int;
-        pthread_spin_unlock: fn(l: *mut pthread_spinlock_t) -> c_int;
-    }
-}
+use crate::real::spin as real;
 
 const KIND: ObjectKind = ObjectKind::Spin;
 

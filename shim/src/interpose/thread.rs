@@ -77,10 +77,6 @@ extern "C" {
     fn attr_getdetachstate(attr: *const pthread_attr_t, state: *mut c_int) -> c_int;
 }
 
-pub fn resolve() {
-    real_join::slot::resolve();
-}
-
 /// `sched_yield`: counted for the calling thread and its call site (exact, written as
 /// `ThreadYields`), then the real call, whose result it returns. The shim's own yields go to
 /// the real function directly. The trampoline hands `yield_from` the return address into the
@@ -99,14 +95,7 @@ unsafe extern "C" fn yield_from(ret: usize) -> c_int {
     unsafe { real::sched_yield() }
 }
 
-mod real_join {
-    use libc::{c_int, c_void, clockid_t, pthread_t, timespec};
-    crate::real::real_fns! {
-        pthread_tryjoin_np: fn(t: pthread_t, r: *mut *mut c_void) -> c_int;
-        pthread_timedjoin_np: fn(t: pthread_t, r: *mut *mut c_void, ts: *const timespec) -> c_int;
-        pthread_clockjoin_np: fn(t: pthread_t, r: *mut *mut c_void, c: clockid_t, ts: *const timespec) -> c_int;
-    }
-}
+use crate::real::join as real_join;
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_join(th: pthread_t, ret: *mut *mut c_void) -> c_int {

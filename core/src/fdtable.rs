@@ -6,8 +6,8 @@
 //!
 //! The new table starts as a copy of the program's: every copy is closed at once, so that no
 //! file, pipe or socket of the program stays open one moment longer than the program keeps it.
-//! Where the kernel refuses, or a seccomp filter might (`crate::confinement`), the thread shares the program's table as before
-//! and moves what it keeps to the high numbers (`crate::log::move_high`).
+//! Where the kernel refuses, or a seccomp filter might, the thread shares the program's table as
+//! before and moves what it keeps to the high numbers (`crate::log::move_high`).
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
@@ -19,11 +19,8 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 static PIDFD: AtomicI32 = AtomicI32::new(-1);
 
 /// On the shim's thread, as it starts: gives it a table of its own, empty. True on success.
+/// Not to be called under a seccomp filter that may kill for `unshare` (the caller asks).
 pub fn separate() -> bool {
-    // Under a filter from the start, `unshare` may be one it kills for.
-    if crate::confinement::seccomp_at_start() {
-        return false;
-    }
     // SAFETY: unshare of the calling thread's descriptor table, by system call.
     let r = unsafe {
         crate::sys::call6(

@@ -48,7 +48,7 @@ const LINE_MAX: usize = 1024;
 const HEAD: usize = 300;
 const CUT: &[u8] = " [...] ".as_bytes();
 
-/// As [`line`], with the message in pieces; allocates nothing (for signal handlers).
+/// As [`line`](fn@line), with the message in pieces; allocates nothing (for signal handlers).
 pub fn line_parts(parts: &[&str]) {
     // The shim's thread keeps a descriptor table of its own (`crate::fdtable`), without the
     // program's stderr: it writes through a copy of it, taken for the line and closed after.

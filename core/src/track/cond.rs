@@ -10,7 +10,7 @@
 //!
 //! A woken wait is counted signalled or broadcast when it returns, and moved to spurious if the
 //! thread's next wait is on the same condition variable, with the mutex held all along and
-//! almost no CPU time run in between (see [`rewaiting`]). A per-wait event a policy rule wrote at
+//! almost no CPU time run in between (see `rewaiting`). A per-wait event a policy rule wrote at
 //! the return is written again with the new reason (`WaitEventReason`).
 
 use std::sync::atomic::Ordering;
@@ -113,7 +113,7 @@ fn first_waking(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)
 
 /// A wait on the condition variable at `c` with the mutex at `m`, called from `site`; `call` is
 /// the real wait (a cancellation point: a thread cancelled in it leaves through here by
-/// unwinding, see [`Pending`]); `untimed`: no deadline.
+/// unwinding, see `Pending`); `untimed`: no deadline.
 ///
 /// # Safety
 /// `m` is the caller's mutex, live for the call (its subtype is read when it is re-acquired).

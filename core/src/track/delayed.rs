@@ -3,7 +3,7 @@
 //! be measured (`waitshim-analyze whatif --delayed`). Nothing is shortened, no call's result
 //! changes: the delay spins on the shim's clock inside the section, never sleeps.
 //!
-//! Unarmed (the variable unset or refused), an unlock pays one relaxed load of [`ARMED`].
+//! Unarmed (the variable unset or refused), an unlock pays one relaxed load of `ARMED`.
 //! Armed, an unlock finds the object's entry (the thread's cache, else the registry) and reads
 //! the decision cached in its busy part; the rules (`crate::delay`, through `hooks::delay`)
 //! are asked once per object, again only when it is named through the C API.

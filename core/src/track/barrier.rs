@@ -7,13 +7,13 @@
 //! counter, and it tells: the thread whose arrival completed the round, and only that one, gets
 //! `PTHREAD_BARRIER_SERIAL_THREAD`. The shim knows it only once the call returns, so:
 //!
-//! - Before the call, the shim predicts ([`predicted_last`]). Arrivals are counted as the
+//! - Before the call, the shim predicts (`predicted_last`). Arrivals are counted as the
 //!   barrier's acquisitions, and arrival `i` (from 1, in the shim's order) is taken for a
 //!   round's last when `i` is a multiple of the barrier's count. The others begin a tracked
 //!   wait; the predicted last begins none, so the waiter count, `max_waiters` and the highwater
 //!   mark do not count the thread that completes the round (a barrier of 4 has at most 3
 //!   waiters).
-//! - After the call, glibc's answer decides ([`settle`]). The serial thread counts the round and
+//! - After the call, glibc's answer decides (`settle`). The serial thread counts the round and
 //!   ends the open episode as its holder; had it begun a tracked wait (two threads arriving
 //!   within the same instant, counted in one order by the shim and in the other by glibc), that
 //!   wait is cancelled first: it counts as no wait and leaves the episode's waiters. A thread

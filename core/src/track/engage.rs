@@ -165,7 +165,7 @@ fn took(t: &ThreadRec, s: &Slot, obj: &'static ObjEntry, addr: usize, edges: boo
 /// does not reach its fold. Returns false, having done nothing, in any other case; the caller
 /// then does [`engaged`].
 ///
-/// What [`took_quick`] checks besides is settled by the one thread: it is the owner since it
+/// What `took_quick` checks besides is settled by the one thread: it is the owner since it
 /// cached the object; it destroys objects itself, which empties its slot for them
 /// ([`ThreadRec::forget`]), so a cached object is live and of the cached generation; and no
 /// other thread can have waited for the object. (A thread can only wait for a mutex it holds
@@ -414,7 +414,7 @@ pub fn released(t: &ThreadRec, obj: &ObjEntry) {
 
 /// `t` is about to wake the threads waiting on `obj` (a post, signal, broadcast, futex wake, or
 /// the arrival that completes a barrier's round): the waits it ends name it as their waker
-/// ([`waker`]). One relaxed store, only when threads wait.
+/// (`waker`). One relaxed store, only when threads wait.
 #[inline]
 pub fn woke(t: &ThreadRec, obj: &ObjEntry) {
     if let Some(b) = obj.busy_if() {

@@ -5,7 +5,7 @@
 //! A point is found by the address of its name (a string literal: one compare per point until
 //! it matches), then by the name's text; at most [`MAX_POINTS`] points. A visit costs an atomic
 //! add and a clock read; a begin or an end also takes part in a writers' count that lets a
-//! flush read a point's counts and time sums consistently (see [`Point::read`]).
+//! flush read a point's counts and time sums consistently (see `Point::read`).
 //!
 //! Latency without pairing: the sum of all begin times and the sum of all end times give the
 //! time every transaction spent between its begin and its end, whichever end belongs to which

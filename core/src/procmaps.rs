@@ -77,7 +77,7 @@ impl Code {
         Code(v)
     }
 
-    /// Whether `addr` lies in executable memory: as [`is_code`], by binary search.
+    /// Whether `addr` lies in executable memory: as `is_code`, by binary search.
     pub fn contains(&self, addr: u64) -> bool {
         let i = self.0.partition_point(|&(start, _)| start <= addr);
         i > 0 && addr < self.0[i - 1].1

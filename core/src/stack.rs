@@ -5,7 +5,7 @@
 //! the program's threads: a thread made with a 16 KiB stack (`PTHREAD_STACK_MIN`), or one that
 //! calls a lock with little stack left (deep recursion, a stack the program handed over with
 //! `pthread_attr_setstack`, right above its own data), would overflow it. [`roomy`] runs such
-//! work on a spare stack when the thread's own has less than [`RED_ZONE`] left; threads with
+//! work on a spare stack when the thread's own has less than `RED_ZONE` left; threads with
 //! ordinary stacks only pay a comparison. Before it switches, it notes the registers the thread
 //! left its stack with, so that call chains taken on the spare stack are unwound from there (the
 //! unwinder does not follow a switch of stacks).

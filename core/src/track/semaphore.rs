@@ -344,7 +344,7 @@ fn post_is_plain(obj: &ObjEntry, value: u32) -> bool {
 }
 
 /// The common post, without a call or a stack frame: a semaphore the calling thread has cached
-/// with nothing flagged on it ([`post_is_plain`]). True: the post is counted, and the caller
+/// with nothing flagged on it (`post_is_plain`). True: the post is counted, and the caller
 /// posts by a tail call into glibc; false: nothing done, the caller takes [`post`].
 ///
 /// # Safety

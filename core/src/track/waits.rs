@@ -5,7 +5,7 @@
 //! code), while the waiter holds the lock it waited for: under heavy contention that lengthens
 //! every critical section by a few cache misses. Instead the thread adds the wait to a small
 //! table of its own, keyed by object, call chain, side and reason, and adds a cell to its object
-//! only when the cell is evicted, has gathered [`FOLD_AT`] waits, or the thread ends.
+//! only when the cell is evicted, has gathered `FOLD_AT` waits, or the thread ends.
 //!
 //! A flush from any thread reads the cells without taking them ([`Cells::gather`]), so that the
 //! log has every wait that ended, as soon as the next flush, exactly as when waits were added

@@ -13,7 +13,7 @@
 //!   has the lock (it tries again, and may sleep again). `ETIMEDOUT`: timed out; `EINTR`:
 //!   interrupted. A call the kernel answers at once (`EAGAIN`, the word no longer held the value
 //!   the caller expected; `EINVAL`, `EFAULT`, ...) is no wait: one it can be told of beforehand
-//!   is forwarded untracked ([`will_sleep`]); one whose word changed after that look is taken
+//!   is forwarded untracked (`will_sleep`); one whose word changed after that look is taken
 //!   back when it returns (while the shim set it up, it counted among the word's waiters).
 //! - Wakes. A `FUTEX_WAKE` or `FUTEX_WAKE_BITSET` on a word with an open high-contention episode
 //!   ends it, before the wake, as a semaphore post does: the waker is who the waiters waited for.

@@ -1,5 +1,5 @@
 //! Collecting what the policy asks for a contended wait: the core hands the policy the wait's
-//! context (`crate::wants`) through the registered [`hooks`](super::hooks), and collects what
+//! context (`crate::wants`) through the registered [`hooks`], and collects what
 //! the answer names (waiter chains, the list of all waiters, holder chains and live holder
 //! stacks, wait events) while the thread waits and when the wait ends.
 

@@ -7,7 +7,7 @@
 //! The file grows ahead of the cursor with `fallocate` (real blocks: a full disk fails the grow,
 //! instead of raising SIGBUS later on a page of a sparse file), never past the process's file
 //! size limit (`ulimit -f`: growing past it would raise SIGXFSZ, which kills the program). The
-//! last [`TAIL`] bytes of what is allocated are kept for the records that end the log (the
+//! last `TAIL` bytes of what is allocated are kept for the records that end the log (the
 //! note saying it filled up, the end record with the count of what was dropped), so a log
 //! that could not grow still says so, and how much it lost.
 
@@ -699,7 +699,7 @@ fn not_a_file(path: &std::ffi::CStr) -> Option<&'static str> {
 }
 
 /// (st_dev, st_ino) of an open descriptor.
-pub(crate) fn file_id(fd: libc::c_int) -> Option<(u64, u64)> {
+pub fn file_id(fd: libc::c_int) -> Option<(u64, u64)> {
     // SAFETY: fstat into a local struct.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -724,11 +724,11 @@ impl Drop for LogFd {
 /// some count on what they get (the first `open` after closing every inherited descriptor).
 const HIGH_FD: libc::c_int = 512;
 
-/// Moves a descriptor out of the program's way: to [`HIGH_FD`] or above, or, under a lower
+/// Moves a descriptor out of the program's way: to `HIGH_FD` or above, or, under a lower
 /// limit on descriptors, to the top of the allowed range if that is well above the numbers in
 /// use first. The original number is closed in every case; None when no such number was free
 /// (`ulimit -n 4`): the caller then keeps no descriptor.
-pub(crate) fn move_high(fd: libc::c_int) -> Option<libc::c_int> {
+pub fn move_high(fd: libc::c_int) -> Option<libc::c_int> {
     // SAFETY: getrlimit into a local struct.
     let limit = unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();
