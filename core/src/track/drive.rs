@@ -5,8 +5,8 @@
 //!
 //! Mutex and rwlock waits run through [`sliced`]; a wait that is one real call which cannot be
 //! cut (a join, a robust or priority mutex, a mutex behind another interposer) confirms a
-//! suspected cycle once before the call ([`super::engage::confirm_before_call`]); a spinlock
-//! spins, and checks between slices of its spin with [`super::engage::check_when_due`].
+//! suspected cycle once before the call (`super::engage::confirm_before_call`); a spinlock
+//! spins, and checks between slices of its spin with `super::engage::check_when_due`.
 //!
 //! The loop takes its clocks as a parameter ([`Clocks`]), so that its rules are tested here
 //! without sleeping.

@@ -15,7 +15,8 @@ use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 use crate::layout::{mutex as glibc_mutex, rwlock as glibc_rwlock};
 
-pub use super::unwaited::{acquired_owner_dead, busy, destroyed, failed, initialised};
+pub(crate) use super::unwaited::{acquired_owner_dead, busy, failed};
+pub use super::unwaited::{destroyed, initialised};
 
 /// Reads the subtype of the object at an address (a mutex's kind bits, an rwlock's
 /// preference) from the object's own memory; read only when the object is registered.
@@ -41,7 +42,7 @@ pub unsafe fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Sub
 /// # Safety
 /// As [`engaged`].
 #[inline(always)]
-pub unsafe fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
+pub(crate) unsafe fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     match t.cached(addr) {
         Some((s, obj)) => took(t, s, obj, addr, false),
         // SAFETY: as the caller promises.
@@ -111,7 +112,7 @@ unsafe fn engaged_uncached_here(
 /// with the entry points below. A full guard: what `f` does (a chain unwound, the log written)
 /// may reach cancellation points. None, without calling `f`, when tracking is off.
 #[inline(always)]
-pub fn with_object<R>(
+pub(crate) fn with_object<R>(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
@@ -126,7 +127,7 @@ pub fn with_object<R>(
 
 /// Lock-order edges from the locks `t` holds to `obj`, which it is about to wait for: a wait that
 /// never ends (a deadlock) still leaves its edges.
-pub fn attempting(t: &ThreadRec, obj: &'static ObjEntry) {
+pub(crate) fn attempting(t: &ThreadRec, obj: &'static ObjEntry) {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
     if held.quick != 0 {
@@ -405,7 +406,7 @@ fn release_with_episode_here(t: &ThreadRec, obj: &ObjEntry) {
 /// `t` releases `obj` in a way that has no lock call: a semaphore post, a condition variable
 /// signal or broadcast, the last arrival at a barrier, a thread's exit. Ends an open episode,
 /// with this thread as the one the waiters waited for (called inside the shim).
-pub fn released(t: &ThreadRec, obj: &ObjEntry) {
+pub(crate) fn released(t: &ThreadRec, obj: &ObjEntry) {
     woke(t, obj);
     if obj.flags() & EPISODE != 0 {
         release_with_episode(t, obj);
@@ -416,7 +417,7 @@ pub fn released(t: &ThreadRec, obj: &ObjEntry) {
 /// the arrival that completes a barrier's round): the waits it ends name it as their waker
 /// (`waker`). One relaxed store, only when threads wait.
 #[inline]
-pub fn woke(t: &ThreadRec, obj: &ObjEntry) {
+pub(crate) fn woke(t: &ThreadRec, obj: &ObjEntry) {
     if let Some(b) = obj.busy_if() {
         if b.waiters.load(Ordering::Relaxed) > 0 {
             b.last_waker.store(t.tid(), Ordering::Relaxed);
@@ -427,7 +428,7 @@ pub fn woke(t: &ThreadRec, obj: &ObjEntry) {
 /// The waiters of `obj` all left without a release this process saw (a semaphore posted from
 /// another process, or by a handler that did not end the episode): its open episode ends, with
 /// nobody (thread 0, no chain) as the one they waited for.
-pub fn left_unreleased(tr: &Tracker, obj: &ObjEntry) {
+pub(crate) fn left_unreleased(tr: &Tracker, obj: &ObjEntry) {
     if obj.flags() & EPISODE != 0 && obj.waiters_now() == 0 {
         highwater::on_release(tr, 0, obj, now_ns(), 0);
     }
@@ -441,7 +442,7 @@ pub enum Side {
     Shared,
 }
 
-/// A contended wait in progress. Made by [`wait_begin`] alone, whose caller promises the object
+/// A contended wait in progress. Made by `wait_begin` alone, whose caller promises the object
 /// live until the wait ends: the functions that take a `Wait` (its checks, its end) read the
 /// object's holder on that promise, as does a wait-for walk from the waiting thread
 /// ([`deadlock::find_cycle`]).
@@ -512,7 +513,12 @@ unsafe fn owner_still_counted(tr: &Tracker, obj: &ObjEntry) -> bool {
 /// or readers, a spinlock's word) is read at its address, with atomic loads, as the wait begins
 /// and again by the [`Wait`]'s checks and its end. Kinds without a holder (condition variable,
 /// semaphore, barrier, futex, thread) are not read.
-pub unsafe fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, side: Side) -> Wait {
+pub(crate) unsafe fn wait_begin(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &'static ObjEntry,
+    side: Side,
+) -> Wait {
     // SAFETY: as the caller promises.
     unsafe { wait_begin_at(tr, t, obj, side, CallSite::default()) }
 }
@@ -521,7 +527,7 @@ pub unsafe fn wait_begin(tr: &Tracker, t: &ThreadRec, obj: &'static ObjEntry, si
 ///
 /// # Safety
 /// As [`wait_begin`].
-pub unsafe fn wait_begin_at(
+pub(crate) unsafe fn wait_begin_at(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &'static ObjEntry,
@@ -628,7 +634,7 @@ pub const BACKOFF_NS: u64 = 1_000;
 /// length differs tenfold between CPUs.
 #[cold]
 #[inline(never)]
-pub fn back_off() -> u64 {
+pub(crate) fn back_off() -> u64 {
     let start = now_ns();
     let mut now = start;
     while now.saturating_sub(start) < BACKOFF_NS {
@@ -641,7 +647,13 @@ pub fn back_off() -> u64 {
 /// `t` got `obj` after a brief back-off, without blocking (called inside the shim). Counted as a
 /// contended acquisition with its wait time, at its chain, and how it ended; it takes no part in
 /// waiter counts, the highwater mark or the policy, which are about threads that blocked.
-pub fn waited_briefly(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, site: CallSite, waited_ns: u64) {
+pub(crate) fn waited_briefly(
+    tr: &Tracker,
+    t: &ThreadRec,
+    obj: &ObjEntry,
+    site: CallSite,
+    waited_ns: u64,
+) {
     waited_untracked(tr, t, obj, site, waited_ns, counter::ENDED_BRIEF);
 }
 
@@ -650,7 +662,7 @@ pub fn waited_briefly(tr: &Tracker, t: &ThreadRec, obj: &ObjEntry, site: CallSit
 /// round that glibc made wait). Counted after the fact as a contended wait ended by `outcome`,
 /// at its chain; like [`waited_briefly`], it takes no part in waiter counts, the highwater mark
 /// or the policy, which never saw it begin (called inside the shim).
-pub fn waited_unforeseen(
+pub(crate) fn waited_unforeseen(
     tr: &Tracker,
     t: &ThreadRec,
     obj: &ObjEntry,
@@ -713,7 +725,7 @@ fn waited_untracked_here(
 /// and takes it out of the open episode's waiters, without counting a wait or ending it for
 /// the policy (called inside the shim). The object's `max_waiters` and the highwater mark,
 /// already raised, stay as they are.
-pub fn wait_cancel(tr: &Tracker, t: &ThreadRec, w: Wait) {
+pub(crate) fn wait_cancel(tr: &Tracker, t: &ThreadRec, w: Wait) {
     // In the order `wait_end_reacquired` uses: the count before `waiting_on`.
     w.obj.waiter_left(false, 0);
     t.waiting_on.store(std::ptr::null_mut(), Ordering::Release);
@@ -754,7 +766,7 @@ pub fn wait_abandoned() {
 /// Waits for `w` in the real timed call `wait` (given a clock and an absolute time), cut in
 /// slices between which the thread looks for wait-for cycles ([`super::drive::sliced`]); the
 /// caller's `deadline` ends it as the real call would have.
-pub fn wait_sliced(
+pub(crate) fn wait_sliced(
     tr: &Tracker,
     t: &ThreadRec,
     w: &mut Wait,
@@ -778,14 +790,14 @@ pub fn wait_sliced(
 }
 
 /// The wait `t` has just begun has no deadline (see [`deadlock::look_for_hang`]).
-pub fn untimed(t: &ThreadRec) {
+pub(crate) fn untimed(t: &ThreadRec) {
     t.wait_untimed.store(true, Ordering::Release);
 }
 
 /// A wait that is one real call, which cannot be cut in slices: a wait-for cycle suspected when
 /// it began is confirmed (or dismissed) by a second look a few milliseconds later, before the
 /// call.
-pub fn confirm_before_call(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
+pub(crate) fn confirm_before_call(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     if w.suspected() {
         std::thread::sleep(std::time::Duration::from_nanos(SUSPECT_SLICE_NS));
         wait_check(tr, t, w);
@@ -794,7 +806,13 @@ pub fn confirm_before_call(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
 
 /// For a wait that polls (a spinlock): at `now`, if the slice that ends at `*slice_end` is
 /// over, looks for wait-for cycles and starts the next slice.
-pub fn check_when_due(tr: &Tracker, t: &ThreadRec, w: &mut Wait, now: u64, slice_end: &mut u64) {
+pub(crate) fn check_when_due(
+    tr: &Tracker,
+    t: &ThreadRec,
+    w: &mut Wait,
+    now: u64,
+    slice_end: &mut u64,
+) {
     if now >= *slice_end {
         wait_check(tr, t, w);
         *slice_end = now + w.slice_ns();
@@ -802,7 +820,7 @@ pub fn check_when_due(tr: &Tracker, t: &ThreadRec, w: &mut Wait, now: u64, slice
 }
 
 /// A wait slice expired and the thread waits on: look for a wait-for cycle again.
-pub fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
+pub(crate) fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
     crate::stack::roomy(|| wait_check_here(tr, t, w))
 }
 
@@ -874,14 +892,14 @@ impl Outcome {
 }
 
 /// `t` stops waiting (called inside the shim).
-pub fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
+pub(crate) fn wait_end(tr: &Tracker, t: &ThreadRec, w: Wait, outcome: Outcome) {
     let _ = wait_end_reacquired(tr, t, w, outcome, None);
 }
 
 /// As [`wait_end`], for a condition variable wait woken `reacquire_ns` before it returned (the
 /// time it took to get the mutex back). Returns the wait as the thread's cells counted it, and
 /// (policy version, rule) of the wait event a rule wrote for it, if one did.
-pub fn wait_end_reacquired(
+pub(crate) fn wait_end_reacquired(
     tr: &Tracker,
     t: &ThreadRec,
     w: Wait,

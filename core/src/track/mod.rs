@@ -31,6 +31,7 @@ pub mod lockgraph;
 pub mod lockorder;
 mod object_life;
 pub mod objects;
+pub mod owned;
 pub mod progress;
 pub mod registry;
 pub mod rwlock;

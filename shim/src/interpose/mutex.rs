@@ -8,19 +8,27 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use libc::{
-    c_int, clockid_t, pthread_mutex_t, pthread_mutexattr_t, timespec, EBUSY, EOWNERDEAD, ETIMEDOUT,
-};
+use libc::{c_int, clockid_t, pthread_mutex_t, pthread_mutexattr_t, timespec, EBUSY, ETIMEDOUT};
 use waitshim_format::{mutex_kind, ObjectKind};
 
 use crate::layout::mutex::{self as glibc_mutex, subtype};
 use crate::real;
 use crate::track::delayed;
-use crate::track::engage::{self, Outcome, Side};
+use crate::track::engage;
+use crate::track::owned::{self, Lock};
 use crate::track::threads::{current, current_fast, passes_through, ThreadRec};
-use crate::track::{tracker, CallSite};
+use crate::track::CallSite;
 
 const KIND: ObjectKind = ObjectKind::Mutex;
+
+/// The caller's mutex, as the core's lock protocol names it.
+fn lock(m: *mut pthread_mutex_t) -> Lock {
+    Lock {
+        addr: m as usize,
+        kind: KIND,
+        subtype,
+    }
+}
 
 /// Mutexes whose trylock does not answer for their lock: glibc 2.36's trylock of a robust mutex
 /// that is not recoverable returns ENOTRECOVERABLE but leaves it locked, and a priority-protect
@@ -247,9 +255,7 @@ unsafe fn lock_busy(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int, entry_sp: 
 }
 
 /// Stays off the busy mutex's cache line for a moment, then tries once more; true if `t` now
-/// holds the mutex, counted as a brief wait ([`engage::waited_briefly`]).
-///
-/// Most busy mutexes are held for a few instructions (see [`engage::back_off`]).
+/// holds the mutex (the brief-wait rule: [`owned::after_back_off`]).
 ///
 /// # Safety
 /// `m` is the caller's mutex; `entry_sp` that of a `pthread_mutex_lock` that has not returned.
@@ -261,25 +267,15 @@ unsafe fn took_after_backoff(t: &ThreadRec, m: *mut pthread_mutex_t, entry_sp: u
     if unsafe { glibc_mutex::owner(addr) } == t.tid() {
         return false;
     }
-    if tracker().is_none() {
-        return false;
-    }
-    let waited = engage::back_off();
-    // SAFETY: `m` is the caller's live mutex (this function's contract): its lock word is read,
-    // then it is forwarded to the real trylock.
-    if unsafe { glibc_mutex::lock_word(addr) != 0 || real::pthread_mutex_trylock(m) != 0 } {
-        return false;
-    }
     // SAFETY: per this function's contract.
     let site = unsafe { CallSite::at_entry(entry_sp) };
-    // SAFETY: `m` is the caller's live mutex, which this thread now holds.
-    let sub = unsafe { subtype(addr) };
-    engage::with_object(t, addr, KIND, sub, |tr, obj| {
-        engage::waited_briefly(tr, t, obj, site, waited)
-    });
-    // SAFETY: as above; `subtype` reads it as a mutex.
-    unsafe { engage::engaged(t, addr, KIND, subtype) };
-    true
+    // SAFETY: `m` is the caller's live mutex: its lock word is read, then it is forwarded to the
+    // real trylock.
+    unsafe {
+        owned::after_back_off(t, &lock(m), site, || {
+            glibc_mutex::lock_word(addr) == 0 && real::pthread_mutex_trylock(m) == 0
+        })
+    }
 }
 
 #[no_mangle]
@@ -287,17 +283,8 @@ pub unsafe extern "C" fn pthread_mutex_trylock(m: *mut pthread_mutex_t) -> c_int
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if let Some(t) = current() {
-        match r {
-            // SAFETY: `m` is the caller's mutex, live for the call, and this thread now holds it;
-            // `subtype` reads it as a mutex.
-            0 => unsafe { engage::engaged_try(t, m as usize, KIND, subtype) },
-            // SAFETY: `m` is the caller's mutex, live for the call; `subtype` reads it as a mutex.
-            EBUSY => unsafe { engage::busy(t, m as usize, KIND, subtype) },
-            _ => {
-                // SAFETY: `m` is the caller's mutex, live for the call.
-                unsafe { acquired_or_failed(t, m, r) };
-            }
-        }
+        // SAFETY: `m` is the caller's mutex, live for the call.
+        unsafe { owned::tried(t, &lock(m), r) };
     }
     r
 }
@@ -392,13 +379,7 @@ unsafe fn timed(
 #[inline(never)]
 unsafe fn acquired_or_failed(t: &ThreadRec, m: *mut pthread_mutex_t, r: c_int) -> c_int {
     // SAFETY: as the caller promises.
-    unsafe {
-        if r == EOWNERDEAD {
-            // Acquired, with the previous owner dead: the program must make it consistent.
-            engage::engaged(t, m as usize, KIND, subtype);
-        }
-        engage::failed(t, m as usize, KIND, subtype, r);
-    }
+    unsafe { owned::answered(t, &lock(m), r) };
     r
 }
 
@@ -414,47 +395,11 @@ unsafe fn without_trylock(
     untimed: bool,
     call: impl Fn() -> c_int,
 ) -> c_int {
-    let addr = m as usize;
     // SAFETY: `m` is the caller's mutex, live for the call.
-    let waited = (unsafe { glibc_mutex::owner(addr) } != 0)
-        .then(|| {
-            // SAFETY: as above.
-            let sub = unsafe { subtype(addr) };
-            engage::with_object(t, addr, KIND, sub, |tr, obj| {
-                engage::attempting(t, obj);
-                // SAFETY: the caller's mutex, live for the call.
-                let mut w = unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) };
-                if untimed {
-                    engage::untimed(t);
-                }
-                engage::confirm_before_call(tr, t, &mut w);
-                let r = call();
-                let outcome = Outcome::of(r);
-                let acquired = outcome.acquired();
-                engage::wait_end(tr, t, w, outcome);
-                if acquired {
-                    // SAFETY: the caller's live mutex, which this thread now holds; `subtype`
-                    // reads it as a mutex.
-                    unsafe { engage::engaged(t, addr, KIND, subtype) };
-                }
-                r
-            })
-        })
-        .flatten();
-    if let Some(r) = waited {
-        return r;
+    unsafe {
+        let busy = glibc_mutex::owner(m as usize) != 0;
+        owned::wait_in_one_call(t, &lock(m), busy, untimed, call)
     }
-    let r = call();
-    match r {
-        // SAFETY: the caller's live mutex, which this thread now holds; `subtype` reads it as a
-        // mutex.
-        0 => unsafe { engage::engaged(t, addr, KIND, subtype) },
-        _ => {
-            // SAFETY: `m` is the caller's mutex, live for the call.
-            unsafe { acquired_or_failed(t, m, r) };
-        }
-    }
-    r
 }
 
 /// The mutex is busy: wait for it, tracked.
@@ -476,55 +421,28 @@ unsafe fn contended(
         }
     };
     // SAFETY: `m` is the caller's mutex, live for the call.
-    let sub = unsafe { subtype(addr) };
-    let waited = engage::with_object(t, addr, KIND, sub, |tr, obj| {
-        // SAFETY: as above.
-        let owner = unsafe { glibc_mutex::owner(addr) };
-        if owner == t.tid()
+    if unsafe {
+        glibc_mutex::owner(addr) == t.tid()
+            && subtype(addr) & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK
+    } {
+        // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
+        let r = real_wait(deadline);
+        if r != 0 {
             // SAFETY: as above.
-            && unsafe { subtype(addr) } & mutex_kind::TYPE_MASK == mutex_kind::ERRORCHECK
-        {
-            // Relocking an error-checking mutex: glibc answers EDEADLK at once, nobody waits.
-            let r = real_wait(deadline);
-            if r != 0 {
-                // SAFETY: as above; `subtype` reads it as a mutex.
-                unsafe { engage::failed(t, addr, KIND, subtype, r) };
-            }
-            return r;
+            unsafe { owned::answered(t, &lock(m), r) };
         }
-        engage::attempting(t, obj);
-        // SAFETY: the caller's mutex, live for the call.
-        let mut w = unsafe { engage::wait_begin_at(tr, t, obj, Side::Exclusive, site) };
-        if deadline.is_none() {
-            engage::untimed(t);
-        }
-        // Always sliced, even when no cycle is suspected: besides letting the wait look for
-        // cycles, glibc's timed lock behaves better than its plain lock under heavy
-        // contention here (4 threads hammering one mutex: 450 k contended waits and 0.83 s
-        // with timed slices, against 2.2 M waits and 1.5 s with the plain lock; native
-        // 0.6 s).
-        //
-        // Without a deadline of the caller's, the slices run on the monotonic clock when
-        // glibc has clocklock (2.30+), from the wait's own start time: no clock read for the
-        // first one.
-        let monotonic = real::slot::pthread_mutex_clocklock.available();
-        let r = engage::wait_sliced(tr, t, &mut w, deadline, monotonic, |clk, until| {
-            real_wait(Some((clk, *until)))
-        });
-        let outcome = Outcome::of(r);
-        let acquired = outcome.acquired();
-        engage::wait_end(tr, t, w, outcome);
-        if acquired {
-            // SAFETY: the caller's live mutex, which this thread now holds; `subtype` reads it
-            // as a mutex.
-            unsafe { engage::engaged(t, addr, KIND, subtype) };
-        }
-        if r == EOWNERDEAD {
-            engage::acquired_owner_dead(obj);
-        }
-        r
-    });
-    waited.unwrap_or_else(|| real_wait(deadline))
+        return r;
+    }
+    // Always sliced, even when no cycle is suspected: besides letting the wait look for cycles,
+    // glibc's timed lock behaves better than its plain lock under heavy contention here (4
+    // threads hammering one mutex: 450 k contended waits and 0.83 s with timed slices, against
+    // 2.2 M waits and 1.5 s with the plain lock; native 0.6 s).
+    //
+    // Without a deadline of the caller's, the slices run on the monotonic clock when glibc has
+    // clocklock (2.30+), from the wait's own start time: no clock read for the first one.
+    let monotonic = real::slot::pthread_mutex_clocklock.available();
+    // SAFETY: the caller's mutex, live for the call, which this thread does not hold.
+    unsafe { owned::wait(t, &lock(m), deadline, site, monotonic, real_wait) }
 }
 
 #[no_mangle]

@@ -8,12 +8,12 @@
 //! again, as a sliced mutex wait does: two threads spinning on each other's spinlock are a
 //! deadlock that is recorded, not only a pair of burning CPUs.
 
-use libc::{c_int, pthread_spinlock_t, EBUSY};
+use libc::{c_int, pthread_spinlock_t};
 use waitshim_format::ObjectKind;
 
-use crate::clock::now_ns;
 use crate::layout::spin as glibc_spin;
-use crate::track::engage::{self, Outcome, Side};
+use crate::track::engage;
+use crate::track::owned::{self, Lock};
 use crate::track::threads::{current, ThreadRec};
 use crate::track::CallSite;
 
@@ -27,6 +27,15 @@ const KIND: ObjectKind = ObjectKind::Spin;
 /// None needed: nothing is read.
 unsafe fn subtype(_: usize) -> u32 {
     0
+}
+
+/// The caller's spinlock, as the core's lock protocol names it.
+fn lock(l: *mut pthread_spinlock_t) -> Lock {
+    Lock {
+        addr: l as usize,
+        kind: KIND,
+        subtype,
+    }
 }
 
 #[no_mangle]
@@ -64,58 +73,31 @@ pub unsafe extern "C" fn pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int 
     unsafe { spin(t, l) }
 }
 
-/// The lock is held: spin in glibc, tracked.
+/// The lock is held: spin, tracked.
 #[cold]
 #[inline(never)]
 unsafe fn spin(t: &ThreadRec, l: *mut pthread_spinlock_t) -> c_int {
     let addr = l as usize;
-    let spun = engage::with_object(t, addr, KIND, 0, |tr, obj| {
-        engage::attempting(t, obj);
-        // SAFETY: the caller's spinlock, live for the call.
-        let mut w = unsafe { engage::wait_begin(tr, t, obj, Side::Exclusive) };
-        engage::untimed(t);
-        let mut slice_end = w.start + w.slice_ns();
-        loop {
-            // Test, then test-and-set: the spinning reads the word from its own cache and only
-            // writes it (taking the line from the holder) when it was seen free.
-            for _ in 0..SPINS_PER_CLOCK {
-                // SAFETY: the caller's spinlock; forwarding.
-                if unsafe {
-                    glibc_spin::is_free(glibc_spin::word(addr))
-                        && real::pthread_spin_trylock(l) == 0
-                } {
-                    engage::wait_end(tr, t, w, Outcome::Acquired);
-                    // SAFETY: the caller's spinlock, which `t` now holds.
-                    unsafe { engage::engaged(t, addr, KIND, subtype) };
-                    // glibc's pthread_spin_lock returns 0 once it has the lock, as here.
-                    return 0;
-                }
-                std::hint::spin_loop();
-            }
-            engage::check_when_due(tr, t, &mut w, now_ns(), &mut slice_end);
-        }
-    });
+    // Test, then test-and-set: the spinning reads the word from its own cache and only writes it
+    // (taking the line from the holder) when it was seen free. glibc's pthread_spin_lock returns
+    // 0 once it has the lock, as this does.
+    // SAFETY: the caller's spinlock, live for the call; forwarding.
+    let spun = unsafe {
+        owned::spin(t, &lock(l), || {
+            glibc_spin::is_free(glibc_spin::word(addr)) && real::pthread_spin_trylock(l) == 0
+        })
+    };
     // SAFETY: forwarding (tracking is off).
     spun.unwrap_or_else(|| unsafe { real::pthread_spin_lock(l) })
 }
-
-/// Turns of the spin between two clock reads (about 10 µs of `pause`s).
-const SPINS_PER_CLOCK: u32 = 256;
 
 #[no_mangle]
 pub unsafe extern "C" fn pthread_spin_trylock(l: *mut pthread_spinlock_t) -> c_int {
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_spin_trylock(l) };
     if let Some(t) = current() {
-        match r {
-            // SAFETY: `l` is the caller's spinlock, which this thread now holds; `subtype` reads
-            // nothing.
-            0 => unsafe { engage::engaged_try(t, l as usize, KIND, subtype) },
-            // SAFETY: `l` is the caller's spinlock, live for the call; `subtype` reads nothing.
-            EBUSY => unsafe { engage::busy(t, l as usize, KIND, subtype) },
-            // SAFETY: `l` is the caller's spinlock, live for the call; `subtype` reads nothing.
-            e => unsafe { engage::failed(t, l as usize, KIND, subtype, e) },
-        }
+        // SAFETY: `l` is the caller's spinlock, live for the call; `subtype` reads nothing.
+        unsafe { owned::tried(t, &lock(l), r) };
     }
     r
 }
