@@ -2,6 +2,9 @@
 # Benchmark: native vs shim, one table at the end (SPEC §5, issue 2 item 9).
 #
 #   uncontended  fixtures/bench_uncontended.c  one thread, 20 M lock/unlock pairs
+#   startup      the uncontended program with 1 pair: what the shim's start-up and exit add to
+#                a run (log created, modules listed, counters written), in ms, and what that
+#                is per pair of the uncontended row (budget: 10x, a ratio of ~1 ms runs)
 #   contended    fixtures/bench_contended.c    4 threads x 5 M pairs on one mutex
 #   condvar      fixtures/bench_condvar.c      2 producers + 2 consumers, 2 M items, bounded queue
 #   sem          fixtures/bench_sem.c          4 threads x 1 M rounds on a 2-slot pool semaphore
@@ -71,7 +74,7 @@ cd "$WAITSHIM_ROOT"
 
 runs="${BENCH_RUNS:-15}"
 warmup="${BENCH_WARMUP:-2}"
-scenarios="${BENCH_SCENARIOS:-uncontended contended condvar sem pigz policy policy-one sampler events}"
+scenarios="${BENCH_SCENARIOS:-uncontended startup contended condvar sem pigz policy policy-one sampler events}"
 uncontended_pairs=20000000
 shim="${BENCH_SHIM:-$WAITSHIM_ROOT/target/release/libwaitshim.so}"
 analyzer="${BENCH_ANALYZER:-$(dirname "$shim")/waitshim-analyze}"
@@ -217,6 +220,7 @@ report() {
     out="$(NATIVE_CMD="$(json_string "$(cat "$work/$name.native_cmd")")" \
         SHIM_CMD="$(json_string "$(cat "$work/$name.shim_cmd")")" \
         LC_ALL=C awk -v name="$name" -v budget="$budget" -v ops="$ops" -v op_budget="$op_budget" \
+            -v fixed_of="${FIXED_OF:-0}" \
         -v warmup="$warmup" -v k="$ci_rank" -v json="$results_dir/$name.json" '
         function sort(a, n,   i, j, t) {
             for (i = 2; i <= n; i++) {
@@ -257,9 +261,15 @@ report() {
             verdict = med <= budget ? "within budget" : "OVER BUDGET"
             printf "%-12s %8.4f ± %-8.4f %8.4f ± %-8.4f %7.3fx  %7.3fx  %-11s  %-11s  <= %.2fx  %s\n",
                 name, nm, nsd, sm, ssd, sm / nm, med, sprintf("%.3f-%.3f", q1, q3), ci, budget, verdict
-            if (ops > 0)
+            if (ops > 0) {
                 printf "%-12s added per lock/unlock pair: %.2f ns (median of the paired differences; from the means: %.2f ns)  (budget <= +%s ns)\n",
                     "", quantile(ds, n, 0.5) * 1e9 / ops, (sm - nm) * 1e9 / ops, op_budget
+                printf "%-12s native pair: %.2f ns. Method: wall clock of whole runs of %d pairs, start-up and exit included (the startup row measures them)\n",
+                    "", nm * 1e9 / ops, ops
+            }
+            if (fixed_of > 0)
+                printf "%-12s start-up and exit: +%.2f ms a run (median of the paired differences) = %.2f ns a pair of the %d-pair uncontended row\n",
+                    "", quantile(ds, n, 0.5) * 1e3, quantile(ds, n, 0.5) * 1e9 / fixed_of, fixed_of
 
             printf "{\n  \"scenario\": \"%s\",\n  \"pairs\": %d,\n  \"warmup\": %d,\n", name, n, warmup > json
             printf "  \"native_cmd\": %s,\n  \"shim_cmd\": %s,\n", ENVIRON["NATIVE_CMD"], ENVIRON["SHIM_CMD"] > json
@@ -415,6 +425,14 @@ for scenario in $scenarios; do
             report uncontended 1.4 "$uncontended_pairs" 3
         else
             printf 'FAIL: uncontended benchmark did not run\n' >&2
+            failed=1
+        fi
+        ;;
+    startup)
+        if measure startup "$base_env./bench_uncontended 1" "$shim_env ./bench_uncontended 1"; then
+            FIXED_OF=$uncontended_pairs report startup 10
+        else
+            printf 'FAIL: startup benchmark did not run\n' >&2
             failed=1
         fi
         ;;

@@ -15,8 +15,11 @@ use std::arch::global_asm;
 
 use crate::track::threads;
 
+// Weak, as the standard library's reference to it is: where both end up in one module (fat LTO)
+// a strong definition would be made weak anyway, with a warning. It is the library's only
+// definition, so the reference binds to it all the same.
 global_asm!(
-    ".globl __cxa_thread_atexit_impl",
+    ".weak __cxa_thread_atexit_impl",
     ".hidden __cxa_thread_atexit_impl",
     ".type __cxa_thread_atexit_impl, @function",
     "__cxa_thread_atexit_impl:",
