@@ -16,30 +16,30 @@ pub mod collect;
 pub mod cond;
 pub mod deadlock;
 pub mod delayed;
-pub mod drive;
+mod drive;
 pub mod engage;
 pub mod events;
 mod flush;
 pub mod futex;
-pub mod handler_counts;
-pub mod highwater;
+mod handler_counts;
+mod highwater;
 mod holder;
 pub mod hooks;
 pub mod joins;
 mod lifecycle;
-pub mod lockgraph;
-pub mod lockorder;
+mod lockgraph;
+mod lockorder;
 mod object_life;
-pub mod objects;
+mod objects;
 pub mod owned;
 pub mod progress;
-pub mod registry;
+mod registry;
 pub mod rwlock;
 pub mod semaphore;
 mod thread_registry;
 pub mod threads;
 mod unwaited;
-pub mod waits;
+mod waits;
 
 pub use lifecycle::{
     before_exec, confining, exec_failed, finish, finish_by_signal, init, library_loaded, log_fault,

@@ -125,7 +125,7 @@ pub unsafe fn after_back_off(
 
 /// `lock` is busy: waits for it in `real` (the real lock, given an absolute time on a clock:
 /// the caller's `deadline`, or a slice's end), cut in slices between which the thread looks for
-/// wait-for cycles (see [`super::drive::sliced`]; `monotonic`: the real call takes
+/// wait-for cycles (see `super::drive::sliced`; `monotonic`: the real call takes
 /// CLOCK_MONOTONIC). Returns the last real call's answer; 0 or EOWNERDEAD leave the lock
 /// counted as the thread's.
 ///

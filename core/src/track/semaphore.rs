@@ -12,7 +12,7 @@
 //! episode ends then, with no holder.
 //!
 //! A post may come from a signal handler: there nothing here allocates, locks or looks up
-//! anything but the thread's own cache and a fixed table ([`HANDLER_POSTS`]).
+//! anything but the thread's own cache and a fixed table (`HANDLER_POSTS`).
 
 use std::ffi::CStr;
 use std::mem::ManuallyDrop;

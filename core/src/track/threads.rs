@@ -30,12 +30,12 @@ pub struct Slot {
     /// (plain load + store); read by the exit flush of another thread.
     pub pending: AtomicU64,
     /// Kind-specific counts not yet added to the object (which counter each is:
-    /// [`ObjEntry::aux_key`]): a semaphore's posts, an rwlock's read acquisitions, a condition
+    /// `ObjEntry::aux_key`): a semaphore's posts, an rwlock's read acquisitions, a condition
     /// variable's signals and broadcasts. Changed only by the owning thread, like `pending`
     /// ([`ThreadRec::count_aux`]: a post may come from a signal handler on that thread), read
     /// by flushes on others.
     pub aux: [AtomicU16; 2],
-    /// The entry's generation when it was cached (see [`ObjEntry::generation`]): a cache that
+    /// The entry's generation when it was cached (see `ObjEntry::generation`): a cache that
     /// still points at an entry serving another object since, at the same address or not,
     /// does not match.
     pub generation: AtomicU16,
