@@ -73,41 +73,41 @@ use threads::{Inside, ThreadRec, ThreadRef};
 pub struct Tracker {
     pub log: Log,
     pub config: Config,
-    pub pid: u32,
-    pub objects: registry::Registry<ObjEntry>,
-    pub threads: SkipMap<u32, ThreadRef>,
+    pub(crate) pid: u32,
+    pub(crate) objects: registry::Registry<ObjEntry>,
+    pub(crate) threads: SkipMap<u32, ThreadRef>,
     /// Live threads by `pthread_t` (tid; 0 while a created thread has not run yet), for joins.
-    pub by_pthread: SkipMap<usize, u32>,
+    pub(crate) by_pthread: SkipMap<usize, u32>,
     /// The `pthread_create` chain of each joinable thread not joined yet, by `pthread_t`: where
     /// its thread object (made when a join first waits for it) was created. Removed by the join
     /// (not at the thread's exit, which a join already under way may not have seen yet), replaced
     /// when a new thread gets the descriptor.
-    pub create_chains: SkipMap<usize, u32>,
+    pub(crate) create_chains: SkipMap<usize, u32>,
     /// Direct-mapped index of `threads` by tid, for the contended path (a skiplist lookup costs
     /// up to a few hundred ns); a miss falls back to the skiplist.
     by_tid: Box<[AtomicPtr<ThreadRec>; TID_INDEX]>,
     pub chains: Chains,
-    pub modules: Modules,
+    pub(crate) modules: Modules,
     /// The global highwater mark: most threads ever seen waiting at once on one engaged object.
-    pub highwater: AtomicU32,
+    pub(crate) highwater: AtomicU32,
     /// Threads alive, and threads blocked in a wait the shim sees (not ready to run). `blocked`
     /// changes at every wait: on a cache line of its own, away from the fields every wait reads.
-    pub live: AtomicI32,
+    pub(crate) live: AtomicI32,
     /// A thread other than the main one registered at some point.
-    pub threaded: AtomicBool,
-    pub blocked: Padded<AtomicI32>,
+    pub(crate) threaded: AtomicBool,
+    pub(crate) blocked: Padded<AtomicI32>,
     /// Threads the sampler last saw blocked in a system call outside the waits the shim tracks
     /// (a `read`, an `accept`, a sleep): not ready to run either. Up to one sampling interval
-    /// old; 0 with the sampler off.
-    pub blocked_elsewhere: AtomicI32,
+    /// old; 0 with the sampler off ([`Tracker::set_blocked_elsewhere`]).
+    pub(crate) blocked_elsewhere: AtomicI32,
     next_object: AtomicU64,
-    pub next_record: AtomicU64,
+    pub(crate) next_record: AtomicU64,
     last_flush: AtomicU64,
     flushing: AtomicBool,
     finished: AtomicBool,
-    pub deadlocks: Mutex<Vec<Vec<(u32, u64)>>>,
+    pub(crate) deadlocks: Mutex<Vec<Vec<(u32, u64)>>>,
     /// The lock-order graph of the live objects.
-    pub lock_graph: Mutex<lockgraph::Graph<lockorder::EdgeData>>,
+    pub(crate) lock_graph: Mutex<lockgraph::Graph<lockorder::EdgeData>>,
     /// Names given through the C API to objects not tracked yet.
     pending_names: Mutex<HashMap<usize, String>>,
     has_pending_names: AtomicBool,
@@ -125,6 +125,20 @@ pub struct Tracker {
     waits_were_open: AtomicBool,
     /// The program's progress points (C API).
     pub progress: progress::Points,
+}
+
+impl Tracker {
+    /// The threads the shim counts as live now (it moves when one starts or ends).
+    pub fn live_threads(&self) -> i32 {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    /// The sampler's last count of tracked threads blocked in a system call outside the waits
+    /// the shim tracks.
+    pub fn set_blocked_elsewhere(&self, n: usize) {
+        self.blocked_elsewhere
+            .store(n.min(i32::MAX as usize) as i32, Ordering::Relaxed);
+    }
 }
 
 /// Object kinds are below this (`ObjectKind as usize`).

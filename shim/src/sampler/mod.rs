@@ -380,7 +380,7 @@ impl Sampler {
         // The directory is listed again when a thread started or ended (the shim's count of
         // live threads moved) and every tenth look (threads the shim did not see created);
         // in between the last list serves, less the threads found gone.
-        let live = tr.live.load(Ordering::Relaxed);
+        let live = tr.live_threads();
         if self.tids.is_empty() || live != self.listed_live || self.looks_since_list >= 10 {
             let Some(tids) = self.tids() else {
                 let e = std::io::Error::last_os_error();
@@ -604,8 +604,7 @@ impl Sampler {
             .zip(&seen)
             .filter(|(f, &seen)| seen && f.last.0 == thread_state::BLOCKED && f.registered)
             .count();
-        tr.blocked_elsewhere
-            .store(elsewhere.min(i32::MAX as usize) as i32, Ordering::Relaxed);
+        tr.set_blocked_elsewhere(elsewhere);
         self.close_rotated();
         PAST_CAP.store(self.followed.iter().any(|f| !f.kept), Ordering::Relaxed);
         if last {
