@@ -44,7 +44,7 @@ pub fn own_code(addr: usize) -> bool {
 /// signal handler (see [`capture_interrupted`]).
 pub fn capture(depth: usize, out: &mut [u64; MAX_DEPTH]) -> usize {
     let out = &mut out[..depth.min(MAX_DEPTH)];
-    let switched = crate::track::threads::switched_from();
+    let switched = crate::words::switched_from();
     if switched.is_null() {
         waitshim_unwind::backtrace(out, own())
     } else {
@@ -63,7 +63,7 @@ pub fn capture_slots(
     slots: &mut [u64; MAX_DEPTH],
 ) -> usize {
     let d = depth.min(MAX_DEPTH);
-    let switched = crate::track::threads::switched_from();
+    let switched = crate::words::switched_from();
     if switched.is_null() {
         waitshim_unwind::backtrace_slots(&mut out[..d], Some(&mut slots[..d]), own())
     } else {

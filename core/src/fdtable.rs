@@ -37,7 +37,7 @@ pub fn separate() -> bool {
     if crate::sys::failed(closed) {
         close_each();
     }
-    OWNER.store(crate::track::threads::gettid() as i32, Ordering::Relaxed);
+    OWNER.store(crate::sys::gettid() as i32, Ordering::Relaxed);
     OWN.store(true, Ordering::Release);
     true
 }
@@ -45,7 +45,7 @@ pub fn separate() -> bool {
 /// Whether the calling thread is the one with the table of its own: the program's descriptors
 /// (its stderr too) are then reached only through [`copy_of_programs`].
 pub fn on_own_table() -> bool {
-    own() && OWNER.load(Ordering::Relaxed) == crate::track::threads::gettid() as i32
+    own() && OWNER.load(Ordering::Relaxed) == crate::sys::gettid() as i32
 }
 
 /// Without `close_range` (kernels before 5.9): every number up to the descriptor limit.

@@ -319,8 +319,7 @@ impl Log {
                 }
                 self.growing.store(false, Ordering::Release);
             } else {
-                // SAFETY: no arguments; the C library's own function.
-                unsafe { crate::real::sched_yield() };
+                crate::sys::sched_yield();
             }
         }
     }
@@ -576,8 +575,7 @@ impl Log {
                 // A writer is stuck (stopped thread): leave the tail; readers handle zeros.
                 return;
             }
-            // SAFETY: no arguments; the C library's own function.
-            unsafe { crate::real::sched_yield() };
+            crate::sys::sched_yield();
         }
         let end = self
             .cursor

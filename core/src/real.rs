@@ -141,7 +141,8 @@ real_fns! {
     pthread_mutex_init: fn(m: *mut pthread_mutex_t, a: *const pthread_mutexattr_t) -> c_int;
     pthread_mutex_destroy: fn(m: *mut pthread_mutex_t) -> c_int;
     pthread_mutex_lock: fn(m: *mut pthread_mutex_t) -> c_int;
-    // The shim's own yields call this one, past the program's counted `sched_yield`.
+    // For the counted `sched_yield` wrapper; the shim's own yields are system calls
+    // (`crate::sys::sched_yield`).
     sched_yield: fn() -> c_int;
     pthread_mutex_trylock: fn(m: *mut pthread_mutex_t) -> c_int;
     pthread_mutex_timedlock: fn(m: *mut pthread_mutex_t, t: *const timespec) -> c_int;

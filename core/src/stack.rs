@@ -18,7 +18,7 @@
 
 use waitshim_unwind::Regs;
 
-use crate::track::threads;
+use crate::words as threads;
 
 /// A slow path runs on the thread's stack if it has at least this much left.
 const RED_ZONE: usize = 32 << 10;

@@ -137,6 +137,19 @@ pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: u32) {
     };
 }
 
+/// The calling thread's id, by system call (glibc's `gettid` is 2.30+).
+pub fn gettid() -> u32 {
+    // SAFETY: plain system call.
+    unsafe { call6(libc::SYS_gettid, [0; 6]) as u32 }
+}
+
+/// Gives up the CPU (`sched_yield(2)`), by system call: the shim's own yields stay out of the
+/// program's counted `sched_yield` and need nothing resolved.
+pub fn sched_yield() {
+    // SAFETY: plain system call.
+    unsafe { call6(libc::SYS_sched_yield, [0; 6]) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -560,8 +560,7 @@ pub fn stop() {
     }
     let start = now_ns();
     while BUSY.load(Ordering::SeqCst) && now_ns().saturating_sub(start) < 500_000_000 {
-        // SAFETY: no arguments; the C library's own function.
-        unsafe { crate::real::sched_yield() };
+        crate::sys::sched_yield();
     }
 }
 

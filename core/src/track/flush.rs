@@ -104,8 +104,7 @@ impl Tracker {
             if now_ns().saturating_sub(start) > 500_000_000 {
                 return;
             }
-            // SAFETY: no arguments; the C library's own function.
-            unsafe { crate::real::sched_yield() };
+            crate::sys::sched_yield();
         }
         self.flush_locked(complete);
     }

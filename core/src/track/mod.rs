@@ -37,7 +37,10 @@ mod registry;
 pub mod rwlock;
 pub mod semaphore;
 mod thread_registry;
+// Left out of unit-test builds: it defines `__cxa_thread_atexit_impl` for the whole test program.
 pub mod threads;
+#[cfg(not(test))]
+mod tls_dtors;
 mod unwaited;
 mod waits;
 

@@ -100,6 +100,7 @@ unsafe fn failed(t: &ThreadRec, lock: &Lock, r: c_int) {
 ///
 /// # Safety
 /// As [`tried`].
+#[inline(never)]
 pub unsafe fn after_back_off(
     t: &ThreadRec,
     lock: &Lock,
@@ -147,6 +148,7 @@ pub unsafe fn wait(
 ///
 /// # Safety
 /// As [`wait`].
+#[inline(never)]
 pub unsafe fn wait_on(
     clocks: &impl Clocks,
     t: &ThreadRec,
@@ -195,6 +197,7 @@ pub unsafe fn wait_on(
 ///
 /// # Safety
 /// As [`wait`].
+#[inline(never)]
 pub unsafe fn wait_in_one_call(
     t: &ThreadRec,
     lock: &Lock,
@@ -234,6 +237,7 @@ pub unsafe fn wait_in_one_call(
 ///
 /// # Safety
 /// As [`wait`].
+#[inline(never)]
 pub unsafe fn spin(t: &ThreadRec, lock: &Lock, mut take: impl FnMut() -> bool) -> Option<c_int> {
     // SAFETY: as the caller promises.
     let sub = unsafe { lock.subtype_now() };

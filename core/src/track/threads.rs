@@ -11,6 +11,7 @@ use std::sync::atomic::{
 
 use super::lockorder;
 use super::objects::{ObjEntry, DEAD};
+use crate::words as raw;
 
 pub const SLOTS: usize = 64;
 /// Read locks a thread is known to hold at once (more are not tracked: their writers' waits
@@ -549,75 +550,6 @@ pub fn fold_aux(s: &Slot) {
 #[derive(Clone, Copy)]
 pub struct ThreadRef(pub &'static ThreadRec);
 
-/// Per-thread state of the shim, in initial-exec TLS: one `mov` from `%fs` instead of a call to
-/// `__tls_get_addr` (what Rust's `thread_local!` costs in a shared library), read twice per
-/// lock/unlock pair. Initial-exec TLS is fine for a preloaded library: it is loaded at start-up,
-/// into the static TLS block.
-///
-/// Seven words: `FAST` is the thread's record while the shim may track its calls and null
-/// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
-/// is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability state
-/// plus one while the shim runs its own work with cancellation disabled (see [`Inside`]), 0
-/// otherwise; `SWITCHED` points at the registers the thread's work left its own stack with,
-/// while it runs on the shim's spare stack (see `crate::stack`); `STACK_LOW` is the lowest
-/// address of the stack it runs on; `TLS_DTORS` heads its list of Rust thread-local
-/// destructors (see `crate::tls_dtors`).
-mod raw {
-    use std::arch::{asm, global_asm};
-
-    global_asm!(
-        ".pushsection .tbss,\"awT\",@nobits",
-        ".p2align 3",
-        // Global but hidden: visible to every codegen unit, never exported from the library.
-        ".globl waitshim_thread_words",
-        ".hidden waitshim_thread_words",
-        ".type waitshim_thread_words, @object",
-        ".size waitshim_thread_words, 56",
-        "waitshim_thread_words:",
-        ".zero 56",
-        ".popsection",
-    );
-
-    pub const FAST: usize = 0;
-    pub const REC: usize = 8;
-    pub const MODE: usize = 16;
-    pub const CANCEL: usize = 24;
-    pub const SWITCHED: usize = 32;
-    pub const STACK_LOW: usize = 40;
-    pub const TLS_DTORS: usize = 48;
-
-    #[inline(always)]
-    fn offset() -> usize {
-        let off: usize;
-        // SAFETY: loads the link-time constant thread-pointer offset of our TLS block from the GOT.
-        unsafe {
-            asm!("mov {}, qword ptr [rip + waitshim_thread_words@GOTTPOFF]", out(reg) off,
-                 options(pure, readonly, nostack, preserves_flags));
-        }
-        off
-    }
-
-    #[inline(always)]
-    pub fn get(word: usize) -> usize {
-        let v: usize;
-        // SAFETY: reads a word of this thread's own TLS block.
-        unsafe {
-            asm!("mov {v}, qword ptr fs:[{o}]", v = out(reg) v, o = in(reg) offset() + word,
-                 options(readonly, nostack, preserves_flags));
-        }
-        v
-    }
-
-    #[inline(always)]
-    pub fn set(word: usize, v: usize) {
-        // SAFETY: writes a word of this thread's own TLS block.
-        unsafe {
-            asm!("mov qword ptr fs:[{o}], {v}", v = in(reg) v, o = in(reg) offset() + word,
-                 options(nostack, preserves_flags));
-        }
-    }
-}
-
 pub const MODE_NORMAL: usize = 0;
 pub const MODE_INSIDE: usize = 1;
 pub const MODE_EXITED: usize = 2;
@@ -682,35 +614,9 @@ pub fn leave_handler(prev: usize) {
     set_mode(prev);
 }
 
-/// The registers the calling thread left its own stack with, while the shim's work runs on a
-/// spare stack (null otherwise): chains are unwound from there.
-pub fn switched_from() -> *const waitshim_unwind::Regs {
-    raw::get(raw::SWITCHED) as *const waitshim_unwind::Regs
-}
-
-pub fn set_switched_from(regs: *const waitshim_unwind::Regs) {
-    raw::set(raw::SWITCHED, regs as usize);
-}
-
-/// The lowest address the calling thread's current stack may use (see `crate::stack`); 0 until
-/// found.
-#[inline(always)]
-pub fn stack_low() -> usize {
-    raw::get(raw::STACK_LOW)
-}
-
-pub fn set_stack_low(low: usize) {
-    raw::set(raw::STACK_LOW, low);
-}
-
-/// The head of the calling thread's list of Rust thread-local destructors (0: none).
-pub fn tls_dtors() -> usize {
-    raw::get(raw::TLS_DTORS)
-}
-
-pub fn set_tls_dtors(head: usize) {
-    raw::set(raw::TLS_DTORS, head);
-}
+pub use crate::words::{
+    set_stack_low, set_switched_from, set_tls_dtors, stack_low, switched_from, tls_dtors,
+};
 
 /// Whether the calling thread runs a signal handler of the program now.
 pub fn in_handler() -> bool {
@@ -737,8 +643,11 @@ static EXIT_KEY: AtomicU32 = AtomicU32::new(u32::MAX);
 
 extern "C" fn exit_hook(_: *mut libc::c_void) {
     super::thread_exited();
+    // Where there is room: crossbeam's epoch handle, dropped here, hands its bag of deferred
+    // frees on by value (2 KiB of stack; more once fat LTO inlines it), on whatever stack the
+    // program gave the thread.
     #[cfg(not(test))]
-    crate::tls_dtors::run();
+    crate::stack::roomy(super::tls_dtors::run);
 }
 
 /// Makes the exit hook's key (at start, when few keys exist: the first 32 keys' values are
@@ -965,10 +874,7 @@ pub unsafe fn tid_of(th: libc::pthread_t) -> u32 {
     unsafe { crate::layout::pthread::tid(th as usize, off) }
 }
 
-pub fn gettid() -> u32 {
-    // SAFETY: plain system call.
-    unsafe { crate::sys::call6(libc::SYS_gettid, [0; 6]) as u32 }
-}
+pub use crate::sys::gettid;
 
 #[cfg(test)]
 mod tests {

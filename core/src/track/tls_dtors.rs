@@ -9,11 +9,11 @@
 //! `__cxa_thread_atexit_impl`, hidden (never exported: the program's C++ destructors keep going
 //! to the C library), which the standard library's weak reference binds to at link time. It keeps
 //! the list on the shim's heap and runs it from the shim's thread-exit key
-//! ([`crate::track::threads`]).
+//! ([`super::threads`]).
 
 use std::arch::global_asm;
 
-use crate::track::threads;
+use super::threads;
 
 // Weak, as the standard library's reference to it is: where both end up in one module (fat LTO)
 // a strong definition would be made weak anyway, with a warning. It is the library's only
