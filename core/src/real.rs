@@ -69,7 +69,7 @@ impl RealFn {
     }
 
     /// Address of the next definition if it is resolved already, else 0: for fast paths that
-    /// must stay free of calls (see `resolve_fast_paths`).
+    /// must stay free of calls (see [`resolve_all`]).
     #[inline(always)]
     pub fn resolved(&self) -> usize {
         self.addr.load(Ordering::Relaxed)

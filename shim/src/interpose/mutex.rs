@@ -132,7 +132,7 @@ pub unsafe extern "C" fn pthread_mutex_lock(m: *mut pthread_mutex_t) -> c_int {
 type LockFn = unsafe extern "C" fn(*mut pthread_mutex_t) -> c_int;
 
 /// The real `pthread_mutex_lock` or `pthread_mutex_unlock`, for a thread the shim tracks: the
-/// shim resolves both before it registers any thread (`real::resolve_fast_paths`).
+/// shim resolves both before it registers any thread (`real::resolve_all`, when tracking starts).
 #[inline(always)]
 fn resolved(f: &real::RealFn) -> LockFn {
     let a = f.resolved();
