@@ -22,13 +22,13 @@ pub mod fdtable;
 pub mod layout;
 pub mod log;
 pub mod modules;
+pub mod policy_api;
 pub mod procmaps;
 pub mod real;
 pub mod stack;
 pub mod symbols;
 pub mod sys;
 pub mod track;
-pub mod wants;
 mod words;
 
 /// The platform modules (every file beside `track/`) form a layer below the tracker: they name

@@ -4,7 +4,7 @@
 //! an object, unwinding a chain, writing records) needs some kilobytes of stack, and it runs on
 //! the program's threads: a thread made with a 16 KiB stack (`PTHREAD_STACK_MIN`), or one that
 //! calls a lock with little stack left (deep recursion, a stack the program handed over with
-//! `pthread_attr_setstack`, right above its own data), would overflow it. [`roomy`] runs such
+//! `pthread_attr_setstack`, right above its own data), would overflow it. [`with_room`] runs such
 //! work on a spare stack when the thread's own has less than `RED_ZONE` left; threads with
 //! ordinary stacks only pay a comparison. Before it switches, it notes the registers the thread
 //! left its stack with, so that call chains taken on the spare stack are unwound from there (the
@@ -14,7 +14,7 @@
 //! without allocating.
 //!
 //! What stays on the thread's own stack is the fast paths and the few frames down to a
-//! `roomy` (measured by `fixtures/stack_headroom.c`: see tests/tests/harm.rs).
+//! `with_room` (measured by `fixtures/stack_headroom.c`: see tests/tests/harm.rs).
 
 use waitshim_unwind::Regs;
 
@@ -31,7 +31,7 @@ const UNBOUNDED: usize = 1;
 
 /// Runs `f`, a slow path of the shim, where there is room for it (see the module comment).
 #[inline]
-pub fn roomy<R>(f: impl FnOnce() -> R) -> R {
+pub fn with_room<R>(f: impl FnOnce() -> R) -> R {
     let mut low = threads::stack_low();
     if low == UNKNOWN {
         low = find_stack_low();
@@ -44,7 +44,7 @@ pub fn roomy<R>(f: impl FnOnce() -> R) -> R {
     }
 }
 
-/// `f` on the thread's own stack, in a frame of its own: were `f` inlined into `roomy`'s
+/// `f` on the thread's own stack, in a frame of its own: were `f` inlined into `with_room`'s
 /// caller, that caller's frame, on the thread's stack before the switch, would be sized for
 /// `f`'s locals too (a new thread's record is built on the stack: 4 KiB).
 #[inline(never)]

@@ -11,7 +11,7 @@
 /// Seven words: `FAST` is the thread's record while the shim may track its calls and null
 /// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
 /// is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability state
-/// plus one while the shim runs its own work with cancellation disabled (see `track::threads::Inside`), 0
+/// plus one while the shim runs its own work with cancellation disabled (see `track::threads::InShim`), 0
 /// otherwise; `SWITCHED` points at the registers the thread's work left its own stack with,
 /// while it runs on the shim's spare stack (see `crate::stack`); `STACK_LOW` is the lowest
 /// address of the stack it runs on; `TLS_DTORS` heads its list of Rust thread-local

@@ -95,7 +95,7 @@ fn each_wait_shape_counts_what_its_real_call_answered() {
     let m = Mutexes::new(7);
     let release = |i: usize| {
         // SAFETY: the test's mutex, counted as this thread's.
-        unsafe { engage::disengaging(t, m.lock(i).addr) };
+        unsafe { engage::releasing(t, m.lock(i).addr) };
     };
 
     // 0: a sliced wait whose first two slices expire, then the real lock takes the mutex. The
@@ -165,7 +165,7 @@ fn each_wait_shape_counts_what_its_real_call_answered() {
     // SAFETY: as above.
     unsafe {
         owned::tried(t, &m.lock(4), 0);
-        engage::disengaging(t, m.lock(4).addr);
+        engage::releasing(t, m.lock(4).addr);
         owned::tried(t, &m.lock(4), EBUSY);
     }
 

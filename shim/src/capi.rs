@@ -5,7 +5,7 @@ use libc::{c_char, c_int, c_void};
 use waitshim_format::ThreadName;
 
 use crate::clock::now_ns;
-use crate::track::threads::{current, Inside};
+use crate::track::threads::{current, InShim};
 use crate::track::tracker;
 
 fn text(s: *const c_char) -> Option<String> {
@@ -32,7 +32,7 @@ pub extern "C" fn waitshim_name_object(obj: *const c_void, name: *const c_char) 
     if current().is_none() {
         return;
     }
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     tr.name_object(obj as usize, name);
 }
 
@@ -42,7 +42,7 @@ pub extern "C" fn waitshim_name_thread(name: *const c_char) {
     let (Some(tr), Some(name), Some(t)) = (tracker(), text(name), current()) else {
         return;
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     t.named.store(true, std::sync::atomic::Ordering::Relaxed);
     t.policy.set_name(&name);
     tr.log.write(
@@ -76,7 +76,7 @@ pub extern "C" fn waitshim_policy_reload() -> c_int {
     if current().is_none() {
         return 0;
     }
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     match crate::policy::reload(&tr.log) {
         Ok(v) => c_int::try_from(v).unwrap_or(c_int::MAX),
         Err(_) => -1,
@@ -93,7 +93,7 @@ fn progress(name: *const c_char, step: crate::track::progress::Step) {
     let in_handler = crate::track::threads::in_handler();
     // Atomics, and at a point's first visit the shim's own lock and a log record: no
     // cancellation point.
-    let _in = Inside::enter_quiet();
+    let _in = InShim::enter_quiet();
     tr.progress.step(name, step, &tr.log, now_ns(), in_handler);
 }
 

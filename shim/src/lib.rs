@@ -29,7 +29,7 @@ mod signals;
 
 // The core's modules, under the names the layers here use for them.
 use waitshim_core::{
-    chain, clock, config, diag, fdtable, layout, log, procmaps, real, sys, track, wants,
+    chain, clock, config, diag, fdtable, layout, log, policy_api, procmaps, real, sys, track,
 };
 
 #[cfg(not(test))]
@@ -50,7 +50,7 @@ fn stop() {
 
 /// What the crate boundary cannot say (that the core names nothing above it, the compiler keeps):
 /// the wrappers use the core's entry points, not the state behind them, and the policy and the
-/// live-stack code do not reach into the core's entries (the core hands them `wants`).
+/// live-stack code do not reach into the core's entries (the core hands them `policy_api`).
 #[cfg(test)]
 mod layering {
     use std::path::Path;
@@ -107,7 +107,7 @@ mod layering {
             "own_record",
             ".object(",
             "objects.get",
-            "Inside",
+            "InShim",
             ".install(",
         ];
         for (path, text) in files {
@@ -128,7 +128,7 @@ mod layering {
             for spelling in ["crate::track", "super::track", "crate::{"] {
                 assert!(
                     !text.contains(spelling),
-                    "{name} names {spelling}: it is handed what it needs (crate::wants)"
+                    "{name} names {spelling}: it is handed what it needs (crate::policy_api)"
                 );
             }
         }

@@ -18,8 +18,8 @@ use std::sync::atomic::AtomicUsize;
 
 use crate::chain::{self, MAX_DEPTH};
 use crate::log::Log;
+use crate::policy_api::{StackBox, STACK_IDLE as IDLE};
 use crate::procmaps;
-use crate::wants::{StackBox, STACK_IDLE as IDLE};
 
 /// The signal in use, 0 when live stacks by signal are unavailable.
 static SIGNAL: AtomicI32 = AtomicI32::new(0);

@@ -1,5 +1,5 @@
 //! The collection policy in force (`WAITSHIM_POLICY`, hot-reloaded) and its decision at each
-//! contended wait: from the context the core hands it ([`crate::wants`]), what to collect. The
+//! contended wait: from the context the core hands it ([`crate::policy_api`]), what to collect. The
 //! core collects; this module never looks into the core's entries.
 //!
 //! Versions are published through one atomic pointer and never freed: each keeps the statistics
@@ -19,7 +19,7 @@ use waitshim_policy::{Policy, Rule, Verdict};
 
 use crate::clock::now_ns;
 use crate::log::Log;
-use crate::wants::{Act, Answer, Decision, Facts, ObjectCell, ThreadCell, WaitContext};
+use crate::policy_api::{Act, Answer, Decision, Facts, ObjectCell, ThreadCell, WaitContext};
 
 /// One version of the policy.
 pub struct Active {

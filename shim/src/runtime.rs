@@ -2,9 +2,9 @@
 //! what the core needs from the policy, the live-stack code and the shim's own thread
 //! ([`crate::track::hooks`]), so that the core never names them.
 
+use crate::policy_api::StackBox;
 use crate::track::threads::own_record;
 use crate::track::{hooks::Hooks, Tracker};
-use crate::wants::StackBox;
 
 pub static HOOKS: Hooks = Hooks {
     selective: crate::policy::selective,

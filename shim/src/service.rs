@@ -25,7 +25,7 @@ use waitshim_format::contract::{mailbox, SHIM_THREAD_NAME};
 use waitshim_format::{shim_task, snapshot_source, ShimCost, Snapshot, TaskCost};
 
 use crate::clock::{now_ns, thread_cpu_ns};
-use crate::track::threads::{gettid, Inside};
+use crate::track::threads::{gettid, InShim};
 use crate::track::{tracker, Tracker};
 
 const NOT_STARTED: u8 = 0;
@@ -188,7 +188,7 @@ fn start() {
 
 extern "C" fn run(_: *mut libc::c_void) -> *mut libc::c_void {
     // Everything this thread calls goes straight to the real functions.
-    std::mem::forget(Inside::enter());
+    std::mem::forget(InShim::enter());
     let mut name = [0u8; 16];
     let n = SHIM_THREAD_NAME.len().min(15);
     name[..n].copy_from_slice(&SHIM_THREAD_NAME.as_bytes()[..n]);
@@ -453,7 +453,7 @@ fn look_for_hang(tr: &Tracker, last: &mut Vec<(u32, u64)>, now: u64) {
 /// Serves a data request on the calling thread: every counter and pending record reaches the
 /// log, then a [`Snapshot`] record says so. Returns the snapshot's number.
 pub fn snapshot(tr: &Tracker, source: u8, requester: u32) -> u64 {
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     tr.flush_all();
     crate::policy::write_stats(&tr.log, true);
     let seq = SNAPSHOTS.fetch_add(1, Ordering::AcqRel) + 1;
@@ -540,7 +540,7 @@ pub fn step_back_for_tasks() -> bool {
         unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
     }
     if let Some(tr) = tracker() {
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         crate::diag::say(
             &tr.log,
             "the program ran out of tasks (RLIMIT_NPROC or a pids limit): the shim's thread \

@@ -39,7 +39,7 @@ use libc::{c_int, PTHREAD_BARRIER_SERIAL_THREAD};
 use waitshim_format::{counter, ObjectKind};
 
 use super::engage::{self, Outcome, Side};
-use super::threads::{current, Inside};
+use super::threads::{current, InShim};
 use super::{tracker, CallSite};
 use crate::clock::now_ns;
 use crate::layout::barrier as glibc_barrier;
@@ -96,7 +96,7 @@ pub unsafe fn wait(addr: usize, call: impl FnOnce() -> c_int) -> c_int {
     let (Some(t), Some(tr)) = (current(), tracker()) else {
         return call();
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     // glibc keeps the count the barrier was initialised with; it is the object's subtype too.
     // SAFETY: as the caller promises.
     let count = u64::from(unsafe { glibc_barrier::count(addr) }.max(1));

@@ -1,5 +1,5 @@
 //! Collecting what the policy asks for a contended wait: the core hands the policy the wait's
-//! context (`crate::wants`) through the registered [`hooks`], and collects what
+//! context (`crate::policy_api`) through the registered [`hooks`], and collects what
 //! the answer names (waiter chains, the list of all waiters, holder chains and live holder
 //! stacks, wait events) while the thread waits and when the wait ends.
 
@@ -11,7 +11,7 @@ use super::objects::{ObjEntry, HOLDER_CHAINS};
 use super::threads::ThreadRec;
 use super::{hooks, CallSite, Tracker};
 use crate::clock::now_ns;
-use crate::wants::{Act, Decision, Facts, ObjectCell, WaitContext};
+use crate::policy_api::{Act, Decision, Facts, ObjectCell, WaitContext};
 
 /// Whether a user's policy is in force (the built-in one collects every waiter's chain).
 #[inline]

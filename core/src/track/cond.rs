@@ -20,7 +20,7 @@ use waitshim_format::{counter, ObjectKind, WaitEventReason};
 
 use super::engage::{self, Outcome, Side, Wait};
 use super::objects::{Busy, ObjEntry, AUX_BROADCASTS, AUX_SIGNALS, DEAD, EPISODE};
-use super::threads::{current, current_fast, Inside, Slot, ThreadRec};
+use super::threads::{current, current_fast, InShim, Slot, ThreadRec};
 use super::waits::{self, Woken};
 use super::{tracker, CallSite, Tracker};
 use crate::clock::{now_ns, thread_cpu_ns};
@@ -106,7 +106,7 @@ fn needs_stamp(obj: &Busy, broadcast: bool) -> bool {
 fn first_waking(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> {
     let tr = tracker()?;
     // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
-    let _in = Inside::enter_quiet();
+    let _in = InShim::enter_quiet();
     let obj = tr.object(t, addr, KIND, SUBTYPE);
     Some((t.slot(addr), obj))
 }
@@ -127,12 +127,12 @@ pub unsafe fn wait(
     let (Some(t), Some(tr)) = (current(), tracker()) else {
         return call();
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let cond = tr.object(t, c, KIND, SUBTYPE);
     rewaiting(tr, t, cond, m);
     // glibc releases the mutex inside the wait: what the unlock wrapper would have done.
     // SAFETY: the caller's mutex (this function's contract).
-    unsafe { engage::disengaging(t, m) };
+    unsafe { engage::releasing(t, m) };
     // SAFETY: a condition variable has no holder: nothing is read at its address.
     let w = unsafe { engage::wait_begin_at(tr, t, cond, Side::Exclusive, site) };
     if untimed {
@@ -248,7 +248,7 @@ impl Pending<'_> {
 
     fn reacquired(&self) {
         // SAFETY: the mutex of the caller's wait, which it holds again: live.
-        unsafe { engage::engaged(self.t, self.mutex, ObjectKind::Mutex, glibc_mutex::subtype) };
+        unsafe { engage::acquired(self.t, self.mutex, ObjectKind::Mutex, glibc_mutex::subtype) };
     }
 }
 

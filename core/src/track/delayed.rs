@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use waitshim_format::{mutex_kind, Delayed, ObjectKind};
 
 use super::objects::{Busy, ObjEntry, DEAD};
-use super::threads::{current_fast, Inside, ThreadRec};
+use super::threads::{current_fast, InShim, ThreadRec};
 use super::{hooks, tracker, Tracker};
 use crate::clock::now_ns;
 use crate::layout::mutex as glibc_mutex;
@@ -76,7 +76,7 @@ pub unsafe fn before_release(addr: usize, kind: ObjectKind) {
     let b = obj.busy();
     let mut d = b.delay.load(Ordering::Relaxed);
     if d == 0 {
-        d = crate::stack::roomy(|| decide(obj));
+        d = crate::stack::with_room(|| decide(obj));
         b.delay.store(d, Ordering::Relaxed);
     }
     if d == NONE {
@@ -102,7 +102,7 @@ fn entry(t: &ThreadRec, addr: usize) -> Option<&'static ObjEntry> {
         return Some(obj);
     }
     let tr = tracker()?;
-    let _in = Inside::enter_quiet();
+    let _in = InShim::enter_quiet();
     tr.objects.get(addr).filter(|o| o.flags() & DEAD == 0)
 }
 
@@ -112,7 +112,7 @@ fn decide(obj: &ObjEntry) -> u64 {
         return NONE;
     };
     // Symbols are looked up, the shim's heap used: straight to the real functions.
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let name = obj
         .busy()
         .policy

@@ -1,7 +1,7 @@
 //! Engaging and disengaging objects: the tracking operations the interposed functions translate
 //! their calls into.
 //!
-//! The uncontended path (`engaged`, `disengaging`) touches the thread's own record and reads the
+//! The uncontended path (`acquired`, `releasing`) touches the thread's own record and reads the
 //! object's first cache line; it writes shared memory only when the owner changes (the lock's
 //! own line moves between cores then anyway) or on objects that have been contended.
 
@@ -10,13 +10,13 @@ use std::sync::atomic::Ordering;
 use waitshim_format::{counter, ObjectKind};
 
 use super::objects::{ObjEntry, CONTENDED, EPISODE, HOLDER_CHAINS, TIME_ALL};
-use super::threads::{Held, Inside, Slot, ThreadRec};
+use super::threads::{Held, InShim, Slot, ThreadRec};
 use super::{deadlock, highwater, tracker, CallSite, Tracker};
 use crate::clock::now_ns;
 use crate::layout::{mutex as glibc_mutex, rwlock as glibc_rwlock};
 
-pub(crate) use super::unwaited::{acquired_owner_dead, busy, failed};
-pub use super::unwaited::{destroyed, initialised};
+pub(crate) use super::no_wait::{acquired_owner_dead, busy, failed};
+pub use super::no_wait::{destroyed, initialised};
 
 /// Reads the subtype of the object at an address (a mutex's kind bits, an rwlock's
 /// preference) from the object's own memory; read only when the object is registered.
@@ -31,31 +31,36 @@ pub type Subtype = unsafe fn(usize) -> u32;
 /// # Safety
 /// `addr` is a live object that `subtype` can read (the one the caller acquired).
 #[inline(always)]
-pub unsafe fn engaged(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
+pub unsafe fn acquired(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     // SAFETY: as the caller promises.
-    unsafe { engaged_with(t, t.cached(addr), addr, kind, subtype) }
+    unsafe { acquired_with(t, t.cached(addr), addr, kind, subtype) }
 }
 
-/// As [`engaged`], for a try-acquisition: it holds the object, but adds no lock-order edge
+/// As [`acquired`], for a try-acquisition: it holds the object, but adds no lock-order edge
 /// (a trylock cannot deadlock).
 ///
 /// # Safety
-/// As [`engaged`].
+/// As [`acquired`].
 #[inline(always)]
-pub(crate) unsafe fn engaged_try(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
+pub(crate) unsafe fn acquired_by_try(
+    t: &ThreadRec,
+    addr: usize,
+    kind: ObjectKind,
+    subtype: Subtype,
+) {
     match t.cached(addr) {
         Some((s, obj)) => took(t, s, obj, addr, false),
         // SAFETY: as the caller promises.
-        None => unsafe { engaged_uncached(t, addr, kind, subtype, false) },
+        None => unsafe { acquired_uncached(t, addr, kind, subtype, false) },
     }
 }
 
-/// As [`engaged`], with the thread's cache looked up beforehand.
+/// As [`acquired`], with the thread's cache looked up beforehand.
 ///
 /// # Safety
-/// As [`engaged`].
+/// As [`acquired`].
 #[inline(always)]
-pub unsafe fn engaged_with(
+pub unsafe fn acquired_with(
     t: &ThreadRec,
     hit: Option<(&Slot, &'static ObjEntry)>,
     addr: usize,
@@ -69,13 +74,13 @@ pub unsafe fn engaged_with(
             }
         }
         // SAFETY: as the caller promises.
-        None => unsafe { engaged_uncached(t, addr, kind, subtype, true) },
+        None => unsafe { acquired_uncached(t, addr, kind, subtype, true) },
     }
 }
 
 /// # Safety
-/// As [`engaged`].
-unsafe fn engaged_uncached(
+/// As [`acquired`].
+unsafe fn acquired_uncached(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
@@ -83,13 +88,13 @@ unsafe fn engaged_uncached(
     edges: bool,
 ) {
     // SAFETY: as the caller promises.
-    crate::stack::roomy(|| unsafe { engaged_uncached_here(t, addr, kind, subtype, edges) })
+    crate::stack::with_room(|| unsafe { acquired_uncached_here(t, addr, kind, subtype, edges) })
 }
 
 /// # Safety
-/// As [`engaged`].
+/// As [`acquired`].
 #[inline(always)]
-unsafe fn engaged_uncached_here(
+unsafe fn acquired_uncached_here(
     t: &ThreadRec,
     addr: usize,
     kind: ObjectKind,
@@ -99,7 +104,7 @@ unsafe fn engaged_uncached_here(
     let Some(tr) = tracker() else { return };
     let obj = {
         // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
-        let _in = Inside::enter_quiet();
+        let _in = InShim::enter_quiet();
         // SAFETY: as the caller promises.
         tr.object(t, addr, kind, unsafe { subtype(addr) })
     };
@@ -120,7 +125,7 @@ pub(crate) fn with_object<R>(
     f: impl FnOnce(&'static Tracker, &'static ObjEntry) -> R,
 ) -> Option<R> {
     let tr = tracker()?;
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let obj = tr.object(t, addr, kind, subtype);
     Some(f(tr, obj))
 }
@@ -164,7 +169,7 @@ fn took(t: &ThreadRec, s: &Slot, obj: &'static ObjEntry, addr: usize, edges: boo
 /// created; a forked child starts with empty caches), inline and without a call: the object is
 /// cached, the thread holds no other lock (no lock-order edge to look at) and the slot's count
 /// does not reach its fold. Returns false, having done nothing, in any other case; the caller
-/// then does [`engaged`].
+/// then does [`acquired`].
 ///
 /// What `took_quick` checks besides is settled by the one thread: it is the owner since it
 /// cached the object; it destroys objects itself, which empties its slot for them
@@ -173,7 +178,7 @@ fn took(t: &ThreadRec, s: &Slot, obj: &'static ObjEntry, addr: usize, edges: boo
 /// itself, with a timed lock: the episode that opens is ended by its unlock, which looks, and
 /// that mutex's later holds are not timed.)
 #[inline(always)]
-pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
+pub fn acquired_quick(t: &ThreadRec, addr: usize) -> bool {
     let s = t.slot(addr);
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
@@ -188,19 +193,19 @@ pub fn engaged_quick(t: &ThreadRec, addr: usize) -> bool {
     true
 }
 
-/// As [`engaged_quick`], for an object that may have been contended.
+/// As [`acquired_quick`], for an object that may have been contended.
 #[inline(always)]
-pub fn engaged_quick_contended(t: &ThreadRec, addr: usize) -> bool {
+pub fn acquired_quick_contended(t: &ThreadRec, addr: usize) -> bool {
     let s = t.slot(addr);
     if s.addr.load(Ordering::Relaxed) != addr {
         return false;
     }
-    // SAFETY: as in `engaged_quick`.
+    // SAFETY: as in `acquired_quick`.
     let obj: &ObjEntry = unsafe { &*s.obj.load(Ordering::Relaxed) };
     s.same_generation(obj) && took_quick(t, s, obj, addr, true)
 }
 
-/// [`took`] in the common case described at [`engaged_quick`]; false, having done nothing, in
+/// [`took`] in the common case described at [`acquired_quick`]; false, having done nothing, in
 /// any other. Without `contended`, also false for a contended object (a single-threaded
 /// process has none, and spares the checks).
 #[inline(always)]
@@ -225,14 +230,14 @@ fn took_quick(t: &ThreadRec, s: &Slot, obj: &ObjEntry, addr: usize, contended: b
 }
 
 fn took_contended(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
-    crate::stack::roomy(|| took_contended_here(t, obj, flags, n))
+    crate::stack::with_room(|| took_contended_here(t, obj, flags, n))
 }
 
 #[inline(always)]
 fn took_contended_here(t: &ThreadRec, obj: &ObjEntry, flags: u8, n: u64) {
     if flags & HOLDER_CHAINS != 0 {
         if let Some(tr) = tracker() {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             super::collect::holder_took(tr, t, obj);
         }
     }
@@ -276,18 +281,18 @@ fn hold_started(t: &ThreadRec, obj: &ObjEntry) {
 /// # Safety
 /// `addr` is the object being released: live (a recursive mutex's count is read there).
 #[inline(always)]
-pub unsafe fn disengaging(t: &ThreadRec, addr: usize) {
-    if !disengaging_quick(t, addr) {
+pub unsafe fn releasing(t: &ThreadRec, addr: usize) {
+    if !releasing_quick(t, addr) {
         // SAFETY: as the caller promises.
-        unsafe { disengaging_full(t, addr) };
+        unsafe { releasing_full(t, addr) };
     }
 }
 
 /// The release of the only lock held, when nothing else is to be done: no hold being timed, no
-/// episode to look at (the counterpart of [`engaged_quick`]). Returns false, having done
+/// episode to look at (the counterpart of [`acquired_quick`]). Returns false, having done
 /// nothing, in any other case.
 #[inline(always)]
-pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
+pub fn releasing_quick(t: &ThreadRec, addr: usize) -> bool {
     // SAFETY: owning thread, not re-entered.
     let held = unsafe { t.held_locks() };
     if held.quick != addr
@@ -302,24 +307,24 @@ pub fn disengaging_quick(t: &ThreadRec, addr: usize) -> bool {
 }
 
 /// # Safety
-/// As [`disengaging`].
+/// As [`releasing`].
 #[inline(never)]
-unsafe fn disengaging_full(t: &ThreadRec, addr: usize) {
+unsafe fn releasing_full(t: &ThreadRec, addr: usize) {
     // SAFETY: owning thread, not re-entered.
     unsafe { t.held_locks() }.pop(addr);
     // SAFETY: owning thread; reading the length re-enters nothing.
     let timing = !unsafe { t.local() }.held.is_empty();
     if timing || !t.attention.load(Ordering::Acquire).is_null() {
         // SAFETY: as the caller promises.
-        unsafe { disengaging_slow(t, addr) };
+        unsafe { releasing_slow(t, addr) };
     }
 }
 
 /// # Safety
-/// As [`disengaging`].
+/// As [`releasing`].
 #[cold]
 #[inline(never)]
-unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
+unsafe fn releasing_slow(t: &ThreadRec, addr: usize) {
     let obj = match t.cached(addr) {
         Some((_, obj)) => Some(obj),
         None => lookup(addr),
@@ -367,7 +372,7 @@ unsafe fn disengaging_slow(t: &ThreadRec, addr: usize) {
 fn lookup(addr: usize) -> Option<&'static ObjEntry> {
     let tr = tracker()?;
     // A lookup only: nothing is created, no cancellation point is reached.
-    let _in = Inside::enter_quiet();
+    let _in = InShim::enter_quiet();
     tr.objects.get(addr)
 }
 
@@ -382,7 +387,7 @@ fn hold_ended(t: &ThreadRec, obj: &ObjEntry) {
         return;
     }
     let now = now_ns();
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     if obj.waited_hold_released(now, since).is_none() {
         if let Some(since) = since {
             obj.held(now.saturating_sub(since));
@@ -392,13 +397,13 @@ fn hold_ended(t: &ThreadRec, obj: &ObjEntry) {
 
 /// `t` releases `obj` while an episode is open on it.
 fn release_with_episode(t: &ThreadRec, obj: &ObjEntry) {
-    crate::stack::roomy(|| release_with_episode_here(t, obj))
+    crate::stack::with_room(|| release_with_episode_here(t, obj))
 }
 
 #[inline(always)]
 fn release_with_episode_here(t: &ThreadRec, obj: &ObjEntry) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let chain = tr.chain(t);
     highwater::on_release(tr, t.tid(), obj, now_ns(), chain);
 }
@@ -535,7 +540,7 @@ pub(crate) unsafe fn wait_begin_at(
     site: CallSite,
 ) -> Wait {
     // SAFETY: as the caller promises.
-    crate::stack::roomy(|| unsafe { wait_begin_at_here(tr, t, obj, side, site) })
+    crate::stack::with_room(|| unsafe { wait_begin_at_here(tr, t, obj, side, site) })
 }
 
 /// # Safety
@@ -682,7 +687,7 @@ fn waited_untracked(
     waited_ns: u64,
     key: u16,
 ) {
-    crate::stack::roomy(|| waited_untracked_here(tr, t, obj, site, waited_ns, key))
+    crate::stack::with_room(|| waited_untracked_here(tr, t, obj, site, waited_ns, key))
 }
 
 #[inline(always)]
@@ -821,7 +826,7 @@ pub(crate) fn check_when_due(
 
 /// A wait slice expired and the thread waits on: look for a wait-for cycle again.
 pub(crate) fn wait_check(tr: &Tracker, t: &ThreadRec, w: &mut Wait) {
-    crate::stack::roomy(|| wait_check_here(tr, t, w))
+    crate::stack::with_room(|| wait_check_here(tr, t, w))
 }
 
 #[inline(always)]
@@ -906,7 +911,7 @@ pub(crate) fn wait_end_reacquired(
     outcome: Outcome,
     reacquire_ns: Option<u64>,
 ) -> (super::waits::Ended, Option<(u32, u32)>) {
-    crate::stack::roomy(|| wait_end_reacquired_here(tr, t, w, outcome, reacquire_ns))
+    crate::stack::with_room(|| wait_end_reacquired_here(tr, t, w, outcome, reacquire_ns))
 }
 
 #[inline(always)]

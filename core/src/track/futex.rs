@@ -31,7 +31,7 @@ use waitshim_format::{counter, ObjectKind};
 
 use super::engage::{self, Outcome, Side};
 use super::objects::ObjEntry;
-use super::threads::{current, Inside, ThreadRec};
+use super::threads::{current, InShim, ThreadRec};
 use super::{tracker, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Futex;
@@ -214,7 +214,7 @@ pub fn wait(call: WaitCall, real: impl FnOnce() -> c_long) -> c_long {
     // Dropped by hand, as in a semaphore wait: an asynchronous cancellation acting in the real
     // call leaves through these frames, which must have nothing to drop; the thread's exit hook
     // undoes the wait then.
-    let inside = ManuallyDrop::new(Inside::enter());
+    let inside = ManuallyDrop::new(InShim::enter());
     let obj = object(tr, t, call.addr);
     // Its chain is always unwound: the call site, inside the language's lock, is the same for
     // every lock of the program, so the chain cache would mix up their waits.
@@ -277,7 +277,7 @@ pub fn wake(addr: usize, real: impl FnOnce() -> c_long) -> c_long {
         let e = errno();
         {
             // Counting may allocate the object's counters.
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             obj.add(counter::WAKES, 1);
         }
         set_errno(e);

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 use super::Tracker;
-use crate::wants::{Answer, Facts, StackBox, WaitContext};
+use crate::policy_api::{Answer, Facts, StackBox, WaitContext};
 
 pub struct Hooks {
     /// Whether a user's policy is in force (else every waiter's chain is collected and the
@@ -76,7 +76,7 @@ pub(super) fn start(tr: &Tracker) {
         if !STARTED.swap(true, Ordering::AcqRel) {
             // What they call goes straight to the real functions, also when they start late
             // (from the constructor, after another library's constructor started tracking).
-            let _in = super::threads::Inside::enter();
+            let _in = super::threads::InShim::enter();
             (h.started)(tr);
         }
     }

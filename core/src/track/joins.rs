@@ -15,7 +15,7 @@ use waitshim_format::ObjectKind;
 use super::engage::{self, Outcome, Side};
 use super::highwater;
 use super::objects::{ObjEntry, EPISODE};
-use super::threads::{self, current, Inside, ThreadRec};
+use super::threads::{self, current, InShim, ThreadRec};
 use super::{tracker, Tracker};
 use crate::clock::now_ns;
 
@@ -53,7 +53,7 @@ fn known(tid: u32, detached: bool, readable: bool) -> Known {
 /// yet: the creating thread has not returned from `pthread_create`).
 pub unsafe fn created(th: pthread_t, detached: bool, chain: u32) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let tid = if detached {
         0
     } else {
@@ -176,7 +176,7 @@ pub fn tried(th: pthread_t, r: c_int) {
     let (Some(t), Some(tr)) = (current(), tracker()) else {
         return;
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     match r {
         0 => joined(tr, t, th),
         EBUSY => {
@@ -204,7 +204,7 @@ pub fn join(th: pthread_t, untimed: bool, call: impl Fn() -> c_int) -> c_int {
         return call();
     }
     let begun = {
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         thread_object(tr, t, th).map(|obj| {
             await_tid(obj);
             // SAFETY: a thread object's holder is the thread joined, kept in its entry: nothing
@@ -224,13 +224,13 @@ pub fn join(th: pthread_t, untimed: bool, call: impl Fn() -> c_int) -> c_int {
         let r = call();
         tr.blocked.fetch_sub(1, Ordering::Relaxed);
         if r == 0 {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             joined(tr, t, th);
         }
         return r;
     };
     let r = call();
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     engage::wait_end(tr, t, ManuallyDrop::into_inner(w), Outcome::of(r));
     if r == 0 {
         joined(tr, t, th);

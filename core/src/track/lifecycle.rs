@@ -89,7 +89,7 @@ pub fn init() {
     {
         return;
     }
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     // SAFETY: registering plain functions; done before anything else of the shim, also when
     // tracking is off (the heap is used all the same).
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(fork_child)) };
@@ -158,7 +158,7 @@ extern "C" fn fork_child() {
     after_fork();
     let Some(old) = tracker() else { return };
     STATE.store(STARTING, Ordering::Release);
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     old.log.abandon();
     match build(old.config.clone(), old.pid, Some(old)) {
         Ok(tr) => {
@@ -200,7 +200,7 @@ pub fn finish(reason: u8) {
     if threads::in_handler() {
         finish_here(reason)
     } else {
-        crate::stack::roomy(|| finish_here(reason))
+        crate::stack::with_room(|| finish_here(reason))
     }
 }
 
@@ -215,7 +215,7 @@ fn finish_here(reason: u8) {
         finish_in_handler(tr, reason);
         return;
     }
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     super::thread_registry::process_ending_on_this_thread(tr);
     if let Some(h) = hooks::get() {
         (h.ending)(tr, false);
@@ -345,7 +345,7 @@ pub fn before_exec(path: &str) -> bool {
     if getpid() != tr.pid {
         return false;
     }
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let empty = tr.objects.is_empty()
         && tr.live.load(Ordering::Relaxed) <= 1
         && tr.next_record.load(Ordering::Relaxed) == 1;
@@ -385,7 +385,7 @@ pub fn before_exec(path: &str) -> bool {
 /// removed, the process runs on untraced).
 pub fn exec_failed(path: &str, errno: i32) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     tr.log.reopen();
     tr.log.write(
         &Note {
@@ -440,7 +440,7 @@ fn finish_in_handler(tr: &Tracker, reason: u8) {
 /// written), and the unwinder reads their tables.
 pub fn library_loaded() {
     if let Some(tr) = tracker() {
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         tr.modules.scan(&tr.log);
         waitshim_unwind::refresh_if_loaded();
     }

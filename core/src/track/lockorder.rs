@@ -20,7 +20,7 @@ use waitshim_format::LockOrder;
 
 use super::lockgraph::{Added, Graph};
 use super::objects::{ObjEntry, DEAD};
-use super::threads::{Inside, ThreadRec};
+use super::threads::{InShim, ThreadRec};
 use super::{tracker, Tracker};
 use crate::clock::now_ns;
 
@@ -36,7 +36,7 @@ pub struct Held {
     pub len: usize,
     /// Locks taken beyond `MAX_HELD`, released without being looked for.
     pub overflow: usize,
-    /// The one lock held, when the quick path (`engage::engaged_quick`) took it: only its
+    /// The one lock held, when the quick path (`engage::acquired_quick`) took it: only its
     /// address is noted, and it is not in `locks` (0: none). Taking or waiting for another lock
     /// while it is held moves it there first ([`Held::settle`]).
     pub quick: usize,
@@ -107,7 +107,7 @@ impl Held {
         let obj = match t.cached(addr) {
             Some((_, obj)) => Some(obj),
             None => tracker().and_then(|tr| {
-                let _in = Inside::enter();
+                let _in = InShim::enter();
                 tr.objects.get(addr)
             }),
         };
@@ -121,7 +121,7 @@ impl Held {
     #[cold]
     #[inline(never)]
     pub fn note_edges(&mut self, t: &ThreadRec, obj: &'static ObjEntry) {
-        crate::stack::roomy(|| self.note_edges_here(t, obj))
+        crate::stack::with_room(|| self.note_edges_here(t, obj))
     }
 
     fn note_edges_here(&mut self, t: &ThreadRec, obj: &'static ObjEntry) {
@@ -153,7 +153,7 @@ impl Held {
             return chain;
         }
         let chain = {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             tr.chain(t)
         };
         self.classes[slot] = (from, made, chain);
@@ -189,7 +189,7 @@ fn new_edge(
 ) {
     // Putting the edge in the graph reaches no cancellation point (its maps hash with a fixed
     // hasher, no `getrandom`); writing a cycle does, and disables cancellation for itself.
-    let _in = Inside::enter_quiet();
+    let _in = InShim::enter_quiet();
     let mut g = tr.lock_graph.lock().unwrap_or_else(|e| e.into_inner());
     from.in_graph.store(true, Ordering::Relaxed);
     to.in_graph.store(true, Ordering::Relaxed);
@@ -201,7 +201,7 @@ fn new_edge(
         ns: now_ns(),
     };
     if let Added::Cycle(cycle) = g.add(node(from), node(to), data) {
-        let _write = Inside::enter();
+        let _write = InShim::enter();
         for (a, b) in cycle {
             if let Some(e) = g.get_mut(a, b).filter(|e| !e.written) {
                 e.written = write_edge(tr, &e.data);

@@ -5,7 +5,7 @@
 //! writing of counters in `flush`.
 //!
 //! The interposed functions translate their calls into `engage` (acquire, wait, release, and
-//! the calls that wait for nothing, in `unwaited`) and, for families whose calls mean more than
+//! the calls that wait for nothing, in `no_wait`) and, for families whose calls mean more than
 //! that, into `semaphore`, `rwlock`, `cond`, `barrier`, `futex` and `joins`, handing them the
 //! real functions to call.
 
@@ -38,10 +38,10 @@ pub mod rwlock;
 pub mod semaphore;
 mod thread_registry;
 // Left out of unit-test builds: it defines `__cxa_thread_atexit_impl` for the whole test program.
+mod no_wait;
 pub mod threads;
 #[cfg(not(test))]
 mod tls_dtors;
-mod unwaited;
 mod waits;
 
 pub use lifecycle::{
@@ -71,7 +71,7 @@ use crate::log::Log;
 use crate::modules::Modules;
 use churn::{Churn, QuietSum};
 use objects::{ObjEntry, Padded};
-use threads::{Inside, ThreadRec, ThreadRef};
+use threads::{InShim, ThreadRec, ThreadRef};
 
 pub struct Tracker {
     pub log: Log,

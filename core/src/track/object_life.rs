@@ -150,7 +150,7 @@ impl Tracker {
         if let Some((_, obj)) = t.cached(addr) {
             return obj;
         }
-        crate::stack::roomy(|| self.object_uncached(t, addr, kind, subtype))
+        crate::stack::with_room(|| self.object_uncached(t, addr, kind, subtype))
     }
 
     fn object_uncached(
@@ -165,7 +165,7 @@ impl Tracker {
             None => {
                 // Registering reaches cancellation points (a chain's modules, the log): the
                 // caller's guard may be a quiet one.
-                let _in = Inside::enter();
+                let _in = InShim::enter();
                 let fresh = self.new_object(addr, kind);
                 self.register(t, fresh, subtype, origin::FIRST_USE, CallSite::default());
                 let won = self.objects.get_or_insert(addr, fresh);

@@ -222,7 +222,7 @@ pub struct Busy {
     /// Waits that ended in error, by errno: (errno, count), allocated at the first.
     pub errnos: OnceLock<Box<[(AtomicU32, AtomicU64); ERRNOS]>>,
     /// Policy state, made at the first contended wait a user's policy looks at.
-    pub policy: OnceLock<Box<crate::wants::ObjectCell>>,
+    pub policy: OnceLock<Box<crate::policy_api::ObjectCell>>,
     /// `WAITSHIM_DELAY` (`super::delayed`): the decision for this object, cached (0: not
     /// made yet), its lengthened sections, the busy time added to them, and the sections when
     /// last written.

@@ -1,9 +1,9 @@
 //! The protocol of a lock one thread holds at a time (mutex, spin lock): the few calls its
 //! wrappers make around the real functions, each of which does the whole of its step.
 //!
-//! - After the lock was taken without waiting: [`engage::engaged`] (and its quick forms on the
+//! - After the lock was taken without waiting: [`engage::acquired`] (and its quick forms on the
 //!   wrappers' fast paths); after a trylock: [`tried`]; before the unlock:
-//!   [`engage::disengaging`].
+//!   [`engage::releasing`].
 //! - The lock was busy: [`after_back_off`] stays off it for a moment and tries once more (the
 //!   brief-wait rule: a wait that short is counted, not tracked); then the thread waits, in one
 //!   of three shapes: [`wait`], a real timed call cut in slices; [`wait_in_one_call`], one real
@@ -43,7 +43,7 @@ impl Lock {
     /// As [`Lock::subtype_now`]; the calling thread now holds the lock.
     unsafe fn taken(&self, t: &ThreadRec) {
         // SAFETY: as above.
-        unsafe { engage::engaged(t, self.addr, self.kind, self.subtype) }
+        unsafe { engage::acquired(t, self.addr, self.kind, self.subtype) }
     }
 }
 
@@ -57,7 +57,7 @@ pub unsafe fn tried(t: &ThreadRec, lock: &Lock, r: c_int) {
     // SAFETY: as the caller promises.
     unsafe {
         match r {
-            0 => engage::engaged_try(t, addr, kind, sub),
+            0 => engage::acquired_by_try(t, addr, kind, sub),
             EBUSY => engage::busy(t, addr, kind, sub),
             _ => failed(t, lock, r),
         }

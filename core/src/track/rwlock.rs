@@ -16,7 +16,7 @@ use waitshim_format::ObjectKind;
 use super::drive::Deadline;
 use super::engage::{self, Outcome, Side};
 use super::objects::{AUX_READS, EPISODE};
-use super::threads::{current, Inside, ThreadRec};
+use super::threads::{current, InShim, ThreadRec};
 use super::tracker;
 use crate::layout::rwlock as glibc_rwlock;
 
@@ -68,7 +68,7 @@ unsafe fn read_engaged_uncached(t: &ThreadRec, addr: usize) {
     let Some(tr) = tracker() else { return };
     let obj = {
         // A lookup and a cache fill; creating the object guards itself (see `Tracker::object`).
-        let _in = Inside::enter_quiet();
+        let _in = InShim::enter_quiet();
         // SAFETY: as the caller promises.
         tr.object(t, addr, KIND, unsafe { subtype(addr) })
     };
@@ -86,7 +86,7 @@ unsafe fn acquired(t: &ThreadRec, addr: usize, side: Side) {
     unsafe {
         match side {
             Side::Shared => read_engaged(t, addr),
-            Side::Exclusive => engage::engaged(t, addr, KIND, subtype),
+            Side::Exclusive => engage::acquired(t, addr, KIND, subtype),
         }
     }
 }
@@ -101,7 +101,7 @@ pub unsafe fn tried(addr: usize, side: Side, r: c_int) {
     unsafe {
         match (r, side) {
             (0, Side::Shared) => read_engaged(t, addr),
-            (0, Side::Exclusive) => engage::engaged_try(t, addr, KIND, subtype),
+            (0, Side::Exclusive) => engage::acquired_by_try(t, addr, KIND, subtype),
             (EBUSY, _) => engage::busy(t, addr, KIND, subtype),
             (e, _) => engage::failed(t, addr, KIND, subtype, e),
         }
@@ -167,7 +167,7 @@ unsafe fn lock_busy(
             return r;
         }
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     // SAFETY: as the caller promises.
     let obj = tr.object(t, addr, KIND, unsafe { subtype(addr) });
     if side == Side::Exclusive {
@@ -200,7 +200,7 @@ pub unsafe fn unlocking(addr: usize) {
     // SAFETY: as the caller promises.
     if unsafe { glibc_rwlock::writer(addr, false) } == t.tid() {
         // SAFETY: as the caller promises.
-        unsafe { engage::disengaging(t, addr) };
+        unsafe { engage::releasing(t, addr) };
     } else {
         t.read_left(addr);
         if let Some((_, obj)) = t.cached(addr) {

@@ -26,7 +26,7 @@ use waitshim_format::{counter, ObjectKind};
 use super::engage::{self, Outcome, Side};
 use super::handler_counts::{PendingCounts, HANDLER_POSTS};
 use super::objects::{ObjEntry, AUX_POSTS, CONTENDED, DEAD, EPISODE};
-use super::threads::{self, current, current_fast, Inside, Slot, ThreadRec};
+use super::threads::{self, current, current_fast, InShim, Slot, ThreadRec};
 use super::{tracker, CallSite, Tracker};
 
 const KIND: ObjectKind = ObjectKind::Semaphore;
@@ -79,7 +79,7 @@ fn object(tr: &Tracker, t: &ThreadRec, addr: usize) -> &'static ObjEntry {
         if let Some(e) = named().get(&addr) {
             // Applied when the object is announced just below (or written now, if another
             // thread registered it meanwhile).
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             tr.name_object(addr, e.value().name.clone());
         }
     }
@@ -98,7 +98,7 @@ fn prepare(obj: &ObjEntry) {
 pub fn initialised(addr: usize) {
     if let (Some(t), Some(tr)) = (current(), tracker()) {
         let e = errno();
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         tr.object_initialised(t, addr, KIND, 0, CallSite::default());
         prepare(object(tr, t, addr));
         set_errno(e);
@@ -109,7 +109,7 @@ pub fn initialised(addr: usize) {
 pub fn destroyed(addr: usize) {
     if let (Some(t), Some(tr)) = (current(), tracker()) {
         let e = errno();
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         tr.object_destroyed(t, addr);
         set_errno(e);
     }
@@ -120,7 +120,7 @@ pub fn destroyed(addr: usize) {
 /// name, not the address, identifies it across processes); the others only count.
 pub fn opened(addr: usize, name: &CStr) {
     let e = errno();
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let map = named();
     let again = map
         .get(&addr)
@@ -137,7 +137,7 @@ pub fn opened(addr: usize, name: &CStr) {
         ANY_NAMED.store(true, Ordering::Relaxed);
         drop(_in);
         if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             tr.object_initialised(t, addr, KIND, 0, CallSite::default());
             prepare(object(tr, t, addr));
             tr.name_object(addr, name);
@@ -152,7 +152,7 @@ pub fn opened(addr: usize, name: &CStr) {
 pub fn closed(addr: usize) {
     let e = errno();
     let last = {
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         match named().get(&addr) {
             Some(n) if n.value().opens.fetch_sub(1, Ordering::AcqRel) <= 1 => {
                 n.remove();
@@ -163,7 +163,7 @@ pub fn closed(addr: usize) {
     };
     if last {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             tr.object_destroyed(t, addr);
         }
     }
@@ -179,7 +179,7 @@ pub fn tried(addr: usize, r: c_int) {
         acquired(t, addr);
     } else if e == EAGAIN {
         if let Some(tr) = tracker() {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             let obj = object(tr, t, addr);
             obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
             obj.touch();
@@ -206,7 +206,7 @@ fn acquired_uncached(t: &ThreadRec, addr: usize) {
     let e = errno();
     {
         // A lookup and a cache fill (see `object`).
-        let _in = Inside::enter_quiet();
+        let _in = InShim::enter_quiet();
         object(tr, t, addr);
     }
     t.count(t.slot(addr));
@@ -273,7 +273,7 @@ fn took_after_backoff(
         return false;
     }
     {
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         let obj = object(tr, t, addr);
         engage::waited_briefly(tr, t, obj, site, waited);
     }
@@ -300,7 +300,7 @@ fn contended(
     // forced unwinding, which Rust allows only through frames with nothing to drop. So the
     // guard and the wait are dropped by hand; the thread's exit hook undoes a wait that a
     // cancellation cut short.
-    let inside = ManuallyDrop::new(Inside::enter());
+    let inside = ManuallyDrop::new(InShim::enter());
     let obj = object(tr, t, addr);
     // SAFETY: a semaphore has no holder: nothing is read at its address.
     let w = ManuallyDrop::new(unsafe { engage::wait_begin_at(tr, t, obj, Side::Exclusive, site) });
@@ -428,7 +428,7 @@ fn first_post(t: &ThreadRec, addr: usize) -> Option<(&Slot, &'static ObjEntry)> 
     let e = errno();
     let obj = {
         // A lookup and a cache fill (see `object`).
-        let _in = Inside::enter_quiet();
+        let _in = InShim::enter_quiet();
         object(tr, t, addr)
     };
     set_errno(e);

@@ -53,8 +53,8 @@ fn retire_record(rec: &'static ThreadRec, now: u64) {
 /// if not collected) and when. None while it is not tracked.
 pub fn creating() -> Option<(u32, u32, u64)> {
     let (t, tr) = (threads::current()?, tracker()?);
-    let chain = crate::stack::roomy(|| {
-        let _in = Inside::enter();
+    let chain = crate::stack::with_room(|| {
+        let _in = InShim::enter();
         tr.chain(t)
     });
     Some((t.tid(), chain, now_ns()))
@@ -63,7 +63,7 @@ pub fn creating() -> Option<(u32, u32, u64)> {
 /// A thread the shim saw created starts, before the program's start routine: it registers.
 pub fn thread_started(birth: Birth) {
     if let Some(tr) = tracker() {
-        let _in = Inside::enter();
+        let _in = InShim::enter();
         register_thread(tr, Some(birth));
     }
 }
@@ -74,7 +74,7 @@ pub fn thread_named(th: libc::pthread_t, name: &std::ffi::CStr) {
     let (Some(t), Some(tr)) = (threads::current(), tracker()) else {
         return;
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     let name = name.to_string_lossy().into_owned();
     let find = || {
         if th as usize == t.pthread.load(Ordering::Relaxed) {
@@ -136,7 +136,7 @@ fn apply_name(tr: &Tracker, target: &ThreadRec, name: String) {
 /// Registers the calling thread and points its thread-local at its record (a new one, or one a
 /// thread that ended left).
 pub fn register_thread(tr: &Tracker, birth: Option<Birth>) -> &'static ThreadRec {
-    crate::stack::roomy(|| register_thread_here(tr, birth))
+    crate::stack::with_room(|| register_thread_here(tr, birth))
 }
 
 #[inline(always)]
@@ -225,7 +225,7 @@ pub fn adopt_current_thread() -> Option<&'static ThreadRec> {
         }
         return None;
     };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     Some(register_thread(tr, None))
 }
 
@@ -262,7 +262,7 @@ pub fn process_ending_on_this_thread(tr: &Tracker) {
 
 /// The calling thread ends: add its counts, record its name and exit, and stop tracking it.
 pub fn thread_exited() {
-    crate::stack::roomy(thread_exited_here)
+    crate::stack::with_room(thread_exited_here)
 }
 
 #[inline(always)]
@@ -273,7 +273,7 @@ fn thread_exited_here() {
         return;
     }
     threads::set_record(std::ptr::null());
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     // SAFETY: records are leaked; this is the owning thread.
     let rec = unsafe { &*p };
     rec.fold_all();

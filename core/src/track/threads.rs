@@ -195,9 +195,9 @@ pub struct ThreadRec {
     /// recording an edge captures a chain, which uses `local`.
     pub held_locks: UnsafeCell<lockorder::Held>,
     /// Which policy rules select this thread, and what they look at (name, start routine).
-    pub policy: crate::wants::ThreadCell,
+    pub policy: crate::policy_api::ThreadCell,
     /// Mailbox for live stack requests (`holder_live_stack`).
-    pub stack: crate::wants::StackBox,
+    pub stack: crate::policy_api::StackBox,
     /// Finished contended waits not yet added to their objects.
     pub waits: super::waits::Cells,
     /// Its contended waits, packed, not yet written (`WAITSHIM_EVENTS`).
@@ -625,7 +625,7 @@ pub fn in_handler() -> bool {
 
 /// A jump (`siglongjmp`) out of a handler: the handler will not return to restore the mode.
 /// Whatever the handler interrupted is left for good, shim frames included: the thread is
-/// outside the shim from now on, with the program's own cancellability (an [`Inside`] the jump
+/// outside the shim from now on, with the program's own cancellability (an [`InShim`] the jump
 /// skipped would otherwise leave cancellation disabled for ever). Async-signal-safe.
 pub fn left_handler_by_jump() {
     if in_handler() {
@@ -647,7 +647,7 @@ extern "C" fn exit_hook(_: *mut libc::c_void) {
     // frees on by value (2 KiB of stack; more once fat LTO inlines it), on whatever stack the
     // program gave the thread.
     #[cfg(not(test))]
-    crate::stack::roomy(super::tls_dtors::run);
+    crate::stack::with_room(super::tls_dtors::run);
 }
 
 /// Makes the exit hook's key (at start, when few keys exist: the first 32 keys' values are
@@ -696,18 +696,18 @@ mod cancel {
 /// cancel request pending must not be cancelled there. Natively it would go on to its next
 /// cancellation point; cancelled inside the shim, it would die holding the mutex it just
 /// acquired, or the shim's own locks. The real functions that are cancellation points themselves
-/// run under [`Inside::cancellable`].
+/// run under [`InShim::cancellable`].
 ///
 /// Deciding by the saved state rather than by nesting keeps a guard taken in a signal handler
 /// that interrupted the shim's own work from saving "disabled" as the program's state (and
 /// leaving cancellation disabled for good when the interrupted guard ends).
-pub struct Inside {
+pub struct InShim {
     prev: usize,
     restores_cancel: bool,
 }
 
-impl Inside {
-    pub fn enter() -> Inside {
+impl InShim {
+    pub fn enter() -> InShim {
         let prev = raw::get(raw::MODE);
         set_mode(MODE_INSIDE);
         let restores_cancel = raw::get(raw::CANCEL) == 0;
@@ -718,21 +718,21 @@ impl Inside {
             unsafe { cancel::pthread_setcancelstate(cancel::DISABLE, &mut old) };
             raw::set(raw::CANCEL, old as usize + 1);
         }
-        Inside {
+        InShim {
             prev,
             restores_cancel,
         }
     }
 
-    /// As [`Inside::enter`], for work that reaches no cancellation point (a registry lookup,
+    /// As [`InShim::enter`], for work that reaches no cancellation point (a registry lookup,
     /// a cache fill: atomics, the shim's futex locks and no system call that cancellation acts
     /// in), leaving cancellability alone: two atomic updates of the thread's descriptor fewer on
-    /// every cache miss. Work under it that may reach one takes an [`Inside::enter`] of its own,
+    /// every cache miss. Work under it that may reach one takes an [`InShim::enter`] of its own,
     /// which then disables cancellation.
-    pub fn enter_quiet() -> Inside {
+    pub fn enter_quiet() -> InShim {
         let prev = raw::get(raw::MODE);
         set_mode(MODE_INSIDE);
-        Inside {
+        InShim {
             prev,
             restores_cancel: false,
         }
@@ -764,7 +764,7 @@ impl Inside {
     }
 }
 
-impl Drop for Inside {
+impl Drop for InShim {
     fn drop(&mut self) {
         if raw::get(raw::MODE) == MODE_INSIDE {
             set_mode(self.prev);
@@ -775,12 +775,12 @@ impl Drop for Inside {
     }
 }
 
-/// Gives the program back the cancellability an [`Inside`] took away, if one did.
+/// Gives the program back the cancellability an [`InShim`] took away, if one did.
 fn restore_cancel() {
     let saved = raw::get(raw::CANCEL);
     if saved != 0 {
         raw::set(raw::CANCEL, 0);
-        // SAFETY: as in `Inside::enter`: back to the state the program had.
+        // SAFETY: as in `InShim::enter`: back to the state the program had.
         unsafe { cancel::pthread_setcancelstate((saved - 1) as libc::c_int, std::ptr::null_mut()) };
     }
 }

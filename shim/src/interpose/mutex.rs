@@ -159,7 +159,7 @@ unsafe extern "C" fn lock_from(m: *mut pthread_mutex_t, entry_sp: usize) -> c_in
                 // SAFETY: forwarding the caller's arguments.
                 return unsafe { lock_trying(m, entry_sp, t) };
             }
-            if engage::engaged_quick(t, addr) {
+            if engage::acquired_quick(t, addr) {
                 // SAFETY: forwarding.
                 return unsafe { resolved(&real::slot::pthread_mutex_lock)(m) };
             }
@@ -196,7 +196,7 @@ unsafe extern "C" fn lock_tracked(m: *mut pthread_mutex_t, entry_sp: usize) -> c
     {
         // SAFETY: `m` is the caller's live mutex, which the real lock below takes at once;
         // `subtype` reads it as a mutex.
-        unsafe { engage::engaged(t, m as usize, KIND, subtype) };
+        unsafe { engage::acquired(t, m as usize, KIND, subtype) };
         // SAFETY: forwarding.
         return unsafe { real::pthread_mutex_lock(m) };
     }
@@ -227,10 +227,10 @@ unsafe extern "C" fn lock_trying(m: *mut pthread_mutex_t, entry_sp: usize, t: &T
     // SAFETY: forwarding.
     let r = unsafe { real::pthread_mutex_trylock(m) };
     if r == 0 {
-        if !engage::engaged_quick_contended(t, m as usize) {
+        if !engage::acquired_quick_contended(t, m as usize) {
             // SAFETY: `m` is the caller's live mutex, which this thread now holds; `subtype`
             // reads it as a mutex.
-            unsafe { engage::engaged(t, m as usize, KIND, subtype) };
+            unsafe { engage::acquired(t, m as usize, KIND, subtype) };
         }
         return 0;
     }
@@ -345,7 +345,7 @@ unsafe fn timed(
                 match r {
                     // SAFETY: `m` is the caller's live mutex, which this thread now holds;
                     // `subtype` reads it as a mutex.
-                    0 => unsafe { engage::engaged(t, m as usize, KIND, subtype) },
+                    0 => unsafe { engage::acquired(t, m as usize, KIND, subtype) },
                     ETIMEDOUT | EBUSY => {}
                     // EINVAL for the deadline, EOWNERDEAD (acquired), ...
                     _ => {
@@ -362,7 +362,7 @@ unsafe fn timed(
     if r == 0 {
         // SAFETY: `m` is the caller's live mutex, which this thread now holds; `subtype` reads it
         // as a mutex.
-        unsafe { engage::engaged(t, m as usize, KIND, subtype) };
+        unsafe { engage::acquired(t, m as usize, KIND, subtype) };
         return 0;
     }
     if r != EBUSY {
@@ -452,7 +452,7 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int 
         unsafe { delayed::before_release(m as usize, KIND) };
     }
     match current_fast() {
-        Some(t) if engage::disengaging_quick(t, m as usize) => {
+        Some(t) if engage::releasing_quick(t, m as usize) => {
             // SAFETY: forwarding.
             unsafe { resolved(&real::slot::pthread_mutex_unlock)(m) }
         }
@@ -463,13 +463,13 @@ pub unsafe extern "C" fn pthread_mutex_unlock(m: *mut pthread_mutex_t) -> c_int 
     }
 }
 
-/// The unlock beyond [`engage::disengaging_quick`], out of line (and left by tail calls) so that
+/// The unlock beyond [`engage::releasing_quick`], out of line (and left by tail calls) so that
 /// the fast path needs no stack frame.
 #[inline(never)]
 unsafe extern "C" fn unlock_tracked(m: *mut pthread_mutex_t) -> c_int {
     if let Some(t) = current() {
         // SAFETY: the mutex being unlocked.
-        unsafe { engage::disengaging(t, m as usize) };
+        unsafe { engage::releasing(t, m as usize) };
     }
     // SAFETY: forwarding.
     unsafe { real::pthread_mutex_unlock(m) }

@@ -66,7 +66,7 @@ pub unsafe extern "C" fn pthread_spin_lock(l: *mut pthread_spinlock_t) -> c_int 
     if r == 0 {
         // SAFETY: `l` is the caller's spinlock, which this thread now holds; `subtype` reads
         // nothing.
-        unsafe { engage::engaged_with(t, hit, l as usize, KIND, subtype) };
+        unsafe { engage::acquired_with(t, hit, l as usize, KIND, subtype) };
         return 0;
     }
     // SAFETY: the caller's spinlock.
@@ -110,7 +110,7 @@ pub unsafe extern "C" fn pthread_spin_unlock(l: *mut pthread_spinlock_t) -> c_in
     }
     if let Some(t) = current() {
         // SAFETY: the spinlock being unlocked.
-        unsafe { engage::disengaging(t, l as usize) };
+        unsafe { engage::releasing(t, l as usize) };
     }
     // SAFETY: forwarding.
     unsafe { real::pthread_spin_unlock(l) }

@@ -29,10 +29,10 @@ use waitshim_format::{
 
 use crate::clock::now_ns;
 use crate::policy::BlockedWait;
+use crate::policy_api::{Act, Facts};
 use crate::procmaps::Mapping;
 use crate::track::threads::ThreadRec;
 use crate::track::Tracker;
-use crate::wants::{Act, Facts};
 
 mod blocked;
 mod fds;

@@ -7,20 +7,20 @@ use std::sync::atomic::Ordering;
 use waitshim_format::ObjectKind;
 
 use super::engage::Subtype;
-use super::threads::{current, Inside, ThreadRec};
+use super::threads::{current, InShim, ThreadRec};
 use super::{tracker, CallSite};
 
 /// An init function called from `site` returned `r` for the object at `addr`: on success, a
 /// new generation of it.
 pub fn initialised(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
-    crate::stack::roomy(|| initialised_here(r, addr, kind, subtype, site))
+    crate::stack::with_room(|| initialised_here(r, addr, kind, subtype, site))
 }
 
 #[inline(always)]
 fn initialised_here(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32, site: CallSite) {
     if r == 0 {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             tr.object_initialised(t, addr, kind, subtype, site);
         }
     }
@@ -28,14 +28,14 @@ fn initialised_here(r: libc::c_int, addr: usize, kind: ObjectKind, subtype: u32,
 
 /// A destroy function returned `r` for the object at `addr`: on success, that generation ends.
 pub fn destroyed(r: libc::c_int, addr: usize) {
-    crate::stack::roomy(|| destroyed_here(r, addr))
+    crate::stack::with_room(|| destroyed_here(r, addr))
 }
 
 #[inline(always)]
 fn destroyed_here(r: libc::c_int, addr: usize) {
     if r == 0 {
         if let (Some(t), Some(tr)) = (current(), tracker()) {
-            let _in = Inside::enter();
+            let _in = InShim::enter();
             tr.object_destroyed(t, addr);
         }
     }
@@ -47,7 +47,7 @@ fn destroyed_here(r: libc::c_int, addr: usize) {
 /// `addr` is a live object that `subtype` can read (the one the caller tried).
 pub unsafe fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     // SAFETY: as the caller promises.
-    crate::stack::roomy(|| unsafe { busy_here(t, addr, kind, subtype) })
+    crate::stack::with_room(|| unsafe { busy_here(t, addr, kind, subtype) })
 }
 
 /// # Safety
@@ -55,7 +55,7 @@ pub unsafe fn busy(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtyp
 #[inline(always)]
 unsafe fn busy_here(t: &ThreadRec, addr: usize, kind: ObjectKind, subtype: Subtype) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     // SAFETY: as the caller promises.
     let obj = tr.object(t, addr, kind, unsafe { subtype(addr) });
     obj.busy().stats.busy.fetch_add(1, Ordering::Relaxed);
@@ -76,7 +76,7 @@ pub unsafe fn failed(
     errno: libc::c_int,
 ) {
     // SAFETY: as the caller promises.
-    crate::stack::roomy(|| unsafe { failed_here(t, addr, kind, subtype, errno) })
+    crate::stack::with_room(|| unsafe { failed_here(t, addr, kind, subtype, errno) })
 }
 
 /// # Safety
@@ -90,7 +90,7 @@ unsafe fn failed_here(
     errno: libc::c_int,
 ) {
     let Some(tr) = tracker() else { return };
-    let _in = Inside::enter();
+    let _in = InShim::enter();
     // SAFETY: as the caller promises.
     let obj = tr.object(t, addr, kind, unsafe { subtype(addr) });
     obj.busy().stats.errors.fetch_add(1, Ordering::Relaxed);
