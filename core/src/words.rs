@@ -1,21 +1,20 @@
-//! The shim's per-thread words, in initial-exec TLS (see the block below): what its fast paths,
-//! its spare stacks and its signal handlers read of the calling thread. A leaf: the thread
-//! records (`track::threads`) and the platform pieces below them (`stack`, `chain`) both build
-//! on it.
+//! The shim's per-thread words, in initial-exec TLS: what its fast paths, its spare stacks and
+//! its signal handlers read of the calling thread. A leaf: the thread records
+//! (`track::threads`) and the platform pieces below them (`stack`, `chain`) both build on it.
+//!
+//! Initial-exec TLS: one `mov` from `%fs` instead of a call to `__tls_get_addr` (what Rust's
+//! `thread_local!` costs in a shared library), read twice per lock/unlock pair. Initial-exec TLS
+//! is fine for a preloaded library: it is loaded at start-up, into the static TLS block.
+//!
+//! Seven words: `FAST` is the thread's record while the shim may track its calls and null
+//! otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why
+//! `FAST` is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability
+//! state plus one while the shim runs its own work with cancellation disabled (see
+//! `track::threads::InShim`), 0 otherwise; `SWITCHED` points at the registers the thread's work
+//! left its own stack with, while it runs on the shim's spare stack (see `crate::stack`);
+//! `STACK_LOW` is the lowest address of the stack it runs on; `TLS_DTORS` heads its list of Rust
+//! thread-local destructors (see `track::tls_dtors`).
 
-/// Per-thread state of the shim, in initial-exec TLS: one `mov` from `%fs` instead of a call to
-/// `__tls_get_addr` (what Rust's `thread_local!` costs in a shared library), read twice per
-/// lock/unlock pair. Initial-exec TLS is fine for a preloaded library: it is loaded at start-up,
-/// into the static TLS block.
-///
-/// Seven words: `FAST` is the thread's record while the shim may track its calls and null
-/// otherwise, so the fast path tests one word; `REC` is the record itself; `MODE` says why `FAST`
-/// is null (inside the shim, or thread exited); `CANCEL` is the program's cancellability state
-/// plus one while the shim runs its own work with cancellation disabled (see `track::threads::InShim`), 0
-/// otherwise; `SWITCHED` points at the registers the thread's work left its own stack with,
-/// while it runs on the shim's spare stack (see `crate::stack`); `STACK_LOW` is the lowest
-/// address of the stack it runs on; `TLS_DTORS` heads its list of Rust thread-local
-/// destructors (see `track::tls_dtors`).
 use std::arch::{asm, global_asm};
 
 global_asm!(
