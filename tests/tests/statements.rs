@@ -335,7 +335,10 @@ fn names_the_program_chose_reach_plain_text_outputs_escaped_and_json_as_they_are
 #[test]
 fn thread_states_of_a_sampler_that_stopped_early_say_the_span_they_hold_over() {
     // A convoy of 8 runs about 0.55 s. Its log again, as a sampler that could no longer read
-    // /proc after 100 ms (a sandbox, a chroot, its descriptors closed) would have left it.
+    // /proc after its second look at the CPUs, about 100 ms in (a sandbox, a chroot, its
+    // descriptors closed), would have left it. (Not at a fixed time: a thread sample is written
+    // only when a thread changed, and the convoy's threads may all be asleep by the first look,
+    // so before 100 ms there may be one look and nothing to measure over.)
     let run = Launch::fixture("convoy").run();
     run.assert_success();
     let whole = run.analyze();
@@ -350,24 +353,32 @@ fn thread_states_of_a_sampler_that_stopped_early_say_the_span_they_hold_over() {
 
     let cut = run.dir.path().join("waitshim.cut.log");
     let mut start = None;
+    let mut cpu_looks = 0;
+    let mut cut_at = None;
     rewrite_log(run.single_log(), &cut, |r| {
-        let sampler_ns = match &r {
+        let sampler = match &r {
             Record::RunStart(s) => {
                 start = Some(s.mono_ns);
-                None
+                false
             }
-            Record::ThreadSamples(s) => Some(s.ns),
-            Record::CpuSample(s) => Some(s.ns),
-            Record::ThreadSwitches(s) => Some(s.ns),
-            Record::BlockedChain(s) => Some(s.ns),
-            _ => None,
+            Record::CpuSample(s) => {
+                cpu_looks += 1;
+                if cpu_looks == 2 {
+                    cut_at = Some(s.ns - start.expect("the start record comes first"));
+                    return Some(r);
+                }
+                true
+            }
+            Record::ThreadSamples(_) | Record::ThreadSwitches(_) | Record::BlockedChain(_) => true,
+            _ => false,
         };
-        let from = start.expect("the start record comes first");
-        match sampler_ns {
-            Some(ns) if ns > from + 100_000_000 => None,
-            _ => Some(r),
-        }
+        (!sampler || cut_at.is_none()).then_some(r)
     });
+    let cut_at = cut_at.expect("the sampler looked at the CPUs twice");
+    assert!(
+        cut_at < 300_000_000,
+        "the second look at the CPUs came at {cut_at} ns"
+    );
     let a = analyze(&[&cut], &[]);
     let log = a.log(0);
     let states = &log.0["thread_states"];
@@ -375,7 +386,7 @@ fn thread_states_of_a_sampler_that_stopped_early_say_the_span_they_hold_over() {
     assert!(duration > 400_000_000, "the convoy ran {duration} ns");
     assert_eq!(states["sampled_to_end"], false, "{states}");
     let until = states["sampled_until_ns"].as_u64().unwrap();
-    assert!(until <= 100_000_000, "{states}");
+    assert!(until <= cut_at, "{states}");
     assert_eq!(states["lost_parallelism"]["until_ns"], until);
     // No thread is said to have waited, run or been ready longer than the span sampled.
     for t in states["threads"].as_array().unwrap() {
